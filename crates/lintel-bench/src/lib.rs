@@ -1,0 +1,5 @@
+//! lintel-bench as a library: the [`harness`] every suite uses, and the suites themselves.
+//! The binary (`main.rs`) registers suites and child roles by name and runs them.
+
+pub mod baseline;
+pub mod harness;

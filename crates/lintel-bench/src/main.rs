@@ -1,0 +1,111 @@
+//! `lintel-bench`: runs benchmark suites and reports one JSON object per case per line.
+//!
+//! `lintel-bench [--json FILE] [--quick] [--pin] [SUITE...]`; see `harness` for the API suites use.
+//! To add a suite, write `fn(&Config, &mut Report) -> anyhow::Result<()>` in the library and list
+//! it in [`SUITES`]; to add a child process role, add an arm to [`run_child`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use clap::builder::PossibleValuesParser;
+
+use lintel_bench::baseline;
+use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
+
+/// Every suite, by name, in the order a run without SUITE arguments takes them.
+const SUITES: &[(&str, Suite)] = &[(baseline::SUITE, baseline::run)];
+
+/// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
+fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
+    match role {
+        baseline::ROLE => baseline::child(args),
+        other => bail!("unknown child role {other:?}"),
+    }
+}
+
+/// Benchmarks of lintel against its baselines, measured in the same run.
+#[derive(Parser, Debug)]
+#[command(name = "lintel-bench", version)]
+struct Cli {
+    /// Write one JSON object per case per line to FILE (created or truncated).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// About 10× fewer iterations: the whole program finishes in well under 30 s.
+    #[arg(long)]
+    quick: bool,
+    /// Pin this process to CPU 0 and its child processes to CPU 1 (default: unpinned).
+    #[arg(long)]
+    pin: bool,
+    /// Suites to run, in this order (default: all).
+    #[arg(value_name = "SUITE", value_parser = PossibleValuesParser::new(SUITES.iter().map(|s| s.0)))]
+    suites: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(CHILD_ARG) {
+        return child_main(&args[2..]);
+    }
+    match parent_main(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("lintel-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn child_main(args: &[String]) -> ExitCode {
+    let Some((role, rest)) = args.split_first() else {
+        eprintln!("lintel-bench {CHILD_ARG}: missing role");
+        return ExitCode::FAILURE;
+    };
+    match harness::init_child().and_then(|()| run_child(role, rest)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lintel-bench child {role}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the suites; `Ok(false)` if some suite failed (the others still run and are reported).
+fn parent_main(cli: Cli) -> anyhow::Result<bool> {
+    let cfg = Config {
+        quick: cli.quick,
+        pin: cli.pin,
+    };
+    if cfg.pin {
+        harness::pin_self(PARENT_CPU)?;
+    }
+    eprintln!("clock: {}", harness::clock_description());
+    let selected: Vec<&(&str, Suite)> = if cli.suites.is_empty() {
+        SUITES.iter().collect()
+    } else {
+        cli.suites
+            .iter()
+            .filter_map(|name| SUITES.iter().find(|s| s.0 == name))
+            .collect()
+    };
+    let mut report = Report::with_progress();
+    let mut all_ok = true;
+    for (name, suite) in selected {
+        eprintln!("suite {name}:");
+        let started = std::time::Instant::now();
+        match suite(&cfg, &mut report) {
+            Ok(()) => eprintln!("suite {name}: done in {:.1} s", started.elapsed().as_secs_f64()),
+            Err(e) => {
+                eprintln!("suite {name} FAILED: {e:#}");
+                all_ok = false;
+            }
+        }
+    }
+    print!("{}", report.table(&cfg));
+    if let Some(path) = &cli.json {
+        report.write_json(path).context("writing the JSON report")?;
+    }
+    Ok(all_ok)
+}

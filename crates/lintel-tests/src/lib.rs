@@ -1,0 +1,122 @@
+//! Shared pieces of the multi-process tests: the peer's method numbers and
+//! helpers to start peers and talk to them.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lintel::{CallError, Door, Reply};
+
+/// Methods of the peer's control door (first byte of the arguments).
+pub mod m {
+    pub const ECHO: u8 = 0;
+    pub const MAKE_DOOR: u8 = 1;
+    pub const CALL_PASSED: u8 = 2;
+    pub const HOLD: u8 = 3;
+    pub const DROP_HELD: u8 = 4;
+    pub const SLEEP_ALERTABLE: u8 = 5;
+    pub const UNREF_COUNT: u8 = 6;
+    pub const REVOKE_MADE: u8 = 7;
+    pub const GIVE_MADE: u8 = 8;
+    pub const ALERTED_COUNT: u8 = 9;
+    pub const SERVER_PID_OF_PASSED: u8 = 10;
+    pub const CONNECTIONS: u8 = 11;
+    pub const SLEEP_PLAIN: u8 = 12;
+    pub const MAX_CONCURRENT: u8 = 13;
+    pub const MAKE_MANY: u8 = 14;
+    pub const SECRET_CALLS: u8 = 15;
+    pub const CALL_HELD: u8 = 16;
+    pub const POOL_SHORTAGES: u8 = 17;
+    pub const RETURN_HELD: u8 = 18;
+}
+
+/// Path of the peer program: beside the test binary's `deps/` folder, where
+/// cargo builds it for integration tests.
+pub fn peer_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().expect("exe dir");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target dir")
+    } else {
+        dir
+    };
+    dir.join("lintel-peer")
+}
+
+/// A running peer domain; killed when dropped.
+pub struct Peer {
+    pub child: std::process::Child,
+    pub ctl: Door,
+}
+
+impl Peer {
+    pub fn start(role: &str) -> Peer {
+        Peer::start_with(role, &[], &[])
+    }
+
+    pub fn start_with(role: &str, env: &[(&str, &str)], offer: &[Door]) -> Peer {
+        let mut cmd = Command::new(peer_path());
+        cmd.arg(role);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let s = lintel::boot::spawn(&mut cmd, offer).expect("spawn peer");
+        let ctl = s.doors.into_iter().next().expect("peer offers a control door");
+        Peer { child: s.child, ctl }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Call method `m` with `arg` bytes and `doors`.
+    pub fn call(&self, m: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
+        call(&self.ctl, m, arg, doors)
+    }
+
+    pub fn u64(&self, m: u8, arg: &[u8]) -> u64 {
+        let r = self.call(m, arg, &[]).expect("peer call");
+        u64::from_le_bytes(r.data[..8].try_into().unwrap())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn call(door: &Door, m: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
+    let mut data = vec![m];
+    data.extend_from_slice(arg);
+    let mut reply = Reply::new();
+    door.call(&data, doors, &mut reply)?;
+    Ok(reply)
+}
+
+/// Poll `f` until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Open descriptors and mappings of this process.
+pub fn fds_and_maps() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    (fds, maps)
+}

@@ -1,0 +1,131 @@
+//! Door semantics across real processes: calls on every path, passing,
+//! third parties, reference counting, revocation.
+
+use std::time::Duration;
+
+use lintel::{CallError, Door, Reply, Request};
+use lintel_tests::{m, Peer};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[test]
+fn calls_cross_process_on_fast_and_vanilla_paths() {
+    let p = Peer::start("plain");
+    for len in [0usize, 1, 15, 16, 17, 64, 1024, 5 * 1024 - 1] {
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+        let r = p.call(m::ECHO, &data, &[]).unwrap();
+        assert_eq!(r.data, data, "echo of {len} bytes");
+    }
+}
+
+#[test]
+fn oversized_arguments_are_a_typed_error_on_every_path() {
+    let p = Peer::start("plain");
+    let big = vec![0u8; 6000];
+    let local = Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(()));
+    let remote_err = p.ctl.call(&big, &[], &mut Reply::new()).unwrap_err();
+    let local_err = local.call(&big, &[], &mut Reply::new()).unwrap_err();
+    assert!(
+        matches!(remote_err, CallError::TooLarge { len: 6000, .. }),
+        "{remote_err:?}"
+    );
+    assert_eq!(remote_err, local_err);
+    // A reply that is too large fails the same way in both placements.
+    let wide = Door::create(0, |_: Request<'_>, r: &mut Reply| {
+        r.data.resize(6000, 1);
+        Ok(())
+    });
+    assert!(matches!(
+        wide.call(b"", &[], &mut Reply::new()),
+        Err(CallError::TooLarge { .. })
+    ));
+    // The connection still works afterwards.
+    assert_eq!(p.call(m::ECHO, b"ok", &[]).unwrap().data, b"ok");
+}
+
+#[test]
+fn unknown_method_is_a_fault_not_a_crash() {
+    let p = Peer::start("plain");
+    assert_eq!(p.call(200, b"", &[]).unwrap_err(), CallError::Fault(9));
+    assert_eq!(p.call(m::ECHO, b"x", &[]).unwrap().data, b"x");
+}
+
+#[test]
+fn doors_pass_both_ways_and_come_back_local() {
+    let p = Peer::start("plain");
+    let made = p
+        .call(m::MAKE_DOOR, &42u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    assert!(!made.is_local());
+    let r = made.call_bytes(b"abc").unwrap();
+    assert_eq!(&r[..8], &42u64.to_le_bytes());
+    assert_eq!(&r[8..], b"abc");
+
+    // Our own door sent to the peer and returned is our own again.
+    let mine = Door::create(5, |req: Request<'_>, r: &mut Reply| {
+        r.data.extend_from_slice(&req.datum.to_le_bytes());
+        Ok(())
+    });
+    p.call(m::HOLD, b"", &[mine.clone()]).unwrap();
+    let back = p.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
+    assert!(back.iter().any(|d| d.same(&mine) && d.is_local()));
+    // The peer calls our door through its reference.
+    assert_eq!(p.call(m::CALL_HELD, b"", &[]).unwrap().data, 5u64.to_le_bytes());
+}
+
+#[test]
+fn same_door_received_twice_has_one_entry() {
+    let p = Peer::start("plain");
+    let a = p
+        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    let before = lintel::introspect::remote_doors();
+    let b = p
+        .call(m::GIVE_MADE, &0u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    assert!(a.same(&b));
+    assert_eq!(lintel::introspect::remote_doors(), before);
+}
+
+#[test]
+fn third_party_door_is_called_directly() {
+    let b = Peer::start("plain");
+    let c = Peer::start("plain");
+    let door_c = c
+        .call(m::MAKE_DOOR, &77u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    // B gets C's door from us and calls it: the answer is C's.
+    let r = b.call(m::CALL_PASSED, b"via-b", &[door_c.clone()]).unwrap();
+    assert_eq!(&r.data[..8], &77u64.to_le_bytes());
+    assert_eq!(&r.data[8..], b"via-b");
+}
+
+#[test]
+fn third_party_door_names_the_server_process() {
+    let b = Peer::start("plain");
+    let c = Peer::start("plain");
+    let door_c = c
+        .call(m::MAKE_DOOR, &3u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    let r = b.call(m::SERVER_PID_OF_PASSED, b"", &[door_c]).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(r.data[..8].try_into().unwrap()) as u32,
+        c.pid()
+    );
+    assert_eq!(b.u64(m::CONNECTIONS, b""), 2, "B is connected to us and to C");
+}

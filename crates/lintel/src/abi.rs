@@ -1,0 +1,102 @@
+//! What both sides of a connection agree on: the call area's layout, the
+//! slot's state words and status codes. Constants only, no logic.
+//!
+//! A call area is a sealed memfd created by the *calling* domain and mapped by
+//! the serving one. It holds [`SLOTS`] slots of [`SLOT_SIZE`] bytes; each
+//! client thread that calls over the connection leases one slot (an LRPC
+//! channel) and a server thread binds to it while calls keep coming.
+//!
+//! Slot layout (byte offsets). The first cache line is written by the
+//! client, the second by the server, so the two sides never write the same
+//! line on the fast path:
+//!
+//! | off | field | writer |
+//! |-----|-------|--------|
+//! | 0   | `req_seq`: sequence of the posted request | client |
+//! | 4   | `client_state`: [`RUNNING`] or [`SLEEPING`] | client |
+//! | 8   | `grant`: door, as the server's grant index | client |
+//! | 12  | `flags`: [`FLAG_ALERT`] | client |
+//! | 16  | `in_len` | client |
+//! | 20  | `in_doors` | client |
+//! | 24  | inline arguments, [`INLINE`] bytes | client |
+//! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
+//! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
+//! | 72  | `server_cpu` | server |
+//! | 76  | `status` | server |
+//! | 80  | `out_len` | server |
+//! | 84  | `out_doors` | server |
+//! | 88  | inline results, [`INLINE`] bytes | server |
+//! | 128 | data, [`DATA_CAP`] bytes (arguments, then results) | both |
+//! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
+
+/// Version of this layout; a mismatch is refused at connection setup.
+pub const VERSION: u32 = 1;
+
+/// Slots per call area: concurrent calling threads per connection.
+pub const SLOTS: usize = 64;
+/// Bytes per slot.
+pub const SLOT_SIZE: usize = 8192;
+/// The first page is reserved (unused today) so slots are page-aligned.
+pub const AREA_HEADER: usize = 4096;
+/// Size of a call area.
+pub const AREA_SIZE: usize = AREA_HEADER + SLOTS * SLOT_SIZE;
+
+/// Largest argument or result of the vanilla path ("up to 5 KiB").
+pub const DATA_CAP: usize = 5 * 1024;
+/// Arguments and results up to this size travel inline in the header lines:
+/// the fast path.
+pub const INLINE: usize = 16;
+/// Most doors one call may pass each way.
+pub const MAX_DOORS: usize = 64;
+/// Bytes per wire door descriptor.
+pub const WIRE_DOOR: usize = 16;
+
+pub const OFF_REQ_SEQ: usize = 0;
+pub const OFF_CLIENT_STATE: usize = 4;
+pub const OFF_GRANT: usize = 8;
+pub const OFF_FLAGS: usize = 12;
+pub const OFF_IN_LEN: usize = 16;
+pub const OFF_IN_DOORS: usize = 20;
+pub const OFF_IN_INLINE: usize = 24;
+pub const OFF_REP_SEQ: usize = 64;
+pub const OFF_SERVER_STATE: usize = 68;
+pub const OFF_SERVER_CPU: usize = 72;
+pub const OFF_STATUS: usize = 76;
+pub const OFF_OUT_LEN: usize = 80;
+pub const OFF_OUT_DOORS: usize = 84;
+pub const OFF_OUT_INLINE: usize = 88;
+pub const OFF_DATA: usize = 128;
+pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
+
+const _: () = assert!(OFF_DOORS + MAX_DOORS * WIRE_DOOR <= SLOT_SIZE);
+const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_REP_SEQ);
+const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
+
+/// `rep_seq` value written by our own watcher when the peer died, so a
+/// sleeping caller's futex wait returns. Sequences skip it.
+pub const SEQ_DEAD: u32 = u32::MAX;
+
+/// `client_state` / `server_state` values.
+pub const RUNNING: u32 = 0;
+pub const UNBOUND: u32 = 0;
+pub const SPINNING: u32 = 1;
+pub const SLEEPING: u32 = 2;
+pub const BUSY: u32 = 3;
+
+/// Request flag: the caller's shuttle was alerted when it called.
+pub const FLAG_ALERT: u32 = 1;
+
+/// Reply status codes.
+pub const ST_OK: u32 = 0;
+pub const ST_REVOKED: u32 = 1;
+pub const ST_BAD_DOOR: u32 = 2;
+pub const ST_BAD_MESSAGE: u32 = 3;
+pub const ST_TOO_LARGE: u32 = 4;
+pub const ST_PANICKED: u32 = 5;
+/// Handler fault: its code is in `out_len`.
+pub const ST_FAULT: u32 = 6;
+
+/// Wire door descriptor kinds (first word of the 16-byte descriptor).
+pub const WD_YOURS: u32 = 1;
+pub const WD_MINE: u32 = 2;
+pub const WD_THIRD: u32 = 3;

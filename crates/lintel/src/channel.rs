@@ -1,0 +1,262 @@
+//! The caller's side of a cross-domain call: LRPC channels.
+//!
+//! Each client thread leases one slot of the connection's call area the
+//! first time it calls over that connection and keeps it (thread-local), so
+//! a server thread bound to the slot is ready for it: direct hand-off with no
+//! queue in between. A call writes its arguments into the slot, bumps
+//! `req_seq`, and waits for `rep_seq` to match: spinning while the server
+//! runs on another CPU, then sleeping on the futex.
+//!
+//! The fast path (≤ 16 bytes, no doors) touches only the slot's two header
+//! lines; the vanilla path adds the data region and door descriptors.
+
+use std::cell::RefCell;
+use std::os::fd::AsFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering::*, fence};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::abi::*;
+use crate::conn::Conn;
+use crate::door::{Door, RemoteDoor, Reply, check_sizes};
+use crate::error::CallError;
+use crate::spin::Spinner;
+use crate::sys::{self, Mapping};
+use crate::umem::Slot;
+use crate::wire::Ctl;
+use crate::{shuttle, transfer};
+
+/// The call area this domain created for its calls over one connection.
+pub(crate) struct OutArea {
+    map: Arc<Mapping>,
+    /// Free slots with the next sequence number each will use.
+    free: Mutex<Vec<(u32, u32)>>,
+    freed: Condvar,
+}
+
+impl OutArea {
+    /// Create the area and hand it to the peer.
+    fn create(conn: &Conn) -> Result<Arc<OutArea>, CallError> {
+        let local = |e: std::io::Error| CallError::Local(e.to_string());
+        let fd = sys::sealed_memfd("lintel-calls", AREA_SIZE).map_err(local)?;
+        let map = Arc::new(Mapping::map(fd.as_fd(), AREA_SIZE).map_err(local)?);
+        if !conn.send(&Ctl::Area, &[fd.as_fd()]) {
+            return Err(CallError::PeerDied);
+        }
+        let free = (0..SLOTS as u32).rev().map(|i| (i, 1)).collect();
+        Ok(Arc::new(OutArea {
+            map,
+            free: Mutex::new(free),
+            freed: Condvar::new(),
+        }))
+    }
+
+    fn slot(&self, i: u32) -> Slot {
+        Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
+    }
+
+    /// Wake every caller waiting in this area: the server died.
+    pub fn peer_died(&self) {
+        for i in 0..SLOTS as u32 {
+            let s = self.slot(i);
+            s.word(OFF_REP_SEQ).store(SEQ_DEAD, SeqCst);
+            sys::futex_wake(s.word(OFF_REP_SEQ), u32::MAX);
+        }
+        self.freed.notify_all();
+    }
+}
+
+/// One thread's lease of one slot.
+struct Lease {
+    conn: Arc<Conn>,
+    area: Arc<OutArea>,
+    index: u32,
+    slot: Slot,
+    seq: std::cell::Cell<u32>,
+}
+
+impl Lease {
+    fn next_seq(&self) -> u32 {
+        let mut s = self.seq.get().wrapping_add(1);
+        if s == 0 || s == SEQ_DEAD {
+            s = 1;
+        }
+        self.seq.set(s);
+        s
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.area.free.lock().push((self.index, self.seq.get()));
+        self.area.freed.notify_one();
+    }
+}
+
+thread_local! {
+    static LEASES: RefCell<Vec<Rc<Lease>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This thread's slot on `conn`, leased on first use.
+#[inline]
+fn lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+    let found = LEASES.with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned());
+    match found {
+        Some(l) => Ok(l),
+        None => new_lease(conn),
+    }
+}
+
+#[cold]
+fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+    // Forget leases on dead connections so their areas can go.
+    LEASES.with(|l| l.borrow_mut().retain(|x| !x.conn.is_dead()));
+    let area = {
+        let mut out = conn.out.lock();
+        match &*out {
+            Some(a) => a.clone(),
+            None => {
+                let a = OutArea::create(conn)?;
+                *out = Some(a.clone());
+                a
+            }
+        }
+    };
+    let (index, seq) = {
+        let mut free = area.free.lock();
+        loop {
+            if conn.is_dead() {
+                return Err(CallError::PeerDied);
+            }
+            if let Some(x) = free.pop() {
+                break x;
+            }
+            area.freed
+                .wait_for(&mut free, std::time::Duration::from_millis(50));
+        }
+    };
+    let lease = Rc::new(Lease {
+        conn: conn.clone(),
+        slot: area.slot(index),
+        area,
+        index,
+        seq: seq.into(),
+    });
+    LEASES.with(|l| l.borrow_mut().push(lease.clone()));
+    Ok(lease)
+}
+
+/// Call a door served by another domain.
+pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+    // Guards: anything unusual leaves for the slow paths below.
+    check_sizes("arguments", data.len(), doors.len())?;
+    let conn = &rd.conn;
+    if conn.is_dead() {
+        return Err(CallError::PeerDied);
+    }
+    let lease = lease(conn)?;
+    let slot = &lease.slot;
+    let seq = lease.next_seq();
+
+    // Post the request.
+    slot.set(OFF_GRANT, rd.grant);
+    slot.set(OFF_FLAGS, if shuttle::alerted() { FLAG_ALERT } else { 0 });
+    slot.set(OFF_IN_LEN, data.len() as u32);
+    if data.len() <= INLINE {
+        slot.write(OFF_IN_INLINE, data);
+    } else {
+        slot.write(OFF_DATA, data);
+    }
+    let n_doors = if doors.is_empty() {
+        0
+    } else {
+        transfer::send_doors(conn, doors, slot, true, lease.index, seq)?
+    };
+    slot.set(OFF_IN_DOORS, n_doors);
+    slot.word(OFF_REQ_SEQ).store(seq, Release);
+    fence(SeqCst);
+    match slot.get(OFF_SERVER_STATE) {
+        SLEEPING => sys::futex_wake(slot.word(OFF_REQ_SEQ), 1),
+        SPINNING | BUSY => {}
+        _ => kick(conn, lease.index)?,
+    }
+
+    // Wait for the reply.
+    let sh = shuttle::enter_call(conn.id, lease.index);
+    let waited = wait_reply(slot, seq, conn);
+    drop(sh);
+    waited?;
+
+    // Take the reply (a private copy; validated before use).
+    let status = slot.get(OFF_STATUS);
+    let out_len = slot.get(OFF_OUT_LEN);
+    if status != ST_OK {
+        return Err(CallError::from_status(status, out_len));
+    }
+    let out_len = out_len as usize;
+    let out_doors = slot.get(OFF_OUT_DOORS) as usize;
+    if out_len > DATA_CAP || out_doors > MAX_DOORS {
+        return Err(CallError::BadMessage("reply header out of range"));
+    }
+    reply.clear();
+    reply.data.resize(out_len, 0);
+    if out_len <= INLINE {
+        slot.read(OFF_OUT_INLINE, &mut reply.data);
+    } else {
+        slot.read(OFF_DATA, &mut reply.data);
+    }
+    if out_doors > 0 {
+        transfer::receive_doors(conn, slot, out_doors, false, lease.index, seq, &mut reply.doors)?;
+    }
+    Ok(())
+}
+
+#[cold]
+fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
+    if conn.send(&Ctl::Kick { slot: index }, &[]) {
+        Ok(())
+    } else {
+        Err(CallError::PeerDied)
+    }
+}
+
+/// Wait until `rep_seq == seq`: spin while the server runs on another CPU,
+/// then sleep on the futex. The watcher stores `SEQ_DEAD` if the server dies.
+#[inline]
+fn wait_reply(slot: &Slot, seq: u32, conn: &Conn) -> Result<(), CallError> {
+    let rep = slot.word(OFF_REP_SEQ);
+    let mut spinner = Spinner::new(crate::domain::get().settings.spin_budget_ns());
+    let me = sys::current_cpu();
+    loop {
+        let r = rep.load(Acquire);
+        if r == seq {
+            return Ok(());
+        }
+        if r == SEQ_DEAD || conn.is_dead() {
+            return Err(CallError::PeerDied);
+        }
+        let st = slot.get(OFF_SERVER_STATE);
+        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
+        if server_elsewhere && spinner.spin() {
+            continue;
+        }
+        sleep_for_reply(slot, seq)?;
+        spinner = Spinner::new(0);
+    }
+}
+
+/// Register as sleeping, re-check, then sleep (no lost wake-up).
+#[cold]
+fn sleep_for_reply(slot: &Slot, seq: u32) -> Result<(), CallError> {
+    let rep = slot.word(OFF_REP_SEQ);
+    slot.set(OFF_CLIENT_STATE, SLEEPING);
+    fence(SeqCst);
+    let r = rep.load(Acquire);
+    if r != seq && r != SEQ_DEAD {
+        sys::futex_wait(rep, r, Some(std::time::Duration::from_millis(100)));
+    }
+    slot.set(OFF_CLIENT_STATE, RUNNING);
+    Ok(())
+}

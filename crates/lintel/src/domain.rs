@@ -1,0 +1,281 @@
+//! The domain: this process's runtime. It owns the connections, the table of
+//! doors received from other domains, the tickets minted here, the server
+//! thread pool, the watcher thread that reads every socket and sees peers
+//! die, and the one thread that delivers `unreferenced` in order.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock, Weak};
+
+use parking_lot::Mutex;
+
+use crate::conn::{Conn, Ticket};
+use crate::door::{DoorCore, RemoteDoor};
+use crate::pool::Pool;
+use crate::settings::Settings;
+use crate::sys::{self, Poller, Recv};
+use crate::wire::{self, Ctl};
+
+/// Epoll keys with this bit name tickets; others name connections.
+const TICKET_KEY: u64 = 1 << 63;
+
+pub(crate) struct Domain {
+    pub pid: u32,
+    pub settings: Settings,
+    pub pool: Pool,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    by_pid: Mutex<HashMap<u32, Weak<Conn>>>,
+    remotes: Mutex<HashMap<(u64, u32), Weak<RemoteDoor>>>,
+    tickets: Mutex<Tickets>,
+    poller: Poller,
+    unref: Mutex<mpsc::Sender<Arc<DoorCore>>>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct Tickets {
+    by_key: HashMap<u64, (u64, Ticket)>,
+    by_ino: HashMap<u64, u64>,
+}
+
+static DOMAIN: OnceLock<Domain> = OnceLock::new();
+
+/// This process's domain, started on first use.
+pub(crate) fn get() -> &'static Domain {
+    if let Some(d) = DOMAIN.get() {
+        return d;
+    }
+    let mut started = false;
+    let d = DOMAIN.get_or_init(|| {
+        started = true;
+        Domain::new()
+    });
+    if started {
+        d.start_threads();
+    }
+    d
+}
+
+impl Domain {
+    fn new() -> Domain {
+        let (tx, _rx) = mpsc::channel();
+        Domain {
+            pid: std::process::id(),
+            settings: Settings::from_env(),
+            pool: Pool::new(),
+            conns: Mutex::new(HashMap::new()),
+            by_pid: Mutex::new(HashMap::new()),
+            remotes: Mutex::new(HashMap::new()),
+            tickets: Mutex::new(Tickets::default()),
+            poller: Poller::new().expect("lintel: cannot create epoll instance"),
+            unref: Mutex::new(tx),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn start_threads(&'static self) {
+        let (tx, rx) = mpsc::channel::<Arc<DoorCore>>();
+        *self.unref.lock() = tx;
+        std::thread::Builder::new()
+            .name("lintel-unref".into())
+            .spawn(move || {
+                for core in rx {
+                    let c = core.clone();
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                        c.handler.unreferenced(c.datum)
+                    }));
+                }
+            })
+            .expect("lintel: cannot start the unreferenced thread");
+        std::thread::Builder::new()
+            .name("lintel-watch".into())
+            .spawn(move || self.watch())
+            .expect("lintel: cannot start the watcher thread");
+    }
+
+    pub fn queue_unreferenced(&self, core: Arc<DoorCore>) {
+        let _ = self.unref.lock().send(core);
+    }
+
+    /// The watcher: read every socket as it becomes ready.
+    fn watch(&'static self) {
+        let mut keys = Vec::new();
+        loop {
+            self.poller.wait(&mut keys);
+            for &key in &keys {
+                if key & TICKET_KEY != 0 {
+                    self.ticket_ready(key);
+                } else {
+                    let conn = self.conns.lock().get(&key).cloned();
+                    if let Some(conn) = conn {
+                        conn.pump();
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- connections ----
+
+    /// Register a connected socket as a connection to another domain.
+    /// `peer_pid` is given only when the kernel vouches for it.
+    pub fn add_conn(&self, sock: OwnedFd, peer_pid: Option<u32>) -> std::io::Result<Arc<Conn>> {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let conn = Arc::new(Conn::new(id, sock, peer_pid.unwrap_or(0)));
+        conn.send(
+            &Ctl::Hello {
+                pid: self.pid,
+                version: crate::abi::VERSION,
+            },
+            &[],
+        );
+        self.conns.lock().insert(id, conn.clone());
+        if let Some(pid) = peer_pid {
+            self.by_pid.lock().insert(pid, Arc::downgrade(&conn));
+        }
+        if let Err(e) = self.poller.add(conn.sock.as_fd(), id) {
+            self.conns.lock().remove(&id);
+            return Err(e);
+        }
+        Ok(conn)
+    }
+
+    /// A live connection to the domain with this (verified) pid.
+    pub fn conn_to(&self, pid: u32) -> Option<Arc<Conn>> {
+        let c = self.by_pid.lock().get(&pid)?.upgrade()?;
+        (!c.is_dead()).then_some(c)
+    }
+
+    pub fn conn_died(&self, conn: &Arc<Conn>) {
+        if conn.dead.swap(true, AcqRel) {
+            return;
+        }
+        self.poller.remove(conn.sock.as_fd());
+        self.conns.lock().remove(&conn.id);
+        {
+            let mut by_pid = self.by_pid.lock();
+            let pid = conn.peer_pid();
+            if by_pid.get(&pid).is_some_and(|w| w.as_ptr() == Arc::as_ptr(conn)) {
+                by_pid.remove(&pid);
+            }
+        }
+        conn.tear_down();
+    }
+
+    /// Number of live connections (for tests and stats).
+    pub fn conn_count(&self) -> usize {
+        self.conns.lock().len()
+    }
+
+    pub fn conn_by_id(&self, id: u64) -> Option<Arc<Conn>> {
+        self.conns.lock().get(&id).cloned()
+    }
+
+    // ---- doors received from other domains ----
+
+    /// The identifier for grant `grant` on `conn`: the existing one if this
+    /// domain already holds the door, so a door received twice has one entry.
+    pub fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
+        let mut remotes = self.remotes.lock();
+        let key = (conn.id, grant);
+        if let Some(rd) = remotes.get(&key).and_then(Weak::upgrade) {
+            rd.received.fetch_add(1, SeqCst);
+            return rd;
+        }
+        let rd = Arc::new(RemoteDoor {
+            conn: conn.clone(),
+            grant,
+            received: std::sync::atomic::AtomicU32::new(1),
+        });
+        remotes.insert(key, Arc::downgrade(&rd));
+        rd
+    }
+
+    pub fn forget_remote(&self, rd: &RemoteDoor) {
+        let mut remotes = self.remotes.lock();
+        let key = (rd.conn.id, rd.grant);
+        if remotes.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), rd)) {
+            remotes.remove(&key);
+        }
+    }
+
+    pub fn remote_count(&self) -> usize {
+        self.remotes.lock().len()
+    }
+
+    // ---- tickets: doors in transit to a third domain ----
+
+    /// Make a ticket for a door we serve. The returned end travels; the kept
+    /// end shows hang-up if the ticket is lost, which drops its reference.
+    pub fn mint_ticket(&self, core: &Arc<DoorCore>) -> std::io::Result<OwnedFd> {
+        let (keep, travel) = sys::seqpacket_pair()?;
+        let ino = sys::inode(travel.as_fd())?;
+        let key = TICKET_KEY | self.next_id.fetch_add(1, Relaxed);
+        core.add_holder();
+        let ticket = Ticket {
+            core: core.clone(),
+            fd: Some(keep),
+        };
+        let mut t = self.tickets.lock();
+        if let Some(fd) = &ticket.fd {
+            self.poller.add(fd.as_fd(), key)?;
+        }
+        t.by_ino.insert(ino, key);
+        t.by_key.insert(key, (ino, ticket));
+        Ok(travel)
+    }
+
+    /// Take the ticket whose travelling end is `fd` (checked by inode: only
+    /// a holder of the real end can present it).
+    pub fn take_ticket(&self, fd: BorrowedFd<'_>) -> Option<Ticket> {
+        let ino = sys::inode(fd).ok()?;
+        let mut t = self.tickets.lock();
+        let key = t.by_ino.remove(&ino)?;
+        let (_, mut ticket) = t.by_key.remove(&key)?;
+        drop(t);
+        if let Some(keep) = ticket.fd.take() {
+            self.poller.remove(keep.as_fd());
+        }
+        Some(ticket)
+    }
+
+    /// The kept end of a ticket is readable: its travelling end was closed
+    /// (the ticket is dropped) or a domain adopts it as a connection.
+    fn ticket_ready(&self, key: u64) {
+        let mut buf = vec![0u8; wire::MAX_CTL];
+        let mut t = self.tickets.lock();
+        let Some((_, ticket)) = t.by_key.get(&key) else {
+            return;
+        };
+        let Some(sock) = ticket.fd.as_ref() else { return };
+        let first = sys::recv_msg(sock.as_fd(), &mut buf);
+        let hello = match &first {
+            Ok(Recv::Empty) => return,
+            Ok(Recv::Msg(n, _)) => matches!(buf.get(..*n).and_then(wire::decode), Some(Ctl::Hello { .. })),
+            _ => false,
+        };
+        let Some((ino, mut ticket)) = t.by_key.remove(&key) else {
+            return;
+        };
+        t.by_ino.remove(&ino);
+        drop(t);
+        let Some(sock) = ticket.fd.take() else { return };
+        self.poller.remove(sock.as_fd());
+        if !hello {
+            return; // closed or garbage: the ticket drops its reference here
+        }
+        match self.add_conn(sock, None) {
+            Ok(conn) => {
+                *conn.adopted.lock() = Some(ticket);
+                conn.pump();
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot adopt ticket as a connection"),
+        }
+    }
+
+    pub fn ticket_count(&self) -> usize {
+        self.tickets.lock().by_key.len()
+    }
+}

@@ -1,0 +1,344 @@
+//! Doors: capabilities to one entry point in the domain that created them.
+//!
+//! A [`Door`] value is a door identifier in the Spring sense: it names the
+//! door only inside this process. Served here, it holds the door itself
+//! ([`DoorCore`]); served elsewhere, it holds the connection to the server
+//! and the server's grant index for it ([`RemoteDoor`]). Doors need no file
+//! descriptor each, so a domain can hold as many as memory allows.
+//!
+//! # Reference counting
+//!
+//! The server counts, per door, the domains that hold it (one per connection
+//! with a live grant, one per ticket in transit) and the remote calls in
+//! progress, in one atomic word: holders in the high half, calls in the low
+//! half. Whoever moves it to zero queues one `unreferenced`, which the
+//! domain's single unreferenced thread delivers in order. Calls by the server
+//! domain itself do not count: it always holds its own door.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+
+use parking_lot::Mutex;
+
+use crate::abi::{DATA_CAP, MAX_DOORS};
+use crate::conn::Conn;
+use crate::error::{CallError, Fault};
+
+/// A call as the handler sees it: the door's datum, a private copy of the
+/// argument bytes, and the doors passed in (now held by this domain).
+pub struct Request<'a> {
+    pub datum: u64,
+    pub data: &'a [u8],
+    pub doors: Vec<Door>,
+}
+
+/// Results of a call: bytes and doors. Reuse one across calls to avoid
+/// allocating on every call.
+#[derive(Default, Debug)]
+pub struct Reply {
+    pub data: Vec<u8>,
+    pub doors: Vec<Door>,
+}
+
+impl Reply {
+    pub fn new() -> Reply {
+        Reply::default()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.data.clear();
+        self.doors.clear();
+    }
+}
+
+/// The code behind a door.
+pub trait Handler: Send + Sync + 'static {
+    /// Serve one call; runs on a server thread (or on the caller's thread
+    /// when co-located).
+    fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault>;
+
+    /// No other domain holds the door and no call on it is active.
+    fn unreferenced(&self, _datum: u64) {}
+}
+
+impl<F> Handler for F
+where
+    F: Fn(Request<'_>, &mut Reply) -> Result<(), Fault> + Send + Sync + 'static,
+{
+    fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
+        self(req, reply)
+    }
+}
+
+struct WithUnref<H, U>(H, U);
+
+impl<H: Handler, U: Fn(u64) + Send + Sync + 'static> Handler for WithUnref<H, U> {
+    fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
+        self.0.invoke(req, reply)
+    }
+    fn unreferenced(&self, datum: u64) {
+        (self.1)(datum)
+    }
+}
+
+const HOLDER: u64 = 1 << 32;
+
+/// A door served by this domain.
+pub(crate) struct DoorCore {
+    pub datum: u64,
+    pub handler: Box<dyn Handler>,
+    /// Holders (high 32 bits) + active remote calls (low 32 bits).
+    refs: AtomicU64,
+    revoked: AtomicBool,
+    /// Holders counted in `refs`, and whether the revoke's one unreferenced
+    /// has been queued; changed only under this lock (slow path).
+    holders: Mutex<Holders>,
+}
+
+#[derive(Default)]
+struct Holders {
+    counted: u32,
+    final_unref_sent: bool,
+}
+
+impl DoorCore {
+    pub fn revoked(&self) -> bool {
+        self.revoked.load(Acquire)
+    }
+
+    /// A remote call starts; fails if the door is revoked.
+    #[inline]
+    pub fn begin_call(self: &Arc<Self>) -> Result<ActiveCall, CallError> {
+        if self.revoked() {
+            return Err(CallError::Revoked);
+        }
+        self.refs.fetch_add(1, SeqCst);
+        if self.revoked.load(SeqCst) {
+            self.sub(1);
+            return Err(CallError::Revoked);
+        }
+        Ok(ActiveCall(self.clone()))
+    }
+
+    /// Another domain (or ticket) now holds the door.
+    pub fn add_holder(&self) {
+        let mut h = self.holders.lock();
+        if self.revoked() {
+            return;
+        }
+        h.counted += 1;
+        self.refs.fetch_add(HOLDER, SeqCst);
+    }
+
+    /// A holder let go (released, died, or its ticket was dropped).
+    pub fn drop_holder(self: &Arc<Self>) {
+        let mut h = self.holders.lock();
+        if self.revoked() || h.counted == 0 {
+            return;
+        }
+        h.counted -= 1;
+        drop(h);
+        self.sub(HOLDER);
+    }
+
+    fn sub(self: &Arc<Self>, n: u64) {
+        if self.refs.fetch_sub(n, SeqCst) == n {
+            self.reached_zero();
+        }
+    }
+
+    fn reached_zero(self: &Arc<Self>) {
+        if self.revoked.load(SeqCst) {
+            let mut h = self.holders.lock();
+            if std::mem::replace(&mut h.final_unref_sent, true) {
+                return;
+            }
+        }
+        crate::domain::get().queue_unreferenced(self.clone());
+    }
+
+    pub fn revoke(self: &Arc<Self>) {
+        let mut h = self.holders.lock();
+        if self.revoked.swap(true, SeqCst) {
+            return;
+        }
+        let n = std::mem::take(&mut h.counted) as u64;
+        drop(h);
+        if n > 0 {
+            self.sub(n * HOLDER);
+        }
+    }
+}
+
+/// A remote call in progress on a door; ends on drop.
+pub(crate) struct ActiveCall(Arc<DoorCore>);
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        self.0.sub(1);
+    }
+}
+
+/// A door served by another domain, as held here.
+pub(crate) struct RemoteDoor {
+    pub conn: Arc<Conn>,
+    pub grant: u32,
+    /// How many times the server sent us this grant; returned on release so
+    /// a grant re-sent while our release is in flight is not lost.
+    pub received: AtomicU32,
+}
+
+impl Drop for RemoteDoor {
+    fn drop(&mut self) {
+        crate::domain::get().forget_remote(self);
+        self.conn.release_grant(self.grant, self.received.load(SeqCst));
+    }
+}
+
+#[derive(Clone)]
+pub(crate) enum Inner {
+    Local(Arc<DoorCore>),
+    Remote(Arc<RemoteDoor>),
+}
+
+/// A capability to call one object in some domain.
+///
+/// ```
+/// use lintel::{Door, Reply};
+/// let echo = Door::create(7, |req: lintel::Request<'_>, reply: &mut Reply| {
+///     assert_eq!(req.datum, 7);
+///     reply.data.extend_from_slice(req.data);
+///     Ok(())
+/// });
+/// assert_eq!(echo.call_bytes(b"hi").unwrap(), b"hi");
+/// ```
+#[derive(Clone)]
+pub struct Door(pub(crate) Inner);
+
+impl Door {
+    /// Create a door served by this domain; `datum` names the object.
+    pub fn create(datum: u64, handler: impl Handler) -> Door {
+        Door(Inner::Local(Arc::new(DoorCore {
+            datum,
+            handler: Box::new(handler),
+            refs: AtomicU64::new(0),
+            revoked: AtomicBool::new(false),
+            holders: Mutex::new(Holders::default()),
+        })))
+    }
+
+    /// Like [`Door::create`], with a closure run on each `unreferenced`.
+    pub fn create_with_unref(
+        datum: u64,
+        handler: impl Handler,
+        unreferenced: impl Fn(u64) + Send + Sync + 'static,
+    ) -> Door {
+        Door::create(datum, WithUnref(handler, unreferenced))
+    }
+
+    /// Call the door: `data` and `doors` in, results into `reply`.
+    ///
+    /// Served here: a direct call on this thread. Served elsewhere: the fast
+    /// path for up to 16 bytes without doors, the vanilla path up to 5 KiB.
+    #[inline]
+    pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+        match &self.0 {
+            Inner::Local(core) => call_colocated(core, data, doors, reply),
+            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
+        }
+    }
+
+    /// Call with bytes only; returns the result bytes.
+    pub fn call_bytes(&self, data: &[u8]) -> Result<Vec<u8>, CallError> {
+        let mut reply = Reply::new();
+        self.call(data, &[], &mut reply)?;
+        Ok(reply.data)
+    }
+
+    /// Revoke the door: every later call fails with [`CallError::Revoked`]
+    /// in every holder. Only the serving domain can revoke.
+    pub fn revoke(&self) -> Result<(), CallError> {
+        match &self.0 {
+            Inner::Local(core) => {
+                core.revoke();
+                Ok(())
+            }
+            Inner::Remote(_) => Err(CallError::BadDoor),
+        }
+    }
+
+    /// Whether this domain serves the door.
+    pub fn is_local(&self) -> bool {
+        matches!(self.0, Inner::Local(_))
+    }
+
+    /// Whether two identifiers name the same door.
+    pub fn same(&self, other: &Door) -> bool {
+        match (&self.0, &other.0) {
+            (Inner::Local(a), Inner::Local(b)) => Arc::ptr_eq(a, b),
+            (Inner::Remote(a), Inner::Remote(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// Pid of the process serving the door (this one if local).
+    pub fn server_pid(&self) -> u32 {
+        match &self.0 {
+            Inner::Local(_) => std::process::id(),
+            Inner::Remote(rd) => rd.conn.peer_pid(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Door {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Inner::Local(c) => write!(f, "Door(local datum={})", c.datum),
+            Inner::Remote(r) => write!(f, "Door(remote conn={} grant={})", r.conn.id, r.grant),
+        }
+    }
+}
+
+/// Checks shared by every path, so co-located and remote calls fail alike.
+#[inline]
+pub(crate) fn check_sizes(what: &'static str, len: usize, doors: usize) -> Result<(), CallError> {
+    if len > DATA_CAP {
+        return Err(CallError::TooLarge {
+            what,
+            len,
+            max: DATA_CAP,
+        });
+    }
+    if doors > MAX_DOORS {
+        return Err(CallError::TooManyDoors {
+            len: doors,
+            max: MAX_DOORS,
+        });
+    }
+    Ok(())
+}
+
+/// The co-located path: the handler runs on the caller's thread.
+#[inline]
+fn call_colocated(
+    core: &Arc<DoorCore>,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    check_sizes("arguments", data.len(), doors.len())?;
+    if core.revoked() {
+        return Err(CallError::Revoked);
+    }
+    reply.clear();
+    let req = Request {
+        datum: core.datum,
+        data,
+        doors: doors.to_vec(),
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.handler.invoke(req, reply))) {
+        Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
+        Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
+        Err(_) => Err(CallError::Panicked),
+    }
+}

@@ -1,0 +1,89 @@
+//! Errors of the transport, as a caller sees them. A service's own errors
+//! travel in its reply data; these say what happened to the call itself.
+
+use crate::abi;
+
+/// Why a door call failed.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The domain serving the door exited or was killed, before or during the call.
+    #[error("the domain serving this door died")]
+    PeerDied,
+    /// The door's server revoked it.
+    #[error("the door was revoked by its server")]
+    Revoked,
+    /// Arguments or results exceed what the call path can carry.
+    #[error("{what} of {len} bytes exceeds the {max}-byte limit of the vanilla path")]
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    /// More doors than one call may carry.
+    #[error("{len} doors exceed the limit of {max} per call")]
+    TooManyDoors { len: usize, max: usize },
+    /// The door is not valid in the domain that was asked to serve it.
+    #[error("the server does not know this door")]
+    BadDoor,
+    /// The peer sent something that does not follow the protocol.
+    #[error("malformed message: {0}")]
+    BadMessage(&'static str),
+    /// The handler reported a fault with this code.
+    #[error("the handler failed with code {0}")]
+    Fault(u32),
+    /// The handler panicked; the server domain lives on.
+    #[error("the handler panicked")]
+    Panicked,
+    /// The local runtime could not do its part (e.g. out of descriptors).
+    #[error("local failure: {0}")]
+    Local(String),
+}
+
+impl CallError {
+    /// Encode as a reply status word and detail word.
+    pub(crate) fn to_status(&self) -> (u32, u32) {
+        match self {
+            CallError::Revoked => (abi::ST_REVOKED, 0),
+            CallError::BadDoor => (abi::ST_BAD_DOOR, 0),
+            CallError::TooLarge { len, .. } => (abi::ST_TOO_LARGE, (*len).min(u32::MAX as usize) as u32),
+            CallError::Panicked => (abi::ST_PANICKED, 0),
+            CallError::Fault(c) => (abi::ST_FAULT, *c),
+            _ => (abi::ST_BAD_MESSAGE, 0),
+        }
+    }
+
+    /// Decode a reply status the server wrote (any value, possibly hostile).
+    pub(crate) fn from_status(status: u32, detail: u32) -> CallError {
+        match status {
+            abi::ST_REVOKED => CallError::Revoked,
+            abi::ST_BAD_DOOR => CallError::BadDoor,
+            abi::ST_TOO_LARGE => CallError::TooLarge {
+                what: "result",
+                len: detail as usize,
+                max: abi::DATA_CAP,
+            },
+            abi::ST_PANICKED => CallError::Panicked,
+            abi::ST_FAULT => CallError::Fault(detail),
+            abi::ST_BAD_MESSAGE => CallError::BadMessage("the server refused the request"),
+            _ => CallError::BadMessage("unknown reply status"),
+        }
+    }
+}
+
+/// A handler's failure, returned to the caller as [`CallError::Fault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("handler fault {0}")]
+pub struct Fault(pub u32);
+
+/// Why starting or joining a domain failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("this process was not started by lintel::boot::spawn")]
+    NotSpawned,
+    #[error("boot failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("boot protocol: {0}")]
+    Protocol(&'static str),
+    #[error("passing the initial doors failed: {0}")]
+    Call(#[from] CallError),
+}

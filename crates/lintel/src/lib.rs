@@ -1,0 +1,72 @@
+//! lintel: doors between processes on Linux.
+//!
+//! A *domain* is a process running this runtime. A [`Door`] is a capability
+//! to one object in some domain: calling it runs that domain's handler with
+//! the door's datum, the argument bytes and any doors passed, and returns
+//! result bytes and doors. Doors pass freely between domains, including to
+//! third parties, and are reference counted across them: the server hears
+//! `unreferenced` once nobody else holds the door; it can revoke it at any
+//! time; a domain that dies drops everything it held and fails every call
+//! waiting on it.
+//!
+//! Calls take the cheapest path that is correct: a direct call when the
+//! door is served in the caller's own domain; across processes, a slot in
+//! shared memory per client thread with a server thread bound to it (spin,
+//! then futex), carrying up to 16 bytes inline (fast path) or 5 KiB and up
+//! to 64 doors (vanilla path).
+//!
+//! ```
+//! use lintel::{Door, Reply, Request};
+//! let counter = std::sync::atomic::AtomicU64::new(0);
+//! let door = Door::create(1, move |req: Request<'_>, reply: &mut Reply| {
+//!     let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+//!     reply.data.extend_from_slice(&n.to_le_bytes());
+//!     Ok(())
+//! });
+//! let mut reply = Reply::new();
+//! door.call(b"", &[], &mut reply).unwrap();
+//! door.call(b"", &[], &mut reply).unwrap();
+//! assert_eq!(reply.data, 1u64.to_le_bytes());
+//! ```
+//!
+//! Across processes, [`boot::spawn`] starts a child domain and exchanges
+//! initial doors with it; the child calls [`boot::join`].
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod abi;
+pub mod boot;
+mod channel;
+mod conn;
+mod domain;
+mod door;
+mod error;
+pub mod pool;
+mod server;
+mod settings;
+pub mod shuttle;
+mod spin;
+mod sys;
+mod transfer;
+mod umem;
+mod wire;
+
+pub use door::{Door, Handler, Reply, Request};
+pub use error::{BootError, CallError, Fault};
+pub use settings::{set_max_server_threads, set_spin};
+
+/// Counts of this domain's live runtime objects, for tests and monitoring.
+pub mod introspect {
+    /// Connections to other domains that are alive.
+    pub fn connections() -> usize {
+        crate::domain::get().conn_count()
+    }
+    /// Doors served elsewhere that this domain holds.
+    pub fn remote_doors() -> usize {
+        crate::domain::get().remote_count()
+    }
+    /// Tickets minted here and not yet redeemed or dropped.
+    pub fn tickets() -> usize {
+        crate::domain::get().ticket_count()
+    }
+}

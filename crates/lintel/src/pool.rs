@@ -1,0 +1,172 @@
+//! Server threads. The pool grows on demand up to the domain's limit; a call
+//! that finds every thread busy waits in the queue (it is never refused),
+//! counts as a shortage, and asks one bound-but-idle thread to let go of its
+//! slot. An application can watch shortages and raise the limit.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::conn::Conn;
+use crate::server::InArea;
+
+/// A slot with a request and no thread bound to it.
+pub(crate) struct Work {
+    pub conn: Arc<Conn>,
+    pub area: Arc<InArea>,
+    pub slot: u32,
+}
+
+/// A snapshot of the pool, passed to the shortage watcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub threads: usize,
+    pub idle: usize,
+    pub queued: usize,
+    pub limit: usize,
+    pub shortages: u64,
+}
+
+type Watcher = Arc<dyn Fn(PoolStats) + Send + Sync>;
+
+pub(crate) struct Pool {
+    st: Mutex<State>,
+    cv: Condvar,
+    shortages: AtomicU64,
+    watcher: Mutex<Option<Watcher>>,
+    /// Server threads spinning for their next request now.
+    pub spinners: AtomicUsize,
+}
+
+#[derive(Default)]
+struct State {
+    threads: usize,
+    idle: usize,
+    queue: VecDeque<Work>,
+    bound: Vec<(Arc<InArea>, u32)>,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool {
+            st: Mutex::new(State::default()),
+            cv: Condvar::new(),
+            shortages: AtomicU64::new(0),
+            watcher: Mutex::new(None),
+            spinners: AtomicUsize::new(0),
+        }
+    }
+
+    fn limit(&self) -> usize {
+        crate::domain::get().settings.max_threads.load(Relaxed)
+    }
+
+    /// A client says a request waits in `slot` with no thread bound.
+    pub fn kick(&self, conn: Arc<Conn>, area: Arc<InArea>, slot: u32) {
+        if area.claim_for_queue(slot) {
+            self.submit(Work { conn, area, slot });
+        }
+    }
+
+    pub fn submit(&self, w: Work) {
+        let mut st = self.st.lock();
+        st.queue.push_back(w);
+        let short = self.grow(&mut st);
+        self.cv.notify_one();
+        if short {
+            self.shortages.fetch_add(1, Relaxed);
+            if let Some((area, slot)) = st.bound.iter().find(|(a, s)| !a.unbind_requested(*s)) {
+                area.request_unbind(*slot);
+            }
+            let stats = self.snapshot(&st);
+            drop(st);
+            let w = self.watcher.lock().clone();
+            if let Some(w) = w {
+                w(stats);
+            }
+        }
+    }
+
+    /// Start threads while work outnumbers idle threads; true if the limit stops us.
+    fn grow(&self, st: &mut State) -> bool {
+        while st.queue.len() > st.idle {
+            if st.threads >= self.limit() {
+                return true;
+            }
+            st.threads += 1;
+            let spawned = std::thread::Builder::new()
+                .name("lintel-server".into())
+                .spawn(crate::server::run_worker);
+            if spawned.is_err() {
+                st.threads -= 1;
+                return true;
+            }
+            st.idle += 1;
+        }
+        false
+    }
+
+    /// Next slot to serve; blocks while there is none.
+    pub fn take(&self) -> Work {
+        let mut st = self.st.lock();
+        loop {
+            if let Some(w) = st.queue.pop_front() {
+                st.idle = st.idle.saturating_sub(1);
+                return w;
+            }
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// A worker finished with its slot and is about to wait for more.
+    pub fn went_idle(&self) {
+        self.st.lock().idle += 1;
+    }
+
+    pub fn bound(&self, area: &Arc<InArea>, slot: u32) {
+        self.st.lock().bound.push((area.clone(), slot));
+    }
+
+    pub fn unbound(&self, area: &Arc<InArea>, slot: u32) {
+        let mut st = self.st.lock();
+        if let Some(i) = st
+            .bound
+            .iter()
+            .position(|(a, s)| Arc::ptr_eq(a, area) && *s == slot)
+        {
+            st.bound.swap_remove(i);
+        }
+    }
+
+    pub fn limit_changed(&self) {
+        let mut st = self.st.lock();
+        self.grow(&mut st);
+        self.cv.notify_all();
+    }
+
+    fn snapshot(&self, st: &State) -> PoolStats {
+        PoolStats {
+            threads: st.threads,
+            idle: st.idle,
+            queued: st.queue.len(),
+            limit: self.limit(),
+            shortages: self.shortages.load(Relaxed),
+        }
+    }
+}
+
+/// Current state of this domain's server-thread pool.
+pub fn stats() -> PoolStats {
+    let p = &crate::domain::get().pool;
+    let st = p.st.lock();
+    p.snapshot(&st)
+}
+
+/// Be told (on the thread that found the pool short) each time a call has
+/// to wait for a server thread. The watcher may raise the limit with
+/// [`crate::set_max_server_threads`].
+pub fn on_shortage(f: impl Fn(PoolStats) + Send + Sync + 'static) {
+    *crate::domain::get().pool.watcher.lock() = Some(Arc::new(f));
+}

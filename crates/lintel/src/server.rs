@@ -1,0 +1,267 @@
+//! The server's side of cross-domain calls.
+//!
+//! A peer's call area is mapped here after checking its seals and size. A
+//! server thread binds to a slot when the client kicks it and stays bound
+//! while calls keep coming (spinning briefly, then sleeping on the slot's
+//! futex), so a client thread's next call is handed straight to it.
+//!
+//! Everything read from the slot is untrusted: header words are copied out
+//! once, then checked (lengths, door count, grant) before any handler runs.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::*, fence};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::abi::*;
+use crate::conn::Conn;
+use crate::door::{Reply, Request, check_sizes};
+use crate::error::{CallError, Fault};
+use crate::pool::Work;
+use crate::shuttle::{self, Shuttle};
+use crate::spin::Spinner;
+use crate::sys::{self, Mapping};
+use crate::umem::Slot;
+use crate::{domain, transfer};
+
+const IDLE: u8 = 0;
+const QUEUED: u8 = 1;
+const BOUND: u8 = 2;
+
+/// Server-private state of one slot of a peer's call area.
+#[derive(Default)]
+struct SlotServer {
+    state: AtomicU8,
+    unbind: AtomicBool,
+    last_seq: AtomicU32,
+    shuttle: Mutex<Option<Arc<Shuttle>>>,
+}
+
+/// A peer's call area, mapped here.
+pub(crate) struct InArea {
+    map: Arc<Mapping>,
+    slots: Vec<SlotServer>,
+}
+
+impl InArea {
+    pub fn map(fd: BorrowedFd<'_>) -> Result<InArea, &'static str> {
+        sys::check_sealed_memfd(fd, AREA_SIZE)?;
+        let map = Mapping::map(fd, AREA_SIZE).map_err(|_| "cannot map call area")?;
+        Ok(InArea {
+            map: Arc::new(map),
+            slots: (0..SLOTS).map(|_| SlotServer::default()).collect(),
+        })
+    }
+
+    fn slot(&self, i: u32) -> Slot {
+        Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
+    }
+
+    /// Queue `slot` for a thread unless one has it already.
+    pub fn claim_for_queue(&self, slot: u32) -> bool {
+        self.slots[slot as usize]
+            .state
+            .compare_exchange(IDLE, QUEUED, AcqRel, Acquire)
+            .is_ok()
+    }
+
+    pub fn unbind_requested(&self, slot: u32) -> bool {
+        self.slots[slot as usize].unbind.load(Relaxed)
+    }
+
+    pub fn request_unbind(&self, slot: u32) {
+        self.slots[slot as usize].unbind.store(true, SeqCst);
+        sys::futex_wake(self.slot(slot).word(OFF_REQ_SEQ), u32::MAX);
+    }
+
+    /// The caller on `slot` was alerted: alert the thread serving it.
+    pub fn alert(&self, slot: u32) {
+        if let Some(ss) = self.slots.get(slot as usize) {
+            if let Some(sh) = ss.shuttle.lock().clone() {
+                sh.alert();
+            }
+        }
+    }
+
+    /// The calling domain died: alert every call it had here and release
+    /// the threads bound to its slots. Their replies go nowhere.
+    pub fn caller_died(&self) {
+        for i in 0..SLOTS as u32 {
+            self.alert(i);
+            self.request_unbind(i);
+        }
+    }
+}
+
+/// A server thread: serve whichever slot the pool hands us.
+pub(crate) fn run_worker() {
+    let d = domain::get();
+    let mut bufs = Buffers {
+        args: vec![0u8; DATA_CAP],
+        reply: Reply::new(),
+    };
+    loop {
+        let w = d.pool.take();
+        serve(&w, &mut bufs);
+        d.pool.went_idle();
+    }
+}
+
+struct Buffers {
+    args: Vec<u8>,
+    reply: Reply,
+}
+
+/// Stay bound to one slot, serving its calls, until asked to let go or the
+/// caller dies.
+fn serve(w: &Work, bufs: &mut Buffers) {
+    let d = domain::get();
+    let ss = &w.area.slots[w.slot as usize];
+    let slot = w.area.slot(w.slot);
+    ss.state.store(BOUND, SeqCst);
+    ss.unbind.store(false, SeqCst);
+    *ss.shuttle.lock() = Some(shuttle::current_arc());
+    d.pool.bound(&w.area, w.slot);
+    loop {
+        if let Some(seq) = wait_request(&slot, ss, &w.conn) {
+            handle(w, &slot, seq, bufs);
+            continue;
+        }
+        // Let go: publish UNBOUND, then look once more, so a client that
+        // posted meanwhile either is served here or saw UNBOUND and kicked.
+        ss.state.store(IDLE, SeqCst);
+        slot.set(OFF_SERVER_STATE, UNBOUND);
+        fence(SeqCst);
+        let r = slot.word(OFF_REQ_SEQ).load(Acquire);
+        let pending = r != ss.last_seq.load(Relaxed) && r != 0 && !w.conn.is_dead();
+        if pending && ss.state.compare_exchange(IDLE, BOUND, AcqRel, Acquire).is_ok() {
+            handle(w, &slot, r, bufs);
+            continue;
+        }
+        break;
+    }
+    *ss.shuttle.lock() = None;
+    d.pool.unbound(&w.area, w.slot);
+}
+
+/// Wait for the next request on a bound slot. `None`: unbind or caller died.
+fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn) -> Option<u32> {
+    let d = domain::get();
+    let req = slot.word(OFF_REQ_SEQ);
+    let last = ss.last_seq.load(Relaxed);
+    let fresh = |r: u32| r != last && r != 0;
+    let may_spin = d.pool.spinners.fetch_add(1, SeqCst) == 0;
+    let mut spinner = Spinner::new(if may_spin { d.settings.spin_budget_ns() } else { 0 });
+    if may_spin {
+        slot.set(OFF_SERVER_CPU, sys::current_cpu());
+        slot.set(OFF_SERVER_STATE, SPINNING);
+    }
+    let found = loop {
+        let r = req.load(Acquire);
+        if fresh(r) {
+            break Some(r);
+        }
+        if conn.is_dead() || ss.unbind.load(Relaxed) {
+            break None;
+        }
+        if spinner.spin() {
+            continue;
+        }
+        slot.set(OFF_SERVER_STATE, SLEEPING);
+        fence(SeqCst);
+        let r = req.load(Acquire);
+        if fresh(r) {
+            break Some(r);
+        }
+        if conn.is_dead() || ss.unbind.load(SeqCst) {
+            break None;
+        }
+        sys::futex_wait(req, r, Some(Duration::from_secs(1)));
+    };
+    d.pool.spinners.fetch_sub(1, SeqCst);
+    found
+}
+
+/// Serve one request and publish its reply.
+fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+    let ss = &w.area.slots[w.slot as usize];
+    ss.last_seq.store(seq, Relaxed);
+    slot.set(OFF_SERVER_CPU, sys::current_cpu());
+    slot.set(OFF_SERVER_STATE, BUSY);
+    let serving = shuttle::serving(slot.get(OFF_FLAGS) & FLAG_ALERT != 0);
+
+    let mut result = run(w, slot, seq, bufs);
+    if w.conn.is_dead() {
+        bufs.reply.clear();
+        return; // the caller is gone: the reply is discarded
+    }
+    let reply = &bufs.reply;
+    if result.is_ok() {
+        let n = reply.data.len();
+        if n <= INLINE {
+            slot.write(OFF_OUT_INLINE, &reply.data);
+        } else {
+            slot.write(OFF_DATA, &reply.data);
+        }
+        slot.set(OFF_OUT_LEN, n as u32);
+        result = match reply.doors.is_empty() {
+            true => Ok(0),
+            false => transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq),
+        }
+        .map(|nd| slot.set(OFF_OUT_DOORS, nd));
+    }
+    match result {
+        Ok(()) => slot.set(OFF_STATUS, ST_OK),
+        Err(e) => {
+            let (st, detail) = e.to_status();
+            slot.set(OFF_STATUS, st);
+            slot.set(OFF_OUT_LEN, detail);
+            slot.set(OFF_OUT_DOORS, 0);
+        }
+    }
+    bufs.reply.doors.clear();
+    drop(serving);
+    slot.word(OFF_REP_SEQ).store(seq, Release);
+    fence(SeqCst);
+    if slot.get(OFF_CLIENT_STATE) == SLEEPING {
+        sys::futex_wake(slot.word(OFF_REP_SEQ), 1);
+    }
+}
+
+/// Copy the request out, check it, and run the handler.
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) -> Result<(), CallError> {
+    let grant = slot.get(OFF_GRANT);
+    let in_len = slot.get(OFF_IN_LEN) as usize;
+    let in_doors = slot.get(OFF_IN_DOORS) as usize;
+    if in_doors > MAX_DOORS {
+        return Err(CallError::BadMessage("too many doors"));
+    }
+    // Doors first, even if the call then fails: they hold references.
+    let mut doors = Vec::new();
+    if in_doors > 0 {
+        transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)?;
+    }
+    check_sizes("arguments", in_len, 0)?;
+    let core = w.conn.lookup(grant).ok_or(CallError::BadDoor)?;
+    let _active = core.begin_call()?;
+    let args = &mut bufs.args[..in_len];
+    if in_len <= INLINE {
+        slot.read(OFF_IN_INLINE, args);
+    } else {
+        slot.read(OFF_DATA, args);
+    }
+    let reply = &mut bufs.reply;
+    reply.clear();
+    let req = Request {
+        datum: core.datum,
+        data: args,
+        doors,
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.handler.invoke(req, reply))) {
+        Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
+        Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
+        Err(_) => Err(CallError::Panicked),
+    }
+}

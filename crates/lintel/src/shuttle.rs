@@ -1,0 +1,144 @@
+//! Shuttles and alerts.
+//!
+//! A shuttle is the identity of one chain of calls as it crosses domains:
+//! here, each thread's shuttle, plus the outgoing call it is blocked in. An
+//! alert is a one-bit "circumstances changed" flag. Alerting a thread that
+//! waits in a call sends the alert over that connection, where it lands on
+//! the server thread running the call, and from there down the chain.
+//! Server code polls [`alerted`] or sleeps with [`sleep_alertable`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*, fence};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+use crate::wire::Ctl;
+
+pub(crate) struct Shuttle {
+    alerted: AtomicU32,
+    out_conn: AtomicU64,
+    out_slot: AtomicU32,
+}
+
+impl Shuttle {
+    pub fn alert(&self) {
+        self.alerted.store(1, SeqCst);
+        sys::futex_wake(&self.alerted, u32::MAX);
+        let conn = self.out_conn.load(SeqCst);
+        if conn != 0 {
+            if let Some(c) = crate::domain::get().conn_by_id(conn) {
+                c.send(
+                    &Ctl::Alert {
+                        slot: self.out_slot.load(SeqCst),
+                    },
+                    &[],
+                );
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CURRENT: Arc<Shuttle> = Arc::new(Shuttle {
+        alerted: AtomicU32::new(0),
+        out_conn: AtomicU64::new(0),
+        out_slot: AtomicU32::new(0),
+    });
+}
+
+pub(crate) fn current_arc() -> Arc<Shuttle> {
+    CURRENT.with(|s| s.clone())
+}
+
+/// A handle to a thread's shuttle, usable from any thread to alert it.
+///
+/// ```
+/// let me = lintel::shuttle::current();
+/// me.alert();
+/// assert!(lintel::shuttle::alerted());
+/// lintel::shuttle::clear_alert();
+/// assert!(!lintel::shuttle::alerted());
+/// ```
+#[derive(Clone)]
+pub struct ShuttleHandle(Arc<Shuttle>);
+
+impl ShuttleHandle {
+    /// Set the alert; if the thread is in a call, the server thread running
+    /// it (and any call it makes in turn) is alerted too.
+    pub fn alert(&self) {
+        self.0.alert()
+    }
+}
+
+/// The calling thread's shuttle.
+pub fn current() -> ShuttleHandle {
+    ShuttleHandle(current_arc())
+}
+
+/// Whether this thread's shuttle has been alerted.
+#[inline]
+pub fn alerted() -> bool {
+    CURRENT.with(|s| s.alerted.load(Relaxed) != 0)
+}
+
+/// Clear this thread's alert.
+pub fn clear_alert() {
+    CURRENT.with(|s| s.alerted.store(0, SeqCst))
+}
+
+/// The sleep was cut short by an alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("alerted")]
+pub struct Alerted;
+
+/// Sleep up to `d`, returning early with [`Alerted`] if an alert arrives.
+pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
+    let s = current_arc();
+    let end = Instant::now() + d;
+    loop {
+        if s.alerted.load(SeqCst) != 0 {
+            return Err(Alerted);
+        }
+        let now = Instant::now();
+        if now >= end {
+            return Ok(());
+        }
+        sys::futex_wait(&s.alerted, 0, Some(end - now));
+    }
+}
+
+/// Marks this thread as blocked in a call on `slot` of connection `conn`.
+pub(crate) struct InCall(Arc<Shuttle>);
+
+#[inline]
+pub(crate) fn enter_call(conn: u64, slot: u32) -> InCall {
+    CURRENT.with(|s| {
+        s.out_slot.store(slot, Relaxed);
+        s.out_conn.store(conn, SeqCst);
+        fence(SeqCst);
+        InCall(s.clone())
+    })
+}
+
+impl Drop for InCall {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.out_conn.store(0, Relaxed);
+    }
+}
+
+/// This thread serves a call; its alert starts as the caller's was.
+pub(crate) struct Serving(Arc<Shuttle>);
+
+pub(crate) fn serving(alerted: bool) -> Serving {
+    CURRENT.with(|s| {
+        s.alerted.store(alerted as u32, SeqCst);
+        Serving(s.clone())
+    })
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.alerted.store(0, SeqCst);
+    }
+}

@@ -1,0 +1,40 @@
+//! Bounded spinning before a futex sleep.
+
+use std::time::{Duration, Instant};
+
+/// Spins for at most a time budget; checks the clock every 64 turns.
+pub(crate) struct Spinner {
+    budget: Duration,
+    start: Option<Instant>,
+    turns: u32,
+}
+
+impl Spinner {
+    #[inline]
+    pub fn new(budget_ns: u64) -> Spinner {
+        Spinner {
+            budget: Duration::from_nanos(budget_ns),
+            start: None,
+            turns: 0,
+        }
+    }
+
+    /// One turn of spinning; false once the budget is spent.
+    #[inline]
+    pub fn spin(&mut self) -> bool {
+        if self.budget.is_zero() {
+            return false;
+        }
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns % 64 == 0 {
+            let now = Instant::now();
+            match self.start {
+                None => self.start = Some(now),
+                Some(s) if now.duration_since(s) > self.budget => return false,
+                Some(_) => {}
+            }
+        }
+        std::hint::spin_loop();
+        true
+    }
+}

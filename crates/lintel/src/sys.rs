@@ -1,0 +1,300 @@
+//! The thin shell over Linux: futexes on shared words, sealed memfds and their
+//! mappings, sockets that carry file descriptors, and epoll.
+//!
+//! Everything above this module is safe Rust. The two `unsafe` operations that
+//! remain (mapping and unmapping) live in [`Mapping`].
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use rustix::event::epoll;
+use rustix::fs::{MemfdFlags, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+};
+use rustix::thread::futex;
+
+/// Most descriptors one socket message may carry; more is a protocol error.
+pub const MAX_FDS_PER_MSG: usize = 64;
+
+/// Sleep on `word` while it holds `expected`, at most `timeout`. Shared
+/// (non-private) futex: the word may live in memory mapped by another process.
+/// Spurious returns are normal; callers re-check their condition.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|d| rustix::time::Timespec {
+        tv_sec: d.as_secs() as i64,
+        tv_nsec: d.subsec_nanos() as i64,
+    });
+    let _ = futex::wait(word, futex::Flags::empty(), expected, ts.as_ref());
+}
+
+/// Wake up to `n` sleepers on `word`.
+pub fn futex_wake(word: &AtomicU32, n: u32) {
+    let _ = futex::wake(word, futex::Flags::empty(), n);
+}
+
+/// The CPU this thread runs on now (vDSO, a few ns).
+#[inline]
+pub fn current_cpu() -> u32 {
+    rustix::thread::sched_getcpu() as u32
+}
+
+/// A connected pair of `SOCK_SEQPACKET` sockets: message boundaries kept,
+/// each send atomic, hang-up seen by the other end when the last copy closes.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// Send one message with `fds` attached.
+pub fn send_msg(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MSG))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "too many descriptors",
+        ));
+    }
+    let iov = [io::IoSlice::new(bytes)];
+    loop {
+        match rustix::net::sendmsg(sock, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What one non-blocking receive found.
+pub enum Recv {
+    /// A message of this many bytes (into the caller's buffer), with its fds.
+    Msg(usize, Vec<OwnedFd>),
+    /// The peer closed its end.
+    Closed,
+    /// Nothing queued now.
+    Empty,
+}
+
+/// Receive one message without blocking. Descriptors that arrive are always
+/// taken into `OwnedFd`s, so a caller that rejects the message closes them.
+pub fn recv_msg(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Recv> {
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MSG))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let r = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut iov,
+            &mut control,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::AGAIN) => return Ok(Recv::Empty),
+            Err(rustix::io::Errno::CONNRESET) => return Ok(Recv::Closed),
+            Err(e) => return Err(e.into()),
+            Ok(r) => break r,
+        }
+    };
+    let mut fds = Vec::new();
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(iter) = msg {
+            fds.extend(iter);
+        }
+    }
+    if r.bytes == 0 && fds.is_empty() {
+        return Ok(Recv::Closed);
+    }
+    if r.flags.contains(rustix::net::ReturnFlags::TRUNC) || r.flags.contains(rustix::net::ReturnFlags::CTRUNC)
+    {
+        // Oversized: the fds (if any) are dropped here, the message refused.
+        return Ok(Recv::Msg(usize::MAX, Vec::new()));
+    }
+    Ok(Recv::Msg(r.bytes, fds))
+}
+
+/// The pid of the process that created the peer end of `sock`, as the kernel
+/// recorded it (not as the peer claims).
+pub fn peer_pid(sock: BorrowedFd<'_>) -> io::Result<u32> {
+    let cred = rustix::net::sockopt::socket_peercred(sock)?;
+    Ok(cred.pid.as_raw_nonzero().get() as u32)
+}
+
+/// Inode number identifying an open file (socket ends have distinct ones).
+pub fn inode(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    Ok(rustix::fs::fstat(fd)?.st_ino)
+}
+
+/// Clear close-on-exec so a child started with `exec` inherits `fd`.
+/// Async-signal-safe (one raw syscall): callable between fork and exec.
+pub fn clear_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?)
+}
+
+/// A new memfd of `len` bytes, sealed so nobody can shrink or grow it (a peer
+/// that could truncate it would make our accesses fault with SIGBUS).
+pub fn sealed_memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+    Ok(fd)
+}
+
+/// Check that a memfd received from a peer is what we need before mapping it:
+/// exactly `len` bytes, and sealed against shrinking, growing and reseal.
+pub fn check_sealed_memfd(fd: BorrowedFd<'_>, len: usize) -> Result<(), &'static str> {
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "call area is not a sealable memfd")?;
+    let need = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+    if !seals.contains(need) {
+        return Err("call area is not sealed against resizing");
+    }
+    if seals.intersects(SealFlags::WRITE | SealFlags::FUTURE_WRITE) {
+        return Err("call area is sealed against writing");
+    }
+    let st = rustix::fs::fstat(fd).map_err(|_| "call area cannot be inspected")?;
+    if st.st_size as u64 != len as u64 {
+        return Err("call area has the wrong size");
+    }
+    Ok(())
+}
+
+/// A shared read-write mapping of a whole memfd, unmapped on drop.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through
+// atomics (see `umem`), so sharing the pointer between threads is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Map `len` bytes of `fd` shared and writable. The caller has checked the
+    /// file is sealed at exactly `len` bytes, so no access can fault.
+    pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh mapping (null hint) cannot alias any Rust object;
+        // the length matches the sealed file size so every page is backed.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Base address; valid for `len()` bytes while `self` lives.
+    pub fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` came from a successful mmap and are unmapped
+        // once; no reference into the mapping outlives `self` (accessors
+        // borrow `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// An epoll instance watching connection sockets for input and hang-up.
+pub struct Poller {
+    fd: OwnedFd,
+}
+
+impl Poller {
+    pub fn new() -> io::Result<Poller> {
+        Ok(Poller {
+            fd: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+        })
+    }
+
+    pub fn add(&self, fd: BorrowedFd<'_>, key: u64) -> io::Result<()> {
+        Ok(epoll::add(
+            &self.fd,
+            fd,
+            epoll::EventData::new_u64(key),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        )?)
+    }
+
+    pub fn remove(&self, fd: BorrowedFd<'_>) {
+        let _ = epoll::delete(&self.fd, fd);
+    }
+
+    /// Wait for events; returns the keys of ready sources.
+    pub fn wait(&self, keys: &mut Vec<u64>) {
+        let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
+        let _ = epoll::wait(&self.fd, rustix::buffer::spare_capacity(&mut events), None);
+        keys.clear();
+        keys.extend(events.iter().map(|e| e.data.u64()));
+    }
+}
+
+impl AsFd for Poller {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Make `fd` inherited by the child `cmd` starts (and only by it): close-on-
+/// exec is cleared between fork and exec in the child, never in this process,
+/// so children other threads start meanwhile do not get it.
+pub fn inherit_fd(cmd: &mut std::process::Command, fd: BorrowedFd<'_>) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let raw = fd.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes one raw fcntl syscall, which is async-signal-safe; `raw` stays
+    // open in the parent until `spawn` returns, so it is open in the child.
+    unsafe {
+        cmd.pre_exec(move || clear_cloexec(BorrowedFd::borrow_raw(raw)));
+    }
+}
+
+/// Take ownership of a descriptor this process inherited, named by number.
+/// Refuses numbers that are not open sockets.
+pub fn take_inherited_socket(raw: i32) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if raw < 3 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not an inherited descriptor",
+        ));
+    }
+    // SAFETY: fstat on a raw number only reads; an unopened number fails.
+    let st = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(raw) })?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "inherited descriptor is not a socket",
+        ));
+    }
+    // SAFETY: the number is open (fstat succeeded) and was handed to this
+    // process for lintel alone (spawn's contract); the caller takes it once
+    // (boot::join guards that), so no other owner exists.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+    Ok(fd)
+}

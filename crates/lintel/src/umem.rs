@@ -1,0 +1,155 @@
+//! Access to memory a peer can write while we read it.
+//!
+//! A call slot lives in a mapping shared with another process, which may be
+//! hostile and may write any byte at any time. Plain loads and stores there
+//! would be data races in Rust's model, so every access goes through atomics:
+//! relaxed word loads and stores for data, acquire/release on the sequence
+//! words. Readers copy a request out first, then validate the copy, then act
+//! on it; nothing is validated in place and read twice.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use crate::abi::SLOT_SIZE;
+use crate::sys::Mapping;
+
+/// One slot of a call area. Keeps the mapping alive.
+#[derive(Clone)]
+pub struct Slot {
+    _map: Arc<Mapping>,
+    base: *mut u8,
+}
+
+// SAFETY: `base` points into `map`, which is Send + Sync and kept alive by
+// the Arc; all access through it is atomic.
+unsafe impl Send for Slot {}
+// SAFETY: as above.
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    /// The slot at byte `offset` of `map`; `None` if it does not fit.
+    pub fn new(map: Arc<Mapping>, offset: usize) -> Option<Slot> {
+        if offset % 64 != 0 || offset.checked_add(SLOT_SIZE)? > map.len() {
+            return None;
+        }
+        // SAFETY: offset + SLOT_SIZE <= len, so the result stays in bounds.
+        let base = unsafe { map.base().add(offset) };
+        Some(Slot { _map: map, base })
+    }
+
+    /// The 32-bit word at `off` (4-aligned, inside the slot).
+    #[inline(always)]
+    pub fn word(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= SLOT_SIZE);
+        // SAFETY: in bounds and aligned (checked above; base is 64-aligned);
+        // AtomicU32 has the layout of u32 and tolerates concurrent writers;
+        // the reference borrows `self`, which keeps the mapping alive.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    #[inline(always)]
+    pub fn get(&self, off: usize) -> u32 {
+        self.word(off).load(Relaxed)
+    }
+
+    #[inline(always)]
+    pub fn set(&self, off: usize, v: u32) {
+        self.word(off).store(v, Relaxed)
+    }
+
+    #[inline(always)]
+    fn word64(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off % 8 == 0 && off + 8 <= SLOT_SIZE);
+        // SAFETY: as for `word`, with 8-byte alignment (callers pass
+        // 8-aligned offsets, checked by `range`).
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    #[inline(always)]
+    fn byte(&self, off: usize) -> &AtomicU8 {
+        debug_assert!(off < SLOT_SIZE);
+        // SAFETY: in bounds (checked by `range`); any address is aligned for u8.
+        unsafe { &*(self.base.add(off) as *const AtomicU8) }
+    }
+
+    #[inline(always)]
+    fn range(off: usize, len: usize) {
+        assert!(
+            off % 8 == 0 && off + len <= SLOT_SIZE,
+            "slot access out of bounds"
+        );
+    }
+
+    /// Copy `dst.len()` bytes out of the slot at `off` (8-aligned).
+    #[inline]
+    pub fn read(&self, off: usize, dst: &mut [u8]) {
+        Self::range(off, dst.len());
+        let mut chunks = dst.chunks_exact_mut(8);
+        let mut o = off;
+        for c in &mut chunks {
+            c.copy_from_slice(&self.word64(o).load(Relaxed).to_ne_bytes());
+            o += 8;
+        }
+        for b in chunks.into_remainder() {
+            *b = self.byte(o).load(Relaxed);
+            o += 1;
+        }
+    }
+
+    /// Copy `src` into the slot at `off` (8-aligned).
+    #[inline]
+    pub fn write(&self, off: usize, src: &[u8]) {
+        Self::range(off, src.len());
+        let mut chunks = src.chunks_exact(8);
+        let mut o = off;
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.word64(o).store(u64::from_ne_bytes(w), Relaxed);
+            o += 8;
+        }
+        for &b in chunks.remainder() {
+            self.byte(o).store(b, Relaxed);
+            o += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> Slot {
+        let fd = crate::sys::sealed_memfd("t", 2 * SLOT_SIZE).unwrap();
+        let map = Arc::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), 2 * SLOT_SIZE).unwrap());
+        Slot::new(map, SLOT_SIZE).unwrap()
+    }
+
+    #[test]
+    fn round_trips_unaligned_lengths() {
+        let s = slot();
+        for len in [0, 1, 7, 8, 9, 16, 100, 5120] {
+            let src: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            s.write(128, &src);
+            let mut dst = vec![0u8; len];
+            s.read(128, &mut dst);
+            assert_eq!(src, dst);
+        }
+    }
+
+    #[test]
+    fn refuses_slots_outside_the_mapping() {
+        let fd = crate::sys::sealed_memfd("t", SLOT_SIZE).unwrap();
+        let map = Arc::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), SLOT_SIZE).unwrap());
+        assert!(Slot::new(map.clone(), 64).is_none());
+        assert!(Slot::new(map, 0).is_some());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn out_of_bounds_access_panics_locally() {
+        let s = slot();
+        let mut big = vec![0u8; SLOT_SIZE];
+        s.read(128, &mut big);
+    }
+}

@@ -1,0 +1,106 @@
+//! Control messages on a connection's socket. Calls themselves go through
+//! the shared call area; the socket carries setup, wake-ups for unbound
+//! slots, alerts, reference releases and anything with file descriptors.
+//! Encoded with postcard; a message that does not decode is dropped.
+
+use serde::{Deserialize, Serialize};
+
+use crate::abi;
+
+/// Largest control message accepted.
+pub const MAX_CTL: usize = 16 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Ctl {
+    /// First message on every connection.
+    Hello { pid: u32, version: u32 },
+    /// Carries the sender's call area (one memfd) for its calls to us.
+    Area,
+    /// A request waits in `slot` of the sender's area and no thread is bound.
+    Kick { slot: u32 },
+    /// The caller using `slot` of the sender's area was alerted.
+    Alert { slot: u32 },
+    /// The sender dropped a door we granted it, received `count` times.
+    Release { grant: u32, count: u32 },
+    /// Make a ticket for the door the sender holds as `grant`.
+    Mint { req: u64, grant: u32 },
+    /// The ticket (one fd), or none if the grant was not valid.
+    Minted { req: u64, ok: bool },
+    /// Redeem the attached ticket (no fd: the ticket this connection grew from).
+    Redeem { req: u64 },
+    /// The redeemed door's grant index on this connection.
+    Redeemed { req: u64, grant: Option<u32> },
+    /// Ticket fds for third-party doors in a call: `request` says whether the
+    /// slot is in the sender's area (a request) or the receiver's (a reply).
+    Tickets { request: bool, slot: u32, seq: u32 },
+    /// Initial doors at boot (tickets attached for third-party ones).
+    Boot { doors: Vec<WireDoor> },
+}
+
+/// A door as it travels: whose grant table names it, and the index there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireDoor {
+    pub kind: u32,
+    pub idx: u32,
+    pub pid: u32,
+}
+
+impl WireDoor {
+    pub fn to_bytes(self) -> [u8; abi::WIRE_DOOR] {
+        let mut b = [0u8; abi::WIRE_DOOR];
+        b[0..4].copy_from_slice(&self.kind.to_le_bytes());
+        b[4..8].copy_from_slice(&self.idx.to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; abi::WIRE_DOOR]) -> WireDoor {
+        let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        WireDoor {
+            kind: w(0),
+            idx: w(4),
+            pid: w(8),
+        }
+    }
+}
+
+pub fn encode(msg: &Ctl) -> Vec<u8> {
+    postcard::to_allocvec(msg).unwrap_or_default()
+}
+
+pub fn decode(bytes: &[u8]) -> Option<Ctl> {
+    postcard::from_bytes(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let m = Ctl::Boot {
+            doors: vec![WireDoor {
+                kind: 2,
+                idx: 9,
+                pid: 4,
+            }],
+        };
+        match decode(&encode(&m)) {
+            Some(Ctl::Boot { doors }) => assert_eq!(
+                doors[0],
+                WireDoor {
+                    kind: 2,
+                    idx: 9,
+                    pid: 4
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn garbage_does_not_decode_into_boot() {
+        assert!(decode(&[0xff, 0xff, 0xff]).is_none());
+        assert!(decode(&[]).is_none());
+    }
+}
