@@ -59,6 +59,12 @@ pub trait Handler: Send + Sync + 'static {
 
     /// No other domain holds the door and no call on it is active.
     fn unreferenced(&self, _datum: u64) {}
+
+    /// The object behind the door, so that a stub in the serving domain can
+    /// call it directly ([`Door::with_local`]) instead of marshalling bytes.
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
+    }
 }
 
 impl<F> Handler for F
@@ -78,6 +84,9 @@ impl<H: Handler, U: Fn(u64) + Send + Sync + 'static> Handler for WithUnref<H, U>
     }
     fn unreferenced(&self, datum: u64) {
         (self.1)(datum)
+    }
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.0.as_any()
     }
 }
 
@@ -246,6 +255,43 @@ impl Door {
             Inner::Local(core) => call_colocated(core, data, doors, reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
         }
+    }
+
+    /// The co-located path for typed stubs: if this domain serves the door
+    /// with a handler whose [`Handler::as_any`] is a `T`, run `f` on it
+    /// (with the door's datum) directly on this thread, no marshalling.
+    /// `None` if the door is served elsewhere or by another type; the call
+    /// fails as any other would if the door is revoked or `f` panics.
+    ///
+    /// ```
+    /// use lintel::{Door, Fault, Handler, Reply, Request};
+    /// struct Clock;
+    /// impl Handler for Clock {
+    ///     fn invoke(&self, _: Request<'_>, r: &mut Reply) -> Result<(), Fault> {
+    ///         r.data.push(1);
+    ///         Ok(())
+    ///     }
+    ///     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+    ///         Some(self)
+    ///     }
+    /// }
+    /// let d = Door::create(0, Clock);
+    /// assert_eq!(d.with_local(|_: &Clock, datum| datum + 1), Some(Ok(1)));
+    /// ```
+    #[inline]
+    pub fn with_local<T: std::any::Any, R>(&self, f: impl FnOnce(&T, u64) -> R) -> Option<Result<R, CallError>> {
+        let Inner::Local(core) = &self.0 else {
+            return None;
+        };
+        let obj = core.handler.as_any()?.downcast_ref::<T>()?;
+        if core.revoked() {
+            return Some(Err(CallError::Revoked));
+        }
+        let datum = core.datum;
+        Some(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(obj, datum)))
+                .map_err(|_| CallError::Panicked),
+        )
     }
 
     /// Call with bytes only; returns the result bytes.

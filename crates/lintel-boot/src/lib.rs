@@ -1,0 +1,1 @@
+//! Placement: manifest, launcher, name service (work in progress).

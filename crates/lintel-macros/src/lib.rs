@@ -1,0 +1,1 @@
+//! The lintel stub generator (work in progress).

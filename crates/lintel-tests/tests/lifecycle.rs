@@ -1,0 +1,317 @@
+//! Reference counting, revocation, failure and threads, with real processes
+//! that exit and are killed.
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lintel::{CallError, Door, Reply, Request};
+use lintel_tests::{eventually, fds_and_maps, m, Peer};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn counting_door(count: Arc<AtomicU64>) -> Door {
+    Door::create_with_unref(
+        9,
+        |_: Request<'_>, _: &mut Reply| Ok(()),
+        move |_| {
+            count.fetch_add(1, SeqCst);
+        },
+    )
+}
+
+#[test]
+fn unreferenced_once_per_transition_and_again_after_reuse() {
+    let p = Peer::start("plain");
+    let d = p
+        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    d.call_bytes(b"").unwrap();
+    assert_eq!(p.u64(m::UNREF_COUNT, b""), 0, "still held");
+    drop(d);
+    assert!(eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 1));
+    // Handed out again, released again: one more.
+    let d = p
+        .call(m::GIVE_MADE, &0u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    d.call_bytes(b"").unwrap();
+    drop(d);
+    assert!(eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 2));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(p.u64(m::UNREF_COUNT, b""), 2, "exactly one per transition");
+}
+
+#[test]
+fn holder_killed_counts_as_released() {
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let mut a = Peer::start("plain");
+    let b = Peer::start("plain");
+    a.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    b.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    a.kill();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(unrefs.load(SeqCst), 0, "B still holds it");
+    b.call(m::DROP_HELD, b"", &[]).unwrap();
+    assert!(eventually(WAIT, || unrefs.load(SeqCst) == 1));
+}
+
+#[test]
+fn third_party_holder_release_reaches_the_server() {
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let b = Peer::start("plain");
+    let c = Peer::start("plain");
+    // B hands our door on to C (a third party for B): C holds it directly.
+    b.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    let b_copy = b.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
+    assert!(b_copy[0].same(&door));
+    let c_door = c
+        .call(m::MAKE_DOOR, &0u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    drop(c_door);
+    c.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    b.call(m::DROP_HELD, b"", &[]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(unrefs.load(SeqCst), 0, "C still holds it");
+    assert_eq!(c.call(m::CALL_HELD, b"", &[]).unwrap().data, b"");
+    c.call(m::DROP_HELD, b"", &[]).unwrap();
+    assert!(eventually(WAIT, || unrefs.load(SeqCst) == 1));
+}
+
+#[test]
+fn revoke_fails_every_later_call_and_unreferenced_follows() {
+    let p = Peer::start("plain");
+    let q = Peer::start("plain");
+    let d = p
+        .call(m::MAKE_DOOR, &5u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    q.call(m::HOLD, b"", &[d.clone()]).unwrap();
+    d.call_bytes(b"").unwrap();
+    p.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
+    assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Revoked);
+    assert_eq!(
+        q.call(m::CALL_HELD, b"", &[]).unwrap_err(),
+        CallError::Fault(102),
+        "revoked in Q too"
+    );
+    assert!(eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 1));
+}
+
+#[test]
+fn revoke_on_a_local_door_is_seen_by_colocated_callers() {
+    let d = Door::create(1, |_: Request<'_>, _: &mut Reply| Ok(()));
+    d.call_bytes(b"").unwrap();
+    d.revoke().unwrap();
+    assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Revoked);
+}
+
+#[test]
+fn callee_killed_mid_call_fails_every_caller_promptly() {
+    let mut p = Peer::start("plain");
+    let ctl = p.ctl.clone();
+    let callers: Vec<_> = (0..3)
+        .map(|_| {
+            let ctl = ctl.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = lintel_tests::call(&ctl, m::SLEEP_PLAIN, &20_000u64.to_le_bytes(), &[]);
+                (r.map(|_| ()), t.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    p.kill();
+    for c in callers {
+        let (r, took) = c.join().unwrap();
+        assert_eq!(r.unwrap_err(), CallError::PeerDied);
+        assert!(
+            took < Duration::from_secs(10),
+            "returned on death, not after the sleep"
+        );
+    }
+    assert_eq!(ctl.call_bytes(b"\0").unwrap_err(), CallError::PeerDied);
+}
+
+#[test]
+fn caller_killed_mid_call_alerts_the_server_thread() {
+    let server = Peer::start("plain");
+    let mut client = Peer::start("plain");
+    client.call(m::HOLD, b"", &[server.ctl.clone()]).unwrap();
+    // The client calls the server's alertable sleep through its held door.
+    let ctl = client.ctl.clone();
+    let mut arg = vec![m::SLEEP_ALERTABLE];
+    arg.extend_from_slice(&30_000u64.to_le_bytes());
+    let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD, &arg, &[]).map(|_| ()));
+    assert!(eventually(WAIT, || server.u64(m::MAX_CONCURRENT, b"") >= 1));
+    client.kill();
+    assert_eq!(t.join().unwrap().unwrap_err(), CallError::PeerDied);
+    assert!(
+        eventually(WAIT, || server.u64(m::ALERTED_COUNT, b"") == 1),
+        "server thread alerted"
+    );
+    assert_eq!(server.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
+}
+
+#[test]
+fn death_in_the_middle_of_a_chain() {
+    // A (this test) -> B -> C; B dies while C sleeps.
+    let c = Peer::start("plain");
+    let mut b = Peer::start("plain");
+    b.call(m::HOLD, b"", &[c.ctl.clone()]).unwrap();
+    let ctl = b.ctl.clone();
+    let mut arg = vec![m::SLEEP_ALERTABLE];
+    arg.extend_from_slice(&30_000u64.to_le_bytes());
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        (
+            lintel_tests::call(&ctl, m::CALL_HELD, &arg, &[]).map(|_| ()),
+            start.elapsed(),
+        )
+    });
+    assert!(eventually(WAIT, || c.u64(m::MAX_CONCURRENT, b"") >= 1));
+    b.kill();
+    let (r, took) = t.join().unwrap();
+    assert_eq!(r.unwrap_err(), CallError::PeerDied);
+    assert!(took < Duration::from_secs(10));
+    assert!(
+        eventually(WAIT, || c.u64(m::ALERTED_COUNT, b"") == 1),
+        "C alerted"
+    );
+}
+
+#[test]
+fn alert_propagates_to_the_server_thread() {
+    let c = Peer::start("plain");
+    let b = Peer::start("plain");
+    b.call(m::HOLD, b"", &[c.ctl.clone()]).unwrap();
+    let ctl = b.ctl.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        tx.send(lintel::shuttle::current()).unwrap();
+        let mut arg = vec![m::SLEEP_ALERTABLE];
+        arg.extend_from_slice(&30_000u64.to_le_bytes());
+        // A -> B -> C: the alert must travel two hops.
+        lintel_tests::call(&ctl, m::CALL_HELD, &arg, &[]).unwrap().data
+    });
+    let shuttle = rx.recv().unwrap();
+    assert!(eventually(WAIT, || c.u64(m::MAX_CONCURRENT, b"") >= 1));
+    shuttle.alert();
+    let data = t.join().unwrap();
+    assert_eq!(data, 1u64.to_le_bytes(), "C's sleep ended by the alert");
+}
+
+#[test]
+fn exhausted_pool_makes_calls_wait_not_fail() {
+    let p = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "2")], &[]);
+    let ctl = p.ctl.clone();
+    let ts: Vec<_> = (0..5)
+        .map(|_| {
+            let ctl = ctl.clone();
+            std::thread::spawn(move || {
+                lintel_tests::call(&ctl, m::SLEEP_ALERTABLE, &100u64.to_le_bytes(), &[]).map(|r| r.data)
+            })
+        })
+        .collect();
+    for t in ts {
+        assert_eq!(t.join().unwrap().unwrap(), 0u64.to_le_bytes());
+    }
+    assert!(p.u64(m::MAX_CONCURRENT, b"") <= 2, "limit respected");
+    assert!(p.u64(m::POOL_SHORTAGES, b"") >= 1, "shortage reported");
+}
+
+#[test]
+fn calls_from_many_threads_in_many_processes_run_in_parallel() {
+    let server = Peer::start("plain");
+    let clients: Vec<Peer> = (0..3).map(|_| Peer::start("plain")).collect();
+    for c in &clients {
+        c.call(m::HOLD, b"", &[server.ctl.clone()]).unwrap();
+    }
+    let mut ts = Vec::new();
+    for c in &clients {
+        for _ in 0..2 {
+            let ctl = c.ctl.clone();
+            ts.push(std::thread::spawn(move || {
+                let mut arg = vec![m::SLEEP_ALERTABLE];
+                arg.extend_from_slice(&50u64.to_le_bytes());
+                for _ in 0..4 {
+                    lintel_tests::call(&ctl, m::CALL_HELD, &arg, &[]).unwrap();
+                }
+                for i in 0..200u32 {
+                    let mut e = vec![m::ECHO];
+                    e.extend_from_slice(&i.to_le_bytes());
+                    let r = lintel_tests::call(&ctl, m::CALL_HELD, &e, &[]).unwrap();
+                    assert_eq!(r.data, i.to_le_bytes());
+                }
+            }));
+        }
+    }
+    for t in ts {
+        t.join().unwrap();
+    }
+    assert!(server.u64(m::MAX_CONCURRENT, b"") >= 2, "calls ran in parallel");
+}
+
+#[test]
+fn repeated_crashes_leak_no_fds_or_mappings() {
+    let round = || {
+        let mut p = Peer::start("plain");
+        let d = p
+            .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
+            .unwrap()
+            .doors
+            .pop()
+            .unwrap();
+        d.call_bytes(&[7u8; 100]).unwrap();
+        let mine = Door::create(3, |_: Request<'_>, _: &mut Reply| Ok(()));
+        p.call(m::HOLD, b"", &[mine]).unwrap();
+        p.call(m::CALL_HELD, b"", &[]).unwrap();
+        p.kill();
+        assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::PeerDied);
+    };
+    round();
+    std::thread::sleep(Duration::from_millis(100));
+    let before = fds_and_maps();
+    for _ in 0..10 {
+        round();
+    }
+    let settled = eventually(WAIT, || fds_and_maps() == before);
+    assert!(settled, "fds/maps before {before:?}, after {:?}", fds_and_maps());
+    assert_eq!(lintel::introspect::tickets(), 0);
+}
+
+#[test]
+fn a_million_doors_in_one_domain_without_a_million_fds() {
+    let p = Peer::start("plain");
+    let (fds_before, _) = fds_and_maps();
+    let n = 1_000_000u64;
+    let batch = lintel::abi::MAX_DOORS as u64;
+    let mut held = Vec::with_capacity(n as usize);
+    while (held.len() as u64) < n {
+        let k = batch.min(n - held.len() as u64);
+        let mut r = p.call(m::MAKE_MANY, &k.to_le_bytes(), &[]).unwrap();
+        held.append(&mut r.doors);
+    }
+    assert_eq!(held.len() as u64, n);
+    let (fds_after, _) = fds_and_maps();
+    assert!(
+        fds_after <= fds_before + 2,
+        "doors cost no descriptors: {fds_before} -> {fds_after}"
+    );
+    for i in [0usize, 12_345, 999_999] {
+        let r = held[i].call_bytes(b"").unwrap();
+        assert_eq!(r, ((i as u64) % batch).to_le_bytes());
+    }
+}
