@@ -85,6 +85,31 @@ pub const BUSY: u32 = 3;
 
 /// Request flag: the caller's shuttle was alerted when it called.
 pub const FLAG_ALERT: u32 = 1;
+/// Request flag: arguments and results travel in the data region even when
+/// they would fit inline (the vanilla path forced).
+pub const FLAG_VANILLA: u32 = 2;
+
+/// Where `len` bytes of arguments (in the client's half) or results (in the
+/// server's half) sit in a slot: inline when small, unless `vanilla`. Both
+/// sides derive it from the same header words, so they always agree.
+#[inline]
+pub const fn data_offset(len: usize, vanilla: bool) -> usize {
+    if len <= INLINE && !vanilla {
+        OFF_IN_INLINE
+    } else {
+        OFF_DATA
+    }
+}
+
+/// As [`data_offset`], for results.
+#[inline]
+pub const fn result_offset(len: usize, vanilla: bool) -> usize {
+    if len <= INLINE && !vanilla {
+        OFF_OUT_INLINE
+    } else {
+        OFF_DATA
+    }
+}
 
 /// Reply status codes.
 pub const ST_OK: u32 = 0;

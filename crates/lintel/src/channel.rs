@@ -23,10 +23,11 @@ use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
 use crate::spin::Spinner;
+use crate::stats::{self, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::wire::Ctl;
-use crate::{shuttle, transfer};
+use crate::{settings, shuttle, transfer};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -148,8 +149,33 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     Ok(lease)
 }
 
-/// Call a door served by another domain.
+/// Call a door served by another domain, counting it by path.
+#[inline]
 pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+    let vanilla = data.len() > INLINE || !doors.is_empty() || settings::force_vanilla();
+    let path = if vanilla { Path::Vanilla } else { Path::Fast };
+    stats::call_made(path, data.len(), doors.len());
+    let r = call_on_slot(rd, data, doors, reply, vanilla);
+    stats::call_returned(
+        path,
+        r.as_ref()
+            .map(|_| (reply.data.len(), reply.doors.len()))
+            .map_err(|_| ()),
+    );
+    r
+}
+
+/// The fast and vanilla paths: post in this thread's slot, wait, take the
+/// reply. `vanilla` puts the data in the data region even when it would fit
+/// inline (forced for the INKS "message" comparison).
+#[inline]
+fn call_on_slot(
+    rd: &RemoteDoor,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+    vanilla: bool,
+) -> Result<(), CallError> {
     // Guards: anything unusual leaves for the slow paths below.
     check_sizes("arguments", data.len(), doors.len())?;
     let conn = &rd.conn;
@@ -161,14 +187,11 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     let seq = lease.next_seq();
 
     // Post the request.
+    let alert = if shuttle::alerted() { FLAG_ALERT } else { 0 };
     slot.set(OFF_GRANT, rd.grant);
-    slot.set(OFF_FLAGS, if shuttle::alerted() { FLAG_ALERT } else { 0 });
+    slot.set(OFF_FLAGS, alert | if vanilla { FLAG_VANILLA } else { 0 });
     slot.set(OFF_IN_LEN, data.len() as u32);
-    if data.len() <= INLINE {
-        slot.write(OFF_IN_INLINE, data);
-    } else {
-        slot.write(OFF_DATA, data);
-    }
+    slot.write(data_offset(data.len(), vanilla), data);
     let n_doors = if doors.is_empty() {
         0
     } else {
@@ -202,11 +225,7 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     }
     reply.clear();
     reply.data.resize(out_len, 0);
-    if out_len <= INLINE {
-        slot.read(OFF_OUT_INLINE, &mut reply.data);
-    } else {
-        slot.read(OFF_DATA, &mut reply.data);
-    }
+    slot.read(result_offset(out_len, vanilla), &mut reply.data);
     if out_doors > 0 {
         transfer::receive_doors(conn, slot, out_doors, false, lease.index, seq, &mut reply.doors)?;
     }

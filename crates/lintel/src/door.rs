@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use crate::abi::{DATA_CAP, MAX_DOORS};
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
+use crate::stats::{self, Path};
 
 /// A call as the handler sees it: the door's datum, a private copy of the
 /// argument bytes, and the doors passed in (now held by this domain).
@@ -279,19 +280,25 @@ impl Door {
     /// assert_eq!(d.with_local(|_: &Clock, datum| datum + 1), Some(Ok(1)));
     /// ```
     #[inline]
-    pub fn with_local<T: std::any::Any, R>(&self, f: impl FnOnce(&T, u64) -> R) -> Option<Result<R, CallError>> {
+    pub fn with_local<T: std::any::Any, R>(
+        &self,
+        f: impl FnOnce(&T, u64) -> R,
+    ) -> Option<Result<R, CallError>> {
         let Inner::Local(core) = &self.0 else {
             return None;
         };
         let obj = core.handler.as_any()?.downcast_ref::<T>()?;
-        if core.revoked() {
-            return Some(Err(CallError::Revoked));
-        }
-        let datum = core.datum;
-        Some(
+        // Counted as a co-located call with no bytes: nothing is marshalled.
+        stats::call_made(Path::Colocated, 0, 0);
+        let r = if core.revoked() {
+            Err(CallError::Revoked)
+        } else {
+            let datum = core.datum;
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(obj, datum)))
-                .map_err(|_| CallError::Panicked),
-        )
+                .map_err(|_| CallError::Panicked)
+        };
+        stats::call_returned(Path::Colocated, r.as_ref().map(|_| (0, 0)).map_err(|_| ()));
+        Some(r)
     }
 
     /// Call with bytes only; returns the result bytes.
@@ -367,6 +374,24 @@ pub(crate) fn check_sizes(what: &'static str, len: usize, doors: usize) -> Resul
 /// The co-located path: the handler runs on the caller's thread.
 #[inline]
 fn call_colocated(
+    core: &Arc<DoorCore>,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    stats::call_made(Path::Colocated, data.len(), doors.len());
+    let r = run_colocated(core, data, doors, reply);
+    stats::call_returned(
+        Path::Colocated,
+        r.as_ref()
+            .map(|_| (reply.data.len(), reply.doors.len()))
+            .map_err(|_| ()),
+    );
+    r
+}
+
+#[inline]
+fn run_colocated(
     core: &Arc<DoorCore>,
     data: &[u8],
     doors: &[Door],

@@ -46,6 +46,7 @@ mod server;
 mod settings;
 pub mod shuttle;
 mod spin;
+pub mod stats;
 mod sys;
 mod transfer;
 mod umem;
@@ -53,7 +54,7 @@ mod wire;
 
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
-pub use settings::{set_max_server_threads, set_spin};
+pub use settings::{set_force_vanilla, set_max_server_threads, set_spin};
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.
 pub mod introspect {

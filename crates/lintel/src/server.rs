@@ -22,6 +22,7 @@ use crate::error::{CallError, Fault};
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
+use crate::stats::{self, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::{domain, transfer};
@@ -192,7 +193,8 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     slot.set(OFF_SERVER_STATE, BUSY);
     let serving = shuttle::serving(slot.get(OFF_FLAGS) & FLAG_ALERT != 0);
 
-    let mut result = run(w, slot, seq, bufs);
+    let vanilla = slot.get(OFF_FLAGS) & FLAG_VANILLA != 0;
+    let mut result = run(w, slot, seq, bufs, vanilla);
     if w.conn.is_dead() {
         bufs.reply.clear();
         return; // the caller is gone: the reply is discarded
@@ -200,11 +202,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let reply = &bufs.reply;
     if result.is_ok() {
         let n = reply.data.len();
-        if n <= INLINE {
-            slot.write(OFF_OUT_INLINE, &reply.data);
-        } else {
-            slot.write(OFF_DATA, &reply.data);
-        }
+        slot.write(result_offset(n, vanilla), &reply.data);
         slot.set(OFF_OUT_LEN, n as u32);
         result = match reply.doors.is_empty() {
             true => Ok(0),
@@ -231,7 +229,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
 }
 
 /// Copy the request out, check it, and run the handler.
-fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) -> Result<(), CallError> {
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Result<(), CallError> {
     let grant = slot.get(OFF_GRANT);
     let in_len = slot.get(OFF_IN_LEN) as usize;
     let in_doors = slot.get(OFF_IN_DOORS) as usize;
@@ -247,11 +245,13 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) -> Result<(), CallEr
     let core = w.conn.lookup(grant).ok_or(CallError::BadDoor)?;
     let _active = core.begin_call()?;
     let args = &mut bufs.args[..in_len];
-    if in_len <= INLINE {
-        slot.read(OFF_IN_INLINE, args);
+    slot.read(data_offset(in_len, vanilla), args);
+    let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
+        Path::Fast
     } else {
-        slot.read(OFF_DATA, args);
-    }
+        Path::Vanilla
+    };
+    stats::served(path);
     let reply = &mut bufs.reply;
     reply.clear();
     let req = Request {

@@ -1,6 +1,6 @@
 //! Per-domain settings: spin policy and the server-thread limit. Read from
 //! the environment at start (`LINTEL_SPIN=off`, `LINTEL_MAX_THREADS=N`,
-//! `LINTEL_SPIN_NS=N`), changeable at run time.
+//! `LINTEL_SPIN_NS=N`, `LINTEL_PATH=vanilla`), changeable at run time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -8,6 +8,7 @@ pub(crate) struct Settings {
     pub spin: AtomicBool,
     pub spin_ns: AtomicU64,
     pub max_threads: AtomicUsize,
+    pub force_vanilla: AtomicBool,
 }
 
 /// Default bound on spinning before sleeping on the futex. A blocking
@@ -28,6 +29,7 @@ impl Settings {
                     .map(|n| n.max(1) as usize)
                     .unwrap_or(DEFAULT_MAX_THREADS),
             ),
+            force_vanilla: AtomicBool::new(std::env::var("LINTEL_PATH").is_ok_and(|v| v == "vanilla")),
         }
     }
 
@@ -51,4 +53,16 @@ pub fn set_max_server_threads(n: usize) {
     let d = crate::domain::get();
     d.settings.max_threads.store(n.max(1), Relaxed);
     d.pool.limit_changed();
+}
+
+/// Make this domain's cross-domain calls take the vanilla path even when
+/// they would fit the fast path (the INKS "message" configuration; for
+/// measurement).
+pub fn set_force_vanilla(on: bool) {
+    crate::domain::get().settings.force_vanilla.store(on, Relaxed);
+}
+
+#[inline]
+pub(crate) fn force_vanilla() -> bool {
+    crate::domain::get().settings.force_vanilla.load(Relaxed)
 }

@@ -1,0 +1,269 @@
+//! Call statistics (Spring Tables 2–4): how many calls this domain made on
+//! each path, how big their arguments and results were, how many carried
+//! doors, and how many calls it served for other domains.
+//!
+//! Counting must not cost the fast path a shared cache line, so each thread
+//! counts into a block of its own (one writer: a relaxed load and store, no
+//! locked instruction); [`snapshot`] sums every block ever registered. Blocks
+//! outlive their threads, so counts of finished threads are kept.
+//!
+//! ```
+//! use lintel::{Door, Reply, Request};
+//! let d = Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(()));
+//! let before = lintel::stats::snapshot();
+//! d.call_bytes(b"hi").unwrap();
+//! let after = lintel::stats::snapshot();
+//! let p = lintel::stats::Path::Colocated as usize;
+//! assert_eq!(after.calls[p] - before.calls[p], 1);
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+/// The path a call took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Served in the caller's own domain: a direct call.
+    Colocated = 0,
+    /// Across domains, ≤ 16 bytes each way and no doors.
+    Fast = 1,
+    /// Across domains, larger data or doors.
+    Vanilla = 2,
+}
+
+/// Number of paths.
+pub const PATHS: usize = 3;
+/// Path names, indexed by `Path as usize`.
+pub const PATH_NAMES: [&str; PATHS] = ["colocated", "fast", "vanilla"];
+/// Number of size buckets.
+pub const BUCKETS: usize = 5;
+/// Size bucket labels (bytes): Spring's Table 3 ranges.
+pub const BUCKET_NAMES: [&str; BUCKETS] = ["0-16", "16-100", "100-1000", "1000-4000", "4000+"];
+
+/// The size bucket of `len` bytes.
+#[inline]
+pub fn bucket(len: usize) -> usize {
+    match len {
+        0..=16 => 0,
+        17..=100 => 1,
+        101..=1000 => 2,
+        1001..=4000 => 3,
+        _ => 4,
+    }
+}
+
+/// Counts for one domain (or their difference between two snapshots).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallStats {
+    /// Calls made, per path.
+    pub calls: [u64; PATHS],
+    /// Calls made that returned an error, per path.
+    pub failed: [u64; PATHS],
+    /// Argument sizes of calls made: `[path][bucket]`.
+    pub args: [[u64; BUCKETS]; PATHS],
+    /// Result sizes of calls that returned: `[path][bucket]`.
+    pub results: [[u64; BUCKETS]; PATHS],
+    /// Calls that passed doors, per path.
+    pub calls_with_doors: [u64; PATHS],
+    /// Returns that carried doors, per path.
+    pub returns_with_doors: [u64; PATHS],
+    /// Calls this domain served for other domains, per path.
+    pub served: [u64; PATHS],
+}
+
+impl CallStats {
+    /// Encode for sending through a door.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// Decode what [`CallStats::to_bytes`] made; `None` for anything else.
+    pub fn from_bytes(b: &[u8]) -> Option<CallStats> {
+        postcard::from_bytes(b).ok()
+    }
+
+    /// Counts since `earlier` (saturating, so a restarted domain shows zeros).
+    pub fn since(&self, earlier: &CallStats) -> CallStats {
+        let mut out = self.clone();
+        let sub = |a: &mut [u64], b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x = x.saturating_sub(*y));
+        sub(&mut out.calls, &earlier.calls);
+        sub(&mut out.failed, &earlier.failed);
+        sub(&mut out.calls_with_doors, &earlier.calls_with_doors);
+        sub(&mut out.returns_with_doors, &earlier.returns_with_doors);
+        sub(&mut out.served, &earlier.served);
+        for p in 0..PATHS {
+            sub(&mut out.args[p], &earlier.args[p]);
+            sub(&mut out.results[p], &earlier.results[p]);
+        }
+        out
+    }
+}
+
+impl std::fmt::Display for CallStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let total: u64 = self.calls.iter().sum();
+        let pct = |n: u64| {
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * n as f64 / total as f64
+            }
+        };
+        writeln!(
+            f,
+            "{:<10} {:>10} {:>6} {:>8} {:>10} {:>10} {:>9}",
+            "path", "calls", "%", "failed", "w/ doors", "ret doors", "served"
+        )?;
+        for p in 0..PATHS {
+            writeln!(
+                f,
+                "{:<10} {:>10} {:>5.1}% {:>8} {:>10} {:>10} {:>9}",
+                PATH_NAMES[p],
+                self.calls[p],
+                pct(self.calls[p]),
+                self.failed[p],
+                self.calls_with_doors[p],
+                self.returns_with_doors[p],
+                self.served[p]
+            )?;
+        }
+        write!(f, "{:<18}", "bytes")?;
+        for b in BUCKET_NAMES {
+            write!(f, " {b:>10}")?;
+        }
+        writeln!(f)?;
+        for p in 0..PATHS {
+            for (what, rows) in [("args", &self.args), ("results", &self.results)] {
+                write!(f, "{:<18}", format!("{} {what}", PATH_NAMES[p]))?;
+                for n in rows[p] {
+                    write!(f, " {n:>10}")?;
+                }
+                writeln!(f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// Offsets of the counters in a thread's block.
+const CALLS: usize = 0;
+const FAILED: usize = CALLS + PATHS;
+const ARGS: usize = FAILED + PATHS;
+const RESULTS: usize = ARGS + PATHS * BUCKETS;
+const CALL_DOORS: usize = RESULTS + PATHS * BUCKETS;
+const RET_DOORS: usize = CALL_DOORS + PATHS;
+const SERVED: usize = RET_DOORS + PATHS;
+const WORDS: usize = SERVED + PATHS;
+
+/// One thread's counters; only that thread writes them.
+struct Block([AtomicU64; WORDS]);
+
+static BLOCKS: Mutex<Vec<Arc<Block>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: Arc<Block> = {
+        let b = Arc::new(Block(std::array::from_fn(|_| AtomicU64::new(0))));
+        BLOCKS.lock().push(b.clone());
+        b
+    };
+}
+
+#[inline(always)]
+fn bump(b: &Block, i: usize) {
+    let c = &b.0[i];
+    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+}
+
+/// Count a call made on `path` with `args` bytes and `doors` doors.
+#[inline]
+pub(crate) fn call_made(path: Path, args: usize, doors: usize) {
+    let p = path as usize;
+    MINE.with(|b| {
+        bump(b, CALLS + p);
+        bump(b, ARGS + p * BUCKETS + bucket(args));
+        if doors > 0 {
+            bump(b, CALL_DOORS + p);
+        }
+    });
+}
+
+/// Count the return of a call made on `path`.
+#[inline]
+pub(crate) fn call_returned(path: Path, result: Result<(usize, usize), ()>) {
+    let p = path as usize;
+    MINE.with(|b| match result {
+        Ok((len, doors)) => {
+            bump(b, RESULTS + p * BUCKETS + bucket(len));
+            if doors > 0 {
+                bump(b, RET_DOORS + p);
+            }
+        }
+        Err(()) => bump(b, FAILED + p),
+    });
+}
+
+/// Count a call served here for another domain.
+#[inline]
+pub(crate) fn served(path: Path) {
+    MINE.with(|b| bump(b, SERVED + path as usize));
+}
+
+/// This domain's counts so far.
+pub fn snapshot() -> CallStats {
+    let mut s = CallStats::default();
+    for b in BLOCKS.lock().iter() {
+        let w = |i: usize| b.0[i].load(Relaxed);
+        for p in 0..PATHS {
+            s.calls[p] += w(CALLS + p);
+            s.failed[p] += w(FAILED + p);
+            s.calls_with_doors[p] += w(CALL_DOORS + p);
+            s.returns_with_doors[p] += w(RET_DOORS + p);
+            s.served[p] += w(SERVED + p);
+            for k in 0..BUCKETS {
+                s.args[p][k] += w(ARGS + p * BUCKETS + k);
+                s.results[p][k] += w(RESULTS + p * BUCKETS + k);
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_follow_springs_ranges() {
+        assert_eq!(
+            [0, 16, 17, 100, 101, 1000, 1001, 4000, 4001].map(bucket),
+            [0, 0, 1, 1, 2, 2, 3, 3, 4]
+        );
+    }
+
+    #[test]
+    fn counts_from_several_threads_add_up_and_round_trip() {
+        let before = snapshot();
+        let ts: Vec<_> = (0..3)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    for _ in 0..10 {
+                        call_made(Path::Vanilla, 200, 1);
+                        call_returned(Path::Vanilla, Ok((5000, 0)));
+                    }
+                })
+            })
+            .collect();
+        ts.into_iter().for_each(|t| t.join().unwrap());
+        let d = snapshot().since(&before);
+        let v = Path::Vanilla as usize;
+        assert_eq!(d.calls[v], 30);
+        assert_eq!(d.args[v][2], 30);
+        assert_eq!(d.results[v][4], 30);
+        assert_eq!(d.calls_with_doors[v], 30);
+        assert_eq!(CallStats::from_bytes(&d.to_bytes()), Some(d.clone()));
+        assert!(d.to_string().contains("vanilla"));
+    }
+}
