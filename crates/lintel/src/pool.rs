@@ -38,6 +38,9 @@ pub(crate) struct Pool {
     watcher: Mutex<Option<Watcher>>,
     /// Server threads spinning for their next request now.
     pub spinners: AtomicUsize,
+    /// Slots waiting in the queue for a thread (mirrors `State::queue.len()`),
+    /// read by bound threads between calls to know they should let go.
+    queued: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -56,6 +59,7 @@ impl Pool {
             shortages: AtomicU64::new(0),
             watcher: Mutex::new(None),
             spinners: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
         }
     }
 
@@ -73,11 +77,15 @@ impl Pool {
     pub fn submit(&self, w: Work) {
         let mut st = self.st.lock();
         st.queue.push_back(w);
+        self.queued.store(st.queue.len(), SeqCst);
         let short = self.grow(&mut st);
         self.cv.notify_one();
         if short {
+            // Every thread is taken: those waiting on a quiet slot let go now,
+            // those running a call let go when it returns (`has_queued`), so
+            // queued slots are served in turn rather than starved.
             self.shortages.fetch_add(1, Relaxed);
-            if let Some((area, slot)) = st.bound.iter().find(|(a, s)| !a.unbind_requested(*s)) {
+            for (area, slot) in st.bound.iter().filter(|(a, s)| !a.unbind_requested(*s)) {
                 area.request_unbind(*slot);
             }
             let stats = self.snapshot(&st);
@@ -113,11 +121,19 @@ impl Pool {
         let mut st = self.st.lock();
         loop {
             if let Some(w) = st.queue.pop_front() {
+                self.queued.store(st.queue.len(), SeqCst);
                 st.idle = st.idle.saturating_sub(1);
                 return w;
             }
             self.cv.wait(&mut st);
         }
+    }
+
+    /// Whether slots wait for a thread: a bound thread then lets go of its
+    /// slot after the call it is running.
+    #[inline]
+    pub fn has_queued(&self) -> bool {
+        self.queued.load(Relaxed) != 0
     }
 
     /// A worker finished with its slot and is about to wait for more.

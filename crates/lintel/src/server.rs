@@ -128,7 +128,9 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     loop {
         if let Some(seq) = wait_request(&slot, ss, &w.conn) {
             handle(w, &slot, seq, bufs);
-            continue;
+            if !d.pool.has_queued() {
+                continue;
+            }
         }
         // Let go: publish UNBOUND, then look once more, so a client that
         // posted meanwhile either is served here or saw UNBOUND and kicked.
@@ -164,7 +166,7 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn) -> Option<u32> {
         if fresh(r) {
             break Some(r);
         }
-        if conn.is_dead() || ss.unbind.load(Relaxed) {
+        if conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued() {
             break None;
         }
         if spinner.spin() {
