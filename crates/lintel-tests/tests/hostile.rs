@@ -435,16 +435,14 @@ fn everything_at_once_while_honest_clients_keep_being_served() {
     scene.assert_healthy();
 }
 
-// ---- Targeted attacks, one per weakness found (see the attacker's docs). ----
+// ---- Targeted attacks, one per weakness once found (see the attacker's docs). ----
 
-/// RUNTIME BUG (fails today): a request carrying a `WD_THIRD` descriptor
-/// whose "ticket" is a socket the attacker made (pid 0, or the attacker's
-/// own pid) makes the server adopt that socket as a connection and wait in
-/// `Conn::request` for a `Redeemed` answer with no time limit
-/// (`transfer::redeem` -> `Domain::add_conn` -> `Conn::request`). The
-/// attacker never answers: each such request holds a server thread, and 24
-/// of them hold the whole pool, so honest clients wait forever while the
-/// attacker lives.
+/// A request carrying a `WD_THIRD` descriptor whose "ticket" is a socket
+/// the attacker made (naming pid 0, or the attacker's own pid) must not
+/// make the server adopt that socket and wait on it: the kernel names the
+/// ticket's maker (`SO_PEERCRED`), a ticket made by its sender is refused,
+/// and every ticket request is bounded in time. Otherwise 24 such requests
+/// hold the whole pool and honest clients wait while the attacker lives.
 #[test]
 fn forged_third_party_tickets_do_not_stall_the_server() {
     let mut scene = Scene::new();
@@ -469,11 +467,10 @@ fn forged_third_party_tickets_do_not_stall_the_server() {
     scene.assert_healthy();
 }
 
-/// RUNTIME BUG (fails today): as above, but both ends of the socket pair
-/// travel in the ticket batch. The server adopts one end and waits for an
-/// answer that can only arrive on the other end, which sits unread in the
-/// same request's ticket list: those server threads hang forever, even after
-/// the attacker has exited.
+/// As above, but both ends of the socket pair travel in the ticket batch:
+/// were the server to adopt one end, the answer could only arrive on the
+/// other, unread in the same request's ticket list, and its threads would
+/// hang even after the attacker has exited.
 #[test]
 fn forged_ticket_pairs_do_not_hang_the_server_forever() {
     let mut scene = Scene::new();
@@ -492,23 +489,21 @@ fn forged_ticket_pairs_do_not_hang_the_server_forever() {
     scene.assert_healthy();
 }
 
-/// RUNTIME BUG (fails today): the attacker mails its own end of its
-/// connection to the victim (a `Tickets` batch for a call that never comes,
-/// a `Boot` message, an unsolicited `Minted` answer). The victim keeps those
-/// descriptors until the connection dies, and the connection cannot die
-/// while the victim itself holds its other end: after the attacker exits the
-/// victim never sees hang-up, keeps every reference the attacker held (no
-/// `unreferenced`) and keeps the connection forever.
+/// The attacker mails its own end of its connection to the victim (a
+/// `Tickets` batch for a call that never comes, a `Boot` message, an
+/// unsolicited `Minted` answer). Were the victim to keep them, the socket
+/// would never hang up; the victim watches the peer process itself (a pidfd,
+/// with the pid the kernel vouched for), so the connection dies with it and
+/// every reference the attacker held is dropped.
 #[test]
 fn a_connection_dies_with_its_peer_even_if_the_peer_mailed_its_own_socket() {
     attack_then_check("self-socket", seed(77), 100);
 }
 
-/// RUNTIME BUG (fails today): descriptors parked for later (`Tickets`
-/// batches, up to 1024 x 64, and unsolicited `Minted` answers, unbounded)
-/// exhaust the victim's descriptor table while the attacker lives: no new
-/// client can join the victim meanwhile (minting a ticket needs a socket
-/// pair).
+/// Descriptors parked for later (`Tickets` batches, unsolicited `Minted`
+/// answers) must stay bounded per connection, or they exhaust the victim's
+/// descriptor table while the attacker lives and no new client can join it
+/// (minting a ticket needs a socket pair).
 #[test]
 fn parked_descriptors_do_not_lock_newcomers_out() {
     let mut scene = Scene::new();
@@ -532,15 +527,12 @@ fn parked_descriptors_do_not_lock_newcomers_out() {
     scene.assert_healthy();
 }
 
-/// RUNTIME BUG (fails today): a third-party descriptor whose pid is 0 ("the
-/// sender has no connection to the door's server", which honest senders
-/// send when they reached that server by adopting a ticket) makes the
-/// receiver adopt the ticket socket as a new connection to the server even
-/// when it has one already (`transfer::redeem`: the `conn_to` lookup is
-/// skipped for pid 0). The attacker passes a door of this process to the
-/// victim 30 times with the pid rewritten to 0: the victim opens a new,
-/// permanent connection to this process each time, and keeps them all after
-/// the attacker is gone (one descriptor in each process per transfer).
+/// A third-party descriptor whose pid is 0 ("unknown server") must not make
+/// the receiver open a new connection to a server it is connected to
+/// already: the receiver looks the server up by the pid the kernel gives
+/// for the ticket's maker, not the one the sender wrote. The attacker passes
+/// a door of this process to the victim 30 times with the pid rewritten to
+/// 0; the victim must not keep a connection per transfer.
 #[test]
 fn third_party_doors_naming_no_pid_do_not_pile_up_connections() {
     let mut scene = Scene::new();

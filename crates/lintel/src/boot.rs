@@ -84,3 +84,116 @@ fn exchange(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<Vec<Door>, Bo
         .ok_or(BootError::Protocol("peer did not offer its doors"))?;
     Ok(transfer::decode_from_socket(conn, &wires, fds)?)
 }
+
+/// A Unix socket at a path on which other domains can [`connect`] to this
+/// one, for systems that are already running (e.g. an introspection tool).
+///
+/// The socket is `SOCK_SEQPACKET`, like every lintel connection; only
+/// processes of this user are accepted (the kernel reports the peer's
+/// credentials). The path is removed when the listener is dropped.
+///
+/// ```no_run
+/// let l = lintel::boot::listen("/tmp/my-system.sock".as_ref()).unwrap();
+/// let service = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
+/// std::thread::spawn(move || loop {
+///     if let Ok(incoming) = l.accept() {
+///         let _ = incoming.exchange(&[service.clone()]);
+///     }
+/// });
+/// ```
+pub struct Listener {
+    sock: std::os::fd::OwnedFd,
+    path: std::path::PathBuf,
+}
+
+/// A connection accepted by [`Listener::accept`], before doors are exchanged.
+pub struct Incoming {
+    sock: std::os::fd::OwnedFd,
+    pid: u32,
+}
+
+/// Bind a listening socket at `path` (which must not exist).
+pub fn listen(path: &std::path::Path) -> Result<Listener, BootError> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    rustix::net::bind(&sock, &addr).map_err(std::io::Error::from)?;
+    let listener = Listener {
+        sock,
+        path: path.to_path_buf(),
+    };
+    rustix::net::listen(&listener.sock, 16).map_err(std::io::Error::from)?;
+    Ok(listener)
+}
+
+impl Listener {
+    /// Wait for the next connection from a process of this user. Other
+    /// users' connections are closed and skipped.
+    pub fn accept(&self) -> Result<Incoming, BootError> {
+        loop {
+            let sock = rustix::net::accept_with(&self.sock, rustix::net::SocketFlags::CLOEXEC)
+                .map_err(std::io::Error::from)?;
+            let cred = rustix::net::sockopt::socket_peercred(&sock).map_err(std::io::Error::from)?;
+            if cred.uid != rustix::process::geteuid() {
+                continue;
+            }
+            let pid = cred.pid.as_raw_nonzero().get() as u32;
+            return Ok(Incoming { sock, pid });
+        }
+    }
+
+    /// The path the listener is bound to.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Incoming {
+    /// The connecting process, as the kernel reports it.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Make the connection a lintel connection: offer `offer` and return
+    /// the doors the peer offered in [`connect`]. Waits for the peer's doors
+    /// up to the boot timeout (30 s); run it off the accepting thread.
+    pub fn exchange(self, offer: &[Door]) -> Result<Vec<Door>, BootError> {
+        let conn = domain::get().add_conn(self.sock, Some(self.pid))?;
+        exchange(&conn, offer)
+    }
+}
+
+/// Connect to a domain listening at `path` ([`listen`]), offer it `offer`
+/// and return the doors it offered.
+///
+/// ```no_run
+/// let doors = lintel::boot::connect("/tmp/my-system.sock".as_ref(), &[]).unwrap();
+/// let reply = doors[0].call_bytes(b"ping").unwrap();
+/// ```
+pub fn connect(path: &std::path::Path, offer: &[Door]) -> Result<Vec<Door>, BootError> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    rustix::net::connect(&sock, &addr).map_err(std::io::Error::from)?;
+    let peer = sys::peer_pid(sock.as_fd())?;
+    let conn = domain::get().add_conn(sock, Some(peer))?;
+    exchange(&conn, offer)
+}

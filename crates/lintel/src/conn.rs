@@ -14,13 +14,14 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::abi;
 use crate::channel::OutArea;
 use crate::door::DoorCore;
+use crate::error::CallError;
 use crate::server::InArea;
 use crate::sys::{self, Recv};
 use crate::wire::{self, Ctl, WireDoor};
@@ -92,6 +93,35 @@ impl Grants {
     }
 }
 
+impl Parked {
+    /// Park a batch; false (and the fds closed) if it is refused.
+    fn park(&mut self, request: bool, slot: u32, seq: u32, fds: Vec<OwnedFd>) -> bool {
+        if slot as usize >= abi::SLOTS || fds.len() > abi::MAX_DOORS {
+            return false;
+        }
+        // A newer batch for the same slot replaces a stale one.
+        if let Some((_, old)) = self.batches.remove(&(request, slot)) {
+            self.fds -= old.len();
+        }
+        if self.fds + fds.len() > MAX_PARKED_FDS {
+            return false;
+        }
+        self.fds += fds.len();
+        self.batches.insert((request, slot), (seq, fds));
+        true
+    }
+
+    fn take(&mut self, request: bool, slot: u32, seq: u32) -> Option<Vec<OwnedFd>> {
+        let (s, _) = self.batches.get(&(request, slot))?;
+        if *s != seq {
+            return None;
+        }
+        let (_, fds) = self.batches.remove(&(request, slot))?;
+        self.fds -= fds.len();
+        Some(fds)
+    }
+}
+
 /// A reply to a control request.
 pub(crate) enum Answer {
     Minted(Option<OwnedFd>),
@@ -119,16 +149,36 @@ pub(crate) struct Conn {
     pub out: Mutex<Option<Arc<OutArea>>>,
     pub inb: Mutex<Option<Arc<InArea>>>,
     grants: Mutex<Grants>,
-    answers: Mutex<HashMap<u64, Answer>>,
+    /// Control requests in flight: `None` until answered. Answers to
+    /// requests not in here are dropped (with any fd they carry).
+    answers: Mutex<HashMap<u64, Option<Answer>>>,
     answer_cv: Condvar,
-    tickets_in: Mutex<HashMap<(bool, u32, u32), Vec<OwnedFd>>>,
+    tickets_in: Mutex<Parked>,
     boot: Mutex<Option<(Vec<WireDoor>, Vec<OwnedFd>)>>,
+    boot_seen: AtomicBool,
     pub adopted: Mutex<Option<Ticket>>,
+    /// Readable once the peer process has exited: death is seen even if the
+    /// peer mailed its own end of the socket to us (which keeps it open).
+    pub pidfd: Mutex<Option<OwnedFd>>,
     next_req: AtomicU64,
 }
 
-/// Most ticket batches parked for calls not yet read; more is a flood.
-const MAX_PARKED: usize = 1024;
+/// Ticket fds that arrived ahead of the call or reply that uses them, one
+/// batch per slot and direction (a slot carries one call at a time), and
+/// never more than [`MAX_PARKED_FDS`] in all: a peer cannot make us hold
+/// descriptors without bound.
+#[derive(Default)]
+struct Parked {
+    batches: HashMap<(bool, u32), (u32, Vec<OwnedFd>)>,
+    fds: usize,
+}
+
+/// Most ticket fds parked per connection; beyond, new batches are refused
+/// and the calls they belong to fail with "door tickets missing".
+const MAX_PARKED_FDS: usize = 4 * abi::MAX_DOORS;
+/// How long a control request (mint or redeem a ticket) waits for the
+/// peer's answer before the transfer fails.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Conn {
     pub fn new(id: u64, sock: OwnedFd, peer_pid: u32) -> Conn {
@@ -143,9 +193,11 @@ impl Conn {
             grants: Mutex::new(Grants::default()),
             answers: Mutex::new(HashMap::new()),
             answer_cv: Condvar::new(),
-            tickets_in: Mutex::new(HashMap::new()),
+            tickets_in: Mutex::new(Parked::default()),
             boot: Mutex::new(None),
+            boot_seen: AtomicBool::new(false),
             adopted: Mutex::new(None),
+            pidfd: Mutex::new(None),
             next_req: AtomicU64::new(1),
         }
     }
@@ -153,6 +205,11 @@ impl Conn {
     /// The peer's pid, 0 if not verified.
     pub fn peer_pid(&self) -> u32 {
         self.peer_pid.load(Relaxed)
+    }
+
+    /// Record the peer's pid once the kernel has vouched for it.
+    pub fn set_peer_pid(&self, pid: u32) {
+        self.peer_pid.store(pid, Relaxed);
     }
 
     #[inline]
@@ -187,42 +244,52 @@ impl Conn {
 
     // ---- control requests ----
 
-    /// Send a request and wait for its answer; `None` if the peer died.
+    /// Send a request and wait (bounded) for its answer.
     pub fn request(
         &self,
         make: impl FnOnce(u64) -> Ctl,
         fds: &[std::os::fd::BorrowedFd<'_>],
-    ) -> Option<Answer> {
+    ) -> Result<Answer, CallError> {
         let req = self.next_req.fetch_add(1, Relaxed);
-        if !self.send(&make(req), fds) {
-            return None;
-        }
+        self.answers.lock().insert(req, None);
+        let sent = self.send(&make(req), fds);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
         let mut answers = self.answers.lock();
-        loop {
-            if let Some(a) = answers.remove(&req) {
-                return Some(a);
+        let outcome = loop {
+            if let Some(Some(_)) = answers.get(&req) {
+                break Ok(());
             }
-            if self.is_dead() {
-                return None;
+            if !sent || self.is_dead() {
+                break Err(CallError::PeerDied);
+            }
+            if Instant::now() >= deadline {
+                break Err(CallError::BadMessage(
+                    "the door's server did not answer a transfer in time",
+                ));
             }
             self.answer_cv.wait_for(&mut answers, Duration::from_millis(50));
-        }
+        };
+        let answer = answers.remove(&req).flatten();
+        outcome?;
+        answer.ok_or(CallError::PeerDied)
     }
 
+    /// Store the answer to a request in flight; anything else is dropped.
     fn answer(&self, req: u64, a: Answer) {
-        self.answers.lock().insert(req, a);
-        self.answer_cv.notify_all();
+        if let Some(waiting @ None) = self.answers.lock().get_mut(&req) {
+            *waiting = Some(a);
+            self.answer_cv.notify_all();
+        }
     }
 
     /// Ticket fds sent for a call's third-party doors. The sender sent them
     /// before publishing the call, so they are queued by now or never come.
     pub fn take_tickets(self: &Arc<Self>, request: bool, slot: u32, seq: u32) -> Option<Vec<OwnedFd>> {
-        let key = (request, slot, seq);
-        if let Some(v) = self.tickets_in.lock().remove(&key) {
+        if let Some(v) = self.tickets_in.lock().take(request, slot, seq) {
             return Some(v);
         }
         self.pump();
-        self.tickets_in.lock().remove(&key)
+        self.tickets_in.lock().take(request, slot, seq)
     }
 
     /// Wait for the peer's boot message.
@@ -247,7 +314,7 @@ impl Conn {
         let mut buf = self.recv.lock();
         loop {
             match sys::recv_msg(self.sock.as_fd(), &mut buf) {
-                Ok(Recv::Msg(n, fds)) => {
+                Ok(Recv::Msg(n, fds, _)) => {
                     if let Some(msg) = buf.get(..n).and_then(wire::decode) {
                         self.handle(msg, fds);
                     }
@@ -322,15 +389,17 @@ impl Conn {
             }
             Ctl::Redeemed { req, grant } => self.answer(req, Answer::Redeemed(grant)),
             Ctl::Tickets { request, slot, seq } => {
-                let mut parked = self.tickets_in.lock();
-                if parked.len() < MAX_PARKED && fds.len() <= abi::MAX_DOORS {
-                    parked.insert((request, slot, seq), fds);
+                if !self.tickets_in.lock().park(request, slot, seq, fds) {
+                    tracing::warn!(conn = self.id, slot, "refused a ticket batch: too many parked");
                 }
             }
             Ctl::Boot { doors } => {
-                *self.boot.lock() = Some((doors, fds));
-                let _g = self.answers.lock();
-                self.answer_cv.notify_all();
+                // Once per connection: a peer cannot park fds here later.
+                if !self.boot_seen.swap(true, SeqCst) && fds.len() <= abi::MAX_DOORS {
+                    *self.boot.lock() = Some((doors, fds));
+                    let _g = self.answers.lock();
+                    self.answer_cv.notify_all();
+                }
             }
         }
     }
@@ -352,7 +421,9 @@ impl Conn {
         for core in held {
             core.drop_holder();
         }
-        self.tickets_in.lock().clear();
+        *self.tickets_in.lock() = Parked::default();
+        self.boot.lock().take();
+        self.answers.lock().clear();
         self.adopted.lock().take();
     }
 }

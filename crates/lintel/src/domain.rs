@@ -18,8 +18,10 @@ use crate::settings::Settings;
 use crate::sys::{self, Poller, Recv};
 use crate::wire::{self, Ctl};
 
-/// Epoll keys with this bit name tickets; others name connections.
+/// Epoll keys with this bit name tickets; with [`PIDFD_KEY`], the pidfd of
+/// a connection's peer; others name connections.
 const TICKET_KEY: u64 = 1 << 63;
+const PIDFD_KEY: u64 = 1 << 62;
 
 pub(crate) struct Domain {
     pub pid: u32,
@@ -107,6 +109,11 @@ impl Domain {
             for &key in &keys {
                 if key & TICKET_KEY != 0 {
                     self.ticket_ready(key);
+                } else if key & PIDFD_KEY != 0 {
+                    let conn = self.conns.lock().get(&(key & !PIDFD_KEY)).cloned();
+                    if let Some(conn) = conn {
+                        self.conn_died(&conn);
+                    }
                 } else {
                     let conn = self.conns.lock().get(&key).cloned();
                     if let Some(conn) = conn {
@@ -132,14 +139,31 @@ impl Domain {
             &[],
         );
         self.conns.lock().insert(id, conn.clone());
-        if let Some(pid) = peer_pid {
-            self.by_pid.lock().insert(pid, Arc::downgrade(&conn));
-        }
         if let Err(e) = self.poller.add(conn.sock.as_fd(), id) {
             self.conns.lock().remove(&id);
             return Err(e);
         }
+        if let Some(pid) = peer_pid {
+            self.peer_known(&conn, pid);
+        }
         Ok(conn)
+    }
+
+    /// The kernel vouched that `conn`'s peer is process `pid`: find the
+    /// connection by pid from now on, and watch the process itself, so its
+    /// death is seen even if it mailed its own end of the socket to us.
+    fn peer_known(&self, conn: &Arc<Conn>, pid: u32) {
+        conn.set_peer_pid(pid);
+        self.by_pid.lock().insert(pid, Arc::downgrade(conn));
+        match sys::pidfd(pid) {
+            Ok(fd) => {
+                if self.poller.add(fd.as_fd(), PIDFD_KEY | conn.id).is_ok() {
+                    *conn.pidfd.lock() = Some(fd);
+                }
+            }
+            // Already gone: the socket's hang-up reports it.
+            Err(e) => tracing::debug!(pid, error = %e, "no pidfd for peer"),
+        }
     }
 
     /// A live connection to the domain with this (verified) pid.
@@ -153,6 +177,9 @@ impl Domain {
             return;
         }
         self.poller.remove(conn.sock.as_fd());
+        if let Some(fd) = conn.pidfd.lock().take() {
+            self.poller.remove(fd.as_fd());
+        }
         self.conns.lock().remove(&conn.id);
         {
             let mut by_pid = self.by_pid.lock();
@@ -211,6 +238,9 @@ impl Domain {
     /// end shows hang-up if the ticket is lost, which drops its reference.
     pub fn mint_ticket(&self, core: &Arc<DoorCore>) -> std::io::Result<OwnedFd> {
         let (keep, travel) = sys::seqpacket_pair()?;
+        // A domain that adopts the ticket as a connection says hello on it:
+        // with credentials attached by the kernel we learn who it is.
+        sys::set_passcred(keep.as_fd())?;
         let ino = sys::inode(travel.as_fd())?;
         let key = TICKET_KEY | self.next_id.fetch_add(1, Relaxed);
         core.add_holder();
@@ -253,8 +283,10 @@ impl Domain {
         let first = sys::recv_msg(sock.as_fd(), &mut buf);
         let hello = match &first {
             Ok(Recv::Empty) => return,
-            Ok(Recv::Msg(n, _)) => matches!(buf.get(..*n).and_then(wire::decode), Some(Ctl::Hello { .. })),
-            _ => false,
+            Ok(Recv::Msg(n, _, Some(pid))) => {
+                matches!(buf.get(..*n).and_then(wire::decode), Some(Ctl::Hello { .. })).then_some(*pid)
+            }
+            _ => None,
         };
         let Some((ino, mut ticket)) = t.by_key.remove(&key) else {
             return;
@@ -263,10 +295,10 @@ impl Domain {
         drop(t);
         let Some(sock) = ticket.fd.take() else { return };
         self.poller.remove(sock.as_fd());
-        if !hello {
+        let Some(pid) = hello else {
             return; // closed or garbage: the ticket drops its reference here
-        }
-        match self.add_conn(sock, None) {
+        };
+        match self.add_conn(sock, Some(pid)) {
             Ok(conn) => {
                 *conn.adopted.lock() = Some(ticket);
                 conn.pump();

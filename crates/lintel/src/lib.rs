@@ -47,6 +47,7 @@ mod settings;
 pub mod shuttle;
 mod spin;
 pub mod stats;
+pub mod stub;
 mod sys;
 mod transfer;
 mod umem;
@@ -54,6 +55,7 @@ mod wire;
 
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
+pub use lintel_macros::interface;
 pub use settings::{set_force_vanilla, set_max_server_threads, set_spin};
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.

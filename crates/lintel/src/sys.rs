@@ -77,8 +77,10 @@ pub fn send_msg(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> i
 
 /// What one non-blocking receive found.
 pub enum Recv {
-    /// A message of this many bytes (into the caller's buffer), with its fds.
-    Msg(usize, Vec<OwnedFd>),
+    /// A message of this many bytes (into the caller's buffer), with its fds
+    /// and, on a socket with [`set_passcred`], the sender's pid as the kernel
+    /// vouches for it.
+    Msg(usize, Vec<OwnedFd>, Option<u32>),
     /// The peer closed its end.
     Closed,
     /// Nothing queued now.
@@ -88,7 +90,8 @@ pub enum Recv {
 /// Receive one message without blocking. Descriptors that arrive are always
 /// taken into `OwnedFd`s, so a caller that rejects the message closes them.
 pub fn recv_msg(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Recv> {
-    let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MSG))];
+    let mut space = [std::mem::MaybeUninit::<u8>::uninit();
+        rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MSG), ScmCredentials(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut iov = [io::IoSliceMut::new(buf)];
     let r = loop {
@@ -106,9 +109,12 @@ pub fn recv_msg(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Recv> {
         }
     };
     let mut fds = Vec::new();
+    let mut pid = None;
     for msg in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(iter) = msg {
-            fds.extend(iter);
+        match msg {
+            RecvAncillaryMessage::ScmRights(iter) => fds.extend(iter),
+            RecvAncillaryMessage::ScmCredentials(c) => pid = Some(c.pid.as_raw_nonzero().get() as u32),
+            _ => {}
         }
     }
     if r.bytes == 0 && fds.is_empty() {
@@ -117,9 +123,28 @@ pub fn recv_msg(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Recv> {
     if r.flags.contains(rustix::net::ReturnFlags::TRUNC) || r.flags.contains(rustix::net::ReturnFlags::CTRUNC)
     {
         // Oversized: the fds (if any) are dropped here, the message refused.
-        return Ok(Recv::Msg(usize::MAX, Vec::new()));
+        return Ok(Recv::Msg(usize::MAX, Vec::new(), None));
     }
-    Ok(Recv::Msg(r.bytes, fds))
+    Ok(Recv::Msg(r.bytes, fds, pid))
+}
+
+/// Ask the kernel to attach the sender's credentials to every message this
+/// socket receives from now on. Set it before the peer sends: the kernel
+/// decides at send time.
+pub fn set_passcred(sock: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(rustix::net::sockopt::set_socket_passcred(sock, true)?)
+}
+
+/// A pidfd for process `pid`: readable once the process has exited.
+pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad pid"))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// The pid of the process that created the peer end of `sock`, as the kernel

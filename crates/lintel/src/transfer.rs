@@ -42,10 +42,9 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
             pid: 0,
         },
         Inner::Remote(rd) => {
-            let ticket = match rd.conn.request(|req| Ctl::Mint { req, grant: rd.grant }, &[]) {
-                Some(Answer::Minted(Some(fd))) => fd,
-                Some(_) => return Err(CallError::BadDoor),
-                None => return Err(CallError::PeerDied),
+            let ticket = match rd.conn.request(|req| Ctl::Mint { req, grant: rd.grant }, &[])? {
+                Answer::Minted(Some(fd)) => fd,
+                _ => return Err(CallError::BadDoor),
             };
             tickets.push(ticket);
             WireDoor {
@@ -72,35 +71,40 @@ fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Res
                 .get_mut(w.idx as usize)
                 .and_then(Option::take)
                 .ok_or(CallError::BadMessage("door ticket missing"))?;
-            redeem(fd, w.pid)
+            redeem(conn, fd, w.pid)
         }
         _ => Err(CallError::BadMessage("unknown door descriptor")),
     }
 }
 
-fn redeem(ticket: OwnedFd, pid: u32) -> Result<Door, CallError> {
+/// Turn a ticket received from `from` into a door. The kernel, not the
+/// sender, says which domain made the ticket (`SO_PEERCRED` of a socket
+/// pair names its creator); `pid`, the server the sender names, must agree.
+fn redeem(from: &Arc<Conn>, ticket: OwnedFd, pid: u32) -> Result<Door, CallError> {
     let d = domain::get();
-    if pid == d.pid {
+    let maker =
+        sys::peer_pid(ticket.as_fd()).map_err(|_| CallError::BadMessage("door ticket is not a socket"))?;
+    if pid != 0 && maker != pid {
+        return Err(CallError::BadMessage("ticket not made by the domain it names"));
+    }
+    if maker == d.pid {
         // One of ours came back through other domains.
         let t = d.take_ticket(ticket.as_fd()).ok_or(CallError::BadDoor)?;
         return Ok(Door(Inner::Local(t.core.clone())));
     }
-    let redeemed = |c: &Arc<Conn>, fds: &[BorrowedFd<'_>]| match c.request(|req| Ctl::Redeem { req }, fds) {
-        Some(Answer::Redeemed(Some(g))) => Ok(Door(Inner::Remote(d.remote_door(c, g)))),
-        Some(_) => Err(CallError::BadDoor),
-        None => Err(CallError::PeerDied),
+    if maker == from.peer_pid() {
+        // A sender passes its own doors by grant, never by ticket: this one
+        // it made itself, and would have us wait on it.
+        return Err(CallError::BadMessage("door ticket forged by its sender"));
+    }
+    let redeemed = |c: &Arc<Conn>, fds: &[BorrowedFd<'_>]| match c.request(|req| Ctl::Redeem { req }, fds)? {
+        Answer::Redeemed(Some(g)) => Ok(Door(Inner::Remote(d.remote_door(c, g)))),
+        _ => Err(CallError::BadDoor),
     };
-    if pid != 0 {
-        if let Some(c) = d.conn_to(pid) {
-            return redeemed(&c, &[ticket.as_fd()]);
-        }
+    if let Some(c) = d.conn_to(maker) {
+        return redeemed(&c, &[ticket.as_fd()]);
     }
-    // No connection to the server yet: the ticket becomes one. The kernel
-    // says who made the socket pair; a sender naming someone else lied.
-    let maker = sys::peer_pid(ticket.as_fd()).map_err(|e| CallError::Local(e.to_string()))?;
-    if pid != 0 && maker != pid {
-        return Err(CallError::BadMessage("ticket not made by the domain it names"));
-    }
+    // No connection to the server yet: the ticket becomes one.
     let c = d
         .add_conn(ticket, Some(maker))
         .map_err(|e| CallError::Local(e.to_string()))?;
