@@ -1,12 +1,8 @@
 //! Door semantics across real processes: calls on every path, passing,
 //! third parties, reference counting, revocation.
 
-use std::time::Duration;
-
 use lintel::{CallError, Door, Reply, Request};
 use lintel_tests::{m, Peer};
-
-const WAIT: Duration = Duration::from_secs(5);
 
 #[test]
 fn calls_cross_process_on_fast_and_vanilla_paths() {
@@ -69,7 +65,7 @@ fn doors_pass_both_ways_and_come_back_local() {
         r.data.extend_from_slice(&req.datum.to_le_bytes());
         Ok(())
     });
-    p.call(m::HOLD, b"", &[mine.clone()]).unwrap();
+    p.call(m::HOLD, b"", std::slice::from_ref(&mine)).unwrap();
     let back = p.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
     assert!(back.iter().any(|d| d.same(&mine) && d.is_local()));
     // The peer calls our door through its reference.
@@ -107,7 +103,9 @@ fn third_party_door_is_called_directly() {
         .pop()
         .unwrap();
     // B gets C's door from us and calls it: the answer is C's.
-    let r = b.call(m::CALL_PASSED, b"via-b", &[door_c.clone()]).unwrap();
+    let r = b
+        .call(m::CALL_PASSED, b"via-b", std::slice::from_ref(&door_c))
+        .unwrap();
     assert_eq!(&r.data[..8], &77u64.to_le_bytes());
     assert_eq!(&r.data[8..], b"via-b");
 }

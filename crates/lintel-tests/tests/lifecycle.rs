@@ -53,8 +53,8 @@ fn holder_killed_counts_as_released() {
     let door = counting_door(unrefs.clone());
     let mut a = Peer::start("plain");
     let b = Peer::start("plain");
-    a.call(m::HOLD, b"", &[door.clone()]).unwrap();
-    b.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    a.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
+    b.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
     a.kill();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(unrefs.load(SeqCst), 0, "B still holds it");
@@ -69,7 +69,7 @@ fn third_party_holder_release_reaches_the_server() {
     let b = Peer::start("plain");
     let c = Peer::start("plain");
     // B hands our door on to C (a third party for B): C holds it directly.
-    b.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    b.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
     let b_copy = b.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
     assert!(b_copy[0].same(&door));
     let c_door = c
@@ -79,7 +79,7 @@ fn third_party_holder_release_reaches_the_server() {
         .pop()
         .unwrap();
     drop(c_door);
-    c.call(m::HOLD, b"", &[door.clone()]).unwrap();
+    c.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
     b.call(m::DROP_HELD, b"", &[]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(unrefs.load(SeqCst), 0, "C still holds it");
@@ -98,7 +98,7 @@ fn revoke_fails_every_later_call_and_unreferenced_follows() {
         .doors
         .pop()
         .unwrap();
-    q.call(m::HOLD, b"", &[d.clone()]).unwrap();
+    q.call(m::HOLD, b"", std::slice::from_ref(&d)).unwrap();
     d.call_bytes(b"").unwrap();
     p.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
     assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Revoked);
@@ -149,7 +149,9 @@ fn callee_killed_mid_call_fails_every_caller_promptly() {
 fn caller_killed_mid_call_alerts_the_server_thread() {
     let server = Peer::start("plain");
     let mut client = Peer::start("plain");
-    client.call(m::HOLD, b"", &[server.ctl.clone()]).unwrap();
+    client
+        .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
+        .unwrap();
     // The client calls the server's alertable sleep through its held door.
     let ctl = client.ctl.clone();
     let mut arg = vec![m::SLEEP_ALERTABLE];
@@ -170,7 +172,7 @@ fn death_in_the_middle_of_a_chain() {
     // A (this test) -> B -> C; B dies while C sleeps.
     let c = Peer::start("plain");
     let mut b = Peer::start("plain");
-    b.call(m::HOLD, b"", &[c.ctl.clone()]).unwrap();
+    b.call(m::HOLD, b"", std::slice::from_ref(&c.ctl)).unwrap();
     let ctl = b.ctl.clone();
     let mut arg = vec![m::SLEEP_ALERTABLE];
     arg.extend_from_slice(&30_000u64.to_le_bytes());
@@ -196,7 +198,7 @@ fn death_in_the_middle_of_a_chain() {
 fn alert_propagates_to_the_server_thread() {
     let c = Peer::start("plain");
     let b = Peer::start("plain");
-    b.call(m::HOLD, b"", &[c.ctl.clone()]).unwrap();
+    b.call(m::HOLD, b"", std::slice::from_ref(&c.ctl)).unwrap();
     let ctl = b.ctl.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let t = std::thread::spawn(move || {
@@ -237,7 +239,7 @@ fn calls_from_many_threads_in_many_processes_run_in_parallel() {
     let server = Peer::start("plain");
     let clients: Vec<Peer> = (0..3).map(|_| Peer::start("plain")).collect();
     for c in &clients {
-        c.call(m::HOLD, b"", &[server.ctl.clone()]).unwrap();
+        c.call(m::HOLD, b"", std::slice::from_ref(&server.ctl)).unwrap();
     }
     let mut ts = Vec::new();
     for c in &clients {

@@ -43,11 +43,11 @@ struct Grant {
 impl Grants {
     fn grant(&mut self, core: &Arc<DoorCore>) -> u32 {
         let key = Arc::as_ptr(core) as usize;
-        if let Some(&g) = self.by_door.get(&key) {
-            if let Some(e) = &mut self.entries[g as usize] {
-                e.count = e.count.saturating_add(1);
-                return g;
-            }
+        if let Some(&g) = self.by_door.get(&key)
+            && let Some(e) = &mut self.entries[g as usize]
+        {
+            e.count = e.count.saturating_add(1);
+            return g;
         }
         core.add_holder();
         let e = Some(Grant {
@@ -345,10 +345,10 @@ impl Conn {
             }
             Ctl::Kick { slot } => {
                 let inb = self.inb.lock().clone();
-                if let Some(inb) = inb {
-                    if (slot as usize) < abi::SLOTS {
-                        domain.pool.kick(self.clone(), inb, slot);
-                    }
+                if let Some(inb) = inb
+                    && (slot as usize) < abi::SLOTS
+                {
+                    domain.pool.kick(self.clone(), inb, slot);
                 }
             }
             Ctl::Alert { slot } => {

@@ -79,10 +79,12 @@ impl InArea {
 
     /// The caller on `slot` was alerted: alert the thread serving it.
     pub fn alert(&self, slot: u32) {
-        if let Some(ss) = self.slots.get(slot as usize) {
-            if let Some(sh) = ss.shuttle.lock().clone() {
-                sh.alert();
-            }
+        let sh = self
+            .slots
+            .get(slot as usize)
+            .and_then(|ss| ss.shuttle.lock().clone());
+        if let Some(sh) = sh {
+            sh.alert();
         }
     }
 

@@ -25,15 +25,15 @@ impl Shuttle {
         self.alerted.store(1, SeqCst);
         sys::futex_wake(&self.alerted, u32::MAX);
         let conn = self.out_conn.load(SeqCst);
-        if conn != 0 {
-            if let Some(c) = crate::domain::get().conn_by_id(conn) {
-                c.send(
-                    &Ctl::Alert {
-                        slot: self.out_slot.load(SeqCst),
-                    },
-                    &[],
-                );
-            }
+        if conn != 0
+            && let Some(c) = crate::domain::get().conn_by_id(conn)
+        {
+            c.send(
+                &Ctl::Alert {
+                    slot: self.out_slot.load(SeqCst),
+                },
+                &[],
+            );
         }
     }
 }

@@ -26,7 +26,7 @@ impl Spinner {
             return false;
         }
         self.turns = self.turns.wrapping_add(1);
-        if self.turns % 64 == 0 {
+        if self.turns.is_multiple_of(64) {
             let now = Instant::now();
             match self.start {
                 None => self.start = Some(now),

@@ -117,11 +117,11 @@ impl std::fmt::Display for CallStats {
             "{:<10} {:>10} {:>6} {:>8} {:>10} {:>10} {:>9}",
             "path", "calls", "%", "failed", "w/ doors", "ret doors", "served"
         )?;
-        for p in 0..PATHS {
+        for (p, name) in PATH_NAMES.iter().enumerate() {
             writeln!(
                 f,
                 "{:<10} {:>10} {:>5.1}% {:>8} {:>10} {:>10} {:>9}",
-                PATH_NAMES[p],
+                name,
                 self.calls[p],
                 pct(self.calls[p]),
                 self.failed[p],

@@ -29,7 +29,7 @@ unsafe impl Sync for Slot {}
 impl Slot {
     /// The slot at byte `offset` of `map`; `None` if it does not fit.
     pub fn new(map: Arc<Mapping>, offset: usize) -> Option<Slot> {
-        if offset % 64 != 0 || offset.checked_add(SLOT_SIZE)? > map.len() {
+        if !offset.is_multiple_of(64) || offset.checked_add(SLOT_SIZE)? > map.len() {
             return None;
         }
         // SAFETY: offset + SLOT_SIZE <= len, so the result stays in bounds.
@@ -40,7 +40,7 @@ impl Slot {
     /// The 32-bit word at `off` (4-aligned, inside the slot).
     #[inline(always)]
     pub fn word(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= SLOT_SIZE);
+        assert!(off.is_multiple_of(4) && off + 4 <= SLOT_SIZE);
         // SAFETY: in bounds and aligned (checked above; base is 64-aligned);
         // AtomicU32 has the layout of u32 and tolerates concurrent writers;
         // the reference borrows `self`, which keeps the mapping alive.
@@ -59,7 +59,7 @@ impl Slot {
 
     #[inline(always)]
     fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= SLOT_SIZE);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= SLOT_SIZE);
         // SAFETY: as for `word`, with 8-byte alignment (callers pass
         // 8-aligned offsets, checked by `range`).
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
@@ -75,7 +75,7 @@ impl Slot {
     #[inline(always)]
     fn range(off: usize, len: usize) {
         assert!(
-            off % 8 == 0 && off + len <= SLOT_SIZE,
+            off.is_multiple_of(8) && off + len <= SLOT_SIZE,
             "slot access out of bounds"
         );
     }
