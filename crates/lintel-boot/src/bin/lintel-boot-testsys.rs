@@ -1,0 +1,98 @@
+//! A tiny system for lintel-boot's tests: three services on raw doors and a
+//! driver, placed by whatever manifest the test writes.
+//!
+//! - `counter`: adds the 8-byte little-endian argument, returns the total.
+//! - `greeter`: looks up `counter` when built; `g NAME` returns
+//!   `hello, NAME (#N)` counting greetings in `counter`; `w` says whether
+//!   its counter door is local.
+//! - `bomb`: aborts its domain when called.
+//! - `driver` (root): runs the script `LINTEL_TESTSYS_MODE` names
+//!   (`script`, `crash`, `fail`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lintel::{Door, Fault, Reply, Request};
+use lintel_boot::{BoxError, Context, Registry};
+
+fn counter(_: &Context) -> Result<Door, BoxError> {
+    let total = AtomicU64::new(0);
+    Ok(Door::create(0, move |req: Request<'_>, reply: &mut Reply| {
+        let n: [u8; 8] = req.data.try_into().map_err(|_| Fault(1))?;
+        let t = total.fetch_add(u64::from_le_bytes(n), Ordering::SeqCst) + u64::from_le_bytes(n);
+        reply.data.extend_from_slice(&t.to_le_bytes());
+        Ok(())
+    }))
+}
+
+fn add(counter: &Door, n: u64) -> Result<u64, BoxError> {
+    let r = counter.call_bytes(&n.to_le_bytes())?;
+    Ok(u64::from_le_bytes(r.as_slice().try_into()?))
+}
+
+fn greeter(ctx: &Context) -> Result<Door, BoxError> {
+    let counter = ctx.lookup("counter")?;
+    Ok(Door::create(0, move |req: Request<'_>, reply: &mut Reply| {
+        match req.data.split_first() {
+            Some((b'g', name)) => {
+                let n = add(&counter, 1).map_err(|_| Fault(2))?;
+                let name = String::from_utf8_lossy(name);
+                reply
+                    .data
+                    .extend_from_slice(format!("hello, {name} (#{n})").as_bytes());
+            }
+            Some((b'w', _)) => reply
+                .data
+                .extend_from_slice(counter.is_local().to_string().as_bytes()),
+            _ => return Err(Fault(1)),
+        }
+        Ok(())
+    }))
+}
+
+fn bomb(_: &Context) -> Result<Door, BoxError> {
+    Ok(Door::create(0, |_: Request<'_>, _: &mut Reply| {
+        std::process::abort()
+    }))
+}
+
+fn driver(ctx: &Context) -> Result<(), BoxError> {
+    let mode = std::env::var("LINTEL_TESTSYS_MODE").unwrap_or_else(|_| "script".into());
+    if mode == "fail" {
+        return Err("the driver failed on purpose".into());
+    }
+    let greeter = ctx.lookup("greeter")?;
+    let counter = ctx.lookup("counter")?;
+    for name in ["alice", "bob"] {
+        let r = greeter.call_bytes(format!("g{name}").as_bytes())?;
+        println!("greet {name} -> {}", String::from_utf8_lossy(&r));
+    }
+    println!("count +5 -> {}", add(&counter, 5)?);
+    println!("local: driver->counter {}", counter.is_local());
+    println!(
+        "local: greeter->counter {}",
+        String::from_utf8_lossy(&greeter.call_bytes(b"w")?)
+    );
+    println!(
+        "lookup missing -> {}",
+        ctx.lookup_within("missing", Duration::from_millis(100))
+            .unwrap_err()
+    );
+    if mode == "crash" {
+        let bomb = ctx.lookup("bomb")?;
+        println!("bomb -> {}", bomb.call_bytes(b"boom").unwrap_err());
+        std::thread::sleep(Duration::from_millis(300));
+        println!("count +1 -> {}", add(&counter, 1)?);
+        println!("lookup bomb -> {}", ctx.lookup("bomb").unwrap_err());
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let mut reg = Registry::new();
+    reg.service("counter", counter)
+        .service("greeter", greeter)
+        .service("bomb", bomb)
+        .driver("driver", driver);
+    lintel_boot::main(reg)
+}

@@ -1,0 +1,539 @@
+//! The placement manifest: which domains exist, which services each hosts,
+//! and each domain's settings. Parsed and checked in full against the
+//! [`Registry`] before any process starts, so that a placement mistake is a
+//! message naming the line, never a half-started system.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::registry::{Kind, Registry};
+
+/// Most server threads a manifest may ask for in one domain.
+pub const MAX_THREADS_LIMIT: usize = 4096;
+
+/// A checked manifest: every service is registered and placed once, every
+/// domain hosts at least one, and the root (if any) is a placed driver.
+///
+/// ```
+/// use lintel_boot::{Manifest, Registry};
+/// let mut reg = Registry::new();
+/// reg.service("clock", |_| Ok(lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()))));
+/// let m = Manifest::parse("[domain.time]\nservices = [\"clock\"]\n", "example.toml".as_ref(), &reg).unwrap();
+/// assert_eq!(m.domains[0].name, "time");
+/// assert_eq!(m.domain_of("clock").unwrap().name, "time");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The system's name (the `system` key, else the file's stem).
+    pub system: String,
+    /// The driver whose return ends the system, if any.
+    pub root: Option<String>,
+    /// Where the supervisor listens for tools such as `stats`.
+    pub socket: PathBuf,
+    /// Domains in the order the file lists them (and they are started).
+    pub domains: Vec<DomainSpec>,
+}
+
+/// One domain of a [`Manifest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainSpec {
+    pub name: String,
+    /// Services it hosts, in the order listed.
+    pub services: Vec<String>,
+    /// Server-thread limit ([`lintel::set_max_server_threads`]); runtime default if `None`.
+    pub max_threads: Option<usize>,
+    /// Spin policy ([`lintel::set_spin`]); runtime default if `None`.
+    pub spin: Option<bool>,
+}
+
+impl Manifest {
+    /// Read and check the manifest at `path`.
+    pub fn load(path: &Path, registry: &Registry) -> Result<Manifest, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+            file: path.display().to_string(),
+            problems: vec![Problem {
+                line: 0,
+                column: 0,
+                message: format!("cannot read the manifest: {e}"),
+            }],
+        })?;
+        Manifest::parse(&text, path, registry)
+    }
+
+    /// Check manifest `text`; `path` names it in messages and anchors a
+    /// relative `socket` path.
+    pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Manifest, ManifestError> {
+        let mut diag = Diag {
+            text,
+            problems: Vec::new(),
+        };
+        let raw: RawManifest = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                diag.at(e.span(), e.message().trim_end().to_string());
+                return Err(diag.into_error(path));
+            }
+        };
+        let manifest = check(&raw, path, registry, &mut diag);
+        if diag.problems.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(diag.into_error(path))
+        }
+    }
+
+    /// The domain hosting `service`.
+    pub fn domain_of(&self, service: &str) -> Option<&DomainSpec> {
+        self.domains
+            .iter()
+            .find(|d| d.services.iter().any(|s| s == service))
+    }
+
+    /// The domain named `name`.
+    pub fn domain(&self, name: &str) -> Option<&DomainSpec> {
+        self.domains.iter().find(|d| d.name == name)
+    }
+}
+
+/// Why a manifest was refused: every problem found, each with its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    /// The manifest's path as given.
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+/// One problem in a manifest. `line` and `column` count from 1 (0: the
+/// whole file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            if p.line == 0 {
+                write!(f, "{}: {}", self.file, p.message)?;
+            } else {
+                write!(f, "{}:{}:{}: {}", self.file, p.line, p.column, p.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    system: Option<Spanned<String>>,
+    root: Option<Spanned<String>>,
+    socket: Option<Spanned<String>>,
+    #[serde(default)]
+    domain: HashMap<Spanned<String>, RawDomain>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDomain {
+    services: Spanned<Vec<Spanned<String>>>,
+    max_threads: Option<Spanned<i64>>,
+    spin: Option<Spanned<Spin>>,
+}
+
+/// `spin = true | false | "on" | "off"`.
+struct Spin(bool);
+
+impl<'de> Deserialize<'de> for Spin {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Spin, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Spin;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("true, false, \"on\" or \"off\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Spin, E> {
+                Ok(Spin(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Spin, E> {
+                match v {
+                    "on" => Ok(Spin(true)),
+                    "off" => Ok(Spin(false)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+struct Diag<'a> {
+    text: &'a str,
+    problems: Vec<Problem>,
+}
+
+impl Diag<'_> {
+    fn at(&mut self, span: Option<Range<usize>>, message: String) {
+        let (line, column) = match span {
+            Some(s) => self.line_col(s.start),
+            None => (0, 0),
+        };
+        self.problems.push(Problem {
+            line,
+            column,
+            message,
+        });
+    }
+
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        (line, column)
+    }
+
+    fn line_of(&self, span: Range<usize>) -> usize {
+        self.line_col(span.start).0
+    }
+
+    fn into_error(mut self, path: &Path) -> ManifestError {
+        self.problems.sort_by_key(|p| (p.line, p.column));
+        ManifestError {
+            file: path.display().to_string(),
+            problems: self.problems,
+        }
+    }
+}
+
+/// A name usable for a system or domain: it appears in command lines, in
+/// name-service names and in socket paths.
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_>) -> Manifest {
+    let system = match &raw.system {
+        Some(s) => {
+            if !valid_name(s.get_ref()) {
+                diag.at(
+                    Some(s.span()),
+                    format!(
+                        "system name `{}` must be 1-64 letters, digits, `-` or `_`",
+                        s.get_ref()
+                    ),
+                );
+            }
+            s.get_ref().clone()
+        }
+        None => {
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let cleaned: String = stem
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(64)
+                .collect();
+            if cleaned.is_empty() {
+                "lintel".into()
+            } else {
+                cleaned
+            }
+        }
+    };
+
+    // Domains in file order (the map does not keep it; the spans do).
+    let mut raw_domains: Vec<_> = raw.domain.iter().collect();
+    raw_domains.sort_by_key(|(k, _)| k.span().start);
+    if raw_domains.is_empty() {
+        diag.at(
+            None,
+            "no domains: add at least one `[domain.NAME]` table with `services = [...]`".into(),
+        );
+    }
+
+    let known = || {
+        let names: Vec<&str> = registry.names().collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(", ")
+        }
+    };
+    let mut placed: HashMap<&str, (&str, Range<usize>)> = HashMap::new();
+    let mut domains = Vec::new();
+    for (key, d) in raw_domains {
+        let name = key.get_ref();
+        if !valid_name(name) {
+            diag.at(
+                Some(key.span()),
+                format!("domain name `{name}` must be 1-64 letters, digits, `-` or `_`"),
+            );
+        }
+        if d.services.get_ref().is_empty() {
+            diag.at(
+                Some(d.services.span()),
+                format!("domain `{name}` hosts no services; list at least one or remove the domain"),
+            );
+        }
+        for s in d.services.get_ref() {
+            let svc = s.get_ref().as_str();
+            match registry.kind(svc) {
+                None => diag.at(
+                    Some(s.span()),
+                    format!("unknown service `{svc}` (registered: {})", known()),
+                ),
+                Some(Kind::Driver(_)) if raw.root.as_ref().map(|r| r.get_ref().as_str()) != Some(svc) => {
+                    diag.at(
+                        Some(s.span()),
+                        format!(
+                            "service `{svc}` is a driver (it has a run function) and can only be placed as the root: set `root = \"{svc}\"`"
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
+            if let Some((other, first)) = placed.get(svc) {
+                let msg = format!(
+                    "service `{svc}` is placed twice: in domain `{other}` (line {}) and in domain `{name}`",
+                    diag.line_of(first.clone())
+                );
+                diag.at(Some(s.span()), msg);
+            } else {
+                placed.insert(svc, (name.as_str(), s.span()));
+            }
+        }
+        let max_threads = d.max_threads.as_ref().and_then(|n| {
+            let v = *n.get_ref();
+            if v < 1 || v as u64 > MAX_THREADS_LIMIT as u64 {
+                diag.at(
+                    Some(n.span()),
+                    format!("max_threads = {v} is out of range (1 to {MAX_THREADS_LIMIT})"),
+                );
+                None
+            } else {
+                Some(v as usize)
+            }
+        });
+        domains.push(DomainSpec {
+            name: name.clone(),
+            services: d.services.get_ref().iter().map(|s| s.get_ref().clone()).collect(),
+            max_threads,
+            spin: d.spin.as_ref().map(|s| s.get_ref().0),
+        });
+    }
+
+    let root = raw.root.as_ref().map(|r| {
+        let svc = r.get_ref().as_str();
+        match registry.kind(svc) {
+            None => diag.at(
+                Some(r.span()),
+                format!("unknown root service `{svc}` (registered: {})", known()),
+            ),
+            Some(Kind::Service(_)) => diag.at(
+                Some(r.span()),
+                format!("root service `{svc}` has no run function: register it with Registry::driver"),
+            ),
+            Some(Kind::Driver(_)) if !placed.contains_key(svc) => diag.at(
+                Some(r.span()),
+                format!("root service `{svc}` is not placed in any domain"),
+            ),
+            Some(Kind::Driver(_)) => {}
+        }
+        svc.to_string()
+    });
+
+    let socket = match &raw.socket {
+        Some(s) => {
+            let p = Path::new(s.get_ref());
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            };
+            // sun_path holds 108 bytes including the terminating NUL.
+            if p.as_os_str().len() >= 108 {
+                diag.at(
+                    Some(s.span()),
+                    format!(
+                        "socket path `{}` is longer than a Unix socket path may be (107 bytes)",
+                        p.display()
+                    ),
+                );
+            }
+            p
+        }
+        None => default_socket(&system),
+    };
+
+    Manifest {
+        system,
+        root,
+        socket,
+        domains,
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/lintel-SYSTEM.sock`, else `/tmp/lintel-UID-SYSTEM.sock`.
+fn default_socket(system: &str) -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join(format!("lintel-{system}.sock")),
+        _ => PathBuf::from(format!(
+            "/tmp/lintel-{}-{system}.sock",
+            rustix::process::geteuid().as_raw()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lintel::Door;
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        let nop = |_: &crate::Context| {
+            Ok(Door::create(
+                0,
+                |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()),
+            ))
+        };
+        r.service("kv", nop).service("clock", nop);
+        r.driver("shell", |_| Ok(()));
+        r
+    }
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(text, Path::new("m.toml"), &registry())
+    }
+
+    #[test]
+    fn good_manifest() {
+        let m = parse(
+            "system = \"demo\"\nroot = \"shell\"\nsocket = \"/tmp/x.sock\"\n\
+             [domain.b]\nservices = [\"kv\"]\nmax_threads = 4\nspin = \"off\"\n\
+             [domain.a]\nservices = [\"clock\", \"shell\"]\nspin = true\n",
+        )
+        .unwrap();
+        assert_eq!(m.system, "demo");
+        assert_eq!(m.root.as_deref(), Some("shell"));
+        assert_eq!(m.socket, PathBuf::from("/tmp/x.sock"));
+        let names: Vec<_> = m.domains.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["b", "a"], "file order is kept");
+        assert_eq!(m.domains[0].max_threads, Some(4));
+        assert_eq!(m.domains[0].spin, Some(false));
+        assert_eq!(m.domains[1].spin, Some(true));
+        assert_eq!(m.domain_of("shell").unwrap().name, "a");
+    }
+
+    #[test]
+    fn unknown_key_names_its_line() {
+        let e = parse("[domain.a]\nservices = [\"kv\"]\nmax_thread = 3\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("m.toml:3:"), "{s}");
+        assert!(s.contains("max_thread"), "{s}");
+    }
+
+    #[test]
+    fn semantic_errors_all_reported_with_lines() {
+        let e = parse(
+            "root = \"kv\"\n[domain.a]\nservices = [\"kv\", \"nope\"]\n[domain.b]\nservices = [\"kv\"]\n\
+             [domain.c]\nservices = []\n[domain.d]\nservices = [\"clock\"]\nmax_threads = 0\n",
+        )
+        .unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("m.toml:1:8: root service `kv` has no run function"),
+            "{s}"
+        );
+        assert!(s.contains("m.toml:3:19: unknown service `nope`"), "{s}");
+        assert!(
+            s.contains("m.toml:5:13: service `kv` is placed twice: in domain `a` (line 3) and in domain `b`"),
+            "{s}"
+        );
+        assert!(s.contains("m.toml:7:12: domain `c` hosts no services"), "{s}");
+        assert!(s.contains("m.toml:10:15: max_threads = 0 is out of range"), "{s}");
+        assert_eq!(e.problems.len(), 5);
+    }
+
+    #[test]
+    fn root_must_be_placed_driver() {
+        let s = parse("root = \"shell\"\n[domain.a]\nservices = [\"kv\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("m.toml:1:8: root service `shell` is not placed"),
+            "{s}"
+        );
+        let s = parse("[domain.a]\nservices = [\"shell\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("m.toml:2:13: service `shell` is a driver"), "{s}");
+    }
+
+    #[test]
+    fn no_domains_and_bad_names() {
+        let s = parse("system = \"x\"\n").unwrap_err().to_string();
+        assert!(s.contains("no domains"), "{s}");
+        let s = parse("[domain.\"a b\"]\nservices = [\"kv\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("m.toml:1:9: domain name `a b`"), "{s}");
+        let s = parse("[domain.a]\nservices = [\"kv\"]\nspin = \"sometimes\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(s.starts_with("m.toml:3:"), "{s}");
+    }
+
+    #[test]
+    fn duplicate_domain_is_a_parse_error() {
+        let s = parse("[domain.a]\nservices = [\"kv\"]\n[domain.a]\nservices = [\"clock\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(s.starts_with("m.toml:3:"), "{s}");
+    }
+
+    #[test]
+    fn default_socket_and_system_from_file_name() {
+        let m = Manifest::parse(
+            "[domain.a]\nservices = [\"kv\"]\n",
+            Path::new("/x/my sys.toml"),
+            &registry(),
+        )
+        .unwrap();
+        assert_eq!(m.system, "my_sys");
+        assert!(
+            m.socket.to_string_lossy().ends_with("lintel-my_sys.sock")
+                || m.socket.to_string_lossy().contains("-my_sys.sock")
+        );
+        let m = Manifest::parse(
+            "socket = \"run/s.sock\"\n[domain.a]\nservices = [\"kv\"]\n",
+            Path::new("/x/y.toml"),
+            &registry(),
+        )
+        .unwrap();
+        assert_eq!(m.socket, PathBuf::from("/x/run/s.sock"));
+    }
+}

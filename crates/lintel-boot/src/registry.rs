@@ -1,0 +1,156 @@
+//! The service registry: every service the binary can host, by name. The
+//! same registry runs in every domain (the binary re-executes itself), so a
+//! manifest can place any service anywhere without a code change.
+
+use std::time::Duration;
+
+use lintel::Door;
+
+use crate::names::{NameError, Names};
+
+/// Any error a service or driver returns.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type Factory = Box<dyn Fn(&Context) -> Result<Door, BoxError> + Send + Sync>;
+type Driver = Box<dyn Fn(&Context) -> Result<(), BoxError> + Send + Sync>;
+
+pub(crate) enum Kind {
+    /// Builds the service's door.
+    Service(Factory),
+    /// Runs the system (the manifest's root); serves no door.
+    Driver(Driver),
+}
+
+/// Services by name.
+///
+/// ```
+/// use lintel::{Door, Reply, Request};
+/// use lintel_boot::Registry;
+/// let mut reg = Registry::new();
+/// reg.service("echo", |_ctx| {
+///     Ok(Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+///         reply.data.extend_from_slice(req.data);
+///         Ok(())
+///     }))
+/// });
+/// reg.driver("main", |ctx| {
+///     let echo = ctx.lookup("echo")?;
+///     println!("{:?}", echo.call_bytes(b"hi")?);
+///     Ok(())
+/// });
+/// assert_eq!(reg.names().collect::<Vec<_>>(), ["echo", "main"]);
+/// ```
+#[derive(Default)]
+pub struct Registry {
+    entries: Vec<(String, Kind)>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Register a service: `factory` builds its door in the domain the
+    /// manifest places it in, once, at boot. It may look up other services
+    /// through the [`Context`] (waiting for them to start).
+    ///
+    /// Panics if `name` is already registered or is not 1-64 letters,
+    /// digits, `-`, `_` or `.` (names are fixed at build time, so either is
+    /// a bug in the program).
+    pub fn service(
+        &mut self,
+        name: &str,
+        factory: impl Fn(&Context) -> Result<Door, BoxError> + Send + Sync + 'static,
+    ) -> &mut Registry {
+        self.add(name, Kind::Service(Box::new(factory)))
+    }
+
+    /// Register a driver: a service without a door whose `run` drives the
+    /// system. A manifest places it as its `root`; when `run` returns the
+    /// system shuts down, with exit status 0 for `Ok` and 1 for `Err`.
+    ///
+    /// Panics as [`Registry::service`] does.
+    pub fn driver(
+        &mut self,
+        name: &str,
+        run: impl Fn(&Context) -> Result<(), BoxError> + Send + Sync + 'static,
+    ) -> &mut Registry {
+        self.add(name, Kind::Driver(Box::new(run)))
+    }
+
+    /// Registered names, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(n, _)| n.as_str())
+    }
+
+    pub(crate) fn kind(&self, name: &str) -> Option<&Kind> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, k)| k)
+    }
+
+    fn add(&mut self, name: &str, kind: Kind) -> &mut Registry {
+        assert!(
+            valid_service_name(name),
+            "lintel-boot: service name {name:?} must be 1-64 letters, digits, `-`, `_` or `.`"
+        );
+        assert!(
+            self.kind(name).is_none(),
+            "lintel-boot: service {name:?} is registered twice"
+        );
+        self.entries.push((name.to_string(), kind));
+        self
+    }
+}
+
+pub(crate) fn valid_service_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// What a service's factory (or a driver) is given: where it runs, and the
+/// name service.
+pub struct Context {
+    pub(crate) system: String,
+    pub(crate) domain: String,
+    pub(crate) service: String,
+    pub(crate) names: Names,
+}
+
+impl Context {
+    /// How long [`Context::lookup`] waits for a service to be bound.
+    pub const LOOKUP_WAIT: Duration = Duration::from_secs(10);
+
+    /// The system's name (from the manifest).
+    pub fn system(&self) -> &str {
+        &self.system
+    }
+
+    /// The domain this code runs in.
+    pub fn domain(&self) -> &str {
+        &self.domain
+    }
+
+    /// The service being built (or the driver being run).
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The door bound to `name`, waiting up to [`Context::LOOKUP_WAIT`] for
+    /// a service that has not started yet. A service hosted in this domain
+    /// comes back as its local door ([`Door::is_local`]), so calls on it
+    /// are direct calls.
+    pub fn lookup(&self, name: &str) -> Result<Door, NameError> {
+        self.names.lookup(name)
+    }
+
+    /// Like [`Context::lookup`] with another bound on the wait.
+    pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
+        self.names.lookup_within(name, wait)
+    }
+
+    /// The name service itself, e.g. to bind more names or list them.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+}

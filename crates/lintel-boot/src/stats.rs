@@ -1,0 +1,161 @@
+//! Call statistics of a running system. Each domain serves a stats door,
+//! bound as `domain/<name>/stats`; the `stats` command connects to the
+//! supervisor's socket, looks every one up and prints what it returns.
+//!
+//! A stats reply is `[len: u32 LE][CallStats bytes][pool: 5 × u64 LE]`:
+//! the runtime's call counts ([`lintel::stats::CallStats`]) and the state
+//! of the domain's server-thread pool.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use lintel::stats::CallStats;
+
+use crate::names::{NameError, Names};
+
+/// One domain's statistics, as the stats door returns them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainStats {
+    /// The domain's name.
+    pub domain: String,
+    /// Its process.
+    pub pid: u32,
+    /// Calls it made and served, per path and size.
+    pub calls: CallStats,
+    /// Server threads: running, idle, queued calls, limit, shortages.
+    pub pool: [u64; 5],
+}
+
+/// Why `stats` could not report.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("cannot connect to the system at {path}: {err} (is it running?)")]
+    Connect { path: String, err: lintel::BootError },
+    #[error("the supervisor offered no name-service door")]
+    NoNameService,
+    #[error("{0}")]
+    Names(#[from] NameError),
+    #[error("domain `{0}` sent malformed statistics")]
+    Malformed(String),
+    #[error("calling the stats door of domain `{domain}` failed: {err}")]
+    Call { domain: String, err: lintel::CallError },
+    #[error("writing the report failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// This domain's statistics, encoded for the stats door.
+pub(crate) fn encode_local() -> Vec<u8> {
+    let calls = lintel::stats::snapshot().to_bytes();
+    let p = lintel::pool::stats();
+    let mut out = Vec::with_capacity(4 + calls.len() + 40);
+    out.extend_from_slice(&(calls.len() as u32).to_le_bytes());
+    out.extend_from_slice(&calls);
+    for v in [
+        p.threads as u64,
+        p.idle as u64,
+        p.queued as u64,
+        p.limit as u64,
+        p.shortages,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+fn decode(domain: &str, pid: u32, b: &[u8]) -> Option<DomainStats> {
+    let len = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    let calls = CallStats::from_bytes(b.get(4..4usize.checked_add(len)?)?)?;
+    let rest = b.get(4 + len..)?;
+    if rest.len() != 40 {
+        return None;
+    }
+    let mut pool = [0u64; 5];
+    for (i, v) in pool.iter_mut().enumerate() {
+        *v = u64::from_le_bytes(rest[i * 8..i * 8 + 8].try_into().ok()?);
+    }
+    Some(DomainStats {
+        domain: domain.to_string(),
+        pid,
+        calls,
+        pool,
+    })
+}
+
+/// Connect to the system whose supervisor listens at `socket` and collect
+/// every domain's statistics, in name order.
+///
+/// ```no_run
+/// for d in lintel_boot::collect_stats("/tmp/lintel-demo.sock".as_ref()).unwrap() {
+///     println!("{} (pid {}):\n{}", d.domain, d.pid, d.calls);
+/// }
+/// ```
+pub fn collect_stats(socket: &Path) -> Result<Vec<DomainStats>, StatsError> {
+    let mut doors = lintel::boot::connect(socket, &[]).map_err(|err| StatsError::Connect {
+        path: socket.display().to_string(),
+        err,
+    })?;
+    if doors.len() != 1 {
+        return Err(StatsError::NoNameService);
+    }
+    let names = Names::new(doors.remove(0));
+    let mut out = Vec::new();
+    for name in names.list("domain/")? {
+        let Some(domain) = name
+            .strip_prefix("domain/")
+            .and_then(|r| r.strip_suffix("/stats"))
+        else {
+            continue;
+        };
+        let door = match names.lookup_within(&name, Duration::ZERO) {
+            Ok(d) => d,
+            // The domain exited between list and lookup.
+            Err(NameError::Gone { .. } | NameError::NotBound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let bytes = door.call_bytes(&[]).map_err(|err| StatsError::Call {
+            domain: domain.to_string(),
+            err,
+        })?;
+        out.push(
+            decode(domain, door.server_pid(), &bytes).ok_or_else(|| StatsError::Malformed(domain.into()))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Print [`collect_stats`] for `socket` to `out`.
+pub fn print_stats(socket: &Path, out: &mut impl Write) -> Result<(), StatsError> {
+    let all = collect_stats(socket)?;
+    for (i, d) in all.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        let [threads, idle, queued, limit, shortages] = d.pool;
+        writeln!(out, "== domain {} (pid {}) ==", d.domain, d.pid)?;
+        writeln!(
+            out,
+            "server threads: {threads} (idle {idle}, queued {queued}, limit {limit}, shortages {shortages})"
+        )?;
+        write!(out, "{}", d.calls)?;
+    }
+    if all.is_empty() {
+        writeln!(out, "no domains are running")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let b = encode_local();
+        let d = decode("x", 1, &b).unwrap();
+        assert_eq!(d.domain, "x");
+        assert!(d.pool[3] >= 1, "limit is at least 1");
+        assert!(decode("x", 1, &b[..b.len() - 1]).is_none());
+        assert!(decode("x", 1, &[255, 255, 255, 255]).is_none());
+    }
+}

@@ -1,0 +1,399 @@
+//! Boots real systems of the test binary `lintel-boot-testsys` (one process
+//! per domain) and checks what a user sees: answers, messages, statuses,
+//! and that nothing is left running.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_lintel-boot-testsys");
+
+/// A fresh folder for one test's manifest and socket.
+fn scratch() -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lintel-boot-t{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Write a manifest whose socket is in `dir`.
+fn manifest(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, format!("socket = \"{name}.sock\"\n{body}")).unwrap();
+    path
+}
+
+/// Run to completion (bounded: a hang fails the test instead of blocking it).
+fn run(args: &[&str], mode: &str) -> Output {
+    let child = Command::new(EXE)
+        .args(args)
+        .env("LINTEL_TESTSYS_MODE", mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = tx.send(());
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state is Z.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn pids_in(stderr: &str) -> Vec<u32> {
+    stderr
+        .lines()
+        .filter_map(|l| l.split("started (pid ").nth(1))
+        .map(|p| p.trim_end_matches(')').parse().unwrap())
+        .collect()
+}
+
+const COLOCATED: &str =
+    "root = \"driver\"\n[domain.all]\nservices = [\"driver\", \"greeter\", \"counter\"]\n";
+const ISOLATED: &str = "root = \"driver\"\n[domain.a]\nservices = [\"counter\"]\n\
+    [domain.b]\nservices = [\"greeter\"]\nmax_threads = 4\nspin = \"off\"\n\
+    [domain.c]\nservices = [\"driver\"]\n";
+
+#[test]
+fn manifest_errors_name_the_line() {
+    let dir = scratch();
+    let cases = [
+        (
+            "[domain.a]\nservices = [\"counter\"]\nthreads = 3\n",
+            ":4:",
+            "unknown field `threads`",
+        ),
+        (
+            "[domain.a]\nservices = [\"counter\", \"kv\"]\n",
+            ":3:24:",
+            "unknown service `kv` (registered: counter, greeter, bomb, driver)",
+        ),
+        (
+            "[domain.a]\nservices = [\"counter\"]\n[domain.b]\nservices = [\"greeter\", \"counter\"]\n",
+            ":5:24:",
+            "service `counter` is placed twice: in domain `a` (line 3) and in domain `b`",
+        ),
+        (
+            "[domain.a]\nservices = []\n",
+            ":3:12:",
+            "domain `a` hosts no services",
+        ),
+    ];
+    for (i, (body, at, msg)) in cases.iter().enumerate() {
+        let m = manifest(&dir, &format!("bad{i}"), body);
+        let out = run(&["boot", m.to_str().unwrap()], "script");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        let expected = format!("{}{at}", m.display());
+        assert!(err.contains(&expected), "expected {expected:?} in {err}");
+        assert!(err.contains(msg), "expected {msg:?} in {err}");
+        assert!(!err.contains("started"), "nothing starts: {err}");
+        // `check` refuses it the same way.
+        let out = run(&["check", m.to_str().unwrap()], "script");
+        assert_eq!(out.status.code(), Some(2));
+    }
+}
+
+#[test]
+fn colocated_and_isolated_give_the_same_answers() {
+    let dir = scratch();
+    let mut answers = Vec::new();
+    for (name, body, local) in [("co", COLOCATED, "true"), ("iso", ISOLATED, "false")] {
+        let m = manifest(&dir, name, body);
+        let out = run(&["boot", m.to_str().unwrap()], "script");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(stdout.contains("greet bob -> hello, bob (#2)"), "{stdout}");
+        assert!(
+            stdout.contains(&format!("local: driver->counter {local}")),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("local: greeter->counter {local}")),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("lookup missing -> no service `missing` was bound"),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains("root service driver returned (status 0)"),
+            "{stderr}"
+        );
+        let pids = pids_in(&stderr);
+        assert_eq!(pids.len(), if local == "true" { 1 } else { 3 }, "{stderr}");
+        assert!(pids.iter().all(|p| !alive(*p)), "a domain outlived the system");
+        assert!(!dir.join(format!("{name}.sock")).exists(), "socket removed");
+        answers.push(
+            stdout
+                .lines()
+                .filter(|l| !l.starts_with("local:"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    assert_eq!(answers[0], answers[1]);
+}
+
+#[test]
+fn a_crashed_domain_is_reported_and_the_rest_go_on() {
+    let dir = scratch();
+    let m = manifest(
+        &dir,
+        "crash",
+        &ISOLATED.replace("[domain.c]", "[domain.d]\nservices = [\"bomb\"]\n[domain.c]"),
+    );
+    let out = run(&["boot", m.to_str().unwrap()], "crash");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("crash: domain d exited: signal 6 (SIGABRT)"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("bomb -> the domain serving this door died"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("count +1 -> 8"), "others go on: {stdout}");
+    assert!(
+        stdout.contains("lookup bomb -> service `bomb` is gone: its domain `d` exited"),
+        "{stdout}"
+    );
+    assert!(pids_in(&stderr).iter().all(|p| !alive(*p)));
+}
+
+#[test]
+fn the_root_drivers_failure_is_the_exit_status() {
+    let dir = scratch();
+    let m = manifest(&dir, "fail", ISOLATED);
+    let out = run(&["boot", m.to_str().unwrap()], "fail");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("root service `driver` failed: the driver failed on purpose"),
+        "{stderr}"
+    );
+    assert!(pids_in(&stderr).iter().all(|p| !alive(*p)));
+}
+
+/// A system with no root, running until signalled; its stderr as lines.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(m: &Path) -> Running {
+        let mut child = Command::new(EXE)
+            .args(["boot", m.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn wait_for(&mut self, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(100)) {
+                let hit = l.contains(what);
+                self.seen.push(l);
+                if hit {
+                    return;
+                }
+            }
+        }
+        let _ = self.child.kill();
+        panic!("no {what:?} in {:#?}", self.seen);
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        pids_in(&self.seen.join("\n"))
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    fn wait(mut self) -> (Option<i32>, Vec<String>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                self.seen.extend(self.lines.try_iter());
+                return (st.code(), self.seen);
+            }
+            assert!(Instant::now() < deadline, "supervisor did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+const NO_ROOT: &str =
+    "[domain.a]\nservices = [\"counter\"]\n[domain.b]\nservices = [\"greeter\", \"bomb\"]\n";
+
+#[test]
+fn stats_then_clean_shutdown_on_sigterm() {
+    let dir = scratch();
+    let m = manifest(&dir, "stats", NO_ROOT);
+    let mut sys = Running::start(&m);
+    sys.wait_for("system ready: 2 domains");
+    let pids = sys.pids();
+    assert_eq!(pids.len(), 2);
+
+    for args in [
+        vec!["stats", m.to_str().unwrap()],
+        vec!["stats", "--socket", dir.join("stats.sock").to_str().unwrap()],
+    ] {
+        let out = run(&args, "script");
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        assert!(
+            stdout.contains(&format!("== domain a (pid {}) ==", pids[0])),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("== domain b (pid {}) ==", pids[1])),
+            "{stdout}"
+        );
+        assert!(stdout.contains("server threads: "), "{stdout}");
+        for path in ["colocated", "fast", "vanilla"] {
+            assert!(
+                stdout.lines().any(|l| l.starts_with(path)),
+                "{path} row in {stdout}"
+            );
+        }
+    }
+
+    sys.signal("-TERM");
+    let (code, lines) = sys.wait();
+    assert_eq!(code, Some(128 + 15), "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("SIGTERM received, shutting down")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("exited")),
+        "stopping is not a crash: {lines:#?}"
+    );
+    assert!(pids.iter().all(|p| !alive(*p)), "leftover domains");
+    assert!(!dir.join("stats.sock").exists(), "socket removed");
+
+    let out = run(&["stats", m.to_str().unwrap()], "script");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("is it running?"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn sigint_stops_everything_and_a_second_boot_is_refused_meanwhile() {
+    let dir = scratch();
+    let m = manifest(&dir, "twice", NO_ROOT);
+    let mut sys = Running::start(&m);
+    sys.wait_for("system ready");
+    let out = run(&["boot", m.to_str().unwrap()], "script");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("seems to be running already"),
+        "{}",
+        text(&out.stderr)
+    );
+    let pids = sys.pids();
+    sys.signal("-INT");
+    let (code, lines) = sys.wait();
+    assert_eq!(code, Some(130), "{lines:#?}");
+    assert!(pids.iter().all(|p| !alive(*p)), "leftover domains");
+}
+
+#[test]
+fn domains_die_with_a_killed_supervisor() {
+    let dir = scratch();
+    let m = manifest(&dir, "orphan", NO_ROOT);
+    let mut sys = Running::start(&m);
+    sys.wait_for("system ready");
+    let pids = sys.pids();
+    sys.signal("-KILL");
+    let _ = sys.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(Instant::now() < deadline, "domains outlived a killed supervisor");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A stale socket is cleared by the next boot.
+    let mut again = Running::start(&m);
+    again.wait_for("system ready");
+    again.signal("-TERM");
+    assert_eq!(again.wait().0, Some(143));
+}
+
+#[test]
+fn a_killed_domain_is_reported_with_its_signal() {
+    let dir = scratch();
+    let m = manifest(&dir, "kill9", NO_ROOT);
+    let mut sys = Running::start(&m);
+    sys.wait_for("system ready");
+    let pids = sys.pids();
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pids[1].to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    sys.wait_for("kill9: domain b exited: signal 9 (SIGKILL)");
+    assert!(alive(pids[0]), "the other domain goes on");
+    let out = run(&["stats", m.to_str().unwrap()], "script");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("== domain a") && !stdout.contains("== domain b"),
+        "{stdout}"
+    );
+    sys.signal("-TERM");
+    assert_eq!(sys.wait().0, Some(143));
+    assert!(!alive(pids[0]));
+}
