@@ -2,4 +2,5 @@
 //! The binary (`main.rs`) registers suites and child roles by name and runs them.
 
 pub mod baseline;
+pub mod door;
 pub mod harness;

@@ -11,16 +11,17 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
-use lintel_bench::baseline;
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
+use lintel_bench::{baseline, door};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
-const SUITES: &[(&str, Suite)] = &[(baseline::SUITE, baseline::run)];
+const SUITES: &[(&str, Suite)] = &[(baseline::SUITE, baseline::run), (door::SUITE, door::run)];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
 fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
     match role {
         baseline::ROLE => baseline::child(args),
+        door::ROLE => door::child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }
