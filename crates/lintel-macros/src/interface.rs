@@ -1,0 +1,697 @@
+//! `#[interface]`: check the trait, then generate its client, its server
+//! dispatch and its method numbers. Every check names the offending token
+//! and says how to fix it; the generated code then only calls
+//! `lintel::stub`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{
+    FnArg, GenericArgument, Ident, ItemTrait, PathArguments, ReturnType, TraitItem, TraitItemFn, Type,
+};
+
+/// How one parameter crosses the door.
+enum Kind {
+    /// By value, `T: Wire`.
+    Value(Box<Type>),
+    /// `&[u8]`, in.
+    Bytes,
+    /// `&str`, in.
+    Str,
+    /// `&mut Vec<u8>`, out.
+    Out,
+    /// `#[inout] &mut Vec<u8>`.
+    InOutVec,
+    /// `&mut [u8]`, in and out, fixed length.
+    InOutSlice,
+}
+
+struct Method {
+    name: Ident,
+    number: u32,
+    params: Vec<Kind>,
+    ok: Type,
+    err: Type,
+}
+
+fn err<T>(span: impl Spanned, msg: &str) -> syn::Result<T> {
+    Err(syn::Error::new(span.span(), msg))
+}
+
+/// FNV-1a, 32 bits (the same as `lintel::stub::method_number`).
+fn fnv1a(s: &str) -> u32 {
+    s.bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    if !attr.is_empty() {
+        return err(
+            attr,
+            "#[lintel::interface] takes no arguments: write `#[lintel::interface]`",
+        );
+    }
+    let mut tr: ItemTrait = syn::parse2(item)?;
+    check_trait(&tr)?;
+
+    let mut methods: Vec<Method> = Vec::new();
+    let mut errors: Option<syn::Error> = None;
+    for it in &mut tr.items {
+        let res = match it {
+            TraitItem::Fn(f) => method(f),
+            other => err(
+                &*other,
+                "an interface holds only methods: move associated types and constants out of the trait",
+            ),
+        };
+        match res {
+            Ok(m) => {
+                if let Some(prev) = methods.iter().find(|p| p.number == m.number) {
+                    let e = syn::Error::new(
+                        m.name.span(),
+                        format!(
+                            "method number collision: `{}` and `{}` hash to the same number ({:#010x}); rename one of them",
+                            prev.name, m.name, m.number
+                        ),
+                    );
+                    combine(&mut errors, e);
+                }
+                methods.push(m);
+            }
+            Err(e) => combine(&mut errors, e),
+        }
+    }
+    if let Some(e) = errors {
+        return Err(e);
+    }
+    Ok(generate(&tr, &methods))
+}
+
+fn combine(acc: &mut Option<syn::Error>, e: syn::Error) {
+    match acc {
+        Some(a) => a.combine(e),
+        None => *acc = Some(e),
+    }
+}
+
+fn check_trait(tr: &ItemTrait) -> syn::Result<()> {
+    if let Some(u) = &tr.unsafety {
+        return err(u, "an interface cannot be an unsafe trait: remove `unsafe`");
+    }
+    if let Some(a) = &tr.auto_token {
+        return err(a, "an interface cannot be an auto trait: remove `auto`");
+    }
+    if !tr.generics.params.is_empty() {
+        return err(
+            &tr.generics,
+            "an interface cannot be generic: both sides of a door must agree on one set of types; remove the generic parameters",
+        );
+    }
+    if let Some(w) = &tr.generics.where_clause {
+        return err(w, "an interface cannot have a where clause: remove it");
+    }
+    if !tr.supertraits.is_empty() {
+        return err(
+            &tr.supertraits,
+            "an interface cannot have supertraits: remove them (the server already requires `Send + Sync + 'static`)",
+        );
+    }
+    Ok(())
+}
+
+fn method(f: &mut TraitItemFn) -> syn::Result<Method> {
+    let sig = &mut f.sig;
+    if let Some(t) = &sig.constness {
+        return err(t, "an interface method cannot be `const`: remove it");
+    }
+    if let Some(t) = &sig.asyncness {
+        return err(
+            t,
+            "an interface method cannot be `async`: door calls are synchronous; remove `async`",
+        );
+    }
+    if let Some(t) = &sig.unsafety {
+        return err(t, "an interface method cannot be `unsafe`: remove it");
+    }
+    if let Some(t) = &sig.abi {
+        return err(t, "an interface method cannot have an ABI: remove the `extern`");
+    }
+    if let Some(t) = &sig.variadic {
+        return err(t, "an interface method cannot be variadic");
+    }
+    if !sig.generics.params.is_empty() {
+        return err(
+            &sig.generics,
+            "an interface method cannot be generic: the server must know every type when it decodes a call; use concrete types (elided lifetimes like `&[u8]` are fine)",
+        );
+    }
+    if let Some(w) = &sig.generics.where_clause {
+        return err(w, "an interface method cannot have a where clause: remove it");
+    }
+
+    // The receiver: exactly `&self`.
+    match sig.inputs.first() {
+        Some(FnArg::Receiver(r)) => {
+            if r.reference.is_none() || r.colon_token.is_some() {
+                return err(
+                    r,
+                    "an interface method takes `&self`: the object behind a door stays with its server",
+                );
+            }
+            if let Some(m) = &r.mutability {
+                return err(
+                    m,
+                    "an interface method takes `&self`, not `&mut self`: a door's object is shared by all its callers at once; use interior mutability (a Mutex or atomics) in the implementation",
+                );
+            }
+        }
+        _ => {
+            return err(
+                &sig.ident,
+                "an interface method needs a `&self` receiver: write `fn name(&self, ...)`",
+            );
+        }
+    }
+
+    let mut params = Vec::new();
+    for arg in sig.inputs.iter_mut().skip(1) {
+        let FnArg::Typed(pt) = arg else {
+            return err(&*arg, "only the first parameter can be `self`");
+        };
+        let mut inout = None;
+        pt.attrs.retain(|a| {
+            if a.path().is_ident("inout") {
+                inout = Some(a.clone());
+                false
+            } else {
+                true
+            }
+        });
+        let kind = param_kind(&pt.ty)?;
+        let kind = match (inout, kind) {
+            (None, k) => k,
+            (Some(_), Kind::Out) => Kind::InOutVec,
+            (Some(a), _) => {
+                return err(
+                    a,
+                    "`#[inout]` applies only to a `&mut Vec<u8>` parameter (a `&mut [u8]` is always in-out)",
+                );
+            }
+        };
+        params.push(kind);
+    }
+
+    let (ok, e) = result_types(&sig.output, &sig.ident)?;
+    let name = sig.ident.clone();
+    Ok(Method {
+        number: fnv1a(&name.to_string()),
+        name,
+        params,
+        ok,
+        err: e,
+    })
+}
+
+const UNSUPPORTED_REF: &str = "unsupported parameter type: a borrowed parameter must be `&[u8]` or `&str` (in), `&mut Vec<u8>` (out, or in-out with `#[inout]`) or `&mut [u8]` (in-out); pass anything else by value as a type that implements `lintel::stub::Wire`";
+
+fn param_kind(ty: &Type) -> syn::Result<Kind> {
+    match ty {
+        Type::Reference(r) => {
+            if let Some(l) = &r.lifetime
+                && l.ident != "_"
+            {
+                return err(
+                    l,
+                    "remove the named lifetime: interface methods use elided lifetimes only",
+                );
+            }
+            let elem = &*r.elem;
+            match (r.mutability.is_some(), elem) {
+                (false, Type::Slice(s)) if is_ident(&s.elem, "u8") => Ok(Kind::Bytes),
+                (false, e) if is_ident(e, "str") => Ok(Kind::Str),
+                (true, Type::Slice(s)) if is_ident(&s.elem, "u8") => Ok(Kind::InOutSlice),
+                (true, e) if is_vec_u8(e) => Ok(Kind::Out),
+                _ => err(ty, UNSUPPORTED_REF),
+            }
+        }
+        Type::ImplTrait(_) => err(
+            ty,
+            "an interface method cannot take `impl Trait`: name a concrete type that implements `lintel::stub::Wire`",
+        ),
+        Type::Ptr(_) => err(
+            ty,
+            "a raw pointer cannot cross a door: pass the data as `&[u8]` or a `Wire` value",
+        ),
+        Type::BareFn(_) | Type::TraitObject(_) => err(
+            ty,
+            "code cannot cross a door: pass a `lintel::Door` or another interface's client instead",
+        ),
+        Type::Paren(p) => param_kind(&p.elem),
+        Type::Group(g) => param_kind(&g.elem),
+        Type::Infer(_) | Type::Never(_) | Type::Macro(_) | Type::Verbatim(_) => {
+            err(ty, "unsupported parameter type")
+        }
+        _ => Ok(Kind::Value(Box::new(ty.clone()))),
+    }
+}
+
+fn is_ident(ty: &Type, name: &str) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident(name))
+}
+
+fn is_vec_u8(ty: &Type) -> bool {
+    let Type::Path(p) = ty else { return false };
+    let Some(last) = p.path.segments.last() else {
+        return false;
+    };
+    if last.ident != "Vec" {
+        return false;
+    }
+    let PathArguments::AngleBracketed(a) = &last.arguments else {
+        return false;
+    };
+    a.args.len() == 1 && matches!(a.args.first(), Some(GenericArgument::Type(t)) if is_ident(t, "u8"))
+}
+
+const NEED_RESULT: &str = "an interface method must return `Result<T, E>` (written out, not an alias), where `T: lintel::stub::Wire` and `E: lintel::stub::ServiceError`, i.e. an error type that implements `Wire` and `From<lintel::stub::StubError>` so it can report lintel's failures too";
+
+fn result_types(out: &ReturnType, name: &Ident) -> syn::Result<(Type, Type)> {
+    let ty = match out {
+        ReturnType::Default => return err(name, NEED_RESULT),
+        ReturnType::Type(_, t) => &**t,
+    };
+    let Type::Path(p) = ty else {
+        return err(ty, NEED_RESULT);
+    };
+    let Some(last) = p.path.segments.last() else {
+        return err(ty, NEED_RESULT);
+    };
+    if last.ident != "Result" {
+        return err(ty, NEED_RESULT);
+    }
+    let PathArguments::AngleBracketed(a) = &last.arguments else {
+        return err(ty, NEED_RESULT);
+    };
+    let tys: Vec<&Type> = a
+        .args
+        .iter()
+        .filter_map(|g| match g {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    if tys.len() != 2 || a.args.len() != 2 {
+        return err(ty, NEED_RESULT);
+    }
+    Ok((tys[0].clone(), tys[1].clone()))
+}
+
+fn generate(tr: &ItemTrait, methods: &[Method]) -> TokenStream {
+    let vis = &tr.vis;
+    let tname = &tr.ident;
+    let iface = tname.to_string();
+    let client = format_ident!("{}Client", tname);
+    let server = format_ident!("{}Server", tname);
+    let lt = quote!(::lintel);
+    let st = quote!(::lintel::stub);
+
+    let method_table: Vec<_> = methods
+        .iter()
+        .map(|m| {
+            let n = m.name.to_string();
+            let num = m.number;
+            quote!((#n, #num))
+        })
+        .collect();
+
+    // Compile-time checks on the user's types, each pointing at the type.
+    let mut asserts = Vec::new();
+    for m in methods {
+        let (ok, e) = (&m.ok, &m.err);
+        asserts.push(quote_spanned! {ok.span()=>
+            { fn __lintel_result_is_wire<T: #st::Wire>() {} __lintel_result_is_wire::<#ok>(); }
+        });
+        asserts.push(quote_spanned! {e.span()=>
+            { fn __lintel_error_is_service_error<E: #st::ServiceError>() {} __lintel_error_is_service_error::<#e>(); }
+        });
+        for k in &m.params {
+            if let Kind::Value(t) = k {
+                asserts.push(quote_spanned! {t.span()=>
+                    { fn __lintel_param_is_wire<T: #st::Wire>() {} __lintel_param_is_wire::<#t>(); }
+                });
+            }
+        }
+    }
+
+    let (client_methods, remote_methods): (Vec<_>, Vec<_>) = methods
+        .iter()
+        .map(|m| client_method(m, tname, &server, &iface))
+        .unzip();
+    let dispatch_arms: Vec<_> = methods.iter().map(|m| dispatch_arm(m, tname)).collect();
+
+    let client_doc = format!(
+        "Client of the [`{tname}`] interface over a door: calls the server directly when it runs in this domain, else marshals the call. Generated by `#[lintel::interface]`."
+    );
+    let server_doc = format!(
+        "Serves an implementation of [`{tname}`] through doors: decodes each call, rejects malformed ones before user code runs, and encodes the result. Generated by `#[lintel::interface]`."
+    );
+
+    let mut tr = tr.clone();
+    tr.attrs.push(syn::parse_quote!(#[allow(clippy::ptr_arg)]));
+
+    quote! {
+        #tr
+
+        #[doc = #client_doc]
+        #[derive(Clone, Debug)]
+        #vis struct #client {
+            door: #lt::Door,
+        }
+
+        impl #client {
+            /// Name of the interface.
+            pub const INTERFACE: &'static str = #iface;
+
+            /// A client for a door that serves this interface.
+            pub fn from_door(door: #lt::Door) -> Self {
+                Self { door }
+            }
+
+            /// The door this client calls.
+            pub fn door(&self) -> &#lt::Door {
+                &self.door
+            }
+
+            /// The door this client calls.
+            pub fn into_door(self) -> #lt::Door {
+                self.door
+            }
+
+            #(#remote_methods)*
+        }
+
+        impl ::core::convert::From<#client> for #lt::Door {
+            fn from(c: #client) -> #lt::Door {
+                c.door
+            }
+        }
+
+        /// A client crosses a door as its door; the receiver gets a client.
+        impl #st::Wire for #client {
+            #[inline]
+            fn encode(&self, w: &mut #st::Writer<'_>) {
+                w.door(&self.door);
+            }
+            #[inline]
+            fn decode(r: &mut #st::Reader<'_>) -> ::core::result::Result<Self, #st::WireError> {
+                ::core::result::Result::Ok(Self { door: r.door()? })
+            }
+        }
+
+        impl #tname for #client {
+            #(#client_methods)*
+        }
+
+        #[doc = #server_doc]
+        #vis struct #server {
+            imp: ::std::sync::Arc<dyn #tname + ::core::marker::Send + ::core::marker::Sync>,
+        }
+
+        impl #server {
+            /// Name of the interface.
+            pub const INTERFACE: &'static str = #iface;
+            /// Each method's name and number (the FNV-1a hash of its name).
+            pub const METHODS: &'static [(&'static str, u32)] = &[#(#method_table),*];
+
+            /// Serve `imp`.
+            pub fn new(imp: impl #tname + ::core::marker::Send + ::core::marker::Sync + 'static) -> Self {
+                Self { imp: ::std::sync::Arc::new(imp) }
+            }
+
+            /// Serve a shared implementation (the caller may keep a handle).
+            pub fn from_arc(imp: ::std::sync::Arc<dyn #tname + ::core::marker::Send + ::core::marker::Sync>) -> Self {
+                Self { imp }
+            }
+
+            /// The implementation served.
+            pub fn get_ref(&self) -> &(dyn #tname + ::core::marker::Send + ::core::marker::Sync) {
+                &*self.imp
+            }
+
+            /// A door, served by this domain, that calls this server.
+            pub fn into_door(self) -> #lt::Door {
+                #lt::Door::create(0, self)
+            }
+
+            /// Like [`Self::into_door`], running `unreferenced` once no
+            /// other domain holds the door.
+            pub fn into_door_with_unref(
+                self,
+                unreferenced: impl Fn(u64) + ::core::marker::Send + ::core::marker::Sync + 'static,
+            ) -> #lt::Door {
+                #lt::Door::create_with_unref(0, self, unreferenced)
+            }
+
+            /// A door serving `imp`.
+            pub fn door(imp: impl #tname + ::core::marker::Send + ::core::marker::Sync + 'static) -> #lt::Door {
+                Self::new(imp).into_door()
+            }
+
+            /// A client of a new door serving `imp`.
+            pub fn serve(imp: impl #tname + ::core::marker::Send + ::core::marker::Sync + 'static) -> #client {
+                #client::from_door(Self::door(imp))
+            }
+        }
+
+        impl #lt::Handler for #server {
+            fn invoke(
+                &self,
+                req: #lt::Request<'_>,
+                reply: &mut #lt::Reply,
+            ) -> ::core::result::Result<(), #lt::Fault> {
+                let (method, mut r) = #st::request(req.data, &req.doors)?;
+                match method {
+                    #(#dispatch_arms)*
+                    _ => ::core::result::Result::Err(#st::unknown_method()),
+                }
+            }
+
+            fn as_any(&self) -> ::core::option::Option<&(dyn ::core::any::Any + ::core::marker::Send + ::core::marker::Sync)> {
+                ::core::option::Option::Some(self)
+            }
+        }
+
+        const _: () = {
+            #[allow(dead_code)]
+            fn __lintel_checks() {
+                #(#asserts)*
+            }
+        };
+    }
+}
+
+fn arg_names(m: &Method) -> Vec<Ident> {
+    (0..m.params.len())
+        .map(|i| Ident::new(&format!("__a{i}"), Span::mixed_site()))
+        .collect()
+}
+
+/// The client's trait method, and the inherent method behind it that
+/// marshals the call.
+fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (TokenStream, TokenStream) {
+    let st = quote!(::lintel::stub);
+    let name = &m.name;
+    let mname = name.to_string();
+    let number = m.number;
+    let (ok, e) = (&m.ok, &m.err);
+    let args = arg_names(m);
+    let remote = format_ident!("__lintel_remote_{}", name);
+
+    let mut decl = Vec::new(); // the method's parameters
+    let mut size = Vec::new(); // co-located: argument bytes and doors
+    let mut pre = Vec::new(); // co-located: before the call
+    let mut extra = Vec::new(); // co-located: result bytes of buffers
+    let mut enc = Vec::new(); // remote: encode the arguments
+    let mut dec = Vec::new(); // remote: decode buffers from the reply
+    for (k, a) in m.params.iter().zip(&args) {
+        match k {
+            Kind::Value(t) => {
+                decl.push(quote!(#a: #t));
+                size.push(quote! {
+                    let (b, d) = #st::wire_size(&#a);
+                    __bytes += b;
+                    __doors += d;
+                });
+                enc.push(quote!(<#t as #st::Wire>::encode(&#a, &mut __w);));
+            }
+            Kind::Bytes | Kind::Str => {
+                let ty = if matches!(k, Kind::Bytes) {
+                    quote!(&[u8])
+                } else {
+                    quote!(&str)
+                };
+                decl.push(quote!(#a: #ty));
+                size.push(quote!(__bytes += #st::buf_size(#a.len());));
+                enc.push(quote!(__w.len_bytes(#a.as_ref());));
+            }
+            Kind::Out => {
+                decl.push(quote!(#a: &mut ::std::vec::Vec<u8>));
+                pre.push(quote!(#a.clear();));
+                extra.push(quote!(+ #st::buf_size(#a.len())));
+                dec.push(quote!(#st::decode_out(__r, #a)?;));
+            }
+            Kind::InOutVec => {
+                decl.push(quote!(#a: &mut ::std::vec::Vec<u8>));
+                size.push(quote!(__bytes += #st::buf_size(#a.len());));
+                extra.push(quote!(+ #st::buf_size(#a.len())));
+                enc.push(quote!(__w.len_bytes(#a);));
+                dec.push(quote!(#st::decode_out(__r, #a)?;));
+            }
+            Kind::InOutSlice => {
+                decl.push(quote!(#a: &mut [u8]));
+                size.push(quote!(__bytes += #st::buf_size(#a.len());));
+                extra.push(quote!(+ #st::buf_size(#a.len())));
+                enc.push(quote!(__w.len_bytes(#a);));
+                dec.push(quote!(#st::decode_inout(__r, #a)?;));
+            }
+        }
+    }
+    let call_args: Vec<_> = m
+        .params
+        .iter()
+        .zip(&args)
+        .map(|(k, a)| match k {
+            Kind::Value(_) | Kind::Bytes | Kind::Str => quote!(#a),
+            Kind::Out | Kind::InOutVec | Kind::InOutSlice => quote!(&mut *#a),
+        })
+        .collect();
+    // Arguments passed by value move into the co-located call only if it
+    // happens; otherwise they are still here for marshalling.
+    let held: Vec<&Ident> = m
+        .params
+        .iter()
+        .zip(&args)
+        .filter(|(k, _)| matches!(k, Kind::Value(_)))
+        .map(|(_, a)| a)
+        .collect();
+
+    let method = quote! {
+        fn #name(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
+            const METHOD: #st::Method = #st::Method {
+                interface: #iface,
+                name: #mname,
+                number: #number,
+            };
+            #(#pre)*
+            // Co-located: check what the remote path would send, then call
+            // the implementation directly.
+            if self.door.is_local() {
+                let mut __bytes = #st::METHOD_BYTES;
+                let mut __doors = 0usize;
+                #(#size)*
+                if let ::core::result::Result::Err(e) = #st::check_args(__bytes, __doors) {
+                    return ::core::result::Result::Err(<#e as ::core::convert::From<#st::StubError>>::from(e));
+                }
+                let mut __held = ::core::option::Option::Some((#(#held,)*));
+                let __local = self.door.with_local(
+                    |__srv: &#server, _datum: u64| -> ::core::result::Result<::core::result::Result<#ok, #e>, #st::StubError> {
+                        let (#(#held,)*) = __held.take().expect("moved once");
+                        let __res = <dyn #tname + ::core::marker::Send + ::core::marker::Sync as #tname>::#name(&*__srv.imp, #(#call_args),*);
+                        #st::check_result(&__res, 0 #(#extra)*)?;
+                        ::core::result::Result::Ok(__res)
+                    },
+                );
+                match __local {
+                    ::core::option::Option::Some(__out) => return #st::local_outcome(__out),
+                    ::core::option::Option::None => {
+                        let (#(#held,)*) = __held.expect("not moved when not co-located");
+                        return Self::#remote(self, #(#args),*);
+                    }
+                }
+            }
+            Self::#remote(self, #(#args),*)
+        }
+    };
+    let remote = quote! {
+        #[doc(hidden)]
+        #[allow(clippy::ptr_arg)]
+        fn #remote(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
+            const METHOD: #st::Method = #st::Method {
+                interface: #iface,
+                name: #mname,
+                number: #number,
+            };
+            let mut __call = #st::Call::new(METHOD);
+            {
+                let mut __w = __call.writer();
+                #(#enc)*
+            }
+            let __reply = __call.send(&self.door).and_then(|__r| {
+                #st::decode_reply(&METHOD, __r, |__r| {
+                    let __v = #st::decode_result::<#ok, #e>(__r)?;
+                    #(#dec)*
+                    ::core::result::Result::Ok(__v)
+                })
+            });
+            match __reply {
+                ::core::result::Result::Ok(v) => v,
+                ::core::result::Result::Err(e) => {
+                    ::core::result::Result::Err(<#e as ::core::convert::From<#st::StubError>>::from(e))
+                }
+            }
+        }
+    };
+    (method, remote)
+}
+
+fn dispatch_arm(m: &Method, tname: &Ident) -> TokenStream {
+    let st = quote!(::lintel::stub);
+    let name = &m.name;
+    let number = m.number;
+    let args = arg_names(m);
+    let mut dec = Vec::new();
+    let mut call_args = Vec::new();
+    let mut outs = Vec::new();
+    for (k, a) in m.params.iter().zip(&args) {
+        match k {
+            Kind::Value(t) => {
+                dec.push(quote!(let #a = <#t as #st::Wire>::decode(&mut r).map_err(#st::bad_request)?;));
+                call_args.push(quote!(#a));
+            }
+            Kind::Bytes => {
+                dec.push(quote!(let #a: &[u8] = r.len_bytes().map_err(#st::bad_request)?;));
+                call_args.push(quote!(#a));
+            }
+            Kind::Str => {
+                dec.push(quote!(let #a: &str = r.str().map_err(#st::bad_request)?;));
+                call_args.push(quote!(#a));
+            }
+            Kind::Out => {
+                dec.push(quote!(let mut #a = #st::OutBuf::new();));
+                call_args.push(quote!(&mut *#a));
+                outs.push(quote!(#st::encode_buf(&#a, reply);));
+            }
+            Kind::InOutVec | Kind::InOutSlice => {
+                dec.push(quote!(
+                    let mut #a = #st::OutBuf::from_slice(r.len_bytes().map_err(#st::bad_request)?);
+                ));
+                if matches!(k, Kind::InOutVec) {
+                    call_args.push(quote!(&mut *#a));
+                } else {
+                    call_args.push(quote!(&mut #a[..]));
+                }
+                outs.push(quote!(#st::encode_buf(&#a, reply);));
+            }
+        }
+    }
+    quote! {
+        #number => {
+            #(#dec)*
+            r.finish().map_err(#st::bad_request)?;
+            let __res = <dyn #tname + ::core::marker::Send + ::core::marker::Sync as #tname>::#name(&*self.imp, #(#call_args),*);
+            #st::encode_result(&__res, reply);
+            #(#outs)*
+            ::core::result::Result::Ok(())
+        }
+    }
+}
