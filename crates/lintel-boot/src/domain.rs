@@ -207,11 +207,16 @@ fn run_root(registry: &Registry, root: &str, ctx: &Context, tag: &str) -> i32 {
         eprintln!("{tag}: root service `{root}` not started: {e}");
         return 1;
     }
-    match run(ctx) {
-        Ok(()) => 0,
-        Err(e) => {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ctx))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
             eprintln!("{tag}: root service `{root}` failed: {e}");
             1
+        }
+        // The panic message is already on stderr.
+        Err(_) => {
+            eprintln!("{tag}: root service `{root}` panicked");
+            101
         }
     }
 }

@@ -36,6 +36,9 @@ const ST_REFUSED: u8 = 4;
 pub const MAX_NAME: usize = 255;
 /// Longest a lookup may wait in the server, whatever the client asks.
 const MAX_WAIT: Duration = Duration::from_secs(120);
+/// How long a lookup retries a door that cannot be passed because its
+/// domain is dying (the supervisor reaps a dead domain within milliseconds).
+const DYING_RETRY: Duration = Duration::from_secs(2);
 /// Names per `list` reply (the rest come in further calls).
 const LIST_PAGE: usize = 32;
 
@@ -97,11 +100,21 @@ impl Names {
     /// The door bound to `name`, waiting up to `wait` for it to be bound.
     pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
         let ms = wait.as_millis().min(u32::MAX as u128) as u32;
-        let mut reply = self.request(OP_LOOKUP, ms, name, &[])?;
-        if reply.doors.len() != 1 {
-            return Err(NameError::BadReply);
+        let retry_until = Instant::now() + DYING_RETRY;
+        loop {
+            match self.request(OP_LOOKUP, ms, name, &[]) {
+                Ok(mut reply) if reply.doors.len() == 1 => return Ok(reply.doors.remove(0)),
+                Ok(_) => return Err(NameError::BadReply),
+                // The bound door could not be passed on: its domain is dying
+                // and the supervisor has not seen it exit yet. Ask again
+                // shortly; the answer will be `Gone`.
+                Err(NameError::Call(e)) if e != CallError::PeerDied && Instant::now() < retry_until => {
+                    tracing::debug!(name, "lookup: passing the door failed ({e}); retrying");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(reply.doors.remove(0))
     }
 
     /// Bind `door` to `name`. A domain may bind the services the manifest

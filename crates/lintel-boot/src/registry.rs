@@ -67,7 +67,7 @@ impl Registry {
 
     /// Register a driver: a service without a door whose `run` drives the
     /// system. A manifest places it as its `root`; when `run` returns the
-    /// system shuts down, with exit status 0 for `Ok` and 1 for `Err`.
+    /// system shuts down, with exit status 0 for `Ok`, 1 for `Err`, 101 if it panics.
     ///
     /// Panics as [`Registry::service`] does.
     pub fn driver(

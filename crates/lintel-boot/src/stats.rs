@@ -113,10 +113,17 @@ pub fn collect_stats(socket: &Path) -> Result<Vec<DomainStats>, StatsError> {
             Err(NameError::Gone { .. } | NameError::NotBound { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
-        let bytes = door.call_bytes(&[]).map_err(|err| StatsError::Call {
-            domain: domain.to_string(),
-            err,
-        })?;
+        let bytes = match door.call_bytes(&[]) {
+            Ok(b) => b,
+            // It died after the lookup: it is no longer part of the system.
+            Err(lintel::CallError::PeerDied) => continue,
+            Err(err) => {
+                return Err(StatsError::Call {
+                    domain: domain.to_string(),
+                    err,
+                });
+            }
+        };
         out.push(
             decode(domain, door.server_pid(), &bytes).ok_or_else(|| StatsError::Malformed(domain.into()))?,
         );

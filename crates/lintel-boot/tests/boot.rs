@@ -11,8 +11,23 @@ use std::time::{Duration, Instant};
 
 const EXE: &str = env!("CARGO_BIN_EXE_lintel-boot-testsys");
 
-/// A fresh folder for one test's manifest and socket.
-fn scratch() -> PathBuf {
+/// A fresh folder for one test's manifest and socket, removed after it.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Scratch {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "lintel-boot-t{}-{}",
@@ -21,7 +36,7 @@ fn scratch() -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// Write a manifest whose socket is in `dir`.
@@ -74,8 +89,9 @@ fn pids_in(stderr: &str) -> Vec<u32> {
 
 const COLOCATED: &str =
     "root = \"driver\"\n[domain.all]\nservices = [\"driver\", \"greeter\", \"counter\"]\n";
-const ISOLATED: &str = "root = \"driver\"\n[domain.a]\nservices = [\"counter\"]\n\
-    [domain.b]\nservices = [\"greeter\"]\nmax_threads = 4\nspin = \"off\"\n\
+/// `greeter` starts first and waits in its lookup of `counter`.
+const ISOLATED: &str = "root = \"driver\"\n[domain.b]\nservices = [\"greeter\"]\nmax_threads = 4\nspin = \"off\"\n\
+    [domain.a]\nservices = [\"counter\"]\n\
     [domain.c]\nservices = [\"driver\"]\n";
 
 #[test]
@@ -116,6 +132,22 @@ fn manifest_errors_name_the_line() {
         let out = run(&["check", m.to_str().unwrap()], "script");
         assert_eq!(out.status.code(), Some(2));
     }
+}
+
+#[test]
+fn check_prints_the_placement() {
+    let dir = scratch();
+    let m = manifest(&dir, "placed", ISOLATED);
+    let out = run(&["check", m.to_str().unwrap()], "script");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("system placed (socket "), "{stdout}");
+    assert!(
+        stdout.contains(
+            "domain b (max_threads 4, spin off): greeter\ndomain a: counter\ndomain c: driver\nroot driver"
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -197,6 +229,11 @@ fn the_root_drivers_failure_is_the_exit_status() {
         stderr.contains("root service `driver` failed: the driver failed on purpose"),
         "{stderr}"
     );
+    assert!(pids_in(&stderr).iter().all(|p| !alive(*p)));
+    let out = run(&["boot", m.to_str().unwrap()], "panic");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(101), "{stderr}");
+    assert!(stderr.contains("root service `driver` panicked"), "{stderr}");
     assert!(pids_in(&stderr).iter().all(|p| !alive(*p)));
 }
 

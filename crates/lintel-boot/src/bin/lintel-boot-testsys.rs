@@ -7,7 +7,7 @@
 //!   its counter door is local.
 //! - `bomb`: aborts its domain when called.
 //! - `driver` (root): runs the script `LINTEL_TESTSYS_MODE` names
-//!   (`script`, `crash`, `fail`).
+//!   (`script`, `crash`, `fail`, `panic`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -58,8 +58,10 @@ fn bomb(_: &Context) -> Result<Door, BoxError> {
 
 fn driver(ctx: &Context) -> Result<(), BoxError> {
     let mode = std::env::var("LINTEL_TESTSYS_MODE").unwrap_or_else(|_| "script".into());
-    if mode == "fail" {
-        return Err("the driver failed on purpose".into());
+    match mode.as_str() {
+        "fail" => return Err("the driver failed on purpose".into()),
+        "panic" => panic!("the driver panicked on purpose"),
+        _ => {}
     }
     let greeter = ctx.lookup("greeter")?;
     let counter = ctx.lookup("counter")?;
@@ -81,9 +83,16 @@ fn driver(ctx: &Context) -> Result<(), BoxError> {
     if mode == "crash" {
         let bomb = ctx.lookup("bomb")?;
         println!("bomb -> {}", bomb.call_bytes(b"boom").unwrap_err());
-        std::thread::sleep(Duration::from_millis(300));
         println!("count +1 -> {}", add(&counter, 1)?);
-        println!("lookup bomb -> {}", ctx.lookup("bomb").unwrap_err());
+        // The supervisor notices the death within milliseconds; until then
+        // the name still answers with the dead door.
+        for _ in 0..500 {
+            if let Err(e) = ctx.lookup("bomb") {
+                println!("lookup bomb -> {e}");
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
     Ok(())
 }
