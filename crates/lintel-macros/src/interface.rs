@@ -45,17 +45,16 @@ fn fnv1a(s: &str) -> u32 {
 }
 
 pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let mut tr: ItemTrait = syn::parse2(item)?;
+    let mut errors: Option<syn::Error> = check_trait(&tr).err();
     if !attr.is_empty() {
-        return err(
+        let e = syn::Error::new_spanned(
             attr,
             "#[lintel::interface] takes no arguments: write `#[lintel::interface]`",
         );
+        combine(&mut errors, e);
     }
-    let mut tr: ItemTrait = syn::parse2(item)?;
-    check_trait(&tr)?;
-
     let mut methods: Vec<Method> = Vec::new();
-    let mut errors: Option<syn::Error> = None;
     for it in &mut tr.items {
         let res = match it {
             TraitItem::Fn(f) => method(f),
@@ -82,7 +81,10 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         }
     }
     if let Some(e) = errors {
-        return Err(e);
+        // Keep the trait itself so that code using it reports no errors of
+        // its own on top of these.
+        let e = e.to_compile_error();
+        return Ok(quote!(#tr #e));
     }
     Ok(generate(&tr, &methods))
 }
@@ -517,8 +519,8 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
         match k {
             Kind::Value(t) => {
                 decl.push(quote!(#a: #t));
-                size.push(quote! {
-                    let (b, d) = #st::wire_size(&#a);
+                size.push(quote_spanned! {t.span()=>
+                    let (b, d) = ::lintel::stub::wire_size(&#a);
                     __bytes += b;
                     __doors += d;
                 });
@@ -575,6 +577,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
         .map(|(_, a)| a)
         .collect();
 
+    let outcome = quote_spanned!(e.span()=> ::lintel::stub::local_outcome(__out));
     let method = quote! {
         fn #name(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
             const METHOD: #st::Method = #st::Method {
@@ -602,7 +605,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
                     },
                 );
                 match __local {
-                    ::core::option::Option::Some(__out) => return #st::local_outcome(__out),
+                    ::core::option::Option::Some(__out) => return #outcome,
                     ::core::option::Option::None => {
                         let (#(#held,)*) = __held.expect("not moved when not co-located");
                         return Self::#remote(self, #(#args),*);

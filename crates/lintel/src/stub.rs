@@ -15,7 +15,7 @@
 //!   `Result<T, E>` with `E:` [`ServiceError`], that is `Wire +
 //!   From<StubError>`, so a service's error type carries both its own cases
 //!   and lintel's, and round-trips across processes.
-//! - The call itself ([`call`]), with per-thread reusable buffers so the
+//! - The call itself ([`Call`]), with per-thread reusable buffers so the
 //!   remote path allocates nothing in the steady state, the size checks that
 //!   make the co-located path fail like the remote one ([`check_args`],
 //!   [`check_result`]), and the server's scratch buffers ([`OutBuf`]).

@@ -1,0 +1,8 @@
+use lintel::stub::StubError;
+
+#[lintel::interface]
+pub trait Svc {
+    fn take(self) -> Result<u32, StubError>;
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use lintel::stub::StubError;
+
+#[lintel::interface]
+pub trait Svc {
+    fn put<T>(&self, v: T) -> Result<(), StubError>;
+}
+
+fn main() {}

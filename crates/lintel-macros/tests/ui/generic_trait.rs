@@ -1,0 +1,8 @@
+use lintel::stub::StubError;
+
+#[lintel::interface]
+pub trait Svc<T> {
+    fn get(&self) -> Result<u32, StubError>;
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[lintel::interface]
+pub trait Svc {
+    fn poke(&self, x: u32);
+}
+
+fn main() {}
