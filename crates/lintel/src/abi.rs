@@ -19,6 +19,7 @@
 //! | 16  | `in_len` | client |
 //! | 20  | `in_doors` | client |
 //! | 24  | inline arguments, [`INLINE`] bytes | client |
+//! | 40  | `client_cpu`: where the caller last ran | client |
 //! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
 //! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
 //! | 72  | `server_cpu` | server |
@@ -58,6 +59,7 @@ pub const OFF_FLAGS: usize = 12;
 pub const OFF_IN_LEN: usize = 16;
 pub const OFF_IN_DOORS: usize = 20;
 pub const OFF_IN_INLINE: usize = 24;
+pub const OFF_CLIENT_CPU: usize = 40;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
 pub const OFF_SERVER_CPU: usize = 72;
@@ -69,7 +71,8 @@ pub const OFF_DATA: usize = 128;
 pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
 
 const _: () = assert!(OFF_DOORS + MAX_DOORS * WIRE_DOOR <= SLOT_SIZE);
-const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_REP_SEQ);
+const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
+const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 
 /// `rep_seq` value written by our own watcher when the peer died, so a

@@ -10,7 +10,7 @@
 //! The fast path (≤ 16 bytes, no doors) touches only the slot's two header
 //! lines; the vanilla path adds the data region and door descriptors.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -75,7 +75,9 @@ struct Lease {
     area: Arc<OutArea>,
     index: u32,
     slot: Slot,
-    seq: std::cell::Cell<u32>,
+    seq: Cell<u32>,
+    /// The CPU this thread ran on during its last call.
+    cpu: Cell<u32>,
 }
 
 impl Lease {
@@ -144,6 +146,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         area,
         index,
         seq: seq.into(),
+        cpu: Cell::new(u32::MAX),
     });
     LEASES.with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
@@ -191,6 +194,7 @@ fn call_on_slot(
     slot.set(OFF_GRANT, rd.grant);
     slot.set(OFF_FLAGS, alert | if vanilla { FLAG_VANILLA } else { 0 });
     slot.set(OFF_IN_LEN, data.len() as u32);
+    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
     slot.write(data_offset(data.len(), vanilla), data);
     let n_doors = if doors.is_empty() {
         0
@@ -208,7 +212,7 @@ fn call_on_slot(
 
     // Wait for the reply.
     let sh = shuttle::enter_call(conn.id, lease.index);
-    let waited = wait_reply(slot, seq, conn);
+    let waited = wait_reply(slot, seq, conn, &lease.cpu);
     drop(sh);
     waited?;
 
@@ -244,10 +248,14 @@ fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
 /// Wait until `rep_seq == seq`: spin while the server runs on another CPU,
 /// then sleep on the futex. The watcher stores `SEQ_DEAD` if the server dies.
 #[inline]
-fn wait_reply(slot: &Slot, seq: u32, conn: &Conn) -> Result<(), CallError> {
+fn wait_reply(slot: &Slot, seq: u32, conn: &Conn, cpu: &Cell<u32>) -> Result<(), CallError> {
     let rep = slot.word(OFF_REP_SEQ);
     let mut spinner = Spinner::new(crate::domain::get().settings.spin_budget_ns());
+    // Where we run: the server spins for our next call only while we run
+    // elsewhere. Published with the next request, not now, so as not to
+    // take the request's cache line back while the server reads it.
     let me = sys::current_cpu();
+    cpu.set(me);
     loop {
         let r = rep.load(Acquire);
         if r == seq {

@@ -149,6 +149,7 @@ pub(crate) struct Conn {
     pub out: Mutex<Option<Arc<OutArea>>>,
     pub inb: Mutex<Option<Arc<InArea>>>,
     grants: Mutex<Grants>,
+    grants_gen: AtomicU64,
     /// Control requests in flight: `None` until answered. Answers to
     /// requests not in here are dropped (with any fd they carry).
     answers: Mutex<HashMap<u64, Option<Answer>>>,
@@ -191,6 +192,7 @@ impl Conn {
             out: Mutex::new(None),
             inb: Mutex::new(None),
             grants: Mutex::new(Grants::default()),
+            grants_gen: AtomicU64::new(0),
             answers: Mutex::new(HashMap::new()),
             answer_cv: Condvar::new(),
             tickets_in: Mutex::new(Parked::default()),
@@ -233,6 +235,13 @@ impl Conn {
     #[inline]
     pub fn lookup(&self, g: u32) -> Option<Arc<DoorCore>> {
         self.grants.lock().lookup(g).cloned()
+    }
+
+    /// Changes whenever a grant is removed: a server thread may keep using a
+    /// door it looked up while this stays the same.
+    #[inline]
+    pub fn grants_gen(&self) -> u64 {
+        self.grants_gen.load(Acquire)
     }
 
     /// Tell the server we dropped its grant (client role).
@@ -358,7 +367,14 @@ impl Conn {
                 }
             }
             Ctl::Release { grant, count } => {
-                let gone = self.grants.lock().release(grant, count);
+                let gone = {
+                    let mut grants = self.grants.lock();
+                    let gone = grants.release(grant, count);
+                    if gone.is_some() {
+                        self.grants_gen.fetch_add(1, Release);
+                    }
+                    gone
+                };
                 if let Some(core) = gone {
                     core.drop_holder();
                 }
@@ -417,7 +433,11 @@ impl Conn {
             let _g = self.answers.lock();
             self.answer_cv.notify_all();
         }
-        let held = self.grants.lock().drain();
+        let held = {
+            let mut grants = self.grants.lock();
+            self.grants_gen.fetch_add(1, Release);
+            grants.drain()
+        };
         for core in held {
             core.drop_holder();
         }

@@ -118,7 +118,7 @@ impl DoorCore {
 
     /// A remote call starts; fails if the door is revoked.
     #[inline]
-    pub fn begin_call(self: &Arc<Self>) -> Result<ActiveCall, CallError> {
+    pub fn begin_call(self: &Arc<Self>) -> Result<ActiveCall<'_>, CallError> {
         if self.revoked() {
             return Err(CallError::Revoked);
         }
@@ -127,7 +127,7 @@ impl DoorCore {
             self.sub(1);
             return Err(CallError::Revoked);
         }
-        Ok(ActiveCall(self.clone()))
+        Ok(ActiveCall(self))
     }
 
     /// Another domain (or ticket) now holds the door.
@@ -181,9 +181,9 @@ impl DoorCore {
 }
 
 /// A remote call in progress on a door; ends on drop.
-pub(crate) struct ActiveCall(Arc<DoorCore>);
+pub(crate) struct ActiveCall<'a>(&'a Arc<DoorCore>);
 
-impl Drop for ActiveCall {
+impl Drop for ActiveCall<'_> {
     fn drop(&mut self) {
         self.0.sub(1);
     }

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -36,8 +36,8 @@ pub(crate) struct Pool {
     cv: Condvar,
     shortages: AtomicU64,
     watcher: Mutex<Option<Watcher>>,
-    /// Server threads spinning for their next request now.
-    pub spinners: AtomicUsize,
+    /// Whether some worker holds the spinning role (see `server`).
+    spinning: AtomicBool,
     /// Slots waiting in the queue for a thread (mirrors `State::queue.len()`),
     /// read by bound threads between calls to know they should let go.
     queued: AtomicUsize,
@@ -58,7 +58,7 @@ impl Pool {
             cv: Condvar::new(),
             shortages: AtomicU64::new(0),
             watcher: Mutex::new(None),
-            spinners: AtomicUsize::new(0),
+            spinning: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
         }
     }
@@ -127,6 +127,16 @@ impl Pool {
             }
             self.cv.wait(&mut st);
         }
+    }
+
+    /// Take the domain's one spinning role, if free.
+    #[inline]
+    pub fn try_spin(&self) -> bool {
+        !self.spinning.load(Relaxed) && !self.spinning.swap(true, Acquire)
+    }
+
+    pub fn give_up_spinning(&self) {
+        self.spinning.store(false, Release);
     }
 
     /// Whether slots wait for a thread: a bound thread then lets go of its

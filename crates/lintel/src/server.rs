@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use crate::abi::*;
 use crate::conn::Conn;
-use crate::door::{Reply, Request, check_sizes};
+use crate::door::{DoorCore, Reply, Request, check_sizes};
 use crate::error::{CallError, Fault};
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
@@ -104,17 +104,26 @@ pub(crate) fn run_worker() {
     let mut bufs = Buffers {
         args: vec![0u8; DATA_CAP],
         reply: Reply::new(),
+        door: None,
+        spinner: false,
     };
     loop {
         let w = d.pool.take();
         serve(&w, &mut bufs);
+        bufs.door = None;
         d.pool.went_idle();
     }
 }
 
+/// A worker's private state, kept across calls.
 struct Buffers {
     args: Vec<u8>,
     reply: Reply,
+    /// The door of the last call: the next call on the same grant skips the
+    /// grant table's lock while the table's generation is unchanged.
+    door: Option<(u32, u64, Arc<DoorCore>)>,
+    /// Whether this worker holds the domain's spinning role.
+    spinner: bool,
 }
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
@@ -128,7 +137,7 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     *ss.shuttle.lock() = Some(shuttle::current_arc());
     d.pool.bound(&w.area, w.slot);
     loop {
-        if let Some(seq) = wait_request(&slot, ss, &w.conn) {
+        if let Some(seq) = wait_request(&slot, ss, &w.conn, &mut bufs.spinner) {
             handle(w, &slot, seq, bufs);
             if !d.pool.has_queued() {
                 continue;
@@ -142,62 +151,92 @@ fn serve(w: &Work, bufs: &mut Buffers) {
         let r = slot.word(OFF_REQ_SEQ).load(Acquire);
         let pending = r != ss.last_seq.load(Relaxed) && r != 0 && !w.conn.is_dead();
         if pending && ss.state.compare_exchange(IDLE, BOUND, AcqRel, Acquire).is_ok() {
+            slot.set(OFF_SERVER_STATE, BUSY);
             handle(w, &slot, r, bufs);
             continue;
         }
         break;
     }
+    if std::mem::take(&mut bufs.spinner) {
+        d.pool.give_up_spinning();
+    }
     *ss.shuttle.lock() = None;
     d.pool.unbound(&w.area, w.slot);
 }
 
-/// Wait for the next request on a bound slot. `None`: unbind or caller died.
-fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn) -> Option<u32> {
+/// Wait for the next request on a bound slot. `None`: let go (unbind asked,
+/// calls queued elsewhere, or the caller died).
+///
+/// One worker per domain spins (`spinner`), keeping the role across calls;
+/// the others sleep at once: on a small machine several spinning threads
+/// take the CPUs their callers need. The slot's server state is written only
+/// when it changes, so a steady stream of calls costs no extra cache traffic.
+fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -> Option<u32> {
     let d = domain::get();
     let req = slot.word(OFF_REQ_SEQ);
     let last = ss.last_seq.load(Relaxed);
     let fresh = |r: u32| r != last && r != 0;
-    let may_spin = d.pool.spinners.fetch_add(1, SeqCst) == 0;
-    let mut spinner = Spinner::new(if may_spin { d.settings.spin_budget_ns() } else { 0 });
-    if may_spin {
-        slot.set(OFF_SERVER_CPU, sys::current_cpu());
-        slot.set(OFF_SERVER_STATE, SPINNING);
+    let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued();
+    let budget = d.settings.spin_budget_ns();
+    if !*spinner && budget > 0 {
+        *spinner = d.pool.try_spin();
     }
-    let found = loop {
-        let r = req.load(Acquire);
-        if fresh(r) {
-            break Some(r);
+    if *spinner {
+        // Spin only while the caller runs on another CPU: on ours, it needs
+        // the CPU we would spin on.
+        let me = sys::current_cpu();
+        publish(slot, OFF_SERVER_CPU, me);
+        publish(slot, OFF_SERVER_STATE, SPINNING);
+        let mut spin = Spinner::new(budget);
+        let mut turns = 0u32;
+        loop {
+            let r = req.load(Acquire);
+            if fresh(r) {
+                return Some(r);
+            }
+            if let_go() {
+                return None;
+            }
+            turns = turns.wrapping_add(1);
+            let caller_here = turns.is_multiple_of(64) && slot.get(OFF_CLIENT_CPU) == me;
+            if caller_here || !spin.spin() {
+                break;
+            }
         }
-        if conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued() {
-            break None;
-        }
-        if spinner.spin() {
-            continue;
-        }
+        *spinner = false;
+        d.pool.give_up_spinning();
+    }
+    loop {
         slot.set(OFF_SERVER_STATE, SLEEPING);
         fence(SeqCst);
         let r = req.load(Acquire);
         if fresh(r) {
-            break Some(r);
+            slot.set(OFF_SERVER_CPU, sys::current_cpu());
+            slot.set(OFF_SERVER_STATE, BUSY);
+            return Some(r);
         }
-        if conn.is_dead() || ss.unbind.load(SeqCst) {
-            break None;
+        if conn.is_dead() || ss.unbind.load(SeqCst) || d.pool.has_queued() {
+            return None;
         }
         sys::futex_wait(req, r, Some(Duration::from_secs(1)));
-    };
-    d.pool.spinners.fetch_sub(1, SeqCst);
-    found
+    }
+}
+
+/// Store `v` in a server-written header word unless it holds it already.
+#[inline]
+fn publish(slot: &Slot, off: usize, v: u32) {
+    if slot.get(off) != v {
+        slot.set(off, v);
+    }
 }
 
 /// Serve one request and publish its reply.
 fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let ss = &w.area.slots[w.slot as usize];
     ss.last_seq.store(seq, Relaxed);
-    slot.set(OFF_SERVER_CPU, sys::current_cpu());
-    slot.set(OFF_SERVER_STATE, BUSY);
-    let serving = shuttle::serving(slot.get(OFF_FLAGS) & FLAG_ALERT != 0);
-
-    let vanilla = slot.get(OFF_FLAGS) & FLAG_VANILLA != 0;
+    let flags = slot.get(OFF_FLAGS);
+    let serving = shuttle::serving(flags & FLAG_ALERT != 0);
+    let vanilla = flags & FLAG_VANILLA != 0;
     let mut result = run(w, slot, seq, bufs, vanilla);
     if w.conn.is_dead() {
         bufs.reply.clear();
@@ -246,7 +285,14 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Re
         transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)?;
     }
     check_sizes("arguments", in_len, 0)?;
-    let core = w.conn.lookup(grant).ok_or(CallError::BadDoor)?;
+    let generation = w.conn.grants_gen();
+    let core = match &bufs.door {
+        Some((g, cached_gen, core)) if *g == grant && *cached_gen == generation => core,
+        _ => {
+            let core = w.conn.lookup(grant).ok_or(CallError::BadDoor)?;
+            &bufs.door.insert((grant, generation, core)).2
+        }
+    };
     let _active = core.begin_call()?;
     let args = &mut bufs.args[..in_len];
     slot.read(data_offset(in_len, vanilla), args);

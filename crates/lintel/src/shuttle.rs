@@ -128,17 +128,17 @@ impl Drop for InCall {
 }
 
 /// This thread serves a call; its alert starts as the caller's was.
-pub(crate) struct Serving(Arc<Shuttle>);
+pub(crate) struct Serving(());
 
+#[inline]
 pub(crate) fn serving(alerted: bool) -> Serving {
-    CURRENT.with(|s| {
-        s.alerted.store(alerted as u32, SeqCst);
-        Serving(s.clone())
-    })
+    CURRENT.with(|s| s.alerted.store(alerted as u32, Release));
+    Serving(())
 }
 
 impl Drop for Serving {
+    #[inline]
     fn drop(&mut self) {
-        self.0.alerted.store(0, SeqCst);
+        CURRENT.with(|s| s.alerted.store(0, Release));
     }
 }
