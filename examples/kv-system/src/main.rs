@@ -1,0 +1,145 @@
+//! kv-system: a key-value store, a clock, a log and a shell, each a lintel
+//! service registered by name in this one binary. Where each runs is the
+//! manifest's choice:
+//!
+//! ```text
+//! echo 'put a 1
+//! get a
+//! log' | cargo run -p kv-system -- boot examples/kv-system/isolated.toml
+//! ```
+//!
+//! `colocated.toml` puts all four in one domain (every call a direct call),
+//! `isolated.toml` gives each its own process; the shell's answers are the
+//! same, only `where` and the cost of `bench` differ. While a system runs,
+//! `kv-system stats MANIFEST` prints each domain's call statistics.
+//!
+//! The shell reads commands from standard input (`help` lists them) and is
+//! the manifest's root: when input ends, the system shuts down.
+
+mod services;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
+
+use lintel_boot::{BoxError, Context, Registry};
+use services::*;
+
+fn registry() -> Registry {
+    let mut reg = Registry::new();
+    reg.service("clock", |_| Ok(ClockServer::door(TickClock::default())));
+    reg.service("log", |_| Ok(LogServer::door(MemoryLog::default())));
+    reg.service("kv", |ctx| {
+        let clock = ClockClient::from_door(ctx.lookup("clock")?);
+        let log = LogClient::from_door(ctx.lookup("log")?);
+        Ok(KvServer::door(Store::new(clock, log)))
+    });
+    reg.driver("shell", shell);
+    reg
+}
+
+fn main() -> std::process::ExitCode {
+    lintel_boot::main(registry())
+}
+
+const HELP: &str = "commands:
+  put KEY VALUE   store VALUE (the rest of the line) under KEY
+  get KEY         print KEY's value
+  del KEY         remove KEY
+  keys            list the keys
+  time            read the clock
+  log [N]         the last N log lines (default 10)
+  where           which domain serves each service
+  bench [N]       time N get calls (default 10000)
+  help            this list
+  quit            end the system (so does the end of input)";
+
+fn shell(ctx: &Context) -> Result<(), BoxError> {
+    let kv = KvClient::from_door(ctx.lookup("kv")?);
+    let clock = ClockClient::from_door(ctx.lookup("clock")?);
+    let log = LogClient::from_door(ctx.lookup("log")?);
+    let interactive = std::io::stdin().is_terminal();
+    let mut out = std::io::stdout().lock();
+    if interactive {
+        writeln!(
+            out,
+            "{} shell in domain {}; `help` lists commands",
+            ctx.system(),
+            ctx.domain()
+        )?;
+    }
+    let mut line = String::new();
+    loop {
+        if interactive {
+            write!(out, "kv> ")?;
+            out.flush()?;
+        }
+        line.clear();
+        if std::io::stdin().lock().read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let mut words = line.trim().splitn(3, ' ');
+        let (cmd, a, b) = (words.next().unwrap_or(""), words.next(), words.next());
+        let answer = match (cmd, a, b) {
+            ("", _, _) => continue,
+            ("quit" | "exit", _, _) => return Ok(()),
+            ("help", _, _) => HELP.to_string(),
+            ("put", Some(k), Some(v)) => kv.put(k, v.as_bytes()).map(|()| "ok".into()).unwrap_or_else(err),
+            ("get", Some(k), None) => {
+                let mut v = Vec::new();
+                kv.get(k, &mut v)
+                    .map(|()| format!("{k} = {}", String::from_utf8_lossy(&v)))
+                    .unwrap_or_else(err)
+            }
+            ("del", Some(k), None) => kv
+                .remove(k)
+                .map(|was| if was { "removed" } else { "no such key" }.to_string())
+                .unwrap_or_else(err),
+            ("keys", None, None) => kv.keys().map(|k| k.join(" ")).unwrap_or_else(err),
+            ("time", None, None) => clock.now().map(|t| format!("t={t}")).unwrap_or_else(err),
+            ("log", n, None) => match n.map_or(Ok(10), str::parse) {
+                Ok(n) => log.tail(n).map(|l| l.join("\n")).unwrap_or_else(err),
+                Err(_) => "usage: log [N]".into(),
+            },
+            ("where", None, None) => [("kv", kv.door()), ("clock", clock.door()), ("log", log.door())]
+                .iter()
+                .map(|(name, d)| {
+                    if d.is_local() {
+                        format!("{name}: this domain ({})", ctx.domain())
+                    } else {
+                        format!("{name}: another domain (pid {})", d.server_pid())
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            ("bench", n, None) => match n.map_or(Ok(10_000), str::parse::<u32>) {
+                Ok(n) => bench(&kv, n.max(1)),
+                Err(_) => "usage: bench [N]".into(),
+            },
+            _ => format!("unknown command or wrong arguments: {}\n{HELP}", line.trim()),
+        };
+        if !answer.is_empty() {
+            writeln!(out, "{answer}")?;
+        }
+    }
+}
+
+fn err(e: SysError) -> String {
+    format!("error: {e}")
+}
+
+fn bench(kv: &KvClient, n: u32) -> String {
+    if let Err(e) = kv.put("bench", b"12345678") {
+        return err(e);
+    }
+    let mut v = Vec::new();
+    let start = Instant::now();
+    for _ in 0..n {
+        v.clear();
+        if let Err(e) = kv.get("bench", &mut v) {
+            return err(e);
+        }
+    }
+    let each = start.elapsed().as_nanos() as f64 / n as f64;
+    let _ = kv.remove("bench");
+    format!("{n} gets: {each:.0} ns each")
+}

@@ -1,0 +1,51 @@
+//! The same script through both manifests: same answers, different places.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+const SCRIPT: &str =
+    "put a 1\nput b hello world\nget a\nget b\nget zz\nkeys\ndel a\ndel a\ntime\nlog\nwhere\nbench 200\n";
+
+fn run(manifest: &str) -> (String, String) {
+    let path = format!("{}/{manifest}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kv-system"))
+        .args(["boot", &path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(SCRIPT.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+fn answers(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter(|l| !l.contains("domain") && !l.contains(" gets: "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn colocated_and_isolated_answer_alike() {
+    let (co, co_err) = run("colocated.toml");
+    let (iso, iso_err) = run("isolated.toml");
+    let expected = "ok\nok\na = 1\nb = hello world\nerror: no key `zz`\na b\nremoved\nno such key\nt=4\n\
+                    t=1 put a (1 bytes)\nt=2 put b (11 bytes)\nt=3 remove a";
+    assert_eq!(answers(&co), expected);
+    assert_eq!(answers(&iso), expected);
+    for svc in ["kv", "clock", "log"] {
+        assert!(co.contains(&format!("{svc}: this domain (all)")), "{co}");
+        assert!(iso.contains(&format!("{svc}: another domain (pid ")), "{iso}");
+    }
+    assert!(co_err.contains("system ready: 1 domain"), "{co_err}");
+    assert!(iso_err.contains("system ready: 4 domains"), "{iso_err}");
+    assert!(co.contains("200 gets: ") && iso.contains("200 gets: "));
+}
