@@ -228,15 +228,14 @@ fn wait_for_stop(stop: &(Mutex<bool>, Condvar)) {
     }
 }
 
+/// End the process. No explicit flush of stdout: a driver may hold its
+/// lock while blocked reading input; `exit` flushes it if it is free.
 fn finish(doors: Vec<Door>) -> ! {
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
     drop(doors);
     std::process::exit(0)
 }
 
 fn fail(tag: &str, msg: &str, code: i32) -> ! {
     eprintln!("{tag}: {msg}");
-    let _ = std::io::stdout().flush();
     std::process::exit(code)
 }

@@ -143,7 +143,7 @@ impl Names {
         self.request(OP_READY, 0, "", &[]).map(drop)
     }
 
-    /// Wait until every domain is ready.
+    /// Wait until the supervisor has seen every domain ready.
     pub(crate) fn await_ready(&self, wait: Duration) -> Result<(), NameError> {
         let ms = wait.as_millis().min(u32::MAX as u128) as u32;
         self.request(OP_AWAIT_READY, ms, "", &[]).map(drop)
@@ -198,6 +198,8 @@ struct State {
     /// Exit description of each domain that exited.
     exited: Vec<Option<String>>,
     root_exit: Option<i32>,
+    /// The supervisor has seen every domain ready and said so.
+    announced: bool,
 }
 
 struct Bound {
@@ -235,6 +237,7 @@ impl NameServer {
                 ready: vec![false; domains.len()],
                 exited: vec![None; domains.len()],
                 root_exit: None,
+                announced: false,
             }),
             cv: Condvar::new(),
             domains,
@@ -291,6 +294,12 @@ impl NameServer {
     /// Whether every domain has bound its services.
     pub fn all_ready(&self) -> bool {
         self.lock().ready.iter().all(|r| *r)
+    }
+
+    /// The supervisor has reported the system ready: release the root.
+    pub fn announce_ready(&self) {
+        self.lock().announced = true;
+        self.cv.notify_all();
     }
 
     /// Domains not ready yet.
@@ -359,7 +368,7 @@ impl NameServer {
                         let how = st.exited[i].clone().unwrap_or_default();
                         return refuse(reply, &format!("domain `{}` {how}", self.domains[i]));
                     }
-                    if st.ready.iter().all(|r| *r) {
+                    if st.announced {
                         reply.data.push(ST_OK);
                         return;
                     }

@@ -185,6 +185,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
                 ready = true;
                 let n = domains.len();
                 eprintln!("{sys}: system ready: {n} domain{}", if n == 1 { "" } else { "s" });
+                ns.announce_ready();
             } else if started.elapsed() > READY_TIMEOUT {
                 eprintln!(
                     "{sys}: boot failed: not ready after {} s: {}",
