@@ -4,3 +4,4 @@
 pub mod baseline;
 pub mod door;
 pub mod harness;
+pub mod placement;
