@@ -307,7 +307,7 @@ impl Running {
 }
 
 const NO_ROOT: &str =
-    "[domain.a]\nservices = [\"counter\"]\n[domain.b]\nservices = [\"greeter\", \"bomb\"]\n";
+    "[domain.a]\nservices = [\"counter\"]\nmax_threads = 3\n[domain.b]\nservices = [\"greeter\", \"bomb\"]\n";
 
 #[test]
 fn stats_then_clean_shutdown_on_sigterm() {
@@ -334,6 +334,10 @@ fn stats_then_clean_shutdown_on_sigterm() {
             "{stdout}"
         );
         assert!(stdout.contains("server threads: "), "{stdout}");
+        assert!(
+            stdout.contains("limit 3,"),
+            "the manifest's max_threads applies: {stdout}"
+        );
         for path in ["colocated", "fast", "vanilla"] {
             assert!(
                 stdout.lines().any(|l| l.starts_with(path)),
