@@ -115,7 +115,6 @@ fn remote_revocation_and_concurrent_callers() {
 /// *yours* descriptor, so the grant is gone when we look it up (a runtime
 /// race, not the stubs': the same happens with raw `Door::call`).
 #[test]
-#[ignore = "runtime race: a returned door's grant is released before the reply is decoded"]
 fn own_door_returned() {
     let peer = Peer::start();
     let mine = CounterServer::serve(Count(std::sync::atomic::AtomicU64::new(0)));
@@ -130,7 +129,6 @@ fn own_door_returned() {
 
 /// The same with raw `Door::call`, to show the stubs are not at fault.
 #[test]
-#[ignore = "runtime race: a returned door's grant is released before the reply is decoded"]
 fn own_door_returned_raw() {
     let peer = Peer::start();
     let mine = CounterServer::door(Count(std::sync::atomic::AtomicU64::new(0)));

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use crate::abi::*;
 use crate::conn::Conn;
-use crate::door::{DoorCore, Reply, Request, check_sizes};
+use crate::door::{Door, DoorCore, Reply, Request, check_sizes};
 use crate::error::{CallError, Fault};
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
@@ -38,6 +38,13 @@ struct SlotServer {
     unbind: AtomicBool,
     last_seq: AtomicU32,
     shuttle: Mutex<Option<Arc<Shuttle>>>,
+    /// Doors of the last reply, kept until the caller has read it (its next
+    /// request on the slot shows that). A door the caller passed in and gets
+    /// back travels as the caller's own grant: were our copy dropped now, our
+    /// release could reach the caller before the reply and retire the grant
+    /// the reply names.
+    pinned: Mutex<Vec<Door>>,
+    has_pinned: AtomicBool,
 }
 
 /// A peer's call area, mapped here.
@@ -94,6 +101,7 @@ impl InArea {
         for i in 0..SLOTS as u32 {
             self.alert(i);
             self.request_unbind(i);
+            self.slots[i as usize].pinned.lock().clear();
         }
     }
 }
@@ -234,6 +242,11 @@ fn publish(slot: &Slot, off: usize, v: u32) {
 fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let ss = &w.area.slots[w.slot as usize];
     ss.last_seq.store(seq, Relaxed);
+    if ss.has_pinned.load(Relaxed) {
+        // The caller has read our last reply: its doors may go.
+        ss.has_pinned.store(false, Relaxed);
+        ss.pinned.lock().clear();
+    }
     let flags = slot.get(OFF_FLAGS);
     let serving = shuttle::serving(flags & FLAG_ALERT != 0);
     let vanilla = flags & FLAG_VANILLA != 0;
@@ -262,7 +275,10 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
             slot.set(OFF_OUT_DOORS, 0);
         }
     }
-    bufs.reply.doors.clear();
+    if !bufs.reply.doors.is_empty() {
+        ss.pinned.lock().append(&mut bufs.reply.doors);
+        ss.has_pinned.store(true, Relaxed);
+    }
     drop(serving);
     slot.word(OFF_REP_SEQ).store(seq, Release);
     fence(SeqCst);
