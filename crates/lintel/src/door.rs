@@ -288,8 +288,6 @@ impl Door {
             return None;
         };
         let obj = core.handler.as_any()?.downcast_ref::<T>()?;
-        // Counted as a co-located call with no bytes: nothing is marshalled.
-        stats::call_made(Path::Colocated, 0, 0);
         let r = if core.revoked() {
             Err(CallError::Revoked)
         } else {
@@ -297,7 +295,8 @@ impl Door {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(obj, datum)))
                 .map_err(|_| CallError::Panicked)
         };
-        stats::call_returned(Path::Colocated, r.as_ref().map(|_| (0, 0)).map_err(|_| ()));
+        // Counted as a co-located call with no bytes: nothing is marshalled.
+        stats::call(Path::Colocated, 0, 0, r.as_ref().ok().map(|_| (0, 0)));
         Some(r)
     }
 
@@ -379,14 +378,9 @@ fn call_colocated(
     doors: &[Door],
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    stats::call_made(Path::Colocated, data.len(), doors.len());
     let r = run_colocated(core, data, doors, reply);
-    stats::call_returned(
-        Path::Colocated,
-        r.as_ref()
-            .map(|_| (reply.data.len(), reply.doors.len()))
-            .map_err(|_| ()),
-    );
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    stats::call(Path::Colocated, data.len(), doors.len(), result);
     r
 }
 

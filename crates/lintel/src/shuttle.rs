@@ -8,7 +8,7 @@
 //! Server code polls [`alerted`] or sleeps with [`sleep_alertable`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*, fence};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
 use crate::sys;
@@ -108,22 +108,26 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
 }
 
 /// Marks this thread as blocked in a call on `slot` of connection `conn`.
-pub(crate) struct InCall(Arc<Shuttle>);
+///
+/// The caller issues a full fence after this (when it publishes its request)
+/// and then checks [`alerted`] again: with the alerter's store of `alerted`
+/// before its load of `out_conn`, one of the two sees the other, so an alert
+/// is never lost between the request's flags and the wait.
+pub(crate) struct InCall(());
 
 #[inline]
 pub(crate) fn enter_call(conn: u64, slot: u32) -> InCall {
     CURRENT.with(|s| {
         s.out_slot.store(slot, Relaxed);
-        s.out_conn.store(conn, SeqCst);
-        fence(SeqCst);
-        InCall(s.clone())
-    })
+        s.out_conn.store(conn, Relaxed);
+    });
+    InCall(())
 }
 
 impl Drop for InCall {
     #[inline]
     fn drop(&mut self) {
-        self.0.out_conn.store(0, Relaxed);
+        CURRENT.with(|s| s.out_conn.store(0, Relaxed));
     }
 }
 

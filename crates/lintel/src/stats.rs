@@ -4,8 +4,10 @@
 //!
 //! Counting must not cost the fast path a shared cache line, so each thread
 //! counts into a block of its own (one writer: a relaxed load and store, no
-//! locked instruction); [`snapshot`] sums every block ever registered. Blocks
-//! outlive their threads, so counts of finished threads are kept.
+//! locked instruction), reached through one constant-initialised
+//! thread-local per call; [`snapshot`] sums every block. Blocks outlive
+//! their threads (a new thread takes over a finished one's), so counts of
+//! finished threads are kept.
 //!
 //! ```
 //! use lintel::{Door, Reply, Request};
@@ -17,7 +19,7 @@
 //! assert_eq!(after.calls[p] - before.calls[p], 1);
 //! ```
 
-use std::sync::Arc;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
@@ -161,14 +163,49 @@ const WORDS: usize = SERVED + PATHS;
 /// One thread's counters; only that thread writes them.
 struct Block([AtomicU64; WORDS]);
 
-static BLOCKS: Mutex<Vec<Arc<Block>>> = Mutex::new(Vec::new());
+/// Every block ever made (they are never freed), and those whose thread
+/// ended, ready for the next new thread: counts are the domain's, so a
+/// block may change hands.
+static ALL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+static FREE: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+
+/// A thread's hold on its block; gives it back when the thread ends.
+struct Mine(Cell<Option<&'static Block>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            FREE.lock().push(b);
+        }
+    }
+}
 
 thread_local! {
-    static MINE: Arc<Block> = {
-        let b = Arc::new(Block(std::array::from_fn(|_| AtomicU64::new(0))));
-        BLOCKS.lock().push(b.clone());
+    static MINE: Mine = const { Mine(Cell::new(None)) };
+}
+
+#[cold]
+fn new_block() -> &'static Block {
+    FREE.lock().pop().unwrap_or_else(|| {
+        let b: &'static Block = Box::leak(Box::new(Block(std::array::from_fn(|_| AtomicU64::new(0)))));
+        ALL.lock().push(b);
         b
-    };
+    })
+}
+
+#[inline(always)]
+fn with_block(f: impl FnOnce(&Block)) {
+    let _ = MINE.try_with(|m| {
+        let b = match m.0.get() {
+            Some(b) => b,
+            None => {
+                let b = new_block();
+                m.0.set(Some(b));
+                b
+            }
+        };
+        f(b)
+    });
 }
 
 #[inline(always)]
@@ -177,44 +214,39 @@ fn bump(b: &Block, i: usize) {
     c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
 }
 
-/// Count a call made on `path` with `args` bytes and `doors` doors.
+/// Count a call made on `path`, once it returned: `args` bytes and `doors`
+/// doors in, and the result's size and door count, or `None` if it failed.
 #[inline]
-pub(crate) fn call_made(path: Path, args: usize, doors: usize) {
+pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
     let p = path as usize;
-    MINE.with(|b| {
+    with_block(|b| {
         bump(b, CALLS + p);
         bump(b, ARGS + p * BUCKETS + bucket(args));
         if doors > 0 {
             bump(b, CALL_DOORS + p);
         }
-    });
-}
-
-/// Count the return of a call made on `path`.
-#[inline]
-pub(crate) fn call_returned(path: Path, result: Result<(usize, usize), ()>) {
-    let p = path as usize;
-    MINE.with(|b| match result {
-        Ok((len, doors)) => {
-            bump(b, RESULTS + p * BUCKETS + bucket(len));
-            if doors > 0 {
-                bump(b, RET_DOORS + p);
+        match result {
+            Some((len, doors)) => {
+                bump(b, RESULTS + p * BUCKETS + bucket(len));
+                if doors > 0 {
+                    bump(b, RET_DOORS + p);
+                }
             }
+            None => bump(b, FAILED + p),
         }
-        Err(()) => bump(b, FAILED + p),
     });
 }
 
 /// Count a call served here for another domain.
 #[inline]
 pub(crate) fn served(path: Path) {
-    MINE.with(|b| bump(b, SERVED + path as usize));
+    with_block(|b| bump(b, SERVED + path as usize));
 }
 
 /// This domain's counts so far.
 pub fn snapshot() -> CallStats {
     let mut s = CallStats::default();
-    for b in BLOCKS.lock().iter() {
+    for b in ALL.lock().iter() {
         let w = |i: usize| b.0[i].load(Relaxed);
         for p in 0..PATHS {
             s.calls[p] += w(CALLS + p);
@@ -250,8 +282,7 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(|| {
                     for _ in 0..10 {
-                        call_made(Path::Vanilla, 200, 1);
-                        call_returned(Path::Vanilla, Ok((5000, 0)));
+                        call(Path::Vanilla, 200, 1, Some((5000, 0)));
                     }
                 })
             })
