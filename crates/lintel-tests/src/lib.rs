@@ -32,6 +32,11 @@ pub mod m {
 /// Path of the peer program: beside the test binary's `deps/` folder, where
 /// cargo builds it for integration tests.
 pub fn peer_path() -> std::path::PathBuf {
+    bin_path("lintel-peer")
+}
+
+/// Path of a binary of this crate, built beside the test binaries.
+pub fn bin_path(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("exe dir");
     let dir = if dir.ends_with("deps") {
@@ -39,7 +44,7 @@ pub fn peer_path() -> std::path::PathBuf {
     } else {
         dir
     };
-    dir.join("lintel-peer")
+    dir.join(name)
 }
 
 /// A running peer domain; killed when dropped.

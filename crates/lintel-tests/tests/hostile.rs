@@ -37,14 +37,7 @@ const PRIVATE_DATUM: u64 = 0x5EC2_E7D0_0B5E_C2E7;
 const ANSWER: Duration = Duration::from_secs(3);
 
 fn attacker_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let dir = exe.parent().expect("exe dir");
-    let dir = if dir.ends_with("deps") {
-        dir.parent().expect("target dir")
-    } else {
-        dir
-    };
-    dir.join("lintel-attacker")
+    lintel_tests::bin_path("lintel-attacker")
 }
 
 fn seed(default: u64) -> u64 {

@@ -114,22 +114,10 @@ pub struct Incoming {
 
 /// Bind a listening socket at `path` (which must not exist).
 pub fn listen(path: &std::path::Path) -> Result<Listener, BootError> {
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let sock = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(std::io::Error::from)?;
-    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
-    rustix::net::bind(&sock, &addr).map_err(std::io::Error::from)?;
-    let listener = Listener {
-        sock,
+    Ok(Listener {
+        sock: sys::seqpacket_listen(path)?,
         path: path.to_path_buf(),
-    };
-    rustix::net::listen(&listener.sock, 16).map_err(std::io::Error::from)?;
-    Ok(listener)
+    })
 }
 
 impl Listener {
@@ -137,14 +125,10 @@ impl Listener {
     /// users' connections are closed and skipped.
     pub fn accept(&self) -> Result<Incoming, BootError> {
         loop {
-            let sock = rustix::net::accept_with(&self.sock, rustix::net::SocketFlags::CLOEXEC)
-                .map_err(std::io::Error::from)?;
-            let cred = rustix::net::sockopt::socket_peercred(&sock).map_err(std::io::Error::from)?;
-            if cred.uid != rustix::process::geteuid() {
-                continue;
+            let (sock, pid, same_user) = sys::seqpacket_accept(self.sock.as_fd())?;
+            if same_user {
+                return Ok(Incoming { sock, pid });
             }
-            let pid = cred.pid.as_raw_nonzero().get() as u32;
-            return Ok(Incoming { sock, pid });
         }
     }
 
@@ -183,16 +167,7 @@ impl Incoming {
 /// let reply = doors[0].call_bytes(b"ping").unwrap();
 /// ```
 pub fn connect(path: &std::path::Path, offer: &[Door]) -> Result<Vec<Door>, BootError> {
-    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let sock = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(std::io::Error::from)?;
-    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
-    rustix::net::connect(&sock, &addr).map_err(std::io::Error::from)?;
+    let sock = sys::seqpacket_connect(path)?;
     let peer = sys::peer_pid(sock.as_fd())?;
     let conn = domain::get().add_conn(sock, Some(peer))?;
     exchange(&conn, offer)

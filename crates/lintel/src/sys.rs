@@ -55,6 +55,39 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     )?)
 }
 
+fn seqpacket_socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// A `SOCK_SEQPACKET` socket listening at `path` (which must not exist).
+pub fn seqpacket_listen(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let sock = seqpacket_socket()?;
+    rustix::net::bind(&sock, &rustix::net::SocketAddrUnix::new(path)?)?;
+    rustix::net::listen(&sock, 16)?;
+    Ok(sock)
+}
+
+/// Accept one connection: the socket, the peer's pid as the kernel records
+/// it, and whether the peer runs as our user.
+pub fn seqpacket_accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, u32, bool)> {
+    let sock = rustix::net::accept_with(listener, SocketFlags::CLOEXEC)?;
+    let cred = rustix::net::sockopt::socket_peercred(&sock)?;
+    let same_user = cred.uid == rustix::process::geteuid();
+    Ok((sock, cred.pid.as_raw_nonzero().get() as u32, same_user))
+}
+
+/// A `SOCK_SEQPACKET` socket connected to the listener at `path`.
+pub fn seqpacket_connect(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let sock = seqpacket_socket()?;
+    rustix::net::connect(&sock, &rustix::net::SocketAddrUnix::new(path)?)?;
+    Ok(sock)
+}
+
 /// Send one message with `fds` attached.
 pub fn send_msg(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let mut space = [std::mem::MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MSG))];
