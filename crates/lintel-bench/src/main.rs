@@ -3,6 +3,8 @@
 //! `lintel-bench [--json FILE] [--quick] [--pin] [SUITE...]`; see `harness` for the API suites use.
 //! To add a suite, write `fn(&Config, &mut Report) -> anyhow::Result<()>` in the library and list
 //! it in [`SUITES`]; to add a child process role, add an arm to [`run_child`].
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,6 +7,7 @@
 //! can cross a door. The runtime half, which the generated code calls, is
 //! `lintel::stub`; both are re-exported from `lintel` (`lintel::interface`,
 //! `lintel::stub::Wire`).
+#![forbid(unsafe_code)]
 
 mod interface;
 mod wire;

@@ -15,6 +15,7 @@
 //!
 //! The shell reads commands from standard input (`help` lists them) and is
 //! the manifest's root: when input ends, the system shuts down.
+#![forbid(unsafe_code)]
 
 mod services;
 

@@ -47,6 +47,8 @@
 //! It prints `HOSTILE key=value ...` on stdout (counts the test checks to
 //! know the attack happened) and exits with status 0; `PLANTED` is printed
 //! when a holding mode has set its trap.
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io::{IoSlice, Read, Write};
 use std::mem::MaybeUninit;

@@ -1,5 +1,7 @@
 //! A domain the multi-process tests start: it offers one control door whose
 //! methods (see `lintel_tests::m`) exercise the runtime from the other side.
+#![forbid(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
