@@ -317,3 +317,30 @@ fn a_million_doors_in_one_domain_without_a_million_fds() {
         assert_eq!(r, ((i as u64) % batch).to_le_bytes());
     }
 }
+
+#[test]
+fn a_dead_servers_door_passes_on_as_a_dead_door() {
+    let b = Peer::start("plain");
+    let mut c = Peer::start("plain");
+    let door_c = c
+        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
+        .unwrap()
+        .doors
+        .pop()
+        .unwrap();
+    c.kill();
+    assert!(eventually(WAIT, || door_c.call_bytes(b"").unwrap_err()
+        == CallError::PeerDied));
+    // Passing it on is not an error of the call that carries it: B receives
+    // a door that fails as it fails here, and says which process served it.
+    b.call(m::HOLD, b"", std::slice::from_ref(&door_c)).unwrap();
+    assert_eq!(b.call(m::CALL_HELD, b"", &[]).unwrap_err(), CallError::Fault(101));
+    let r = b
+        .call(m::SERVER_PID_OF_PASSED, b"", std::slice::from_ref(&door_c))
+        .unwrap();
+    assert_eq!(
+        u64::from_le_bytes(r.data[..8].try_into().unwrap()) as u32,
+        c.pid()
+    );
+    assert_eq!(b.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
+}

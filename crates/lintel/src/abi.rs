@@ -128,3 +128,5 @@ pub const ST_FAULT: u32 = 6;
 pub const WD_YOURS: u32 = 1;
 pub const WD_MINE: u32 = 2;
 pub const WD_THIRD: u32 = 3;
+/// A door whose server died before it could be passed on (`pid` names it).
+pub const WD_DEAD: u32 = 4;

@@ -209,6 +209,10 @@ impl Drop for RemoteDoor {
 pub(crate) enum Inner {
     Local(Arc<DoorCore>),
     Remote(Arc<RemoteDoor>),
+    /// Served by the domain with this pid, which died before the door
+    /// reached us: every call fails with [`CallError::PeerDied`], as it
+    /// would have for the domain that passed it.
+    Dead(u32),
 }
 
 /// A capability to call one object in some domain.
@@ -255,6 +259,7 @@ impl Door {
         match &self.0 {
             Inner::Local(core) => call_colocated(core, data, doors, reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
+            Inner::Dead(_) => Err(CallError::PeerDied),
         }
     }
 
@@ -315,7 +320,7 @@ impl Door {
                 core.revoke();
                 Ok(())
             }
-            Inner::Remote(_) => Err(CallError::BadDoor),
+            Inner::Remote(_) | Inner::Dead(_) => Err(CallError::BadDoor),
         }
     }
 
@@ -338,6 +343,7 @@ impl Door {
         match &self.0 {
             Inner::Local(_) => std::process::id(),
             Inner::Remote(rd) => rd.conn.peer_pid(),
+            Inner::Dead(pid) => *pid,
         }
     }
 }
@@ -347,6 +353,7 @@ impl std::fmt::Debug for Door {
         match &self.0 {
             Inner::Local(c) => write!(f, "Door(local datum={})", c.datum),
             Inner::Remote(r) => write!(f, "Door(remote conn={} grant={})", r.conn.id, r.grant),
+            Inner::Dead(pid) => write!(f, "Door(dead server pid={pid})"),
         }
     }
 }

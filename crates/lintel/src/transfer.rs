@@ -12,6 +12,8 @@
 //!   with no connection to C yet, adopts the ticket socket as that
 //!   connection. A ticket lost with a dying receiver closes, C sees hang-up
 //!   and drops the reference it held. Calls then go straight to C.
+//! - *dead* (C died before the sender could pass its door on): the receiver
+//!   gets a door whose calls fail with `PeerDied`, as the sender's would.
 //!
 //! Tickets make the server the only keeper of its door's references, with no
 //! nucleus process in between; the price is one round trip to C per
@@ -42,8 +44,17 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
             pid: 0,
         },
         Inner::Remote(rd) => {
-            let ticket = match rd.conn.request(|req| Ctl::Mint { req, grant: rd.grant }, &[])? {
-                Answer::Minted(Some(fd)) => fd,
+            let dead = WireDoor {
+                kind: WD_DEAD,
+                idx: 0,
+                pid: rd.conn.peer_pid(),
+            };
+            if rd.conn.is_dead() {
+                return Ok(dead);
+            }
+            let ticket = match rd.conn.request(|req| Ctl::Mint { req, grant: rd.grant }, &[]) {
+                Ok(Answer::Minted(Some(fd))) => fd,
+                Err(CallError::PeerDied) => return Ok(dead),
                 _ => return Err(CallError::BadDoor),
             };
             tickets.push(ticket);
@@ -53,6 +64,11 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
                 pid: rd.conn.peer_pid(),
             }
         }
+        Inner::Dead(pid) => WireDoor {
+            kind: WD_DEAD,
+            idx: 0,
+            pid: *pid,
+        },
     })
 }
 
@@ -62,6 +78,7 @@ fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Res
     let d = domain::get();
     match w.kind {
         WD_MINE => Ok(Door(Inner::Remote(d.remote_door(conn, w.idx)))),
+        WD_DEAD => Ok(Door(Inner::Dead(w.pid))),
         WD_YOURS => conn
             .lookup(w.idx)
             .map(|c| Door(Inner::Local(c)))
