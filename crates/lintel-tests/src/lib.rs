@@ -80,6 +80,18 @@ impl Peer {
         call(&self.ctl, m, arg, doors)
     }
 
+    /// Call method `m` with a u64 argument; the one door it returns.
+    pub fn door(&self, m: u8, arg: u64) -> Door {
+        let mut r = self.call(m, &arg.to_le_bytes(), &[]).expect("peer call");
+        assert_eq!(r.doors.len(), 1, "method {m} returns one door");
+        r.doors.pop().expect("one door")
+    }
+
+    /// A door the peer makes with `datum` (it counts its unreferenced).
+    pub fn make_door(&self, datum: u64) -> Door {
+        self.door(m::MAKE_DOOR, datum)
+    }
+
     pub fn u64(&self, m: u8, arg: &[u8]) -> u64 {
         let r = self.call(m, arg, &[]).expect("peer call");
         u64::from_le_bytes(r.data[..8].try_into().unwrap())

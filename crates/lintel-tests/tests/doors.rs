@@ -49,12 +49,7 @@ fn unknown_method_is_a_fault_not_a_crash() {
 #[test]
 fn doors_pass_both_ways_and_come_back_local() {
     let p = Peer::start("plain");
-    let made = p
-        .call(m::MAKE_DOOR, &42u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let made = p.make_door(42);
     assert!(!made.is_local());
     let r = made.call_bytes(b"abc").unwrap();
     assert_eq!(&r[..8], &42u64.to_le_bytes());
@@ -75,19 +70,9 @@ fn doors_pass_both_ways_and_come_back_local() {
 #[test]
 fn same_door_received_twice_has_one_entry() {
     let p = Peer::start("plain");
-    let a = p
-        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let a = p.make_door(1);
     let before = lintel::introspect::remote_doors();
-    let b = p
-        .call(m::GIVE_MADE, &0u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let b = p.door(m::GIVE_MADE, 0);
     assert!(a.same(&b));
     assert_eq!(lintel::introspect::remote_doors(), before);
 }
@@ -96,12 +81,7 @@ fn same_door_received_twice_has_one_entry() {
 fn third_party_door_is_called_directly() {
     let b = Peer::start("plain");
     let c = Peer::start("plain");
-    let door_c = c
-        .call(m::MAKE_DOOR, &77u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let door_c = c.make_door(77);
     // B gets C's door from us and calls it: the answer is C's.
     let r = b
         .call(m::CALL_PASSED, b"via-b", std::slice::from_ref(&door_c))
@@ -114,12 +94,7 @@ fn third_party_door_is_called_directly() {
 fn third_party_door_names_the_server_process() {
     let b = Peer::start("plain");
     let c = Peer::start("plain");
-    let door_c = c
-        .call(m::MAKE_DOOR, &3u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let door_c = c.make_door(3);
     let r = b.call(m::SERVER_PID_OF_PASSED, b"", &[door_c]).unwrap();
     assert_eq!(
         u64::from_le_bytes(r.data[..8].try_into().unwrap()) as u32,

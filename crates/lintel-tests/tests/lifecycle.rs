@@ -23,23 +23,13 @@ fn counting_door(count: Arc<AtomicU64>) -> Door {
 #[test]
 fn unreferenced_once_per_transition_and_again_after_reuse() {
     let p = Peer::start("plain");
-    let d = p
-        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let d = p.make_door(1);
     d.call_bytes(b"").unwrap();
     assert_eq!(p.u64(m::UNREF_COUNT, b""), 0, "still held");
     drop(d);
     assert!(eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 1));
     // Handed out again, released again: one more.
-    let d = p
-        .call(m::GIVE_MADE, &0u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let d = p.door(m::GIVE_MADE, 0);
     d.call_bytes(b"").unwrap();
     drop(d);
     assert!(eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 2));
@@ -72,12 +62,7 @@ fn third_party_holder_release_reaches_the_server() {
     b.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
     let b_copy = b.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
     assert!(b_copy[0].same(&door));
-    let c_door = c
-        .call(m::MAKE_DOOR, &0u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let c_door = c.make_door(0);
     drop(c_door);
     c.call(m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
     b.call(m::DROP_HELD, b"", &[]).unwrap();
@@ -92,12 +77,7 @@ fn third_party_holder_release_reaches_the_server() {
 fn revoke_fails_every_later_call_and_unreferenced_follows() {
     let p = Peer::start("plain");
     let q = Peer::start("plain");
-    let d = p
-        .call(m::MAKE_DOOR, &5u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let d = p.make_door(5);
     q.call(m::HOLD, b"", std::slice::from_ref(&d)).unwrap();
     d.call_bytes(b"").unwrap();
     p.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
@@ -270,12 +250,7 @@ fn calls_from_many_threads_in_many_processes_run_in_parallel() {
 fn repeated_crashes_leak_no_fds_or_mappings() {
     let round = || {
         let mut p = Peer::start("plain");
-        let d = p
-            .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
-            .unwrap()
-            .doors
-            .pop()
-            .unwrap();
+        let d = p.make_door(1);
         d.call_bytes(&[7u8; 100]).unwrap();
         let mine = Door::create(3, |_: Request<'_>, _: &mut Reply| Ok(()));
         p.call(m::HOLD, b"", &[mine]).unwrap();
@@ -322,12 +297,7 @@ fn a_million_doors_in_one_domain_without_a_million_fds() {
 fn a_dead_servers_door_passes_on_as_a_dead_door() {
     let b = Peer::start("plain");
     let mut c = Peer::start("plain");
-    let door_c = c
-        .call(m::MAKE_DOOR, &1u64.to_le_bytes(), &[])
-        .unwrap()
-        .doors
-        .pop()
-        .unwrap();
+    let door_c = c.make_door(1);
     c.kill();
     assert!(eventually(WAIT, || door_c.call_bytes(b"").unwrap_err()
         == CallError::PeerDied));
