@@ -23,7 +23,7 @@ use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
 use crate::spin::Spinner;
-use crate::stats::{self, Path};
+use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::wire::Ctl;
@@ -78,6 +78,7 @@ struct Lease {
     seq: Cell<u32>,
     /// The CPU this thread ran on during its last call.
     cpu: Cell<u32>,
+    counters: Counters,
 }
 
 impl Lease {
@@ -147,6 +148,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         index,
         seq: seq.into(),
         cpu: Cell::new(u32::MAX),
+        counters: Counters::new(),
     });
     LEASES.with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
@@ -157,9 +159,23 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
     let vanilla = data.len() > INLINE || !doors.is_empty() || settings::force_vanilla();
     let path = if vanilla { Path::Vanilla } else { Path::Fast };
-    let r = call_on_slot(rd, data, doors, reply, vanilla);
+    // Guards: anything unusual leaves for the slow paths.
+    let taken = check_sizes("arguments", data.len(), doors.len()).and_then(|()| {
+        if rd.conn.is_dead() {
+            return Err(CallError::PeerDied);
+        }
+        lease(&rd.conn)
+    });
+    let lease = match taken {
+        Ok(lease) => lease,
+        Err(e) => {
+            stats::call(path, data.len(), doors.len(), None);
+            return Err(e);
+        }
+    };
+    let r = call_on_slot(&lease, rd, data, doors, reply, vanilla);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-    stats::call(path, data.len(), doors.len(), result);
+    lease.counters.call(path, data.len(), doors.len(), result);
     r
 }
 
@@ -168,19 +184,14 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
 /// inline (forced for the INKS "message" comparison).
 #[inline]
 fn call_on_slot(
+    lease: &Lease,
     rd: &RemoteDoor,
     data: &[u8],
     doors: &[Door],
     reply: &mut Reply,
     vanilla: bool,
 ) -> Result<(), CallError> {
-    // Guards: anything unusual leaves for the slow paths below.
-    check_sizes("arguments", data.len(), doors.len())?;
     let conn = &rd.conn;
-    if conn.is_dead() {
-        return Err(CallError::PeerDied);
-    }
-    let lease = lease(conn)?;
     let slot = &lease.slot;
     let seq = lease.next_seq();
 

@@ -22,7 +22,7 @@ use crate::error::{CallError, Fault};
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
-use crate::stats::{self, Path};
+use crate::stats::{Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::{domain, transfer};
@@ -114,6 +114,7 @@ pub(crate) fn run_worker() {
         reply: Reply::new(),
         door: None,
         spinner: false,
+        counters: Counters::new(),
     };
     loop {
         let w = d.pool.take();
@@ -132,6 +133,7 @@ struct Buffers {
     door: Option<(u32, u64, Arc<DoorCore>)>,
     /// Whether this worker holds the domain's spinning role.
     spinner: bool,
+    counters: Counters,
 }
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
@@ -317,7 +319,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Re
     } else {
         Path::Vanilla
     };
-    stats::served(path);
+    bufs.counters.served(path);
     let reply = &mut bufs.reply;
     reply.clear();
     let req = Request {

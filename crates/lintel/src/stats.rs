@@ -2,12 +2,12 @@
 //! each path, how big their arguments and results were, how many carried
 //! doors, and how many calls it served for other domains.
 //!
-//! Counting must not cost the fast path a shared cache line, so each thread
-//! counts into a block of its own (one writer: a relaxed load and store, no
-//! locked instruction), reached through one constant-initialised
-//! thread-local per call; [`snapshot`] sums every block. Blocks outlive
-//! their threads (a new thread takes over a finished one's), so counts of
-//! finished threads are kept.
+//! Counting must not cost the call path a shared cache line or a lookup:
+//! each caller's slot lease and each server worker owns a block of counters
+//! (one writer: a relaxed load and store, no locked instruction); co-located
+//! calls count in a block of the calling thread's. [`snapshot`] sums every
+//! block. Blocks outlive their owners (the next owner takes over a released
+//! one), so no count is lost.
 //!
 //! ```
 //! use lintel::{Door, Reply, Request};
@@ -160,87 +160,87 @@ const RET_DOORS: usize = CALL_DOORS + PATHS;
 const SERVED: usize = RET_DOORS + PATHS;
 const WORDS: usize = SERVED + PATHS;
 
-/// One thread's counters; only that thread writes them.
+/// One owner's counters; only the owner writes them.
 struct Block([AtomicU64; WORDS]);
 
-/// Every block ever made (they are never freed), and those whose thread
-/// ended, ready for the next new thread: counts are the domain's, so a
-/// block may change hands.
+/// Every block ever made (they are never freed), and those whose owner is
+/// gone, ready for the next one: counts are the domain's, so a block may
+/// change hands.
 static ALL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
 static FREE: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
 
-/// A thread's hold on its block; gives it back when the thread ends.
-struct Mine(Cell<Option<&'static Block>>);
+/// A block owned by one thread's object that is on the call path anyway (a
+/// caller's lease of a slot, a server worker), so counting needs no
+/// thread-local lookup. Not `Sync`: one writer.
+pub(crate) struct Counters {
+    block: &'static Block,
+    _one_writer: std::marker::PhantomData<Cell<()>>,
+}
 
-impl Drop for Mine {
-    fn drop(&mut self) {
-        if let Some(b) = self.0.take() {
-            FREE.lock().push(b);
+impl Counters {
+    pub fn new() -> Counters {
+        let block = FREE.lock().pop().unwrap_or_else(|| {
+            let b: &'static Block = Box::leak(Box::new(Block(std::array::from_fn(|_| AtomicU64::new(0)))));
+            ALL.lock().push(b);
+            b
+        });
+        Counters {
+            block,
+            _one_writer: std::marker::PhantomData,
         }
+    }
+
+    #[inline(always)]
+    fn bump(&self, i: usize) {
+        let c = &self.block.0[i];
+        c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+
+    /// Count a call made on `path`, once it returned: `args` bytes and
+    /// `doors` doors in, and the result's size and door count, or `None` if
+    /// it failed.
+    #[inline]
+    pub fn call(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
+        let p = path as usize;
+        self.bump(CALLS + p);
+        self.bump(ARGS + p * BUCKETS + bucket(args));
+        if doors > 0 {
+            self.bump(CALL_DOORS + p);
+        }
+        match result {
+            Some((len, doors)) => {
+                self.bump(RESULTS + p * BUCKETS + bucket(len));
+                if doors > 0 {
+                    self.bump(RET_DOORS + p);
+                }
+            }
+            None => self.bump(FAILED + p),
+        }
+    }
+
+    /// Count a call served here for another domain.
+    #[inline]
+    pub fn served(&self, path: Path) {
+        self.bump(SERVED + path as usize);
+    }
+}
+
+impl Drop for Counters {
+    fn drop(&mut self) {
+        FREE.lock().push(self.block);
     }
 }
 
 thread_local! {
-    static MINE: Mine = const { Mine(Cell::new(None)) };
+    /// For calls with no lease or worker at hand (co-located calls, calls
+    /// that fail before taking a slot).
+    static MINE: Counters = Counters::new();
 }
 
-#[cold]
-fn new_block() -> &'static Block {
-    FREE.lock().pop().unwrap_or_else(|| {
-        let b: &'static Block = Box::leak(Box::new(Block(std::array::from_fn(|_| AtomicU64::new(0)))));
-        ALL.lock().push(b);
-        b
-    })
-}
-
-#[inline(always)]
-fn with_block(f: impl FnOnce(&Block)) {
-    let _ = MINE.try_with(|m| {
-        let b = match m.0.get() {
-            Some(b) => b,
-            None => {
-                let b = new_block();
-                m.0.set(Some(b));
-                b
-            }
-        };
-        f(b)
-    });
-}
-
-#[inline(always)]
-fn bump(b: &Block, i: usize) {
-    let c = &b.0[i];
-    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
-}
-
-/// Count a call made on `path`, once it returned: `args` bytes and `doors`
-/// doors in, and the result's size and door count, or `None` if it failed.
+/// Count a call on this thread's own counters (see [`Counters::call`]).
 #[inline]
 pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
-    let p = path as usize;
-    with_block(|b| {
-        bump(b, CALLS + p);
-        bump(b, ARGS + p * BUCKETS + bucket(args));
-        if doors > 0 {
-            bump(b, CALL_DOORS + p);
-        }
-        match result {
-            Some((len, doors)) => {
-                bump(b, RESULTS + p * BUCKETS + bucket(len));
-                if doors > 0 {
-                    bump(b, RET_DOORS + p);
-                }
-            }
-            None => bump(b, FAILED + p),
-        }
-    });
-}
-
-/// Count a call served here for another domain.
-#[inline]
-pub(crate) fn served(path: Path) {
-    with_block(|b| bump(b, SERVED + path as usize));
+    let _ = MINE.try_with(|c| c.call(path, args, doors, result));
 }
 
 /// This domain's counts so far.
@@ -281,9 +281,11 @@ mod tests {
         let ts: Vec<_> = (0..3)
             .map(|_| {
                 std::thread::spawn(|| {
+                    let c = Counters::new();
                     for _ in 0..10 {
-                        call(Path::Vanilla, 200, 1, Some((5000, 0)));
+                        c.call(Path::Vanilla, 200, 1, Some((5000, 0)));
                     }
+                    c.served(Path::Fast);
                 })
             })
             .collect();
@@ -294,6 +296,7 @@ mod tests {
         assert_eq!(d.args[v][2], 30);
         assert_eq!(d.results[v][4], 30);
         assert_eq!(d.calls_with_doors[v], 30);
+        assert_eq!(d.served[Path::Fast as usize], 3, "counts outlive their owners");
         assert_eq!(CallStats::from_bytes(&d.to_bytes()), Some(d.clone()));
         assert!(d.to_string().contains("vanilla"));
     }
