@@ -244,8 +244,10 @@ fn call_on_slot(
         return Err(CallError::BadMessage("reply header out of range"));
     }
     reply.clear();
-    reply.data.resize(out_len, 0);
-    slot.read(result_offset(out_len, vanilla), &mut reply.data);
+    if out_len > 0 {
+        reply.data.resize(out_len, 0);
+        slot.read(result_offset(out_len, vanilla), &mut reply.data);
+    }
     if out_doors > 0 {
         transfer::receive_doors(conn, slot, out_doors, false, lease.index, seq, &mut reply.doors)?;
     }

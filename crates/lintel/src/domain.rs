@@ -45,10 +45,16 @@ struct Tickets {
 static DOMAIN: OnceLock<Domain> = OnceLock::new();
 
 /// This process's domain, started on first use.
+#[inline]
 pub(crate) fn get() -> &'static Domain {
-    if let Some(d) = DOMAIN.get() {
-        return d;
+    match DOMAIN.get() {
+        Some(d) => d,
+        None => start(),
     }
+}
+
+#[cold]
+fn start() -> &'static Domain {
     let mut started = false;
     let d = DOMAIN.get_or_init(|| {
         started = true;

@@ -46,9 +46,12 @@ impl Reply {
         Reply::default()
     }
 
+    #[inline]
     pub(crate) fn clear(&mut self) {
         self.data.clear();
-        self.doors.clear();
+        if !self.doors.is_empty() {
+            self.doors.clear();
+        }
     }
 }
 
