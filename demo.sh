@@ -27,5 +27,5 @@ for placement in colocated isolated; do
     echo quit; } | "$bin/kv-system" boot "$manifest"
   echo
 done
-echo "== lintel-bench: baselines, doors, placement (JSON lines in bench.jsonl)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl baseline door placement
+echo "== lintel-bench: baselines, doors, placement, LRPC curves (JSON lines in bench.jsonl)"
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl baseline door placement lrpc

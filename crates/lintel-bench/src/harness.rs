@@ -4,11 +4,13 @@
 //! - [`measure_batched`] / [`measure_single`] turn timings into [`Stats`] (median and p99, in ns).
 //! - [`Report`] collects one [`CaseResult`] per case and writes the JSON lines and the table.
 //! - [`spawn_self`] / [`ChildProc`] run a second process (this binary again, as a child role);
-//!   [`SharedMem`] is a `memfd` mapping both processes share.
+//!   [`SharedMem`] is a `memfd` mapping both processes share; [`ChildDomain`] is a child that
+//!   serves doors.
 //! - [`voluntary_switches`] checks that a blocking case really sleeps.
 
 mod child;
 mod clock;
+mod domain;
 mod report;
 mod shm;
 mod stats;
@@ -19,6 +21,7 @@ pub use child::{
     wait_until_exited,
 };
 pub use clock::{clock_description, ticks, ticks_to_ns};
+pub use domain::{ChildDomain, serve_forever};
 pub use report::{CaseResult, P99_DEFINITION, Report, fmt_ns};
 pub use shm::SharedMem;
 pub use stats::{Stats, measure_batched, measure_single, median, percentile};

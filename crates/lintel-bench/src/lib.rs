@@ -6,4 +6,5 @@
 pub mod baseline;
 pub mod door;
 pub mod harness;
+pub mod lrpc;
 pub mod placement;

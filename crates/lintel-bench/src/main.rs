@@ -14,13 +14,14 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, door, placement};
+use lintel_bench::{baseline, door, lrpc, placement};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
     (baseline::SUITE, baseline::run),
     (door::SUITE, door::run),
     (placement::SUITE, placement::run),
+    (lrpc::SUITE, lrpc::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -29,6 +30,7 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         baseline::ROLE => baseline::child(args),
         door::ROLE => door::child(args),
         placement::ROLE => placement::child(args),
+        lrpc::ROLE => lrpc::child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

@@ -12,12 +12,10 @@
 //! is `<shape>_<binding>`, compared to `<shape>_colocated` as the paper compares to the trap;
 //! the note gives the paper's own ratio (message / trap) beside it.
 
-use std::process::Child;
-
 use anyhow::{Context as _, bail, ensure};
 use lintel::stub::{StubError, Wire};
 
-use crate::harness::{CaseResult, Config, Report, measure_batched, spawn_self};
+use crate::harness::{CaseResult, ChildDomain, Config, Report, measure_batched, serve_forever};
 
 pub const SUITE: &str = "placement";
 /// The child role of this suite, registered in `main`.
@@ -97,42 +95,7 @@ const BINDINGS: [&str; 3] = ["colocated", "isolated", "message"];
 
 /// The child side: serve an [`InksServer`] until killed.
 pub fn child(_args: &[String]) -> anyhow::Result<()> {
-    let door = InksServer::door(Server);
-    let _parent = lintel::boot::join(&[door]).context("joining the benchmark domain")?;
-    loop {
-        std::thread::park();
-    }
-}
-
-/// A child domain serving [`Inks`]; killed and reaped on drop.
-struct Isolated {
-    child: Child,
-    client: InksClient,
-}
-
-impl Isolated {
-    fn spawn(cfg: &Config) -> anyhow::Result<Isolated> {
-        let mut cmd = spawn_self(cfg, ROLE, &[])?;
-        let s = lintel::boot::spawn(&mut cmd, &[]).context("starting the placement child")?;
-        let mut doors = s.doors;
-        let mut child = s.child;
-        let Some(door) = doors.pop() else {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the placement child offered no door");
-        };
-        Ok(Isolated {
-            child,
-            client: InksClient::from_door(door),
-        })
-    }
-}
-
-impl Drop for Isolated {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    serve_forever(InksServer::door(Server))
 }
 
 /// Restores the normal path choice however the suite ends.
@@ -155,15 +118,12 @@ impl Drop for ForceVanilla {
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let local = InksServer::serve(Server);
     ensure!(local.door().is_local(), "the co-located server is not local");
-    let remote = Isolated::spawn(cfg)?;
-    ensure!(!remote.client.door().is_local(), "the isolated server is local");
+    let child = ChildDomain::spawn(cfg, ROLE)?;
+    let remote = InksClient::from_door(child.door());
+    ensure!(!remote.door().is_local(), "the isolated server is local");
     let mut results = Vec::new();
     for binding in BINDINGS {
-        let client = if binding == "colocated" {
-            &local
-        } else {
-            &remote.client
-        };
+        let client = if binding == "colocated" { &local } else { &remote };
         let _vanilla = (binding == "message").then(ForceVanilla::on);
         for (shape, _) in PAPER {
             let iters = cfg.iters(if binding == "colocated" {

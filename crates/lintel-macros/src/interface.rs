@@ -617,7 +617,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
     };
     let remote = quote! {
         #[doc(hidden)]
-        #[allow(clippy::ptr_arg)]
+        #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
         fn #remote(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
             const METHOD: #st::Method = #st::Method {
                 interface: #iface,

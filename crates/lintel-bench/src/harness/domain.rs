@@ -1,0 +1,54 @@
+//! Child domains: this binary re-executed as a child role that serves doors, started with
+//! `lintel::boot::spawn` (which passes its own socket, so not with `ChildProc`); killed and
+//! reaped on drop.
+
+use std::process::Child;
+
+use anyhow::{Context as _, bail};
+use lintel::Door;
+
+use super::{Config, spawn_self};
+
+/// A running child domain and the doors it offered.
+pub struct ChildDomain {
+    child: Child,
+    doors: Vec<Door>,
+}
+
+impl ChildDomain {
+    /// Starts child role `role`, which calls `lintel::boot::join` offering at least one door.
+    pub fn spawn(cfg: &Config, role: &str) -> anyhow::Result<ChildDomain> {
+        let mut cmd = spawn_self(cfg, role, &[])?;
+        let s =
+            lintel::boot::spawn(&mut cmd, &[]).with_context(|| format!("starting child domain {role}"))?;
+        let d = ChildDomain {
+            child: s.child,
+            doors: s.doors,
+        };
+        if d.doors.is_empty() {
+            bail!("child domain {role} offered no door");
+        }
+        Ok(d)
+    }
+
+    /// The first door the child offered.
+    pub fn door(&self) -> Door {
+        self.doors[0].clone()
+    }
+}
+
+impl Drop for ChildDomain {
+    fn drop(&mut self) {
+        self.doors.clear();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The body of a child role that serves `door` until it is killed or its parent dies.
+pub fn serve_forever(door: Door) -> anyhow::Result<()> {
+    let _parent = lintel::boot::join(&[door]).context("joining the benchmark domain")?;
+    loop {
+        std::thread::park();
+    }
+}
