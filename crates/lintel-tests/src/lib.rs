@@ -29,6 +29,7 @@ pub mod m {
     pub const CALL_HELD: u8 = 16;
     pub const POOL_SHORTAGES: u8 = 17;
     pub const RETURN_HELD: u8 = 18;
+    pub const SHORTAGES_WATCHED: u8 = 19;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

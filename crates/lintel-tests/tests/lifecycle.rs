@@ -212,6 +212,10 @@ fn exhausted_pool_makes_calls_wait_not_fail() {
     }
     assert!(p.u64(m::MAX_CONCURRENT, b"") <= 2, "limit respected");
     assert!(p.u64(m::POOL_SHORTAGES, b"") >= 1, "shortage reported");
+    assert!(
+        p.u64(m::SHORTAGES_WATCHED, b"") >= 1,
+        "the application's shortage watcher was called, with the pool at its limit"
+    );
 }
 
 #[test]

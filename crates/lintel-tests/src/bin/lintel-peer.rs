@@ -15,6 +15,7 @@ static ALERTED: AtomicU64 = AtomicU64::new(0);
 static ACTIVE: AtomicU64 = AtomicU64::new(0);
 static MAX_ACTIVE: AtomicU64 = AtomicU64::new(0);
 static SECRET: AtomicU64 = AtomicU64::new(0);
+static WATCHED: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Default)]
 struct State {
@@ -109,6 +110,7 @@ fn serve(st: &Mutex<State>, req: Request<'_>, reply: &mut Reply) -> Result<(), F
         m::MAX_CONCURRENT => put(reply, MAX_ACTIVE.load(SeqCst)),
         m::SECRET_CALLS => put(reply, SECRET.load(SeqCst)),
         m::POOL_SHORTAGES => put(reply, lintel::pool::stats().shortages),
+        m::SHORTAGES_WATCHED => put(reply, WATCHED.load(SeqCst)),
         m::SERVER_PID_OF_PASSED => put(reply, req.doors.first().ok_or(Fault(4))?.server_pid() as u64),
         m::CONNECTIONS => put(reply, lintel::introspect::connections() as u64),
         _ => return Err(Fault(9)),
@@ -130,6 +132,11 @@ fn main() {
     // A test peer should not outlive the test that started it.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let role = std::env::args().nth(1).unwrap_or_default();
+    lintel::pool::on_shortage(|stats| {
+        if stats.threads >= stats.limit {
+            WATCHED.fetch_add(1, SeqCst);
+        }
+    });
     let st = Arc::new(Mutex::new(State::default()));
     let s2 = st.clone();
     let ctl = Door::create(0, move |req: Request<'_>, reply: &mut Reply| {
