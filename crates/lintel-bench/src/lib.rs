@@ -7,4 +7,5 @@ pub mod baseline;
 pub mod door;
 pub mod harness;
 pub mod lrpc;
+pub mod payload;
 pub mod placement;

@@ -13,39 +13,35 @@
 //! Every case is compared to `args1_value`, the minimal call.
 
 use anyhow::{bail, ensure};
-use lintel::stub::{StubError, Wire};
 
 use crate::harness::{CaseResult, ChildDomain, Config, Report, Stats, measure_batched, serve_forever};
+use crate::payload::PayloadError;
 
 pub const SUITE: &str = "lrpc";
 /// The child role of this suite, registered in `main`.
 pub const ROLE: &str = "lrpc";
 
-/// The service's error: lintel's failures, or a payload that arrived wrong.
-#[derive(Debug, PartialEq, Wire)]
-pub enum LrpcError {
-    Stub(StubError),
-    BadPayload,
-}
-
-impl From<StubError> for LrpcError {
-    fn from(e: StubError) -> Self {
-        LrpcError::Stub(e)
-    }
-}
-
 /// The calls of Figures 7 and 8; every one returns a checksum of what it received.
 #[lintel::interface]
 pub trait Lrpc {
-    fn args1(&self, a: u32) -> Result<u32, LrpcError>;
-    fn args2(&self, a: u32, b: u32) -> Result<u32, LrpcError>;
-    fn args4(&self, a: u32, b: u32, c: u32, d: u32) -> Result<u32, LrpcError>;
+    fn args1(&self, a: u32) -> Result<u32, PayloadError>;
+    fn args2(&self, a: u32, b: u32) -> Result<u32, PayloadError>;
+    fn args4(&self, a: u32, b: u32, c: u32, d: u32) -> Result<u32, PayloadError>;
     #[allow(clippy::too_many_arguments)]
-    fn args8(&self, a: u32, b: u32, c: u32, d: u32, e: u32, f: u32, g: u32, h: u32)
-    -> Result<u32, LrpcError>;
-    fn refs1(&self, a: &[u8]) -> Result<u32, LrpcError>;
-    fn refs2(&self, a: &[u8], b: &[u8]) -> Result<u32, LrpcError>;
-    fn refs4(&self, a: &[u8], b: &[u8], c: &[u8], d: &[u8]) -> Result<u32, LrpcError>;
+    fn args8(
+        &self,
+        a: u32,
+        b: u32,
+        c: u32,
+        d: u32,
+        e: u32,
+        f: u32,
+        g: u32,
+        h: u32,
+    ) -> Result<u32, PayloadError>;
+    fn refs1(&self, a: &[u8]) -> Result<u32, PayloadError>;
+    fn refs2(&self, a: &[u8], b: &[u8]) -> Result<u32, PayloadError>;
+    fn refs4(&self, a: &[u8], b: &[u8], c: &[u8], d: &[u8]) -> Result<u32, PayloadError>;
     #[allow(clippy::too_many_arguments)]
     fn refs8(
         &self,
@@ -57,10 +53,10 @@ pub trait Lrpc {
         f: &[u8],
         g: &[u8],
         h: &[u8],
-    ) -> Result<u32, LrpcError>;
-    fn take(&self, data: &[u8]) -> Result<u32, LrpcError>;
-    fn give(&self, len: u32, out: &mut Vec<u8>) -> Result<u32, LrpcError>;
-    fn turn(&self, buf: &mut [u8]) -> Result<u32, LrpcError>;
+    ) -> Result<u32, PayloadError>;
+    fn take(&self, data: &[u8]) -> Result<u32, PayloadError>;
+    fn give(&self, len: u32, out: &mut Vec<u8>) -> Result<u32, PayloadError>;
+    fn turn(&self, buf: &mut [u8]) -> Result<u32, PayloadError>;
 }
 
 struct Server;
@@ -69,9 +65,9 @@ fn sum(xs: &[u32]) -> u32 {
     xs.iter().fold(0u32, |s, x| s.wrapping_add(*x))
 }
 
-fn word(r: &[u8]) -> Result<u32, LrpcError> {
+fn word(r: &[u8]) -> Result<u32, PayloadError> {
     Ok(u32::from_le_bytes(
-        r.try_into().map_err(|_| LrpcError::BadPayload)?,
+        r.try_into().map_err(|_| PayloadError::BadPayload)?,
     ))
 }
 
@@ -81,13 +77,13 @@ fn ends(data: &[u8]) -> u32 {
 }
 
 impl Lrpc for Server {
-    fn args1(&self, a: u32) -> Result<u32, LrpcError> {
+    fn args1(&self, a: u32) -> Result<u32, PayloadError> {
         Ok(a)
     }
-    fn args2(&self, a: u32, b: u32) -> Result<u32, LrpcError> {
+    fn args2(&self, a: u32, b: u32) -> Result<u32, PayloadError> {
         Ok(sum(&[a, b]))
     }
-    fn args4(&self, a: u32, b: u32, c: u32, d: u32) -> Result<u32, LrpcError> {
+    fn args4(&self, a: u32, b: u32, c: u32, d: u32) -> Result<u32, PayloadError> {
         Ok(sum(&[a, b, c, d]))
     }
     fn args8(
@@ -100,16 +96,16 @@ impl Lrpc for Server {
         f: u32,
         g: u32,
         h: u32,
-    ) -> Result<u32, LrpcError> {
+    ) -> Result<u32, PayloadError> {
         Ok(sum(&[a, b, c, d, e, f, g, h]))
     }
-    fn refs1(&self, a: &[u8]) -> Result<u32, LrpcError> {
+    fn refs1(&self, a: &[u8]) -> Result<u32, PayloadError> {
         word(a)
     }
-    fn refs2(&self, a: &[u8], b: &[u8]) -> Result<u32, LrpcError> {
+    fn refs2(&self, a: &[u8], b: &[u8]) -> Result<u32, PayloadError> {
         Ok(sum(&[word(a)?, word(b)?]))
     }
-    fn refs4(&self, a: &[u8], b: &[u8], c: &[u8], d: &[u8]) -> Result<u32, LrpcError> {
+    fn refs4(&self, a: &[u8], b: &[u8], c: &[u8], d: &[u8]) -> Result<u32, PayloadError> {
         Ok(sum(&[word(a)?, word(b)?, word(c)?, word(d)?]))
     }
     fn refs8(
@@ -122,7 +118,7 @@ impl Lrpc for Server {
         f: &[u8],
         g: &[u8],
         h: &[u8],
-    ) -> Result<u32, LrpcError> {
+    ) -> Result<u32, PayloadError> {
         let ws = [
             word(a)?,
             word(b)?,
@@ -135,14 +131,14 @@ impl Lrpc for Server {
         ];
         Ok(sum(&ws))
     }
-    fn take(&self, data: &[u8]) -> Result<u32, LrpcError> {
+    fn take(&self, data: &[u8]) -> Result<u32, PayloadError> {
         Ok(ends(data))
     }
-    fn give(&self, len: u32, out: &mut Vec<u8>) -> Result<u32, LrpcError> {
+    fn give(&self, len: u32, out: &mut Vec<u8>) -> Result<u32, PayloadError> {
         out.resize(len as usize, 7);
         Ok(ends(out))
     }
-    fn turn(&self, buf: &mut [u8]) -> Result<u32, LrpcError> {
+    fn turn(&self, buf: &mut [u8]) -> Result<u32, PayloadError> {
         let before = ends(buf);
         if let Some(b) = buf.first_mut() {
             *b = b.wrapping_add(1);
@@ -169,7 +165,7 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let iters = cfg.iters(100_000);
     let w = [1u8, 0, 0, 0];
 
-    type Call<'a> = Box<dyn Fn() -> Result<u32, LrpcError> + 'a>;
+    type Call<'a> = Box<dyn Fn() -> Result<u32, PayloadError> + 'a>;
     let fig7: [(&str, Call<'_>, u32); 8] = [
         ("args1_value", Box::new(|| c.args1(1)), 1),
         ("args2_value", Box::new(|| c.args2(1, 1)), 2),

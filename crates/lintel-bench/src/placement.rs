@@ -13,63 +13,50 @@
 //! the note gives the paper's own ratio (message / trap) beside it.
 
 use anyhow::{Context as _, bail, ensure};
-use lintel::stub::{StubError, Wire};
 
 use crate::harness::{CaseResult, ChildDomain, Config, Report, measure_batched, serve_forever};
+use crate::payload::PayloadError;
 
 pub const SUITE: &str = "placement";
 /// The child role of this suite, registered in `main`.
 pub const ROLE: &str = "placement";
 
-/// The service's error: lintel's failures, or a payload that arrived wrong.
-#[derive(Debug, PartialEq, Wire)]
-pub enum InksError {
-    Stub(StubError),
-    BadPayload,
-}
-
-impl From<StubError> for InksError {
-    fn from(e: StubError) -> Self {
-        InksError::Stub(e)
-    }
-}
-
 /// The INKS Table 3 calls.
 #[lintel::interface]
 pub trait Inks {
-    fn null(&self) -> Result<(), InksError>;
-    fn in64(&self, data: &[u8]) -> Result<(), InksError>;
-    fn in1k(&self, data: &[u8]) -> Result<(), InksError>;
-    fn out1k(&self, out: &mut Vec<u8>) -> Result<(), InksError>;
-    fn inout128(&self, buf: &mut [u8]) -> Result<(), InksError>;
+    fn null(&self) -> Result<(), PayloadError>;
+    fn in64(&self, data: &[u8]) -> Result<(), PayloadError>;
+    fn in1k(&self, data: &[u8]) -> Result<(), PayloadError>;
+    fn out1k(&self, out: &mut Vec<u8>) -> Result<(), PayloadError>;
+    fn inout128(&self, buf: &mut [u8]) -> Result<(), PayloadError>;
 }
 
 /// The server: checks what comes in (first and last byte), fills what goes out.
 struct Server;
 
 impl Server {
-    fn check(data: &[u8], len: usize) -> Result<(), InksError> {
+    fn check(data: &[u8], len: usize) -> Result<(), PayloadError> {
         let ok =
             data.len() == len && data.first() == Some(&pattern(0)) && data.last() == Some(&pattern(len - 1));
-        if ok { Ok(()) } else { Err(InksError::BadPayload) }
+        if ok { Ok(()) } else { Err(PayloadError::BadPayload) }
     }
 }
 
 impl Inks for Server {
-    fn null(&self) -> Result<(), InksError> {
+    fn null(&self) -> Result<(), PayloadError> {
         Ok(())
     }
-    fn in64(&self, data: &[u8]) -> Result<(), InksError> {
+    fn in64(&self, data: &[u8]) -> Result<(), PayloadError> {
         Server::check(data, 64)
     }
-    fn in1k(&self, data: &[u8]) -> Result<(), InksError> {
+    fn in1k(&self, data: &[u8]) -> Result<(), PayloadError> {
         Server::check(data, 1024)
     }
-    fn out1k(&self, out: &mut Vec<u8>) -> Result<(), InksError> {
+    fn out1k(&self, out: &mut Vec<u8>) -> Result<(), PayloadError> {
         out.extend((0..1024).map(pattern));
         Ok(())
     }
-    fn inout128(&self, buf: &mut [u8]) -> Result<(), InksError> {
+    fn inout128(&self, buf: &mut [u8]) -> Result<(), PayloadError> {
         Server::check(buf, 128)?;
         for b in buf.iter_mut() {
             *b = !*b;
@@ -183,7 +170,7 @@ fn measure_shape(
             "in1k" => client.in1k(&in1k),
             "out1k" => client.out1k(&mut out).and_then(|()| {
                 let ok = out.len() == 1024 && out[1023] == pattern(1023);
-                if ok { Ok(()) } else { Err(InksError::BadPayload) }
+                if ok { Ok(()) } else { Err(PayloadError::BadPayload) }
             }),
             _ => {
                 // Flips every byte; the next call flips it back.

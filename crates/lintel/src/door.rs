@@ -119,6 +119,18 @@ impl DoorCore {
         self.revoked.load(Acquire)
     }
 
+    /// Run the handler for one call, on every path alike: a fault or a panic
+    /// becomes the call's error (the domain lives on), and results too large
+    /// for the remote path fail here too.
+    #[inline]
+    pub fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), CallError> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handler.invoke(req, reply))) {
+            Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
+            Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
+            Err(_) => Err(CallError::Panicked),
+        }
+    }
+
     /// A remote call starts; fails if the door is revoked.
     #[inline]
     pub fn begin_call(self: &Arc<Self>) -> Result<ActiveCall<'_>, CallError> {
@@ -411,9 +423,5 @@ fn run_colocated(
         data,
         doors: doors.to_vec(),
     };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.handler.invoke(req, reply))) {
-        Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
-        Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
-        Err(_) => Err(CallError::Panicked),
-    }
+    core.invoke(req, reply)
 }

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{Door, DoorCore, Reply, Request, check_sizes};
-use crate::error::{CallError, Fault};
+use crate::error::CallError;
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
@@ -198,7 +198,7 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
         publish(slot, OFF_SERVER_CPU, me);
         publish(slot, OFF_SERVER_STATE, SPINNING);
         let mut spin = Spinner::new(budget);
-        let mut turns = 0u32;
+        let caller_here = || slot.get(OFF_CLIENT_CPU) == me;
         loop {
             let r = req.load(Acquire);
             if fresh(r) {
@@ -207,9 +207,7 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
             if let_go() {
                 return None;
             }
-            turns = turns.wrapping_add(1);
-            let caller_here = turns.is_multiple_of(64) && slot.get(OFF_CLIENT_CPU) == me;
-            if caller_here || !spin.spin() {
+            if !spin.spin_unless(caller_here) {
                 break;
             }
         }
@@ -225,7 +223,7 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
             slot.set(OFF_SERVER_STATE, BUSY);
             return Some(r);
         }
-        if conn.is_dead() || ss.unbind.load(SeqCst) || d.pool.has_queued() {
+        if let_go() {
             return None;
         }
         sys::futex_wait(req, r, Some(Duration::from_secs(1)));
@@ -327,9 +325,5 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Re
         data: args,
         doors,
     };
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.handler.invoke(req, reply))) {
-        Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
-        Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
-        Err(_) => Err(CallError::Panicked),
-    }
+    core.invoke(req, reply)
 }

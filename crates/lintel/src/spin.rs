@@ -22,11 +22,21 @@ impl Spinner {
     /// One turn of spinning; false once the budget is spent.
     #[inline]
     pub fn spin(&mut self) -> bool {
+        self.spin_unless(|| false)
+    }
+
+    /// As [`Spinner::spin`], and false also once `stop` holds; `stop` is
+    /// asked at the pace of the clock checks, not every turn.
+    #[inline]
+    pub fn spin_unless(&mut self, stop: impl FnOnce() -> bool) -> bool {
         if self.budget.is_zero() {
             return false;
         }
         self.turns = self.turns.wrapping_add(1);
         if self.turns.is_multiple_of(64) {
+            if stop() {
+                return false;
+            }
             let now = Instant::now();
             match self.start {
                 None => self.start = Some(now),

@@ -44,11 +44,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
             pid: 0,
         },
         Inner::Remote(rd) => {
-            let dead = WireDoor {
-                kind: WD_DEAD,
-                idx: 0,
-                pid: rd.conn.peer_pid(),
-            };
+            let dead = WireDoor::dead(rd.conn.peer_pid());
             if rd.conn.is_dead() {
                 return Ok(dead);
             }
@@ -64,11 +60,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
                 pid: rd.conn.peer_pid(),
             }
         }
-        Inner::Dead(pid) => WireDoor {
-            kind: WD_DEAD,
-            idx: 0,
-            pid: *pid,
-        },
+        Inner::Dead(pid) => WireDoor::dead(*pid),
     })
 }
 

@@ -46,6 +46,15 @@ pub struct WireDoor {
 }
 
 impl WireDoor {
+    /// A door whose server (`pid`) died before it could be passed on.
+    pub fn dead(pid: u32) -> WireDoor {
+        WireDoor {
+            kind: abi::WD_DEAD,
+            idx: 0,
+            pid,
+        }
+    }
+
     pub fn to_bytes(self) -> [u8; abi::WIRE_DOOR] {
         let mut b = [0u8; abi::WIRE_DOOR];
         b[0..4].copy_from_slice(&self.kind.to_le_bytes());
