@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lintel::{CallError, Door, Reply, Request};
-use lintel_tests::{eventually, fds_and_maps, m, Peer};
+use lintel_tests::{eventually, m, Peer};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -248,53 +248,6 @@ fn calls_from_many_threads_in_many_processes_run_in_parallel() {
         t.join().unwrap();
     }
     assert!(server.u64(m::MAX_CONCURRENT, b"") >= 2, "calls ran in parallel");
-}
-
-#[test]
-fn repeated_crashes_leak_no_fds_or_mappings() {
-    let round = || {
-        let mut p = Peer::start("plain");
-        let d = p.make_door(1);
-        d.call_bytes(&[7u8; 100]).unwrap();
-        let mine = Door::create(3, |_: Request<'_>, _: &mut Reply| Ok(()));
-        p.call(m::HOLD, b"", &[mine]).unwrap();
-        p.call(m::CALL_HELD, b"", &[]).unwrap();
-        p.kill();
-        assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::PeerDied);
-    };
-    round();
-    std::thread::sleep(Duration::from_millis(100));
-    let before = fds_and_maps();
-    for _ in 0..10 {
-        round();
-    }
-    let settled = eventually(WAIT, || fds_and_maps() == before);
-    assert!(settled, "fds/maps before {before:?}, after {:?}", fds_and_maps());
-    assert_eq!(lintel::introspect::tickets(), 0);
-}
-
-#[test]
-fn a_million_doors_in_one_domain_without_a_million_fds() {
-    let p = Peer::start("plain");
-    let (fds_before, _) = fds_and_maps();
-    let n = 1_000_000u64;
-    let batch = lintel::abi::MAX_DOORS as u64;
-    let mut held = Vec::with_capacity(n as usize);
-    while (held.len() as u64) < n {
-        let k = batch.min(n - held.len() as u64);
-        let mut r = p.call(m::MAKE_MANY, &k.to_le_bytes(), &[]).unwrap();
-        held.append(&mut r.doors);
-    }
-    assert_eq!(held.len() as u64, n);
-    let (fds_after, _) = fds_and_maps();
-    assert!(
-        fds_after <= fds_before + 2,
-        "doors cost no descriptors: {fds_before} -> {fds_after}"
-    );
-    for i in [0usize, 12_345, 999_999] {
-        let r = held[i].call_bytes(b"").unwrap();
-        assert_eq!(r, ((i as u64) % batch).to_le_bytes());
-    }
 }
 
 #[test]

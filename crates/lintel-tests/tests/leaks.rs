@@ -1,0 +1,86 @@
+//! Resource accounting across crashes and at scale. These tests count the
+//! descriptors and mappings of the whole test process, so they live in their
+//! own binary (no other tests' peers come and go meanwhile) and take turns.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lintel::{CallError, Door, Reply, Request};
+use lintel_tests::{eventually, fds_and_maps, m, Peer};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Held by each test for its whole run: the counts are process-wide.
+static ALONE: Mutex<()> = Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts once nothing has changed for 50 ms (a dead peer's teardown runs
+/// on the watcher thread, after the call that saw the death returned).
+fn settled_counts() -> (usize, usize) {
+    let mut last = fds_and_maps();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = fds_and_maps();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+#[test]
+fn repeated_crashes_leak_no_fds_or_mappings() {
+    let _alone = alone();
+    let round = || {
+        let mut p = Peer::start("plain");
+        let d = p.make_door(1);
+        d.call_bytes(&[7u8; 100]).unwrap();
+        let mine = Door::create(3, |_: Request<'_>, _: &mut Reply| Ok(()));
+        p.call(m::HOLD, b"", &[mine]).unwrap();
+        p.call(m::CALL_HELD, b"", &[]).unwrap();
+        p.kill();
+        assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::PeerDied);
+    };
+    round();
+    let before = settled_counts();
+    for _ in 0..10 {
+        round();
+    }
+    // No growth. (Not equality: the million-doors test's peer may still be
+    // tearing down when `before` is taken, and its mappings may go later.)
+    let no_growth = || {
+        let now = fds_and_maps();
+        now.0 <= before.0 && now.1 <= before.1
+    };
+    let settled = eventually(WAIT, no_growth);
+    assert!(settled, "fds/maps before {before:?}, after {:?}", fds_and_maps());
+    assert_eq!(lintel::introspect::tickets(), 0);
+}
+
+#[test]
+fn a_million_doors_in_one_domain_without_a_million_fds() {
+    let _alone = alone();
+    let p = Peer::start("plain");
+    let (fds_before, _) = fds_and_maps();
+    let n = 1_000_000u64;
+    let batch = lintel::abi::MAX_DOORS as u64;
+    let mut held = Vec::with_capacity(n as usize);
+    while (held.len() as u64) < n {
+        let k = batch.min(n - held.len() as u64);
+        let mut r = p.call(m::MAKE_MANY, &k.to_le_bytes(), &[]).unwrap();
+        held.append(&mut r.doors);
+    }
+    assert_eq!(held.len() as u64, n);
+    let (fds_after, _) = fds_and_maps();
+    assert!(
+        fds_after <= fds_before + 2,
+        "doors cost no descriptors: {fds_before} -> {fds_after}"
+    );
+    for i in [0usize, 12_345, 999_999] {
+        let r = held[i].call_bytes(b"").unwrap();
+        assert_eq!(r, ((i as u64) % batch).to_le_bytes());
+    }
+}
