@@ -238,6 +238,13 @@ impl Domain {
         self.remotes.lock().len()
     }
 
+    /// As [`Domain::remote_count`], only doors served by process `pid`.
+    pub fn remote_count_from(&self, pid: u32) -> usize {
+        let remotes = self.remotes.lock();
+        let from = |w: &Weak<RemoteDoor>| w.upgrade().is_some_and(|rd| rd.conn.peer_pid() == pid);
+        remotes.values().filter(|w| from(w)).count()
+    }
+
     // ---- tickets: doors in transit to a third domain ----
 
     /// Make a ticket for a door we serve. The returned end travels; the kept

@@ -68,6 +68,10 @@ pub mod introspect {
     pub fn remote_doors() -> usize {
         crate::domain::get().remote_count()
     }
+    /// Doors served by process `pid` that this domain holds.
+    pub fn remote_doors_from(pid: u32) -> usize {
+        crate::domain::get().remote_count_from(pid)
+    }
     /// Tickets minted here and not yet redeemed or dropped.
     pub fn tickets() -> usize {
         crate::domain::get().ticket_count()
