@@ -14,6 +14,7 @@ use anyhow::bail;
 
 use crate::harness::{Config, Report};
 use shared_word::Mode;
+pub use shared_word::spin_round;
 
 pub const SUITE: &str = "baseline";
 /// The child role of this suite, registered in `main`.
@@ -22,6 +23,9 @@ pub const ROLE: &str = "baseline";
 const STOP: u64 = u64::MAX;
 /// The case the others are compared to.
 const REFERENCE: &str = "spin_pingpong";
+/// `spin_pingpong` measured in rounds alternating with `door/null_cross_fast` (pushed by the
+/// door suite, which owns the pairing).
+pub const PAIRED: &str = "spin_pingpong_paired";
 
 /// Runs the four cases: spin ~200k round trips, the blocking ones ~50k (10× fewer with --quick).
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {

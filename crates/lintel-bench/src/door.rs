@@ -4,7 +4,9 @@
 //!
 //! - `null_colocated`: 0 bytes to a door served here: the direct call on the caller's thread.
 //! - `null_cross_fast`: 0 bytes to a door served by the child, spinning allowed (the default);
-//!   compared to `baseline/spin_pingpong`, its note gives the ratio to `baseline/uds_pingpong`.
+//!   measured in rounds alternating with rounds of the spin baseline, which this suite reports
+//!   as `baseline/spin_pingpong_paired` and compares it to; its note gives the ratios to
+//!   `baseline/spin_pingpong` (measured alone) and `baseline/uds_pingpong`.
 //! - `null_cross_blocking`: the same with spinning off in both domains, so each call sleeps on
 //!   both sides; compared to `baseline/futex_pingpong`, its note counts the sleeps.
 //! - `in64_cross`, `in1k_cross`, `out1k_cross`, `inout128_cross`: the INKS Table 3 shapes, bytes

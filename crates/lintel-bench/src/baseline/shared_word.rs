@@ -23,7 +23,7 @@ use rustix::thread::sched_getcpu;
 
 use super::{ROLE, STOP, SUITE};
 use crate::harness::{
-    CaseResult, ChildProc, Config, SharedMem, fd_arg, measure_batched, spawn_self, take_fd,
+    CaseResult, ChildProc, Config, SharedMem, Stats, fd_arg, measure_batched, spawn_self, take_fd,
     voluntary_switches, wait_until_exited,
 };
 
@@ -162,6 +162,19 @@ impl<'a> Receiver<'a> {
 
 /// Parent side: spawns the child, times round trips, stops and reaps the child.
 pub fn measure(cfg: &Config, mode: Mode, iters: u64, batch: u64) -> anyhow::Result<CaseResult> {
+    let (stats, note) = exchange(cfg, mode, iters, batch)?;
+    let case = format!("{}_pingpong", mode.arg());
+    Ok(CaseResult::new(SUITE, &case, &stats).with_note(note))
+}
+
+/// One round of `spin_pingpong` with a child of its own, for pairing with another case
+/// round by round (see `door::calls`).
+pub fn spin_round(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    Ok(exchange(cfg, Mode::Spin, iters, batch)?.0)
+}
+
+/// [`measure`]'s work: the timings and the note on how the waits went.
+fn exchange(cfg: &Config, mode: Mode, iters: u64, batch: u64) -> anyhow::Result<(Stats, String)> {
     let shm = SharedMem::create("lintel-bench-baseline", PAGE)?;
     let (req, resp) = (Mailbox::at(&shm, REQ), Mailbox::at(&shm, RESP));
     let (dead, child_cpu) = (shm.u32_at(DEAD), shm.u32_at(CHILD_ON_CPU));
@@ -237,8 +250,7 @@ pub fn measure(cfg: &Config, mode: Mode, iters: u64, batch: u64) -> anyhow::Resu
                 note = format!("WARNING: {:.1}% of waits did not sleep; {note}", skipped * 100.0);
             }
         }
-        let case = format!("{}_pingpong", mode.arg());
-        Ok(CaseResult::new(SUITE, &case, &stats).with_note(note))
+        Ok((stats, note))
     })
 }
 

@@ -14,7 +14,7 @@ use lintel::{CallError, Door, Reply, Request};
 use super::peer::Peer;
 use super::{OUT_1K, Offer, SPIN_OFF, SPIN_ON, SUITE, SWITCHES, pattern_bytes};
 use crate::baseline;
-use crate::harness::{CaseResult, Config, Report, Stats, measure_batched, voluntary_switches};
+use crate::harness::{CaseResult, Config, Report, Stats, measure_batched, median, voluntary_switches};
 
 /// The case the cross-process shapes are compared to.
 const NULL_FAST: &str = "null_cross_fast";
@@ -77,9 +77,21 @@ pub fn null_colocated(cfg: &Config) -> anyhow::Result<CaseResult> {
 pub fn cross_cases(cfg: &Config, peer: &Peer, report: &mut Report) -> anyhow::Result<()> {
     let (fast_iters, blocking_iters) = (cfg.iters(200_000), cfg.iters(50_000));
 
-    let fast = null_calls(peer, fast_iters, 100).context(NULL_FAST)?;
-    let result = CaseResult::new(SUITE, NULL_FAST, &fast.stats).compare_to(baseline::SUITE, "spin_pingpong");
-    let mut note = format!("{}; {}", uds_ratio(report, &result), fast.switches_note());
+    let paired = null_fast_paired(cfg, peer, fast_iters).context(NULL_FAST)?;
+    let (fast, spin) = (&paired.fast, &paired.spin);
+    let paired_note = format!(
+        "{PAIRED_ROUNDS} rounds alternating with door/{NULL_FAST}, each round with a child of \
+         its own; the samples of all rounds pooled"
+    );
+    report.push(CaseResult::new(baseline::SUITE, baseline::PAIRED, spin).with_note(paired_note));
+    let result = CaseResult::new(SUITE, NULL_FAST, &fast.stats).compare_to(baseline::SUITE, baseline::PAIRED);
+    let mut note = format!(
+        "target ≤ 1.5×; {}; {}; {}; {}",
+        paired.ratios_note(),
+        alone_ratio(report, &result),
+        uds_ratio(report, &result),
+        fast.switches_note()
+    );
     if !spin_by_default() {
         note = format!("LINTEL_SPIN=off in the environment, so this case did not spin; {note}");
     }
@@ -104,6 +116,65 @@ pub fn cross_cases(cfg: &Config, peer: &Peer, report: &mut Report) -> anyhow::Re
     let result = CaseResult::new(SUITE, "pass_door_cross", &timed.stats).compare_to(SUITE, NULL_FAST);
     report.push(result.with_note(note));
     Ok(())
+}
+
+/// Rounds in which `null_cross_fast` alternates with a round of the spin baseline.
+const PAIRED_ROUNDS: u64 = 10;
+
+/// `null_cross_fast` and `baseline/spin_pingpong`, measured in alternating rounds so that both
+/// see the same phases of a noisy machine (on these VMs the spin baseline alone moves by 2×
+/// between minutes); each case's samples are pooled over the rounds. Between rounds the idle
+/// side costs nothing: the spin child exits, and the door's server thread stops spinning after
+/// its budget.
+fn null_fast_paired(cfg: &Config, peer: &Peer, iters: u64) -> anyhow::Result<Paired> {
+    let per_round = iters.div_ceil(PAIRED_ROUNDS);
+    let (mut fast, mut spin) = (Vec::new(), Vec::new());
+    for _ in 0..PAIRED_ROUNDS {
+        spin.push(baseline::spin_round(cfg, per_round, 100).context("paired spin_pingpong")?);
+        fast.push(null_calls(peer, per_round, 100)?);
+    }
+    let mut ratios: Vec<f64> = fast
+        .iter()
+        .zip(&spin)
+        .map(|(f, s)| f.stats.median_ns / s.median_ns)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    Ok(Paired {
+        fast: Timed::pooled(&fast),
+        spin: Stats::pooled(&spin),
+        ratios,
+    })
+}
+
+/// What [`null_fast_paired`] measured.
+struct Paired {
+    fast: Timed,
+    spin: Stats,
+    /// Per round, `null_cross_fast` over the spin baseline of the same round; sorted.
+    ratios: Vec<f64>,
+}
+
+impl Paired {
+    /// The median and range of the per-round ratios: the statistic least moved by the
+    /// machine's phases, since each ratio compares two measurements a few ms apart.
+    fn ratios_note(&self) -> String {
+        let (lo, hi) = (self.ratios[0], self.ratios[self.ratios.len() - 1]);
+        format!(
+            "per round, this / the round's spin baseline: median {:.2}×, range {lo:.2}–{hi:.2}×",
+            median(&self.ratios)
+        )
+    }
+}
+
+/// The ratio to `baseline/spin_pingpong` measured alone, earlier in the run, if it was.
+fn alone_ratio(report: &Report, fast: &CaseResult) -> String {
+    match report.lookup(baseline::SUITE, "spin_pingpong") {
+        Some(spin) if spin.median_ns > 0.0 => format!(
+            "this / baseline/spin_pingpong (measured alone, earlier) = {:.2}×",
+            fast.median_ns / spin.median_ns
+        ),
+        _ => "baseline/spin_pingpong not measured alone in this run".to_string(),
+    }
 }
 
 /// 0 bytes in, 0 out, to the child's [`Offer::Null`].
@@ -247,6 +318,16 @@ struct Timed {
 }
 
 impl Timed {
+    /// Rounds of one case as one: samples pooled, calls and switches added up.
+    fn pooled(rounds: &[Timed]) -> Timed {
+        let stats: Vec<Stats> = rounds.iter().map(|r| r.stats.clone()).collect();
+        Timed {
+            stats: Stats::pooled(&stats),
+            calls: rounds.iter().map(|r| r.calls).sum(),
+            switches: rounds.iter().map(|r| r.switches).sum(),
+        }
+    }
+
     fn switches_per_call(&self) -> Option<f64> {
         self.switches.map(|s| s as f64 / self.calls as f64)
     }

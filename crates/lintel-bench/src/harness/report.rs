@@ -255,6 +255,7 @@ mod tests {
             min_ns: 200.0,
             iters: 200_000,
             batch: 100,
+            samples: Vec::new(),
         }
     }
 

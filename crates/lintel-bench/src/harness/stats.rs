@@ -17,6 +17,23 @@ pub struct Stats {
     pub iters: u64,
     /// Operations per sample: 1 for [`measure_single`].
     pub batch: u64,
+    /// The samples, sorted: kept so that rounds of one case can be pooled.
+    pub samples: Vec<f64>,
+}
+
+impl Stats {
+    /// One summary of several rounds of the same case (same batch size): the median and p99
+    /// of all their samples together, not a mean of the rounds' medians.
+    pub fn pooled(rounds: &[Stats]) -> Stats {
+        assert!(!rounds.is_empty(), "pooling no rounds");
+        let batch = rounds[0].batch;
+        assert!(
+            rounds.iter().all(|r| r.batch == batch),
+            "pooled rounds differ in batch size"
+        );
+        let samples = rounds.iter().flat_map(|r| r.samples.iter().copied()).collect();
+        summarize(samples, batch)
+    }
 }
 
 /// Times `iters` calls of `f` (rounded up to whole batches) in batches of `batch` calls, after a
@@ -60,6 +77,7 @@ fn summarize(mut samples: Vec<f64>, batch: u64) -> Stats {
         min_ns: samples[0],
         iters: samples.len() as u64 * batch,
         batch,
+        samples,
     }
 }
 
@@ -105,6 +123,17 @@ mod tests {
         assert_eq!(percentile(&one_to(10), 99.0), 10.0);
         assert_eq!(percentile(&[5.0], 99.0), 5.0);
         assert_eq!(percentile(&one_to(100), 50.0), 50.0);
+    }
+
+    #[test]
+    fn pooled_rounds_summarize_all_samples() {
+        let low = measure_single(&one_to(100));
+        let high = measure_single(&(101..=200).map(f64::from).collect::<Vec<_>>());
+        let both = Stats::pooled(&[high, low]);
+        assert_eq!(both.median_ns, 100.5);
+        assert_eq!(both.p99_ns, 198.0);
+        assert_eq!(both.min_ns, 1.0);
+        assert_eq!((both.iters, both.batch), (200, 1));
     }
 
     #[test]
