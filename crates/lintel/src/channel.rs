@@ -22,12 +22,13 @@ use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
+use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::wire::Ctl;
-use crate::{settings, shuttle, transfer};
+use crate::{settings, transfer};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -79,6 +80,8 @@ struct Lease {
     /// The CPU this thread ran on during its last call.
     cpu: Cell<u32>,
     counters: Counters,
+    /// This thread's shuttle (a lease never leaves its thread).
+    shuttle: Arc<Shuttle>,
 }
 
 impl Lease {
@@ -149,6 +152,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         seq: seq.into(),
         cpu: Cell::new(u32::MAX),
         counters: Counters::new(),
+        shuttle: shuttle::current_arc(),
     });
     LEASES.with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
@@ -196,8 +200,8 @@ fn call_on_slot(
     let seq = lease.next_seq();
 
     // Post the request.
-    let in_call = shuttle::enter_call(conn.id, lease.index);
-    let alerted = shuttle::alerted();
+    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, lease.index);
+    let alerted = lease.shuttle.is_alerted();
     let alert = if alerted { FLAG_ALERT } else { 0 };
     slot.set(OFF_GRANT, rd.grant);
     slot.set(OFF_FLAGS, alert | if vanilla { FLAG_VANILLA } else { 0 });
@@ -223,7 +227,7 @@ fn call_on_slot(
             false
         }
     };
-    if !alerted && shuttle::alerted() {
+    if !alerted && lease.shuttle.is_alerted() {
         alert_late(conn, lease.index);
     }
 

@@ -115,6 +115,7 @@ pub(crate) fn run_worker() {
         door: None,
         spinner: false,
         counters: Counters::new(),
+        shuttle: shuttle::current_arc(),
     };
     loop {
         let w = d.pool.take();
@@ -134,6 +135,8 @@ struct Buffers {
     /// Whether this worker holds the domain's spinning role.
     spinner: bool,
     counters: Counters,
+    /// This worker thread's shuttle.
+    shuttle: Arc<Shuttle>,
 }
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
@@ -144,7 +147,7 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     let slot = w.area.slot(w.slot);
     ss.state.store(BOUND, SeqCst);
     ss.unbind.store(false, SeqCst);
-    *ss.shuttle.lock() = Some(shuttle::current_arc());
+    *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     d.pool.bound(&w.area, w.slot);
     loop {
         if let Some(seq) = wait_request(&slot, ss, &w.conn, &mut bufs.spinner) {
@@ -248,10 +251,11 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         ss.pinned.lock().clear();
     }
     let flags = slot.get(OFF_FLAGS);
-    let serving = shuttle::serving(flags & FLAG_ALERT != 0);
+    bufs.shuttle.begin_serving(flags & FLAG_ALERT != 0);
     let vanilla = flags & FLAG_VANILLA != 0;
     let mut result = run(w, slot, seq, bufs, vanilla);
     if w.conn.is_dead() {
+        bufs.shuttle.end_serving();
         bufs.reply.clear();
         return; // the caller is gone: the reply is discarded
     }
@@ -279,7 +283,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         ss.pinned.lock().append(&mut bufs.reply.doors);
         ss.has_pinned.store(true, Relaxed);
     }
-    drop(serving);
+    bufs.shuttle.end_serving();
     slot.word(OFF_REP_SEQ).store(seq, Release);
     fence(SeqCst);
     if slot.get(OFF_CLIENT_STATE) == SLEEPING {

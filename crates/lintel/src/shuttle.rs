@@ -107,42 +107,49 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
     }
 }
 
-/// Marks this thread as blocked in a call on `slot` of connection `conn`.
-///
-/// The caller issues a full fence after this (when it publishes its request)
-/// and then checks [`alerted`] again: with the alerter's store of `alerted`
-/// before its load of `out_conn`, one of the two sees the other, so an alert
-/// is never lost between the request's flags and the wait.
-pub(crate) struct InCall(());
-
-#[inline]
-pub(crate) fn enter_call(conn: u64, slot: u32) -> InCall {
-    CURRENT.with(|s| {
-        s.out_slot.store(slot, Relaxed);
-        s.out_conn.store(conn, Relaxed);
-    });
-    InCall(())
-}
-
-impl Drop for InCall {
+impl Shuttle {
     #[inline]
-    fn drop(&mut self) {
-        CURRENT.with(|s| s.out_conn.store(0, Relaxed));
+    pub(crate) fn is_alerted(&self) -> bool {
+        self.alerted.load(Relaxed) != 0
     }
 }
 
-/// This thread serves a call; its alert starts as the caller's was.
-pub(crate) struct Serving(());
+/// Marks the shuttle's thread as blocked in a call on `slot` of connection
+/// `conn`. The call paths hold their thread's shuttle (in the slot lease or
+/// the worker), so these take it directly: no thread-local lookup per call.
+///
+/// The caller issues a full fence after this (when it publishes its request)
+/// and then checks [`Shuttle::is_alerted`] again: with the alerter's store of
+/// `alerted` before its load of `out_conn`, one of the two sees the other, so
+/// an alert is never lost between the request's flags and the wait.
+pub(crate) struct InCall<'a>(&'a Shuttle);
 
 #[inline]
-pub(crate) fn serving(alerted: bool) -> Serving {
-    CURRENT.with(|s| s.alerted.store(alerted as u32, Release));
-    Serving(())
+pub(crate) fn enter_call(s: &Shuttle, conn: u64, slot: u32) -> InCall<'_> {
+    s.out_slot.store(slot, Relaxed);
+    s.out_conn.store(conn, Relaxed);
+    InCall(s)
 }
 
-impl Drop for Serving {
+impl Drop for InCall<'_> {
     #[inline]
     fn drop(&mut self) {
-        CURRENT.with(|s| s.alerted.store(0, Release));
+        self.0.out_conn.store(0, Relaxed);
+    }
+}
+
+impl Shuttle {
+    /// The shuttle's thread starts serving a call: its alert starts as the
+    /// caller's was. (Not a guard: the worker's buffers own the shuttle and
+    /// are borrowed mutably meanwhile; handlers cannot unwind past the call.)
+    #[inline]
+    pub(crate) fn begin_serving(&self, alerted: bool) {
+        self.alerted.store(alerted as u32, Release);
+    }
+
+    /// The call is answered: an alert set for it ends with it.
+    #[inline]
+    pub(crate) fn end_serving(&self) {
+        self.alerted.store(0, Release);
     }
 }
