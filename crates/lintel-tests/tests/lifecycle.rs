@@ -196,6 +196,50 @@ fn alert_propagates_to_the_server_thread() {
 }
 
 #[test]
+fn alert_on_a_call_still_waiting_for_a_server_thread_is_kept() {
+    // One server thread: the first call holds it (2 s) while the second
+    // waits for it, and the second's caller is alerted meanwhile. The
+    // second's handler must see the alert when it starts, though no server
+    // thread ran the call when the alert came. (Nothing else may call the
+    // peer meanwhile: it would queue behind the first call too.)
+    let p = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "1")], &[]);
+    let sleep = |ms: u64| {
+        let ctl = p.ctl.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tx.send(lintel::shuttle::current()).unwrap();
+            lintel_tests::call(&ctl, m::SLEEP_ALERTABLE, &ms.to_le_bytes(), &[]).map(|r| r.data)
+        });
+        (rx.recv().unwrap(), t)
+    };
+    let (_, first) = sleep(2_000);
+    std::thread::sleep(Duration::from_millis(300)); // the first runs
+    let (second_shuttle, second) = sleep(30_000);
+    std::thread::sleep(Duration::from_millis(300)); // the second waits
+    let start = Instant::now();
+    second_shuttle.alert();
+    assert_eq!(
+        first.join().unwrap().unwrap(),
+        0u64.to_le_bytes(),
+        "first call not alerted"
+    );
+    assert_eq!(
+        second.join().unwrap().unwrap(),
+        1u64.to_le_bytes(),
+        "the queued call's handler saw the alert"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "the alert cut the second sleep short"
+    );
+    assert_eq!(
+        p.u64(m::MAX_CONCURRENT, b""),
+        1,
+        "the second call waited for the thread"
+    );
+}
+
+#[test]
 fn exhausted_pool_makes_calls_wait_not_fail() {
     let p = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "2")], &[]);
     let ctl = p.ctl.clone();

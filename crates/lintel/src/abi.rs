@@ -31,7 +31,7 @@
 //! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
 
 /// Version of this layout; a mismatch is refused at connection setup.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Slots per call area: concurrent calling threads per connection.
 pub const SLOTS: usize = 64;

@@ -200,7 +200,7 @@ fn call_on_slot(
     let seq = lease.next_seq();
 
     // Post the request.
-    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, lease.index);
+    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, lease.index, seq);
     let alerted = lease.shuttle.is_alerted();
     let alert = if alerted { FLAG_ALERT } else { 0 };
     slot.set(OFF_GRANT, rd.grant);
@@ -228,7 +228,7 @@ fn call_on_slot(
         }
     };
     if !alerted && lease.shuttle.is_alerted() {
-        alert_late(conn, lease.index);
+        alert_late(conn, lease.index, seq);
     }
 
     // Wait for the reply.
@@ -260,8 +260,8 @@ fn call_on_slot(
 
 /// An alert that arrived while the request was being posted: forward it.
 #[cold]
-fn alert_late(conn: &Conn, index: u32) {
-    conn.send(&Ctl::Alert { slot: index }, &[]);
+fn alert_late(conn: &Conn, index: u32, seq: u32) {
+    conn.send(&Ctl::Alert { slot: index, seq }, &[]);
 }
 
 #[cold]

@@ -360,10 +360,10 @@ impl Conn {
                     domain.pool.kick(self.clone(), inb, slot);
                 }
             }
-            Ctl::Alert { slot } => {
+            Ctl::Alert { slot, seq } => {
                 let inb = self.inb.lock().clone();
                 if let Some(inb) = inb {
-                    inb.alert(slot);
+                    inb.alert(slot, seq);
                 }
             }
             Ctl::Release { grant, count } => {

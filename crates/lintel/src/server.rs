@@ -36,7 +36,11 @@ const BOUND: u8 = 2;
 struct SlotServer {
     state: AtomicU8,
     unbind: AtomicBool,
+    /// The request being (or last) served.
     last_seq: AtomicU32,
+    /// The last request whose caller was alerted: kept here, since the
+    /// request may still wait for a thread when the alert comes.
+    alerted_seq: AtomicU32,
     shuttle: Mutex<Option<Arc<Shuttle>>>,
     /// Doors of the last reply, kept until the caller has read it (its next
     /// request on the slot shows that). A door the caller passed in and gets
@@ -45,6 +49,23 @@ struct SlotServer {
     /// the reply names.
     pinned: Mutex<Vec<Door>>,
     has_pinned: AtomicBool,
+}
+
+impl SlotServer {
+    /// Request `seq` starts on the worker whose shuttle is `shuttle`: its
+    /// alert starts as the caller's was, when it posted (`flagged`) or since
+    /// (see [`InArea::alert`]).
+    #[inline]
+    fn begin(&self, seq: u32, flagged: bool, shuttle: &Shuttle) {
+        shuttle.clear_alert();
+        // One locked instruction: the swap is the full barrier between
+        // publishing `last_seq` and reading `alerted_seq`; a plain store
+        // could pass the load, and both sides would miss each other.
+        self.last_seq.swap(seq, SeqCst);
+        if flagged || self.alerted_seq.load(SeqCst) == seq {
+            shuttle.set_alert();
+        }
+    }
 }
 
 /// A peer's call area, mapped here.
@@ -84,13 +105,21 @@ impl InArea {
         sys::futex_wake(self.slot(slot).word(OFF_REQ_SEQ), u32::MAX);
     }
 
-    /// The caller on `slot` was alerted: alert the thread serving it.
-    pub fn alert(&self, slot: u32) {
-        let sh = self
-            .slots
-            .get(slot as usize)
-            .and_then(|ss| ss.shuttle.lock().clone());
-        if let Some(sh) = sh {
+    /// The caller on `slot` was alerted during request `seq`: note it for
+    /// the request, and alert the thread serving it if one has started.
+    ///
+    /// With [`SlotServer::begin`] this is a store-then-load pair on each
+    /// side (`alerted_seq` here, `last_seq` there), so one of the two sees
+    /// the other and the alert is never lost. An alert for a request that has
+    /// just finished can reach the next one (an early wake-up, never a hang).
+    pub fn alert(&self, slot: u32, seq: u32) {
+        let Some(ss) = self.slots.get(slot as usize) else {
+            return;
+        };
+        ss.alerted_seq.store(seq, SeqCst);
+        if ss.last_seq.load(SeqCst) == seq
+            && let Some(sh) = ss.shuttle.lock().clone()
+        {
             sh.alert();
         }
     }
@@ -99,7 +128,7 @@ impl InArea {
     /// the threads bound to its slots. Their replies go nowhere.
     pub fn caller_died(&self) {
         for i in 0..SLOTS as u32 {
-            self.alert(i);
+            self.alert(i, self.slots[i as usize].last_seq.load(SeqCst));
             self.request_unbind(i);
             self.slots[i as usize].pinned.lock().clear();
         }
@@ -244,18 +273,16 @@ fn publish(slot: &Slot, off: usize, v: u32) {
 /// Serve one request and publish its reply.
 fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let ss = &w.area.slots[w.slot as usize];
-    ss.last_seq.store(seq, Relaxed);
+    let flags = slot.get(OFF_FLAGS);
+    ss.begin(seq, flags & FLAG_ALERT != 0, &bufs.shuttle);
     if ss.has_pinned.load(Relaxed) {
         // The caller has read our last reply: its doors may go.
         ss.has_pinned.store(false, Relaxed);
         ss.pinned.lock().clear();
     }
-    let flags = slot.get(OFF_FLAGS);
-    bufs.shuttle.begin_serving(flags & FLAG_ALERT != 0);
     let vanilla = flags & FLAG_VANILLA != 0;
     let mut result = run(w, slot, seq, bufs, vanilla);
     if w.conn.is_dead() {
-        bufs.shuttle.end_serving();
         bufs.reply.clear();
         return; // the caller is gone: the reply is discarded
     }
@@ -283,7 +310,6 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         ss.pinned.lock().append(&mut bufs.reply.doors);
         ss.has_pinned.store(true, Relaxed);
     }
-    bufs.shuttle.end_serving();
     slot.word(OFF_REP_SEQ).store(seq, Release);
     fence(SeqCst);
     if slot.get(OFF_CLIENT_STATE) == SLEEPING {

@@ -18,6 +18,7 @@ pub(crate) struct Shuttle {
     alerted: AtomicU32,
     out_conn: AtomicU64,
     out_slot: AtomicU32,
+    out_seq: AtomicU32,
 }
 
 impl Shuttle {
@@ -31,6 +32,7 @@ impl Shuttle {
             c.send(
                 &Ctl::Alert {
                     slot: self.out_slot.load(SeqCst),
+                    seq: self.out_seq.load(SeqCst),
                 },
                 &[],
             );
@@ -43,6 +45,7 @@ thread_local! {
         alerted: AtomicU32::new(0),
         out_conn: AtomicU64::new(0),
         out_slot: AtomicU32::new(0),
+        out_seq: AtomicU32::new(0),
     });
 }
 
@@ -114,8 +117,8 @@ impl Shuttle {
     }
 }
 
-/// Marks the shuttle's thread as blocked in a call on `slot` of connection
-/// `conn`. The call paths hold their thread's shuttle (in the slot lease or
+/// Marks the shuttle's thread as blocked in call `seq` on `slot` of
+/// connection `conn`. The call paths hold their thread's shuttle (in the slot lease or
 /// the worker), so these take it directly: no thread-local lookup per call.
 ///
 /// The caller issues a full fence after this (when it publishes its request)
@@ -125,8 +128,9 @@ impl Shuttle {
 pub(crate) struct InCall<'a>(&'a Shuttle);
 
 #[inline]
-pub(crate) fn enter_call(s: &Shuttle, conn: u64, slot: u32) -> InCall<'_> {
+pub(crate) fn enter_call(s: &Shuttle, conn: u64, slot: u32, seq: u32) -> InCall<'_> {
     s.out_slot.store(slot, Relaxed);
+    s.out_seq.store(seq, Relaxed);
     s.out_conn.store(conn, Relaxed);
     InCall(s)
 }
@@ -139,17 +143,17 @@ impl Drop for InCall<'_> {
 }
 
 impl Shuttle {
-    /// The shuttle's thread starts serving a call: its alert starts as the
-    /// caller's was. (Not a guard: the worker's buffers own the shuttle and
-    /// are borrowed mutably meanwhile; handlers cannot unwind past the call.)
+    /// Clear the alert: the shuttle's thread starts serving another call.
+    /// (Ordered by the release that follows it in `SlotServer::begin`.)
     #[inline]
-    pub(crate) fn begin_serving(&self, alerted: bool) {
-        self.alerted.store(alerted as u32, Release);
+    pub(crate) fn clear_alert(&self) {
+        self.alerted.store(0, Relaxed);
     }
 
-    /// The call is answered: an alert set for it ends with it.
+    /// Set the alert without forwarding it (the call it is for has made no
+    /// call of its own yet).
     #[inline]
-    pub(crate) fn end_serving(&self) {
-        self.alerted.store(0, Release);
+    pub(crate) fn set_alert(&self) {
+        self.alerted.store(1, SeqCst);
     }
 }

@@ -18,8 +18,9 @@ pub enum Ctl {
     Area,
     /// A request waits in `slot` of the sender's area and no thread is bound.
     Kick { slot: u32 },
-    /// The caller using `slot` of the sender's area was alerted.
-    Alert { slot: u32 },
+    /// The caller using `slot` of the sender's area was alerted during its
+    /// call `seq` (which may not have reached a server thread yet).
+    Alert { slot: u32, seq: u32 },
     /// The sender dropped a door we granted it, received `count` times.
     Release { grant: u32, count: u32 },
     /// Make a ticket for the door the sender holds as `grant`.
