@@ -160,7 +160,9 @@ const RET_DOORS: usize = CALL_DOORS + PATHS;
 const SERVED: usize = RET_DOORS + PATHS;
 const WORDS: usize = SERVED + PATHS;
 
-/// One owner's counters; only the owner writes them.
+/// One owner's counters; only the owner writes them. Line-aligned, so two
+/// owners' blocks never share a cache line.
+#[repr(align(64))]
 struct Block([AtomicU64; WORDS]);
 
 /// Every block ever made (they are never freed), and those whose owner is
