@@ -94,7 +94,7 @@ use clap::{Parser, Subcommand};
 pub use manifest::{DomainSpec, MAX_THREADS_LIMIT, Manifest, ManifestError, Problem};
 pub use names::{MAX_NAME, NameError, Names};
 pub use registry::{BoxError, Context, Registry};
-pub use stats::{DomainStats, StatsError, collect_stats, print_stats};
+pub use stats::{DomainStats, StatsError, collect_stats, print_stats, print_stats_json};
 pub use supervisor::{BootError, boot};
 
 #[derive(Parser)]
@@ -122,6 +122,9 @@ enum Command {
         /// The supervisor's socket, instead of a manifest.
         #[arg(long, conflicts_with = "manifest")]
         socket: Option<PathBuf>,
+        /// One JSON object per domain per line instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// One domain of a booted system (started by `boot`).
     #[command(name = supervisor::DOMAIN_COMMAND, hide = true)]
@@ -192,7 +195,11 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
             }
             Err(e) => refused(e),
         },
-        Command::Stats { manifest, socket } => {
+        Command::Stats {
+            manifest,
+            socket,
+            json,
+        } => {
             let socket = match (socket, manifest) {
                 (Some(s), _) => s,
                 (None, Some(path)) => match Manifest::load(&path, registry) {
@@ -201,7 +208,12 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
                 },
                 (None, None) => unreachable!("clap requires one of them"),
             };
-            match print_stats(&socket, &mut std::io::stdout().lock()) {
+            let out = &mut std::io::stdout().lock();
+            let printed = match json {
+                true => print_stats_json(&socket, out),
+                false => print_stats(&socket, out),
+            };
+            match printed {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("stats: {e}");

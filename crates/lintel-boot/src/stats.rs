@@ -5,12 +5,16 @@
 //! A stats reply is `[len: u32 LE][CallStats bytes][pool: 5 × u64 LE]`:
 //! the runtime's call counts ([`lintel::stats::CallStats`]) and the state
 //! of the domain's server-thread pool.
+//!
+//! `stats --json` prints one JSON object per domain per line, with paths
+//! and size buckets named (see [`DomainStats::to_json`]).
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use lintel::stats::CallStats;
+use lintel::stats::{BUCKET_NAMES, CallStats, PATH_NAMES, PATHS};
+use serde_json::{Value, json};
 
 use crate::names::{NameError, Names};
 
@@ -131,6 +135,52 @@ pub fn collect_stats(socket: &Path) -> Result<Vec<DomainStats>, StatsError> {
     Ok(out)
 }
 
+impl DomainStats {
+    /// The statistics as one self-describing JSON object:
+    ///
+    /// ```json
+    /// {"domain":"kv","pid":42,
+    ///  "pool":{"threads":2,"idle":1,"queued":0,"limit":4,"shortages":0},
+    ///  "buckets":["0-16","16-100","100-1000","1000-4000","4000+"],
+    ///  "paths":{"fast":{"calls":7,"failed":0,"served":20004,"calls_with_doors":0,
+    ///                   "returns_with_doors":2,"args":[7,0,0,0,0],"results":[7,0,0,0,0]},
+    ///           "colocated":{...},"vanilla":{...}}}
+    /// ```
+    pub fn to_json(&self) -> Value {
+        let [threads, idle, queued, limit, shortages] = self.pool;
+        let c = &self.calls;
+        let path = |p: usize| {
+            json!({
+                "calls": c.calls[p],
+                "failed": c.failed[p],
+                "served": c.served[p],
+                "calls_with_doors": c.calls_with_doors[p],
+                "returns_with_doors": c.returns_with_doors[p],
+                "args": c.args[p],
+                "results": c.results[p],
+            })
+        };
+        let paths: serde_json::Map<String, Value> =
+            (0..PATHS).map(|p| (PATH_NAMES[p].to_string(), path(p))).collect();
+        json!({
+            "domain": self.domain,
+            "pid": self.pid,
+            "pool": {"threads": threads, "idle": idle, "queued": queued, "limit": limit, "shortages": shortages},
+            "buckets": BUCKET_NAMES,
+            "paths": paths,
+        })
+    }
+}
+
+/// Print [`collect_stats`] for `socket` to `out` as JSON lines, one object
+/// per domain ([`DomainStats::to_json`]); nothing if no domain runs.
+pub fn print_stats_json(socket: &Path, out: &mut impl Write) -> Result<(), StatsError> {
+    for d in collect_stats(socket)? {
+        writeln!(out, "{}", d.to_json())?;
+    }
+    Ok(())
+}
+
 /// Print [`collect_stats`] for `socket` to `out`.
 pub fn print_stats(socket: &Path, out: &mut impl Write) -> Result<(), StatsError> {
     let all = collect_stats(socket)?;
@@ -164,5 +214,31 @@ mod tests {
         assert!(d.pool[3] >= 1, "limit is at least 1");
         assert!(decode("x", 1, &b[..b.len() - 1]).is_none());
         assert!(decode("x", 1, &[255, 255, 255, 255]).is_none());
+    }
+
+    #[test]
+    fn json_names_paths_and_buckets() {
+        let mut calls = CallStats::default();
+        calls.calls[1] = 7;
+        calls.results[1][0] = 7;
+        calls.served[2] = 3;
+        calls.args[2][3] = 3;
+        let d = DomainStats {
+            domain: "kv".into(),
+            pid: 42,
+            calls,
+            pool: [2, 1, 0, 4, 5],
+        };
+        let v = d.to_json();
+        assert_eq!(v["domain"], "kv");
+        assert_eq!(v["pid"], 42);
+        assert_eq!(v["pool"]["limit"], 4);
+        assert_eq!(v["pool"]["shortages"], 5);
+        assert_eq!(v["buckets"][3], "1000-4000");
+        assert_eq!(v["paths"]["fast"]["calls"], 7);
+        assert_eq!(v["paths"]["fast"]["results"][0], 7);
+        assert_eq!(v["paths"]["vanilla"]["served"], 3);
+        assert_eq!(v["paths"]["vanilla"]["args"][3], 3);
+        assert_eq!(v["paths"]["colocated"]["calls"], 0);
     }
 }

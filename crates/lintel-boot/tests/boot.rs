@@ -346,6 +346,38 @@ fn stats_then_clean_shutdown_on_sigterm() {
         }
     }
 
+    let out = run(&["stats", "--json", m.to_str().unwrap()], "script");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let domains: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(domains.len(), 2, "{stdout}");
+    for (d, (name, pid)) in domains.iter().zip([("a", pids[0]), ("b", pids[1])]) {
+        assert_eq!(d["domain"], name, "{stdout}");
+        assert_eq!(d["pid"], pid, "{stdout}");
+        for path in ["colocated", "fast", "vanilla"] {
+            assert_eq!(
+                d["paths"][path]["args"].as_array().map(Vec::len),
+                Some(5),
+                "{stdout}"
+            );
+        }
+    }
+    assert_eq!(
+        domains[0]["pool"]["limit"], 3,
+        "the manifest's max_threads: {stdout}"
+    );
+    // Each domain served at least the stats call just made to it.
+    let served = |d: &serde_json::Value| -> u64 {
+        ["fast", "vanilla"]
+            .iter()
+            .map(|p| d["paths"][p]["served"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(domains.iter().all(|d| served(d) >= 1), "{stdout}");
+
     sys.signal("-TERM");
     let (code, lines) = sys.wait();
     assert_eq!(code, Some(128 + 15), "{lines:#?}");
