@@ -22,6 +22,27 @@ pub(crate) struct Shuttle {
 }
 
 impl Shuttle {
+    #[inline]
+    pub(crate) fn is_alerted(&self) -> bool {
+        self.alerted.load(Relaxed) != 0
+    }
+
+    /// Clear the alert: the shuttle's thread starts serving another call.
+    /// (Ordered by the release that follows it in `SlotServer::begin`.)
+    #[inline]
+    pub(crate) fn clear_alert(&self) {
+        self.alerted.store(0, Relaxed);
+    }
+
+    /// Set the alert without forwarding it (the call it is for has made no
+    /// call of its own yet).
+    #[inline]
+    pub(crate) fn set_alert(&self) {
+        self.alerted.store(1, SeqCst);
+    }
+
+    /// Set the alert, wake an alertable sleep, and forward it to the call
+    /// this thread is blocked in, if any.
     pub fn alert(&self) {
         self.alerted.store(1, SeqCst);
         sys::futex_wake(&self.alerted, u32::MAX);
@@ -110,16 +131,9 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
     }
 }
 
-impl Shuttle {
-    #[inline]
-    pub(crate) fn is_alerted(&self) -> bool {
-        self.alerted.load(Relaxed) != 0
-    }
-}
-
 /// Marks the shuttle's thread as blocked in call `seq` on `slot` of
-/// connection `conn`. The call paths hold their thread's shuttle (in the slot lease or
-/// the worker), so these take it directly: no thread-local lookup per call.
+/// connection `conn`. The call paths hold their thread's shuttle (in the
+/// slot lease or the worker), so no thread-local lookup is made per call.
 ///
 /// The caller issues a full fence after this (when it publishes its request)
 /// and then checks [`Shuttle::is_alerted`] again: with the alerter's store of
@@ -139,21 +153,5 @@ impl Drop for InCall<'_> {
     #[inline]
     fn drop(&mut self) {
         self.0.out_conn.store(0, Relaxed);
-    }
-}
-
-impl Shuttle {
-    /// Clear the alert: the shuttle's thread starts serving another call.
-    /// (Ordered by the release that follows it in `SlotServer::begin`.)
-    #[inline]
-    pub(crate) fn clear_alert(&self) {
-        self.alerted.store(0, Relaxed);
-    }
-
-    /// Set the alert without forwarding it (the call it is for has made no
-    /// call of its own yet).
-    #[inline]
-    pub(crate) fn set_alert(&self) {
-        self.alerted.store(1, SeqCst);
     }
 }
