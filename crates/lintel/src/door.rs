@@ -28,8 +28,11 @@ use crate::stats::{self, Path};
 /// A call as the handler sees it: the door's datum, a private copy of the
 /// argument bytes, and the doors passed in (now held by this domain).
 pub struct Request<'a> {
+    /// The datum the door was created with: which object it names.
     pub datum: u64,
+    /// The argument bytes.
     pub data: &'a [u8],
+    /// Doors passed with the call; dropping them releases them.
     pub doors: Vec<Door>,
 }
 
@@ -37,11 +40,14 @@ pub struct Request<'a> {
 /// allocating on every call.
 #[derive(Default, Debug)]
 pub struct Reply {
+    /// The result bytes.
     pub data: Vec<u8>,
+    /// Doors returned with the result.
     pub doors: Vec<Door>,
 }
 
 impl Reply {
+    /// An empty reply.
     pub fn new() -> Reply {
         Reply::default()
     }

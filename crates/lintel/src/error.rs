@@ -15,13 +15,21 @@ pub enum CallError {
     /// Arguments or results exceed what the call path can carry.
     #[error("{what} of {len} bytes exceeds the {max}-byte limit of the vanilla path")]
     TooLarge {
+        /// "arguments" or "result".
         what: &'static str,
+        /// Bytes given.
         len: usize,
+        /// Bytes allowed.
         max: usize,
     },
     /// More doors than one call may carry.
     #[error("{len} doors exceed the limit of {max} per call")]
-    TooManyDoors { len: usize, max: usize },
+    TooManyDoors {
+        /// Doors given.
+        len: usize,
+        /// Doors allowed.
+        max: usize,
+    },
     /// The door is not valid in the domain that was asked to serve it.
     #[error("the server does not know this door")]
     BadDoor,
@@ -78,12 +86,16 @@ pub struct Fault(pub u32);
 /// Why starting or joining a domain failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
+    /// `join` in a process that `spawn` did not start (no boot descriptor).
     #[error("this process was not started by lintel::boot::spawn")]
     NotSpawned,
+    /// A system call of the boot handshake failed.
     #[error("boot failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The other side did not follow the boot handshake.
     #[error("boot protocol: {0}")]
     Protocol(&'static str),
+    /// The handshake's call that passes the initial doors failed.
     #[error("passing the initial doors failed: {0}")]
     Call(#[from] CallError),
 }

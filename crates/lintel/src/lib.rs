@@ -33,6 +33,7 @@
 //! initial doors with it; the child calls [`boot::join`].
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 
 pub mod abi;
 pub mod boot;

@@ -22,10 +22,15 @@ pub(crate) struct Work {
 /// A snapshot of the pool, passed to the shortage watcher.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
+    /// Server threads running.
     pub threads: usize,
+    /// Of those, waiting for work.
     pub idle: usize,
+    /// Calls waiting for a thread.
     pub queued: usize,
+    /// Most threads the pool may have (`LINTEL_MAX_THREADS`).
     pub limit: usize,
+    /// Times a call found no thread and the pool could not grow.
     pub shortages: u64,
 }
 

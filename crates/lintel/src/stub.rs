@@ -78,16 +78,29 @@ pub enum StubError {
     Call(#[from] CallError),
     /// The server's version of the interface has no such method.
     #[error("the server of interface {interface} has no method {method}")]
-    UnknownMethod { interface: String, method: String },
+    UnknownMethod {
+        /// The interface's name.
+        interface: String,
+        /// The method's name.
+        method: String,
+    },
     /// The server could not decode the request (the two sides disagree on
     /// the method's parameters, or the door is not this interface's).
     #[error("the server of {interface} refused a malformed request for {method}")]
-    BadRequest { interface: String, method: String },
+    BadRequest {
+        /// The interface's name.
+        interface: String,
+        /// The method's name.
+        method: String,
+    },
     /// The reply did not decode as the method's result.
     #[error("malformed reply to {interface}::{method}: {why}")]
     BadReply {
+        /// The interface's name.
         interface: String,
+        /// The method's name.
         method: String,
+        /// What did not decode.
         why: &'static str,
     },
 }
@@ -233,6 +246,7 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Read `data` and `doors` from the front.
     pub fn new(data: &'a [u8], doors: &'a [Door]) -> Reader<'a> {
         Reader { data, doors }
     }
@@ -700,8 +714,11 @@ fn put_scratch(mut s: Scratch) {
 /// Names of the method being called, for errors.
 #[derive(Clone, Copy, Debug)]
 pub struct Method {
+    /// The interface's name.
     pub interface: &'static str,
+    /// The method's name.
     pub name: &'static str,
+    /// Its stable number: FNV-1a of the method's name.
     pub number: u32,
 }
 
