@@ -105,3 +105,37 @@ fn third_party_door_names_the_server_process() {
     );
     assert_eq!(b.u64(m::CONNECTIONS, b""), 2, "B is connected to us and to C");
 }
+
+#[test]
+fn more_live_calling_threads_than_slots_all_get_served() {
+    // Each calling thread keeps its slot while it lives; with more live
+    // threads than a connection has slots, the ones beyond must still be
+    // served (a slot changes hands), not wait for a thread to exit.
+    let p = Peer::start("plain");
+    let n = lintel::abi::SLOTS + 8;
+    let done = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let (ctl, done, tx) = (p.ctl.clone(), done.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let arg = (i as u32).to_le_bytes();
+                for _ in 0..3 {
+                    let r = lintel_tests::call(&ctl, m::ECHO, &arg, &[]).map(|r| r.data);
+                    tx.send((i, r)).unwrap();
+                }
+                done.wait(); // stay alive until every thread's calls returned
+            })
+        })
+        .collect();
+    for _ in 0..3 * n {
+        let (i, r) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a calling thread beyond the slot count was never served");
+        assert_eq!(r.unwrap(), (i as u32).to_le_bytes());
+    }
+    done.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

@@ -3,7 +3,10 @@
 //! Each client thread leases one slot of the connection's call area the
 //! first time it calls over that connection and keeps it (thread-local), so
 //! a server thread bound to the slot is ready for it: direct hand-off with no
-//! queue in between. A call writes its arguments into the slot, bumps
+//! queue in between. With more calling threads than slots, a thread that
+//! finds none free says so (`wanted`), and threads give their slot back
+//! after their call until nobody waits: slots change hands instead of the
+//! newcomer waiting for a thread to exit. A call writes its arguments into the slot, bumps
 //! `req_seq`, and waits for `rep_seq` to match: spinning while the server
 //! runs on another CPU, then sleeping on the futex.
 //!
@@ -14,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{Ordering::*, fence};
+use std::sync::atomic::{AtomicU32, Ordering::*, fence};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -36,6 +39,8 @@ pub(crate) struct OutArea {
     /// Free slots with the next sequence number each will use.
     free: Mutex<Vec<(u32, u32)>>,
     freed: Condvar,
+    /// Threads waiting for a free slot.
+    wanted: AtomicU32,
 }
 
 impl OutArea {
@@ -52,6 +57,7 @@ impl OutArea {
             map,
             free: Mutex::new(free),
             freed: Condvar::new(),
+            wanted: AtomicU32::new(0),
         }))
     }
 
@@ -133,16 +139,26 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     };
     let (index, seq) = {
         let mut free = area.free.lock();
-        loop {
+        let mut waiting = false;
+        let taken = loop {
             if conn.is_dead() {
-                return Err(CallError::PeerDied);
+                break Err(CallError::PeerDied);
             }
             if let Some(x) = free.pop() {
-                break x;
+                break Ok(x);
+            }
+            if !waiting {
+                // Ask callers to hand their slots back (see `give_back`).
+                waiting = true;
+                area.wanted.fetch_add(1, SeqCst);
             }
             area.freed
                 .wait_for(&mut free, std::time::Duration::from_millis(50));
+        };
+        if waiting {
+            area.wanted.fetch_sub(1, SeqCst);
         }
+        taken?
     };
     let lease = Rc::new(Lease {
         conn: conn.clone(),
@@ -180,7 +196,18 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     let r = call_on_slot(&lease, rd, data, doors, reply, vanilla);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(path, data.len(), doors.len(), result);
+    if lease.area.wanted.load(Relaxed) != 0 {
+        give_back(&lease);
+    }
     r
+}
+
+/// Another thread waits for a slot of this area: hand this thread's slot
+/// back (it is freed when `lease`, the last reference, drops); this thread
+/// leases one again at its next call.
+#[cold]
+fn give_back(lease: &Rc<Lease>) {
+    LEASES.with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
 }
 
 /// The fast and vanilla paths: post in this thread's slot, wait, take the
