@@ -139,3 +139,18 @@ fn more_live_calling_threads_than_slots_all_get_served() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn join_with_hands_the_childs_handlers_the_parents_doors_before_any_call() {
+    // The child stores the parent's door (slowly) before offering its own:
+    // the first call the parent makes on the child's door finds it there.
+    let mine = Door::create(41, |req: Request<'_>, r: &mut Reply| {
+        r.data.extend_from_slice(&req.datum.to_le_bytes());
+        Ok(())
+    });
+    let p = Peer::start_with("join-with", &[], &[mine]);
+    let r = p
+        .call(m::CALL_HELD, b"", &[])
+        .expect("the child already held our door");
+    assert_eq!(r.data, 41u64.to_le_bytes());
+}

@@ -52,8 +52,41 @@ pub fn spawn(cmd: &mut Command, offer: &[Door]) -> Result<Spawned, BootError> {
 }
 
 /// In a process started by [`spawn`]: connect to the parent domain, offer
-/// it `offer`, and return the doors it offered. Call once.
+/// it `offer`, and return the doors it offered. Call once (this or
+/// [`join_with`]).
+///
+/// The parent may call the offered doors as soon as they arrive, before
+/// `join` returns here: a handler that needs the parent's doors should be
+/// made with [`join_with`].
 pub fn join(offer: &[Door]) -> Result<Vec<Door>, BootError> {
+    let conn = parent_conn()?;
+    exchange(&conn, offer)
+}
+
+/// As [`join`], with this domain's doors made from the parent's: the
+/// parent's doors arrive first, `offer` makes this domain's doors from them
+/// (so their handlers hold what they need from the start), and only then
+/// are they offered. Returns the parent's doors.
+///
+/// ```no_run
+/// use lintel::{Door, Reply, Request};
+/// let parent = lintel::boot::join_with(|parent: &[Door]| {
+///     let log = parent[0].clone();
+///     vec![Door::create(0, move |req: Request<'_>, _: &mut Reply| {
+///         log.call_bytes(req.data).map(drop).map_err(|_| lintel::Fault(1))
+///     })]
+/// })
+/// .unwrap();
+/// ```
+pub fn join_with(offer: impl FnOnce(&[Door]) -> Vec<Door>) -> Result<Vec<Door>, BootError> {
+    let conn = parent_conn()?;
+    let given = receive_offer(&conn)?;
+    send_offer(&conn, &offer(&given))?;
+    Ok(given)
+}
+
+/// The connection to the parent that [`spawn`] left us; only once.
+fn parent_conn() -> Result<std::sync::Arc<Conn>, BootError> {
     static JOINED: AtomicBool = AtomicBool::new(false);
     let raw: i32 = std::env::var(ENV_FD)
         .ok()
@@ -64,8 +97,7 @@ pub fn join(offer: &[Door]) -> Result<Vec<Door>, BootError> {
     }
     let sock = sys::take_inherited_socket(raw)?;
     let parent = sys::peer_pid(sock.as_fd())?;
-    let conn = domain::get().add_conn(sock, Some(parent))?;
-    exchange(&conn, offer)
+    Ok(domain::get().add_conn(sock, Some(parent))?)
 }
 
 /// Whether this process was started by [`spawn`] and has not joined yet.
@@ -73,12 +105,23 @@ pub fn is_spawned() -> bool {
     std::env::var_os(ENV_FD).is_some()
 }
 
+/// Offer our doors, then take the peer's. Every side but [`join_with`]
+/// sends first, so no two sides wait for each other.
 fn exchange(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<Vec<Door>, BootError> {
+    send_offer(conn, offer)?;
+    receive_offer(conn)
+}
+
+fn send_offer(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<(), BootError> {
     let (wires, tickets) = transfer::encode_for_socket(conn, offer)?;
     let fds: Vec<_> = tickets.iter().map(|t| t.as_fd()).collect();
     if !conn.send(&Ctl::Boot { doors: wires }, &fds) {
         return Err(BootError::Protocol("peer closed the connection during boot"));
     }
+    Ok(())
+}
+
+fn receive_offer(conn: &std::sync::Arc<Conn>) -> Result<Vec<Door>, BootError> {
     let (wires, fds) = conn
         .wait_boot(BOOT_TIMEOUT)
         .ok_or(BootError::Protocol("peer did not offer its doors"))?;

@@ -3,7 +3,7 @@
 //! death signal). A malformed request fails with a [`Fault`] whose code names the check.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use lintel::{Door, Fault, Reply, Request};
@@ -13,7 +13,7 @@ use crate::harness::voluntary_switches;
 
 /// Fault: the arguments do not fit the door (wrong length, pattern or door count).
 const BAD_ARGUMENTS: u32 = 1;
-/// Fault: [`Offer::Sleep`] was called before the parent's door arrived.
+/// Fault: [`Offer::Sleep`] was called but the parent offered no door.
 const NO_PARENT_DOOR: u32 = 2;
 /// Fault: the parent's door failed when [`Offer::Sleep`] called it.
 const PARENT_CALL_FAILED: u32 = 3;
@@ -35,19 +35,23 @@ pub fn child(args: &[String]) -> anyhow::Result<()> {
         parent: OnceLock::new(),
         kept: OnceLock::new(),
     });
-    let doors: Vec<Door> = Offer::ALL
-        .iter()
-        .map(|offer| {
-            let state = state.clone();
-            Door::create(offer.datum(), move |req: Request<'_>, reply: &mut Reply| {
-                state.serve(req, reply)
+    // The parent's door is stored before ours are offered: no call can
+    // reach `sleep` before it is there.
+    let _doors = lintel::boot::join_with(|given| {
+        if let Some(first) = given.first() {
+            let _ = state.parent.set(first.clone());
+        }
+        Offer::ALL
+            .iter()
+            .map(|offer| {
+                let state = state.clone();
+                Door::create(offer.datum(), move |req: Request<'_>, reply: &mut Reply| {
+                    state.serve(req, reply)
+                })
             })
-        })
-        .collect();
-    let given = lintel::boot::join(&doors).context("joining the parent domain")?;
-    if let Some(first) = given.into_iter().next() {
-        let _ = state.parent.set(first);
-    }
+            .collect()
+    })
+    .context("joining the parent domain")?;
     loop {
         std::thread::park();
     }
@@ -99,17 +103,7 @@ impl State {
 
     /// Tells the parent the call has started, then sleeps: only a kill ends this call early.
     fn sleep(&self) -> Result<(), Fault> {
-        // The parent may call before `join` has stored its door: wait a little for it.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let parent = loop {
-            if let Some(door) = self.parent.get() {
-                break door;
-            }
-            if Instant::now() > deadline {
-                return Err(Fault(NO_PARENT_DOOR));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
+        let parent = self.parent.get().ok_or(Fault(NO_PARENT_DOOR))?;
         parent.call_bytes(&[]).map_err(|_| Fault(PARENT_CALL_FAILED))?;
         std::thread::sleep(Duration::from_secs(SLEEP_SECS));
         Ok(())

@@ -151,8 +151,20 @@ fn main() {
         "hold-offered" => vec![ctl.clone()],
         _ => vec![ctl.clone()],
     };
-    let given = lintel::boot::join(&offered).expect("join parent domain");
-    st.lock().unwrap().held.extend(given);
+    if role == "join-with" {
+        // The parent's doors are held before ours are offered.
+        let st = st.clone();
+        lintel::boot::join_with(move |parent| {
+            // Slow on purpose: a parent call that could overtake this would.
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            st.lock().unwrap().held.extend(parent.iter().cloned());
+            offered
+        })
+        .expect("join parent domain");
+    } else {
+        let given = lintel::boot::join(&offered).expect("join parent domain");
+        st.lock().unwrap().held.extend(given);
+    }
     // Serve until the parent goes away (death signal) or kills us.
     let _keep = (ctl, secret);
     loop {
