@@ -57,7 +57,7 @@ mod wire;
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
 pub use lintel_macros::interface;
-pub use settings::{set_force_vanilla, set_max_server_threads, set_spin};
+pub use settings::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.
 pub mod introspect {

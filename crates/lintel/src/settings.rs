@@ -1,5 +1,5 @@
 //! Per-domain settings: spin policy and the server-thread limit. Read from
-//! the environment at start (`LINTEL_SPIN=off`, `LINTEL_MAX_THREADS=N`,
+//! the environment at start (`LINTEL_SPIN=off` (or `0`, `false`, `no`), `LINTEL_MAX_THREADS=N`,
 //! `LINTEL_SPIN_NS=N`, `LINTEL_PATH=vanilla`), changeable at run time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -20,9 +20,16 @@ pub const DEFAULT_MAX_THREADS: usize = 16;
 
 impl Settings {
     pub fn from_env() -> Settings {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+        let num = |k: &str| {
+            let v = std::env::var(k).ok()?;
+            let n = v.parse::<u64>().ok();
+            if n.is_none() {
+                tracing::warn!("{k}={v:?} is not a number; using the default");
+            }
+            n
+        };
         Settings {
-            spin: AtomicBool::new(std::env::var("LINTEL_SPIN").map(|v| v != "off").unwrap_or(true)),
+            spin: AtomicBool::new(std::env::var("LINTEL_SPIN").map_or(true, |v| switch("LINTEL_SPIN", &v))),
             spin_ns: AtomicU64::new(num("LINTEL_SPIN_NS").unwrap_or(DEFAULT_SPIN_NS)),
             max_threads: AtomicUsize::new(
                 num("LINTEL_MAX_THREADS")
@@ -41,6 +48,24 @@ impl Settings {
             0
         }
     }
+}
+
+/// An on/off setting: `off`, `0`, `false` or `no` turn it off; anything
+/// else leaves it on (with a warning unless it is `on`, `1`, `true` or `yes`).
+fn switch(key: &str, v: &str) -> bool {
+    match v.to_ascii_lowercase().as_str() {
+        "off" | "0" | "false" | "no" => false,
+        "on" | "1" | "true" | "yes" => true,
+        _ => {
+            tracing::warn!("{key}={v:?} is neither on nor off; leaving it on");
+            true
+        }
+    }
+}
+
+/// Whether this domain spins before sleeping (`LINTEL_SPIN`, [`set_spin`]).
+pub fn spinning() -> bool {
+    crate::domain::get().settings.spin.load(Relaxed)
 }
 
 /// Turn spinning on or off for this domain (off: every wait sleeps on the futex).
@@ -65,4 +90,19 @@ pub fn set_force_vanilla(on: bool) {
 #[inline]
 pub(crate) fn force_vanilla() -> bool {
     crate::domain::get().settings.force_vanilla.load(Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::switch;
+
+    #[test]
+    fn switches_read_the_usual_spellings() {
+        for off in ["off", "0", "false", "no", "OFF", "False"] {
+            assert!(!switch("K", off), "{off}");
+        }
+        for on in ["on", "1", "true", "yes", "whatever"] {
+            assert!(switch("K", on), "{on}");
+        }
+    }
 }

@@ -92,7 +92,7 @@ pub fn cross_cases(cfg: &Config, peer: &Peer, report: &mut Report) -> anyhow::Re
         uds_ratio(report, &result),
         fast.switches_note()
     );
-    if !spin_by_default() {
+    if !lintel::spinning() {
         note = format!("LINTEL_SPIN=off in the environment, so this case did not spin; {note}");
     }
     report.push(result.with_note(note));
@@ -263,15 +263,19 @@ fn uds_ratio(report: &Report, fast: &CaseResult) -> String {
     }
 }
 
-/// Spinning off in this domain and the child's until dropped, which restores the default
-/// (`LINTEL_SPIN`, inherited by the child) in both.
+/// Spinning off in this domain and the child's until dropped, which restores this domain's
+/// setting from before in both (the child inherited it through `LINTEL_SPIN`).
 struct SpinOff<'a> {
     control: &'a Door,
+    before: bool,
 }
 
 impl<'a> SpinOff<'a> {
     fn new(control: &'a Door) -> anyhow::Result<SpinOff<'a>> {
-        let guard = SpinOff { control };
+        let guard = SpinOff {
+            control,
+            before: lintel::spinning(),
+        };
         lintel::set_spin(false);
         control_call(control, SPIN_OFF, 0).context("turning spinning off in the child")?;
         Ok(guard)
@@ -280,15 +284,9 @@ impl<'a> SpinOff<'a> {
 
 impl Drop for SpinOff<'_> {
     fn drop(&mut self) {
-        let default = spin_by_default();
-        lintel::set_spin(default);
-        let _ = control_call(self.control, if default { SPIN_ON } else { SPIN_OFF }, 0);
+        lintel::set_spin(self.before);
+        let _ = control_call(self.control, if self.before { SPIN_ON } else { SPIN_OFF }, 0);
     }
-}
-
-/// Whether domains spin by default here (`LINTEL_SPIN`, which children inherit, is not "off").
-fn spin_by_default() -> bool {
-    std::env::var("LINTEL_SPIN").map_or(true, |v| v != "off")
 }
 
 /// Voluntary context switches so far of the child thread that serves this thread's calls.
