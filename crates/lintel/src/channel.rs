@@ -3,12 +3,14 @@
 //! Each client thread leases one slot of the connection's call area the
 //! first time it calls over that connection and keeps it (thread-local), so
 //! a server thread bound to the slot is ready for it: direct hand-off with no
-//! queue in between. With more calling threads than slots, a thread that
-//! finds none free says so (`wanted`), and threads give their slot back
-//! after their call until nobody waits: slots change hands instead of the
-//! newcomer waiting for a thread to exit. A call writes its arguments into the slot, bumps
+//! queue in between. A call writes its arguments into the slot, bumps
 //! `req_seq`, and waits for `rep_seq` to match: spinning while the server
 //! runs on another CPU, then sleeping on the futex.
+//!
+//! With more calling threads than slots, a thread that finds none free says
+//! so (`wanted`), and threads give their slot back after their call until
+//! nobody waits: slots change hands instead of the newcomer waiting for a
+//! thread to exit.
 //!
 //! The fast path (≤ 16 bytes, no doors) touches only the slot's two header
 //! lines; the vanilla path adds the data region and door descriptors.
