@@ -429,6 +429,11 @@ mod tests {
         Manifest::parse(text, Path::new("m.toml"), &registry())
     }
 
+    /// The report of a manifest that must be refused.
+    fn refused(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
     #[test]
     fn good_manifest() {
         let m = parse(
@@ -480,38 +485,28 @@ mod tests {
 
     #[test]
     fn root_must_be_placed_driver() {
-        let s = parse("root = \"shell\"\n[domain.a]\nservices = [\"kv\"]\n")
-            .unwrap_err()
-            .to_string();
+        let s = refused("root = \"shell\"\n[domain.a]\nservices = [\"kv\"]\n");
         assert!(
             s.contains("m.toml:1:8: root service `shell` is not placed"),
             "{s}"
         );
-        let s = parse("[domain.a]\nservices = [\"shell\"]\n")
-            .unwrap_err()
-            .to_string();
+        let s = refused("[domain.a]\nservices = [\"shell\"]\n");
         assert!(s.contains("m.toml:2:13: service `shell` is a driver"), "{s}");
     }
 
     #[test]
     fn no_domains_and_bad_names() {
-        let s = parse("system = \"x\"\n").unwrap_err().to_string();
+        let s = refused("system = \"x\"\n");
         assert!(s.contains("no domains"), "{s}");
-        let s = parse("[domain.\"a b\"]\nservices = [\"kv\"]\n")
-            .unwrap_err()
-            .to_string();
+        let s = refused("[domain.\"a b\"]\nservices = [\"kv\"]\n");
         assert!(s.contains("m.toml:1:9: domain name `a b`"), "{s}");
-        let s = parse("[domain.a]\nservices = [\"kv\"]\nspin = \"sometimes\"\n")
-            .unwrap_err()
-            .to_string();
+        let s = refused("[domain.a]\nservices = [\"kv\"]\nspin = \"sometimes\"\n");
         assert!(s.starts_with("m.toml:3:"), "{s}");
     }
 
     #[test]
     fn duplicate_domain_is_a_parse_error() {
-        let s = parse("[domain.a]\nservices = [\"kv\"]\n[domain.a]\nservices = [\"clock\"]\n")
-            .unwrap_err()
-            .to_string();
+        let s = refused("[domain.a]\nservices = [\"kv\"]\n[domain.a]\nservices = [\"clock\"]\n");
         assert!(s.starts_with("m.toml:3:"), "{s}");
     }
 

@@ -18,17 +18,16 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Counts once nothing has changed for 50 ms (a dead peer's teardown runs
-/// on the watcher thread, after the call that saw the death returned).
+/// on the watcher thread, after the call that saw the death returned), or
+/// the last counts after [`WAIT`].
 fn settled_counts() -> (usize, usize) {
     let mut last = fds_and_maps();
-    loop {
+    eventually(WAIT, || {
         std::thread::sleep(Duration::from_millis(50));
-        let now = fds_and_maps();
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
+        let prev = std::mem::replace(&mut last, fds_and_maps());
+        prev == last
+    });
+    last
 }
 
 #[test]

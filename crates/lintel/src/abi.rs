@@ -94,23 +94,14 @@ pub const FLAG_ALERT: u32 = 1;
 /// they would fit inline (the vanilla path forced).
 pub const FLAG_VANILLA: u32 = 2;
 
-/// Where `len` bytes of arguments (in the client's half) or results (in the
-/// server's half) sit in a slot: inline when small, unless `vanilla`. Both
-/// sides derive it from the same header words, so they always agree.
+/// Where `len` bytes of arguments or results sit in a slot: inline at
+/// `inline_at` ([`OFF_IN_INLINE`] in the client's half, [`OFF_OUT_INLINE`]
+/// in the server's) when small, unless `vanilla`; else in the data region.
+/// Both sides derive it from the same header words, so they always agree.
 #[inline]
-pub const fn data_offset(len: usize, vanilla: bool) -> usize {
+pub const fn payload_offset(inline_at: usize, len: usize, vanilla: bool) -> usize {
     if len <= INLINE && !vanilla {
-        OFF_IN_INLINE
-    } else {
-        OFF_DATA
-    }
-}
-
-/// As [`data_offset`], for results.
-#[inline]
-pub const fn result_offset(len: usize, vanilla: bool) -> usize {
-    if len <= INLINE && !vanilla {
-        OFF_OUT_INLINE
+        inline_at
     } else {
         OFF_DATA
     }

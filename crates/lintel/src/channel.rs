@@ -236,7 +236,7 @@ fn call_on_slot(
     slot.set(OFF_FLAGS, alert | if vanilla { FLAG_VANILLA } else { 0 });
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, lease.cpu.get());
-    slot.write(data_offset(data.len(), vanilla), data);
+    slot.write(payload_offset(OFF_IN_INLINE, data.len(), vanilla), data);
     let n_doors = if doors.is_empty() {
         0
     } else {
@@ -279,7 +279,7 @@ fn call_on_slot(
     reply.clear();
     if out_len > 0 {
         reply.data.resize(out_len, 0);
-        slot.read(result_offset(out_len, vanilla), &mut reply.data);
+        slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
     }
     if out_doors > 0 {
         transfer::receive_doors(conn, slot, out_doors, false, lease.index, seq, &mut reply.doors)?;

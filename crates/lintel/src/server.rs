@@ -289,7 +289,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let reply = &bufs.reply;
     if result.is_ok() {
         let n = reply.data.len();
-        slot.write(result_offset(n, vanilla), &reply.data);
+        slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
         slot.set(OFF_OUT_LEN, n as u32);
         result = match reply.doors.is_empty() {
             true => Ok(0),
@@ -341,7 +341,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Re
     };
     let _active = core.begin_call()?;
     let args = &mut bufs.args[..in_len];
-    slot.read(data_offset(in_len, vanilla), args);
+    slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
     let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
         Path::Fast
     } else {
