@@ -141,6 +141,47 @@ fn more_live_calling_threads_than_slots_all_get_served() {
 }
 
 #[test]
+fn threads_that_idle_after_calling_never_block_a_newcomer() {
+    // 256 threads each call once and then stay alive without calling, as
+    // the threads of a pool do: every one is served, and so is a newcomer
+    // after them, though four times as many threads keep a lease as the
+    // connection has slots.
+    let p = Peer::start("plain");
+    let n = 4 * lintel::abi::SLOTS;
+    let idle = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let (ctl, idle, tx) = (p.ctl.clone(), idle.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let arg = (i as u32).to_le_bytes();
+                tx.send((i, lintel_tests::call(&ctl, m::ECHO, &arg, &[]).map(|r| r.data)))
+                    .unwrap();
+                idle.wait(); // alive and idle, lease kept
+            })
+        })
+        .collect();
+    for _ in 0..n {
+        let (i, r) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a calling thread waited behind threads that had stopped calling");
+        assert_eq!(r.unwrap(), (i as u32).to_le_bytes());
+    }
+    let ctl = p.ctl.clone();
+    let newcomer = std::thread::spawn(move || lintel_tests::call(&ctl, m::ECHO, b"new", &[]).map(|r| r.data));
+    let (ntx, nrx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || ntx.send(newcomer.join().unwrap()));
+    let r = nrx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a newcomer after 256 idle threads was never served");
+    assert_eq!(r.unwrap(), b"new");
+    idle.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
 fn join_with_hands_the_childs_handlers_the_parents_doors_before_any_call() {
     // The child stores the parent's door (slowly) before offering its own:
     // the first call the parent makes on the child's door finds it there.

@@ -1,16 +1,12 @@
 //! The caller's side of a cross-domain call: LRPC channels.
 //!
 //! Each client thread leases one slot of the connection's call area the
-//! first time it calls over that connection and keeps it (thread-local), so
-//! a server thread bound to the slot is ready for it: direct hand-off with no
-//! queue in between. A call writes its arguments into the slot, bumps
+//! first time it calls over that connection and keeps it (thread-local)
+//! while it keeps calling, so a server thread bound to the slot is ready for
+//! it: direct hand-off with no queue in between. A thread that stops calling
+//! loses its slot to any newcomer that needs one (see `lease`). A call writes its arguments into the slot, bumps
 //! `req_seq`, and waits for `rep_seq` to match: spinning while the server
 //! runs on another CPU, then sleeping on the futex.
-//!
-//! With more calling threads than slots, a thread that finds none free says
-//! so (`wanted`), and threads give their slot back after their call until
-//! nobody waits: slots change hands instead of the newcomer waiting for a
-//! thread to exit.
 //!
 //! The fast path (≤ 16 bytes, no doors) touches only the slot's two header
 //! lines; the vanilla path adds the data region and door descriptors.
@@ -19,14 +15,13 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering::*, fence};
-
-use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{Ordering::*, fence};
 
 use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
+use crate::lease::{Claim, Leases};
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
@@ -38,11 +33,8 @@ use crate::{settings, transfer};
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
     map: Arc<Mapping>,
-    /// Free slots with the next sequence number each will use.
-    free: Mutex<Vec<(u32, u32)>>,
-    freed: Condvar,
-    /// Threads waiting for a free slot.
-    wanted: AtomicU32,
+    /// Which thread uses which slot (see `lease`).
+    leases: Leases,
 }
 
 impl OutArea {
@@ -54,12 +46,9 @@ impl OutArea {
         if !conn.send(&Ctl::Area, &[fd.as_fd()]) {
             return Err(CallError::PeerDied);
         }
-        let free = (0..SLOTS as u32).rev().map(|i| (i, 1)).collect();
         Ok(Arc::new(OutArea {
             map,
-            free: Mutex::new(free),
-            freed: Condvar::new(),
-            wanted: AtomicU32::new(0),
+            leases: Leases::new(SLOTS),
         }))
     }
 
@@ -74,7 +63,7 @@ impl OutArea {
             s.word(OFF_REP_SEQ).store(SEQ_DEAD, SeqCst);
             sys::futex_wake(s.word(OFF_REP_SEQ), u32::MAX);
         }
-        self.freed.notify_all();
+        self.leases.wake_all();
     }
 }
 
@@ -82,9 +71,8 @@ impl OutArea {
 struct Lease {
     conn: Arc<Conn>,
     area: Arc<OutArea>,
-    index: u32,
+    claim: Claim,
     slot: Slot,
-    seq: Cell<u32>,
     /// The CPU this thread ran on during its last call.
     cpu: Cell<u32>,
     counters: Counters,
@@ -93,20 +81,15 @@ struct Lease {
 }
 
 impl Lease {
+    #[inline]
     fn next_seq(&self) -> u32 {
-        let mut s = self.seq.get().wrapping_add(1);
-        if s == 0 || s == SEQ_DEAD {
-            s = 1;
-        }
-        self.seq.set(s);
-        s
+        self.area.leases.next_seq(self.claim, SEQ_DEAD)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.area.free.lock().push((self.index, self.seq.get()));
-        self.area.freed.notify_one();
+        self.area.leases.release(self.claim);
     }
 }
 
@@ -114,12 +97,17 @@ thread_local! {
     static LEASES: RefCell<Vec<Rc<Lease>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// This thread's slot on `conn`, leased on first use.
+/// This thread's slot on `conn`, busy for one call: the slot it leased
+/// before if it still has it, else a new lease.
 #[inline]
 fn lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     let found = LEASES.with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned());
     match found {
-        Some(l) => Ok(l),
+        Some(l) if l.area.leases.begin(l.claim) => Ok(l),
+        Some(l) => {
+            forget(&l); // taken by another thread while this one was idle
+            new_lease(conn)
+        }
         None => new_lease(conn),
     }
 }
@@ -139,41 +127,27 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
             }
         }
     };
-    let (index, seq) = {
-        let mut free = area.free.lock();
-        let mut waiting = false;
-        let taken = loop {
-            if conn.is_dead() {
-                break Err(CallError::PeerDied);
-            }
-            if let Some(x) = free.pop() {
-                break Ok(x);
-            }
-            if !waiting {
-                // Ask callers to hand their slots back (see `give_back`).
-                waiting = true;
-                area.wanted.fetch_add(1, SeqCst);
-            }
-            area.freed
-                .wait_for(&mut free, std::time::Duration::from_millis(50));
-        };
-        if waiting {
-            area.wanted.fetch_sub(1, SeqCst);
-        }
-        taken?
-    };
+    let claim = area
+        .leases
+        .take_or_wait(|| conn.is_dead())
+        .ok_or(CallError::PeerDied)?;
     let lease = Rc::new(Lease {
         conn: conn.clone(),
-        slot: area.slot(index),
+        slot: area.slot(claim.index),
         area,
-        index,
-        seq: seq.into(),
+        claim,
         cpu: Cell::new(u32::MAX),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
     });
     LEASES.with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
+}
+
+/// Drop this thread's (void) lease; its slot is no longer its own.
+#[cold]
+fn forget(lease: &Rc<Lease>) {
+    LEASES.with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
 }
 
 /// Call a door served by another domain, counting it by path.
@@ -198,18 +172,10 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     let r = call_on_slot(&lease, rd, data, doors, reply, vanilla);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(path, data.len(), doors.len(), result);
-    if lease.area.wanted.load(Relaxed) != 0 {
-        give_back(&lease);
+    if !lease.area.leases.end(lease.claim) {
+        forget(&lease); // handed back: another thread waits for a slot
     }
     r
-}
-
-/// Another thread waits for a slot of this area: hand this thread's slot
-/// back (it is freed when `lease`, the last reference, drops); this thread
-/// leases one again at its next call.
-#[cold]
-fn give_back(lease: &Rc<Lease>) {
-    LEASES.with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
 }
 
 /// The fast and vanilla paths: post in this thread's slot, wait, take the
@@ -227,9 +193,10 @@ fn call_on_slot(
     let conn = &rd.conn;
     let slot = &lease.slot;
     let seq = lease.next_seq();
+    let index = lease.claim.index;
 
     // Post the request.
-    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, lease.index, seq);
+    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, index, seq);
     let alerted = lease.shuttle.is_alerted();
     let alert = if alerted { FLAG_ALERT } else { 0 };
     slot.set(OFF_GRANT, rd.grant);
@@ -240,7 +207,7 @@ fn call_on_slot(
     let n_doors = if doors.is_empty() {
         0
     } else {
-        transfer::send_doors(conn, doors, slot, true, lease.index, seq)?
+        transfer::send_doors(conn, doors, slot, true, index, seq)?
     };
     slot.set(OFF_IN_DOORS, n_doors);
     slot.word(OFF_REQ_SEQ).store(seq, Release);
@@ -252,12 +219,12 @@ fn call_on_slot(
             false
         }
         _ => {
-            kick(conn, lease.index)?;
+            kick(conn, index)?;
             false
         }
     };
     if !alerted && lease.shuttle.is_alerted() {
-        alert_late(conn, lease.index, seq);
+        alert_late(conn, index, seq);
     }
 
     // Wait for the reply.
@@ -282,7 +249,7 @@ fn call_on_slot(
         slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
     }
     if out_doors > 0 {
-        transfer::receive_doors(conn, slot, out_doors, false, lease.index, seq, &mut reply.doors)?;
+        transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
     }
     Ok(())
 }

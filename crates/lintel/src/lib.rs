@@ -42,6 +42,7 @@ mod conn;
 mod domain;
 mod door;
 mod error;
+mod lease;
 pub mod pool;
 mod server;
 mod settings;

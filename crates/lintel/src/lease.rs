@@ -1,0 +1,325 @@
+//! Slot leases: which calling thread uses which slot of a call area.
+//!
+//! A client thread leases a slot the first time it calls over a connection
+//! and keeps it across calls, so the server thread bound to the slot is
+//! ready for it (LRPC's direct hand-off). Keeping is not owning, though: a
+//! thread that has stopped calling must never lock a newcomer out. So each
+//! slot has one state word, `owner << 2 | phase`:
+//!
+//! - `FREE`: on the free list.
+//! - `IDLE`: leased by `owner`, between calls. Anyone may take it with one
+//!   compare-and-swap ([`Leases::take`] steals the idle slots of threads
+//!   that keep a lease but do not call).
+//! - `BUSY`: `owner` is in a call on it. Nobody else touches it.
+//!
+//! The owner moves `IDLE → BUSY` with a compare-and-swap at the start of
+//! each call ([`Leases::begin`]); if that fails, the slot was taken and the
+//! thread leases another. Tokens come from a 62-bit counter and are never
+//! reused, so a stale lease cannot mistake a slot for its own.
+//!
+//! With every slot busy, a newcomer says so (`wanted`) and polls; owners
+//! that see `wanted` hand their slot back at the end of their call
+//! ([`Leases::end`]), so a waiter gets a slot as soon as any call returns.
+//! The poll interval bounds the wait when a wake-up is missed: no fence on
+//! the call path orders the owner's store against the waiter's flag.
+//!
+//! Each slot's request sequence lives here too, not in the lease, so the
+//! next owner continues it: the server tells a new request from the last one
+//! by its sequence.
+//!
+//! This is a plain value: the tests below run it on the host with threads,
+//! no process or runtime.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+const FREE: u64 = 0;
+const IDLE: u64 = 1;
+const BUSY: u64 = 2;
+const PHASE: u64 = 3;
+
+/// How often a thread waiting for a slot looks again.
+pub(crate) const POLL: Duration = Duration::from_millis(1);
+
+/// A slot held by one lease: its index and the owner's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub index: u32,
+    token: u64,
+}
+
+/// The lease states of one call area's slots.
+pub(crate) struct Leases {
+    words: Box<[AtomicU64]>,
+    seqs: Box<[AtomicU32]>,
+    free: Mutex<Vec<u32>>,
+    freed: Condvar,
+    wanted: AtomicU32,
+    next_token: AtomicU64,
+}
+
+impl Leases {
+    pub fn new(slots: usize) -> Leases {
+        Leases {
+            words: (0..slots).map(|_| AtomicU64::new(FREE)).collect(),
+            seqs: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            free: Mutex::new((0..slots as u32).rev().collect()),
+            freed: Condvar::new(),
+            wanted: AtomicU32::new(0),
+            next_token: AtomicU64::new(1),
+        }
+    }
+
+    fn token(&self) -> u64 {
+        self.next_token.fetch_add(1, Relaxed) << 2
+    }
+
+    /// A slot for a new lease, already `BUSY` for its first call: a free
+    /// one, or one whose owner is between calls. `None` if all are busy.
+    pub fn take(&self) -> Option<Claim> {
+        let token = self.token();
+        if let Some(index) = self.free.lock().pop() {
+            self.words[index as usize].store(token | BUSY, Release);
+            return Some(Claim { index, token });
+        }
+        for (i, w) in self.words.iter().enumerate() {
+            let cur = w.load(Relaxed);
+            if cur & PHASE == IDLE && w.compare_exchange(cur, token | BUSY, Acquire, Relaxed).is_ok() {
+                return Some(Claim {
+                    index: i as u32,
+                    token,
+                });
+            }
+        }
+        None
+    }
+
+    /// As [`Leases::take`], waiting while every slot is busy; `None` once
+    /// `give_up` holds (the peer died).
+    pub fn take_or_wait(&self, give_up: impl Fn() -> bool) -> Option<Claim> {
+        let mut waiting = false;
+        let claim = loop {
+            if give_up() {
+                break None;
+            }
+            if let Some(c) = self.take() {
+                break Some(c);
+            }
+            if !waiting {
+                waiting = true;
+                self.wanted.fetch_add(1, SeqCst);
+                continue; // look once more now that owners will see us
+            }
+            let mut free = self.free.lock();
+            if free.is_empty() {
+                self.freed.wait_for(&mut free, POLL);
+            }
+        };
+        if waiting {
+            self.wanted.fetch_sub(1, SeqCst);
+        }
+        claim
+    }
+
+    /// The owner starts a call: false if the slot was taken meanwhile (the
+    /// lease is void; lease another).
+    #[inline]
+    pub fn begin(&self, c: Claim) -> bool {
+        let w = &self.words[c.index as usize];
+        w.compare_exchange(c.token | IDLE, c.token | BUSY, Acquire, Relaxed)
+            .is_ok()
+    }
+
+    /// The owner's call is over. Returns false if the slot was handed back
+    /// because a thread waits for one (the lease is void).
+    #[inline]
+    pub fn end(&self, c: Claim) -> bool {
+        if self.wanted.load(Relaxed) != 0 {
+            self.free_slot(c);
+            return false;
+        }
+        self.words[c.index as usize].store(c.token | IDLE, Release);
+        true
+    }
+
+    #[cold]
+    fn free_slot(&self, c: Claim) {
+        self.words[c.index as usize].store(FREE, Release);
+        self.free.lock().push(c.index);
+        self.freed.notify_one();
+    }
+
+    /// The lease is dropped (its thread exits or forgets the connection):
+    /// free the slot unless someone took it already.
+    pub fn release(&self, c: Claim) {
+        let w = &self.words[c.index as usize];
+        let mine = w.load(Relaxed);
+        let owned = mine == c.token | IDLE || mine == c.token | BUSY;
+        if owned && w.compare_exchange(mine, FREE, AcqRel, Relaxed).is_ok() {
+            self.free.lock().push(c.index);
+            self.freed.notify_one();
+        }
+    }
+
+    /// The next request sequence on the slot (never 0 or `skip`). Only the
+    /// owner of a `BUSY` slot calls this.
+    #[inline]
+    pub fn next_seq(&self, c: Claim, skip: u32) -> u32 {
+        let s = &self.seqs[c.index as usize];
+        let mut n = s.load(Relaxed).wrapping_add(1);
+        if n == 0 || n == skip {
+            n = 1;
+        }
+        s.store(n, Relaxed);
+        n
+    }
+
+    /// Wake every waiter: the peer died.
+    pub fn wake_all(&self) {
+        let _g = self.free.lock();
+        self.freed.notify_all();
+    }
+
+    /// Threads waiting for a slot now.
+    #[cfg(test)]
+    fn waiting(&self) -> u32 {
+        self.wanted.load(SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn idle_leases_are_taken_by_newcomers_and_their_owners_notice() {
+        let l = Leases::new(2);
+        let a = l.take().unwrap();
+        let b = l.take().unwrap();
+        assert!(l.take().is_none(), "both busy");
+        assert!(l.end(a) && l.end(b));
+        // Both owners idle: a newcomer takes one of their slots.
+        let c = l.take().unwrap();
+        let stolen = if c.index == a.index { a } else { b };
+        assert!(!l.begin(stolen), "the old owner's lease is void");
+        let kept = if c.index == a.index { b } else { a };
+        assert!(l.begin(kept), "the other owner keeps its slot");
+    }
+
+    #[test]
+    fn a_void_lease_never_frees_the_new_owners_slot() {
+        let l = Leases::new(1);
+        let a = l.take().unwrap();
+        assert!(l.end(a));
+        let b = l.take().unwrap();
+        l.release(a); // the old owner's thread exits
+        assert!(l.take().is_none(), "b still holds it");
+        assert!(l.end(b));
+        l.release(b);
+        assert!(l.free.lock().len() == 1);
+    }
+
+    #[test]
+    fn sequences_continue_across_owners_and_skip_the_reserved_values() {
+        let l = Leases::new(1);
+        let a = l.take().unwrap();
+        assert_eq!(l.next_seq(a, u32::MAX), 1);
+        assert_eq!(l.next_seq(a, u32::MAX), 2);
+        l.end(a);
+        let b = l.take().unwrap();
+        assert_eq!(l.next_seq(b, u32::MAX), 3, "the new owner continues");
+        l.seqs[0].store(u32::MAX - 1, Relaxed);
+        assert_eq!(l.next_seq(b, u32::MAX), 1, "skips the dead marker and 0");
+    }
+
+    #[test]
+    fn a_waiter_is_served_when_a_busy_owner_ends_its_call() {
+        let l = Arc::new(Leases::new(1));
+        let a = l.take().unwrap();
+        let l2 = l.clone();
+        let t = std::thread::spawn(move || l2.take_or_wait(|| false));
+        while l.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(!l.end(a), "handed back: someone waits");
+        let got = t.join().unwrap().expect("the waiter got the slot");
+        assert_eq!(got.index, a.index);
+        assert!(!l.begin(a));
+    }
+
+    #[test]
+    fn a_waiter_gives_up_when_told() {
+        let l = Arc::new(Leases::new(1));
+        let _a = l.take().unwrap();
+        let dead = Arc::new(AtomicBool::new(false));
+        let (l2, d2) = (l.clone(), dead.clone());
+        let t = std::thread::spawn(move || l2.take_or_wait(|| d2.load(SeqCst)));
+        while l.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        dead.store(true, SeqCst);
+        l.wake_all();
+        assert!(t.join().unwrap().is_none());
+        assert_eq!(l.waiting(), 0);
+    }
+
+    #[test]
+    fn many_threads_that_keep_idle_leases_never_block_a_newcomer() {
+        // 4 slots, 32 threads that each call once and then keep their lease
+        // while staying alive: every one gets a slot.
+        let l = Arc::new(Leases::new(4));
+        let gate = Arc::new(std::sync::Barrier::new(33));
+        let ts: Vec<_> = (0..32)
+            .map(|_| {
+                let (l, gate) = (l.clone(), gate.clone());
+                std::thread::spawn(move || {
+                    let c = l.take_or_wait(|| false).unwrap();
+                    let owned = l.end(c);
+                    gate.wait(); // alive, lease kept
+                    (c, owned)
+                })
+            })
+            .collect();
+        gate.wait();
+        let claims: Vec<_> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(claims.len(), 32);
+    }
+
+    #[test]
+    fn concurrent_owners_and_stealers_never_share_a_busy_slot() {
+        let l = Arc::new(Leases::new(3));
+        let busy: Arc<Vec<AtomicU32>> = Arc::new((0..3).map(|_| AtomicU32::new(0)).collect());
+        let ts: Vec<_> = (0..8)
+            .map(|_| {
+                let (l, busy) = (l.clone(), busy.clone());
+                std::thread::spawn(move || {
+                    let mut lease = None;
+                    for _ in 0..2000 {
+                        let c = match lease.take() {
+                            Some(c) if l.begin(c) => c,
+                            _ => l.take_or_wait(|| false).unwrap(),
+                        };
+                        let b = &busy[c.index as usize];
+                        assert_eq!(b.fetch_add(1, SeqCst), 0, "two callers on one slot");
+                        std::hint::spin_loop();
+                        b.fetch_sub(1, SeqCst);
+                        if l.end(c) {
+                            lease = Some(c);
+                        }
+                    }
+                    if let Some(c) = lease {
+                        l.release(c);
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(l.free.lock().len(), 3, "every slot back on the free list");
+    }
+}
