@@ -315,3 +315,108 @@ fn a_dead_servers_door_passes_on_as_a_dead_door() {
     );
     assert_eq!(b.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
 }
+
+#[test]
+fn doors_passed_to_a_dead_peer_are_not_left_held() {
+    // Calls on a dead peer's door fail; the doors they carried must not stay
+    // counted as held by it: once a live holder lets go, the door is
+    // unreferenced.
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let mut dead = Peer::start("plain");
+    let dead_ctl = dead.ctl.clone();
+    let pid = dead.pid();
+    dead.kill();
+    assert!(eventually(WAIT, || dead_ctl.call_bytes(b"\0").unwrap_err()
+        == CallError::PeerDied));
+    assert!(eventually(WAIT, || !lintel::introspect::connected_to(pid)));
+    for _ in 0..3 {
+        let r = lintel_tests::call(&dead_ctl, m::HOLD, b"", std::slice::from_ref(&door));
+        assert_eq!(r.unwrap_err(), CallError::PeerDied);
+    }
+    assert!(
+        not_held(&door, &unrefs),
+        "the door is still counted as held by the dead peer"
+    );
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+    rustix::process::kill_process(pid, sig).expect("signal the peer");
+}
+
+/// Nobody is counted as holding `door` (soon); a live holder that takes it
+/// and lets it go leaves it so again, and it has been unreferenced.
+fn not_held(door: &Door, unrefs: &AtomicU64) -> bool {
+    let none = || eventually(WAIT, || lintel::introspect::holders(door) == Some(0));
+    if !none() {
+        return false;
+    }
+    let b = Peer::start("plain");
+    b.call(m::HOLD, b"", std::slice::from_ref(door)).unwrap();
+    assert_eq!(lintel::introspect::holders(door), Some(1));
+    b.call(m::DROP_HELD, b"", &[]).unwrap();
+    none() && eventually(WAIT, || unrefs.load(SeqCst) >= 1)
+}
+
+#[test]
+fn a_call_whose_later_door_fails_takes_back_the_earlier_grants() {
+    // The second door is a third party's that cannot make a ticket (it is
+    // stopped, so the transfer times out): the call fails, and the grant
+    // already made for the first door must not stay with the callee.
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let b = Peer::start("plain");
+    let c = Peer::start("plain");
+    let door_c = c.make_door(1);
+    signal(c.pid(), rustix::process::Signal::STOP);
+    let r = b.call(m::HOLD, b"", &[door.clone(), door_c]);
+    signal(c.pid(), rustix::process::Signal::CONT);
+    assert!(r.is_err(), "the third party could not pass its door");
+    assert_eq!(b.call(m::ECHO, b"x", &[]).unwrap().data, b"x");
+    assert!(
+        not_held(&door, &unrefs),
+        "the failed call's grant still counts the callee as a holder"
+    );
+}
+
+#[test]
+fn a_grant_is_never_made_on_a_connection_torn_down_during_the_call() {
+    // The first door's transfer waits for a stopped third party; meanwhile
+    // the callee dies and its connection is torn down. The second door is
+    // encoded after that: it must not be granted to the dead callee.
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let mut b = Peer::start("plain");
+    let c = Peer::start("plain");
+    let door_c = c.make_door(1);
+    let b_ctl = b.ctl.clone();
+    let b_pid = b.pid();
+    signal(c.pid(), rustix::process::Signal::STOP);
+    let d = door.clone();
+    let t = std::thread::spawn(move || lintel_tests::call(&b_ctl, m::HOLD, b"", &[door_c, d]).map(drop));
+    std::thread::sleep(Duration::from_millis(300)); // the call waits for C's ticket
+    b.kill();
+    assert!(eventually(WAIT, || !lintel::introspect::connected_to(b_pid)));
+    signal(c.pid(), rustix::process::Signal::CONT);
+    assert!(t.join().unwrap().is_err());
+    assert!(
+        not_held(&door, &unrefs),
+        "the dead callee's connection still counts as a holder"
+    );
+}
+
+#[test]
+fn a_refused_call_leaves_its_doors_to_the_caller() {
+    // The server refuses the call (its door is revoked) before it takes the
+    // door passed with it: the caller takes its grant back.
+    let unrefs = Arc::new(AtomicU64::new(0));
+    let door = counting_door(unrefs.clone());
+    let p = Peer::start("plain");
+    let target = p.make_door(1);
+    p.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
+    let mut reply = Reply::new();
+    let r = target.call(b"", std::slice::from_ref(&door), &mut reply);
+    assert_eq!(r.unwrap_err(), CallError::Revoked);
+    assert!(not_held(&door, &unrefs));
+}

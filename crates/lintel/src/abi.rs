@@ -33,7 +33,7 @@
 //! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
 
 /// Version of this layout; a mismatch is refused at connection setup.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Slots per call area: concurrent calling threads per connection.
 pub const SLOTS: usize = 64;
@@ -116,6 +116,10 @@ pub const ST_TOO_LARGE: u32 = 4;
 pub const ST_PANICKED: u32 = 5;
 /// Handler fault: its code is in `out_len`.
 pub const ST_FAULT: u32 = 6;
+/// Added to a status: the server refused the request before it took the
+/// doors passed with it (sizes, grant or revocation checked first), so the
+/// caller takes back the grants it made for them.
+pub const ST_UNTAKEN: u32 = 1 << 16;
 
 /// Wire door descriptor kinds (first word of the 16-byte descriptor).
 pub const WD_YOURS: u32 = 1;

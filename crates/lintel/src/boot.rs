@@ -113,9 +113,9 @@ fn exchange(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<Vec<Door>, Bo
 }
 
 fn send_offer(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<(), BootError> {
-    let (wires, tickets) = transfer::encode_for_socket(conn, offer)?;
-    let fds: Vec<_> = tickets.iter().map(|t| t.as_fd()).collect();
-    if !conn.send(&Ctl::Boot { doors: wires }, &fds) {
+    let (wires, grants) = transfer::encode_for_socket(conn, offer)?;
+    if !conn.send(&Ctl::Boot { doors: wires }, &grants.fds()) {
+        grants.roll_back(conn);
         return Err(BootError::Protocol("peer closed the connection during boot"));
     }
     Ok(())

@@ -204,12 +204,12 @@ fn call_on_slot(
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, lease.cpu.get());
     slot.write(payload_offset(OFF_IN_INLINE, data.len(), vanilla), data);
-    let n_doors = if doors.is_empty() {
-        0
+    let granted = if doors.is_empty() {
+        Vec::new()
     } else {
         transfer::send_doors(conn, doors, slot, true, index, seq)?
     };
-    slot.set(OFF_IN_DOORS, n_doors);
+    slot.set(OFF_IN_DOORS, doors.len() as u32);
     slot.word(OFF_REQ_SEQ).store(seq, Release);
     fence(SeqCst);
     let running = match slot.get(OFF_SERVER_STATE) {
@@ -236,7 +236,10 @@ fn call_on_slot(
     let status = slot.get(OFF_STATUS);
     let out_len = slot.get(OFF_OUT_LEN);
     if status != ST_OK {
-        return Err(CallError::from_status(status, out_len));
+        if status & ST_UNTAKEN != 0 {
+            transfer::take_back(conn, &granted);
+        }
+        return Err(CallError::from_status(status & !ST_UNTAKEN, out_len));
     }
     let out_len = out_len as usize;
     let out_doors = slot.get(OFF_OUT_DOORS) as usize;

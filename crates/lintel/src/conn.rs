@@ -6,9 +6,8 @@
 //! call waiting on it fails. Each side creates its own call area (a sealed
 //! memfd) for the calls it makes, and sends it over the socket.
 //!
-//! The grant table is the server-private translation from the small door
-//! numbers a peer uses to our doors. A peer can name only grants we made for
-//! it on this connection; every index it sends is checked here.
+//! Its grant table (see `grants`) translates the small door numbers the
+//! peer uses into our doors.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -22,76 +21,10 @@ use crate::abi;
 use crate::channel::OutArea;
 use crate::door::DoorCore;
 use crate::error::CallError;
+use crate::grants::{Granting, Grants};
 use crate::server::InArea;
 use crate::sys::{self, Recv};
 use crate::wire::{self, Ctl, WireDoor};
-
-/// Doors we serve that the peer holds, by grant index.
-#[derive(Default)]
-struct Grants {
-    entries: Vec<Option<Grant>>,
-    by_door: HashMap<usize, u32>,
-    free: Vec<u32>,
-}
-
-struct Grant {
-    core: Arc<DoorCore>,
-    /// Times sent minus times released.
-    count: u32,
-}
-
-impl Grants {
-    fn grant(&mut self, core: &Arc<DoorCore>) -> u32 {
-        let key = Arc::as_ptr(core) as usize;
-        if let Some(&g) = self.by_door.get(&key)
-            && let Some(e) = &mut self.entries[g as usize]
-        {
-            e.count = e.count.saturating_add(1);
-            return g;
-        }
-        core.add_holder();
-        let e = Some(Grant {
-            core: core.clone(),
-            count: 1,
-        });
-        let g = match self.free.pop() {
-            Some(g) => {
-                self.entries[g as usize] = e;
-                g
-            }
-            None => {
-                self.entries.push(e);
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.by_door.insert(key, g);
-        g
-    }
-
-    #[inline]
-    fn lookup(&self, g: u32) -> Option<&Arc<DoorCore>> {
-        self.entries.get(g as usize)?.as_ref().map(|e| &e.core)
-    }
-
-    /// Returns the door if this release dropped the peer's last reference.
-    fn release(&mut self, g: u32, count: u32) -> Option<Arc<DoorCore>> {
-        let e = self.entries.get_mut(g as usize)?.as_mut()?;
-        e.count = e.count.saturating_sub(count);
-        if e.count > 0 {
-            return None;
-        }
-        let e = self.entries[g as usize].take()?;
-        self.by_door.remove(&(Arc::as_ptr(&e.core) as usize));
-        self.free.push(g);
-        Some(e.core)
-    }
-
-    fn drain(&mut self) -> Vec<Arc<DoorCore>> {
-        self.by_door.clear();
-        self.free.clear();
-        self.entries.drain(..).flatten().map(|e| e.core).collect()
-    }
-}
 
 impl Parked {
     /// Park a batch; false (and the fds closed) if it is refused.
@@ -148,7 +81,7 @@ pub(crate) struct Conn {
     recv: Mutex<Vec<u8>>,
     pub out: Mutex<Option<Arc<OutArea>>>,
     pub inb: Mutex<Option<Arc<InArea>>>,
-    grants: Mutex<Grants>,
+    grants: Mutex<Grants<Arc<DoorCore>>>,
     grants_gen: AtomicU64,
     /// Control requests in flight: `None` until answered. Answers to
     /// requests not in here are dropped (with any fd they carry).
@@ -227,8 +160,31 @@ impl Conn {
 
     // ---- grants (server role) ----
 
-    pub fn grant(&self, core: &Arc<DoorCore>) -> u32 {
-        self.grants.lock().grant(core)
+    /// Grant `core` to the peer once more (it now holds the door); `None`
+    /// once the peer is gone.
+    pub fn grant(&self, core: &Arc<DoorCore>) -> Option<u32> {
+        let mut grants = self.grants.lock();
+        let g = grants.grant(core)?;
+        if let Granting::New(_) = g {
+            core.add_holder();
+        }
+        Some(g.index())
+    }
+
+    /// Take back `count` sends of grant `g`: the peer released the door, or
+    /// the call that granted it failed before the peer took it.
+    pub fn take_back(&self, g: u32, count: u32) {
+        let gone = {
+            let mut grants = self.grants.lock();
+            let gone = grants.release(g, count);
+            if gone.is_some() {
+                self.grants_gen.fetch_add(1, Release);
+            }
+            gone
+        };
+        if let Some(core) = gone {
+            core.drop_holder();
+        }
     }
 
     /// The door behind grant `g`, if the peer holds one there.
@@ -366,19 +322,7 @@ impl Conn {
                     inb.alert(slot, seq);
                 }
             }
-            Ctl::Release { grant, count } => {
-                let gone = {
-                    let mut grants = self.grants.lock();
-                    let gone = grants.release(grant, count);
-                    if gone.is_some() {
-                        self.grants_gen.fetch_add(1, Release);
-                    }
-                    gone
-                };
-                if let Some(core) = gone {
-                    core.drop_holder();
-                }
-            }
+            Ctl::Release { grant, count } => self.take_back(grant, count),
             Ctl::Mint { req, grant } => {
                 let core = self.lookup(grant);
                 let ticket = core.and_then(|c| domain.mint_ticket(&c).ok());
@@ -399,7 +343,7 @@ impl Conn {
                 };
                 // Grant before the ticket drops its hold, so the door never
                 // looks unreferenced in between.
-                let grant = ticket.as_ref().map(|t| self.grant(&t.core));
+                let grant = ticket.as_ref().and_then(|t| self.grant(&t.core));
                 drop(ticket);
                 self.send(&Ctl::Redeemed { req, grant }, &[]);
             }
@@ -436,7 +380,7 @@ impl Conn {
         let held = {
             let mut grants = self.grants.lock();
             self.grants_gen.fetch_add(1, Release);
-            grants.drain()
+            grants.close()
         };
         for core in held {
             core.drop_holder();

@@ -151,6 +151,11 @@ impl DoorCore {
         Ok(ActiveCall(self))
     }
 
+    /// Holders counted now.
+    pub fn holder_count(&self) -> u32 {
+        self.holders.lock().counted
+    }
+
     /// Another domain (or ticket) now holds the door.
     pub fn add_holder(&self) {
         let mut h = self.holders.lock();

@@ -42,6 +42,7 @@ mod conn;
 mod domain;
 mod door;
 mod error;
+mod grants;
 mod lease;
 pub mod pool;
 mod server;
@@ -66,6 +67,10 @@ pub mod introspect {
     pub fn connections() -> usize {
         crate::domain::get().conn_count()
     }
+    /// Whether this domain has a live connection to process `pid`.
+    pub fn connected_to(pid: u32) -> bool {
+        crate::domain::get().conn_to(pid).is_some()
+    }
     /// Doors served elsewhere that this domain holds.
     pub fn remote_doors() -> usize {
         crate::domain::get().remote_count()
@@ -73,6 +78,20 @@ pub mod introspect {
     /// Doors served by process `pid` that this domain holds.
     pub fn remote_doors_from(pid: u32) -> usize {
         crate::domain::get().remote_count_from(pid)
+    }
+    /// For a door this domain serves, how many holders it counts: other
+    /// domains holding it and tickets for it in transit. `None` for a door
+    /// served elsewhere.
+    ///
+    /// ```
+    /// let d = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
+    /// assert_eq!(lintel::introspect::holders(&d), Some(0));
+    /// ```
+    pub fn holders(door: &crate::Door) -> Option<u32> {
+        match &door.0 {
+            crate::door::Inner::Local(core) => Some(core.holder_count()),
+            _ => None,
+        }
     }
     /// Tickets minted here and not yet redeemed or dropped.
     pub fn tickets() -> usize {

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use crate::abi::*;
 use crate::conn::Conn;
-use crate::door::{Door, DoorCore, Reply, Request, check_sizes};
+use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
 use crate::error::CallError;
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
@@ -291,17 +291,19 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         let n = reply.data.len();
         slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
         slot.set(OFF_OUT_LEN, n as u32);
-        result = match reply.doors.is_empty() {
-            true => Ok(0),
-            false => transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq),
+        let nd = reply.doors.len() as u32;
+        if nd > 0 {
+            result = transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq)
+                .map(drop)
+                .map_err(Failure::taken);
         }
-        .map(|nd| slot.set(OFF_OUT_DOORS, nd));
+        slot.set(OFF_OUT_DOORS, nd);
     }
     match result {
         Ok(()) => slot.set(OFF_STATUS, ST_OK),
-        Err(e) => {
-            let (st, detail) = e.to_status();
-            slot.set(OFF_STATUS, st);
+        Err(f) => {
+            let (st, detail) = f.error.to_status();
+            slot.set(OFF_STATUS, st | if f.untaken { ST_UNTAKEN } else { 0 });
             slot.set(OFF_OUT_LEN, detail);
             slot.set(OFF_OUT_DOORS, 0);
         }
@@ -317,29 +319,44 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     }
 }
 
-/// Copy the request out, check it, and run the handler.
-fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Result<(), CallError> {
+/// Why a request failed, and whether the doors passed with it were left
+/// untouched (the caller then takes back the grants it made for them).
+struct Failure {
+    error: CallError,
+    untaken: bool,
+}
+
+impl Failure {
+    fn taken(error: CallError) -> Failure {
+        Failure {
+            error,
+            untaken: false,
+        }
+    }
+}
+
+/// Copy the request out, check it, and run the handler. Sizes, the grant
+/// and revocation are checked before the passed doors are touched: a
+/// refused request leaves them to its caller.
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Result<(), Failure> {
     let grant = slot.get(OFF_GRANT);
     let in_len = slot.get(OFF_IN_LEN) as usize;
     let in_doors = slot.get(OFF_IN_DOORS) as usize;
-    if in_doors > MAX_DOORS {
-        return Err(CallError::BadMessage("too many doors"));
-    }
-    // Doors first, even if the call then fails: they hold references.
-    let mut doors = Vec::new();
-    if in_doors > 0 {
-        transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)?;
-    }
-    check_sizes("arguments", in_len, 0)?;
-    let generation = w.conn.grants_gen();
-    let core = match &bufs.door {
-        Some((g, cached_gen, core)) if *g == grant && *cached_gen == generation => core,
-        _ => {
-            let core = w.conn.lookup(grant).ok_or(CallError::BadDoor)?;
-            &bufs.door.insert((grant, generation, core)).2
+    let checked = check_request(&w.conn, &mut bufs.door, grant, in_len, in_doors);
+    let (core, _active) = match checked {
+        Ok(c) => c,
+        Err(error) => {
+            if in_doors > 0 {
+                transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            return Err(Failure { error, untaken: true });
         }
     };
-    let _active = core.begin_call()?;
+    let mut doors = Vec::new();
+    if in_doors > 0 {
+        transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
+            .map_err(Failure::taken)?;
+    }
     let args = &mut bufs.args[..in_len];
     slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
     let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
@@ -355,5 +372,27 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Re
         data: args,
         doors,
     };
-    core.invoke(req, reply)
+    core.invoke(req, reply).map_err(Failure::taken)
+}
+
+/// The checks a request passes before anything it carries is touched: its
+/// sizes, and a grant the caller holds on a door that is not revoked.
+/// Returns the door, with the call counted as active on it.
+fn check_request<'a>(
+    conn: &Conn,
+    cache: &'a mut Option<(u32, u64, Arc<DoorCore>)>,
+    grant: u32,
+    in_len: usize,
+    in_doors: usize,
+) -> Result<(&'a Arc<DoorCore>, ActiveCall<'a>), CallError> {
+    check_sizes("arguments", in_len, in_doors)?;
+    let generation = conn.grants_gen();
+    let core: &'a Arc<DoorCore> = match cache {
+        Some((g, cached_gen, _)) if *g == grant && *cached_gen == generation => &cache.as_ref().unwrap().2,
+        _ => {
+            let core = conn.lookup(grant).ok_or(CallError::BadDoor)?;
+            &cache.insert((grant, generation, core)).2
+        }
+    };
+    Ok((core, core.begin_call()?))
 }

@@ -30,14 +30,43 @@ use crate::umem::Slot;
 use crate::wire::{Ctl, WireDoor};
 use crate::{domain, sys};
 
+/// What encoding doors for one message took: ticket fds that travel with
+/// it, and the grants made for it, taken back if the peer never takes the
+/// doors (the call fails before it does).
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    tickets: Vec<OwnedFd>,
+    granted: Vec<u32>,
+}
+
+impl Outgoing {
+    /// The peer did not take the doors: undo the grants (the tickets close
+    /// when `self` drops, which releases them at their servers).
+    pub fn roll_back(self, conn: &Conn) {
+        take_back(conn, &self.granted);
+    }
+}
+
+/// Undo grants made for a message the peer did not take.
+pub(crate) fn take_back(conn: &Conn, granted: &[u32]) {
+    for &g in granted {
+        conn.take_back(g, 1);
+    }
+}
+
 /// Encode `door` for sending over `conn`; third-party doors add a ticket.
-fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<WireDoor, CallError> {
+/// Nothing is granted to a peer that is gone.
+fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor, CallError> {
     Ok(match &door.0 {
-        Inner::Local(core) => WireDoor {
-            kind: WD_MINE,
-            idx: conn.grant(core),
-            pid: 0,
-        },
+        Inner::Local(core) => {
+            let idx = conn.grant(core).ok_or(CallError::PeerDied)?;
+            out.granted.push(idx);
+            WireDoor {
+                kind: WD_MINE,
+                idx,
+                pid: 0,
+            }
+        }
         Inner::Remote(rd) if Arc::ptr_eq(&rd.conn, conn) => WireDoor {
             kind: WD_YOURS,
             idx: rd.grant,
@@ -53,10 +82,10 @@ fn encode(conn: &Arc<Conn>, door: &Door, tickets: &mut Vec<OwnedFd>) -> Result<W
                 Err(CallError::PeerDied) => return Ok(dead),
                 _ => return Err(CallError::BadDoor),
             };
-            tickets.push(ticket);
+            out.tickets.push(ticket);
             WireDoor {
                 kind: WD_THIRD,
-                idx: (tickets.len() - 1) as u32,
+                idx: (out.tickets.len() - 1) as u32,
                 pid: rd.conn.peer_pid(),
             }
         }
@@ -121,7 +150,8 @@ fn redeem(from: &Arc<Conn>, ticket: OwnedFd, pid: u32) -> Result<Door, CallError
 }
 
 /// Write `doors` into a slot for a call (`request`) or reply; ticket fds go
-/// ahead on the socket. Returns the descriptor count.
+/// ahead on the socket. Returns the grants made, to take back if the peer
+/// refuses the call ([`take_back`]); on failure they are taken back here.
 pub(crate) fn send_doors(
     conn: &Arc<Conn>,
     doors: &[Door],
@@ -129,26 +159,43 @@ pub(crate) fn send_doors(
     request: bool,
     index: u32,
     seq: u32,
-) -> Result<u32, CallError> {
-    let mut tickets = Vec::new();
+) -> Result<Vec<u32>, CallError> {
+    let mut out = Outgoing::default();
+    let sent = write_doors(conn, doors, slot, request, index, seq, &mut out);
+    match sent {
+        Ok(()) => Ok(out.granted),
+        Err(e) => {
+            out.roll_back(conn);
+            Err(e)
+        }
+    }
+}
+
+fn write_doors(
+    conn: &Arc<Conn>,
+    doors: &[Door],
+    slot: &Slot,
+    request: bool,
+    index: u32,
+    seq: u32,
+    out: &mut Outgoing,
+) -> Result<(), CallError> {
     for (i, door) in doors.iter().enumerate() {
-        let w = encode(conn, door, &mut tickets)?;
+        let w = encode(conn, door, out)?;
         slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
     }
-    if !tickets.is_empty() {
-        let fds: Vec<BorrowedFd<'_>> = tickets.iter().map(|t| t.as_fd()).collect();
-        if !conn.send(
-            &Ctl::Tickets {
-                request,
-                slot: index,
-                seq,
-            },
-            &fds,
-        ) {
+    if !out.tickets.is_empty() {
+        let fds: Vec<BorrowedFd<'_>> = out.tickets.iter().map(|t| t.as_fd()).collect();
+        let batch = Ctl::Tickets {
+            request,
+            slot: index,
+            seq,
+        };
+        if !conn.send(&batch, &fds) {
             return Err(CallError::PeerDied);
         }
     }
-    Ok(doors.len() as u32)
+    Ok(())
 }
 
 /// Read `n` descriptors from a slot and resolve them into `out`.
@@ -184,6 +231,20 @@ pub(crate) fn receive_doors(
     Ok(())
 }
 
+/// A request with `n` doors was refused before they were taken: drop any
+/// tickets that came for it, so their servers release them. (Grants of the
+/// caller's own doors are the caller's to take back.)
+pub(crate) fn discard_doors(conn: &Arc<Conn>, slot: &Slot, n: usize, request: bool, index: u32, seq: u32) {
+    let third = (0..n.min(MAX_DOORS)).any(|i| {
+        let mut b = [0u8; WIRE_DOOR];
+        slot.read(OFF_DOORS + i * WIRE_DOOR, &mut b);
+        WireDoor::from_bytes(&b).kind == WD_THIRD
+    });
+    if third {
+        drop(conn.take_tickets(request, index, seq));
+    }
+}
+
 /// Resolve every descriptor (even after a failure, so nothing is left
 /// behind); all the doors, or the first error.
 fn resolve_all(
@@ -204,17 +265,28 @@ fn resolve_all(
     first_err.map_or(Ok(doors), Err)
 }
 
-/// Encode doors for a socket message (boot); tickets travel with it.
+/// Encode doors for a socket message (boot); tickets travel with it. On
+/// failure every grant made is taken back.
 pub(crate) fn encode_for_socket(
     conn: &Arc<Conn>,
     doors: &[Door],
-) -> Result<(Vec<WireDoor>, Vec<OwnedFd>), CallError> {
-    let mut tickets = Vec::new();
-    let wires = doors
-        .iter()
-        .map(|d| encode(conn, d, &mut tickets))
-        .collect::<Result<_, _>>()?;
-    Ok((wires, tickets))
+) -> Result<(Vec<WireDoor>, Outgoing), CallError> {
+    let mut out = Outgoing::default();
+    let wires = doors.iter().map(|d| encode(conn, d, &mut out)).collect();
+    match wires {
+        Ok(w) => Ok((w, out)),
+        Err(e) => {
+            out.roll_back(conn);
+            Err(e)
+        }
+    }
+}
+
+impl Outgoing {
+    /// The ticket fds to attach to the message.
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.tickets.iter().map(|t| t.as_fd()).collect()
+    }
 }
 
 /// Decode doors received in a socket message.
