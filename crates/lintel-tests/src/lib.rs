@@ -30,6 +30,11 @@ pub mod m {
     pub const POOL_SHORTAGES: u8 = 17;
     pub const RETURN_HELD: u8 = 18;
     pub const SHORTAGES_WATCHED: u8 = 19;
+    /// Alertable sleeps that ran to their end, not cut short by an alert.
+    pub const SLEPT_FULL: u8 = 20;
+    /// First argument byte: a thread count n; the rest are the arguments of
+    /// a call on the first held door, made by n threads at once.
+    pub const CALL_HELD_PARALLEL: u8 = 21;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -420,3 +420,32 @@ fn a_refused_call_leaves_its_doors_to_the_caller() {
     assert_eq!(r.unwrap_err(), CallError::Revoked);
     assert!(not_held(&door, &unrefs));
 }
+
+#[test]
+fn queued_calls_of_a_dead_caller_do_not_run_on_unalerted() {
+    // The server has one thread; the caller makes two long alertable calls
+    // at once (one runs, one waits for the thread) and is killed. The
+    // running call is alerted; the waiting one must not then run its full
+    // length as if its caller were alive.
+    let server = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "1")], &[]);
+    let mut caller = Peer::start("plain");
+    caller
+        .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
+        .unwrap();
+    let ctl = caller.ctl.clone();
+    let mut arg = vec![2, m::SLEEP_ALERTABLE];
+    arg.extend_from_slice(&3_000u64.to_le_bytes());
+    let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD_PARALLEL, &arg, &[]).map(drop));
+    // Polling the server would queue behind the calls: give them time to
+    // start instead (a slow start leaves nothing queued, and nothing to see).
+    std::thread::sleep(Duration::from_millis(500));
+    caller.kill();
+    assert!(t.join().unwrap().is_err());
+    // The server's one thread is free again (this call waits for it).
+    assert_eq!(server.call(m::ECHO, b"free", &[]).unwrap().data, b"free");
+    assert_eq!(
+        server.u64(m::SLEPT_FULL, b""),
+        0,
+        "a call of the dead caller ran to its end unalerted"
+    );
+}

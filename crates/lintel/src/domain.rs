@@ -179,7 +179,7 @@ impl Domain {
     }
 
     pub fn conn_died(&self, conn: &Arc<Conn>) {
-        if conn.dead.swap(true, AcqRel) {
+        if conn.dead.swap(true, SeqCst) {
             return;
         }
         self.poller.remove(conn.sock.as_fd());

@@ -126,6 +126,10 @@ impl InArea {
 
     /// The calling domain died: alert every call it had here and release
     /// the threads bound to its slots. Their replies go nowhere.
+    ///
+    /// A call that has not started by now never starts: [`handle`] reads
+    /// the connection's death after [`SlotServer::begin`] publishes the
+    /// call, and this reads `last_seq` after the death is published.
     pub fn caller_died(&self) {
         for i in 0..SLOTS as u32 {
             self.alert(i, self.slots[i as usize].last_seq.load(SeqCst));
@@ -275,6 +279,11 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let ss = &w.area.slots[w.slot as usize];
     let flags = slot.get(OFF_FLAGS);
     ss.begin(seq, flags & FLAG_ALERT != 0, &bufs.shuttle);
+    if w.conn.dead.load(SeqCst) {
+        // The caller died before its call started: it never starts. (Read
+        // after `begin` publishes the call: a death seen later alerts it.)
+        return;
+    }
     if ss.has_pinned.load(Relaxed) {
         // The caller has read our last reply: its doors may go.
         ss.has_pinned.store(false, Relaxed);

@@ -16,6 +16,7 @@ static ACTIVE: AtomicU64 = AtomicU64::new(0);
 static MAX_ACTIVE: AtomicU64 = AtomicU64::new(0);
 static SECRET: AtomicU64 = AtomicU64::new(0);
 static WATCHED: AtomicU64 = AtomicU64::new(0);
+static SLEPT_FULL: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Default)]
 struct State {
@@ -91,6 +92,22 @@ fn serve(st: &Mutex<State>, req: Request<'_>, reply: &mut Reply) -> Result<(), F
                 Err(e) => return Err(Fault(100 + error_code(&e))),
             }
         }
+        m::CALL_HELD_PARALLEL => {
+            let (&n, inner) = arg.split_first().ok_or(Fault(1))?;
+            let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+            let calls: Vec<_> = (0..n)
+                .map(|_| {
+                    let (d, inner) = (d.clone(), inner.to_vec());
+                    std::thread::spawn(move || d.call_bytes(&inner).is_ok())
+                })
+                .collect();
+            let ok = calls
+                .into_iter()
+                .map(|t| t.join())
+                .filter(|r| matches!(r, Ok(true)))
+                .count();
+            put(reply, ok as u64);
+        }
         m::HOLD => st.lock().unwrap().held.extend(req.doors),
         m::DROP_HELD => st.lock().unwrap().held.clear(),
         m::RETURN_HELD => reply.doors.extend(st.lock().unwrap().held.iter().cloned()),
@@ -99,13 +116,15 @@ fn serve(st: &Mutex<State>, req: Request<'_>, reply: &mut Reply) -> Result<(), F
             MAX_ACTIVE.fetch_max(n, SeqCst);
             let r = lintel::shuttle::sleep_alertable(Duration::from_millis(u64_arg(arg)));
             ACTIVE.fetch_sub(1, SeqCst);
-            if r.is_err() {
-                ALERTED.fetch_add(1, SeqCst);
-            }
+            match r {
+                Err(_) => ALERTED.fetch_add(1, SeqCst),
+                Ok(()) => SLEPT_FULL.fetch_add(1, SeqCst),
+            };
             put(reply, r.is_err() as u64);
         }
         m::SLEEP_PLAIN => std::thread::sleep(Duration::from_millis(u64_arg(arg))),
         m::UNREF_COUNT => put(reply, UNREFS.load(SeqCst)),
+        m::SLEPT_FULL => put(reply, SLEPT_FULL.load(SeqCst)),
         m::ALERTED_COUNT => put(reply, ALERTED.load(SeqCst)),
         m::MAX_CONCURRENT => put(reply, MAX_ACTIVE.load(SeqCst)),
         m::SECRET_CALLS => put(reply, SECRET.load(SeqCst)),
