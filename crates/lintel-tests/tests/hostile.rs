@@ -546,3 +546,17 @@ fn third_party_doors_naming_no_pid_do_not_pile_up_connections() {
     }
     scene.assert_healthy();
 }
+
+#[test]
+fn a_peer_of_another_protocol_version_is_refused_with_a_typed_error() {
+    let mut cmd = std::process::Command::new(attacker_path());
+    cmd.arg("other-version").stdout(std::process::Stdio::null());
+    match lintel::boot::spawn(&mut cmd, &[]) {
+        Err(lintel::BootError::Version { ours, theirs }) => {
+            assert_eq!(ours, lintel::abi::VERSION);
+            assert_eq!(theirs, lintel::abi::VERSION + 1);
+        }
+        Err(e) => panic!("refused, but not for its version: {e}"),
+        Ok(_) => panic!("a peer of another version was accepted"),
+    }
+}

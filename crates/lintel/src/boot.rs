@@ -9,10 +9,10 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
+use crate::abi::wire::Ctl;
 use crate::conn::Conn;
 use crate::door::Door;
 use crate::error::BootError;
-use crate::wire::Ctl;
 use crate::{domain, sys, transfer};
 
 const ENV_FD: &str = "LINTEL_BOOT_FD";
@@ -122,9 +122,15 @@ fn send_offer(conn: &std::sync::Arc<Conn>, offer: &[Door]) -> Result<(), BootErr
 }
 
 fn receive_offer(conn: &std::sync::Arc<Conn>) -> Result<Vec<Door>, BootError> {
-    let (wires, fds) = conn
-        .wait_boot(BOOT_TIMEOUT)
-        .ok_or(BootError::Protocol("peer did not offer its doors"))?;
+    let Some((wires, fds)) = conn.wait_boot(BOOT_TIMEOUT) else {
+        return Err(match conn.other_version() {
+            Some(theirs) => BootError::Version {
+                ours: crate::abi::VERSION,
+                theirs,
+            },
+            None => BootError::Protocol("peer did not offer its doors"),
+        });
+    };
     Ok(transfer::decode_from_socket(conn, &wires, fds)?)
 }
 

@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering::*, fence};
 
+use crate::abi::wire::Ctl;
 use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
@@ -27,7 +28,6 @@ use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
-use crate::wire::Ctl;
 use crate::{settings, transfer};
 
 /// The call area this domain created for its calls over one connection.

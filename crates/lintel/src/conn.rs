@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::abi;
+use crate::abi::wire::{self, Ctl, WireDoor};
 use crate::channel::OutArea;
 use crate::door::DoorCore;
 use crate::error::CallError;
 use crate::grants::{Granting, Grants};
 use crate::server::InArea;
 use crate::sys::{self, Recv};
-use crate::wire::{self, Ctl, WireDoor};
 
 impl Parked {
     /// Park a batch; false (and the fds closed) if it is refused.
@@ -95,6 +95,10 @@ pub(crate) struct Conn {
     /// peer mailed its own end of the socket to us (which keeps it open).
     pub pidfd: Mutex<Option<OwnedFd>>,
     next_req: AtomicU64,
+    /// The protocol version the peer said it speaks, if not ours (then the
+    /// connection is refused).
+    other_version: Mutex<Option<u32>>,
+    hello_seen: AtomicBool,
 }
 
 /// Ticket fds that arrived ahead of the call or reply that uses them, one
@@ -134,6 +138,8 @@ impl Conn {
             adopted: Mutex::new(None),
             pidfd: Mutex::new(None),
             next_req: AtomicU64::new(1),
+            other_version: Mutex::new(None),
+            hello_seen: AtomicBool::new(false),
         }
     }
 
@@ -257,6 +263,12 @@ impl Conn {
         self.tickets_in.lock().take(request, slot, seq)
     }
 
+    /// The protocol version the peer speaks, if the connection was refused
+    /// for it.
+    pub fn other_version(&self) -> Option<u32> {
+        *self.other_version.lock()
+    }
+
     /// Wait for the peer's boot message.
     pub fn wait_boot(&self, timeout: Duration) -> Option<(Vec<WireDoor>, Vec<OwnedFd>)> {
         let deadline = std::time::Instant::now() + timeout;
@@ -283,6 +295,9 @@ impl Conn {
                     if let Some(msg) = buf.get(..n).and_then(wire::decode) {
                         self.handle(msg, fds);
                     }
+                    if self.is_dead() {
+                        return false; // refused: nothing more is read
+                    }
                 }
                 Ok(Recv::Empty) => return true,
                 Ok(Recv::Closed) | Err(_) => {
@@ -298,7 +313,18 @@ impl Conn {
     fn handle(self: &Arc<Self>, msg: Ctl, mut fds: Vec<OwnedFd>) {
         let domain = crate::domain::get();
         match msg {
-            Ctl::Hello { .. } => {}
+            Ctl::Hello { version, .. } => {
+                // Only the first hello counts; a later one is noise.
+                if !self.hello_seen.swap(true, Relaxed) && version != abi::VERSION {
+                    tracing::warn!(
+                        conn = self.id,
+                        version,
+                        "refused a peer of another protocol version"
+                    );
+                    *self.other_version.lock() = Some(version);
+                    domain.conn_died(self);
+                }
+            }
             Ctl::Area => {
                 let mut inb = self.inb.lock();
                 if inb.is_none() && fds.len() == 1 {

@@ -11,12 +11,12 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
+use crate::abi::wire::{self, Ctl};
 use crate::conn::{Conn, Ticket};
 use crate::door::{DoorCore, RemoteDoor};
 use crate::pool::Pool;
 use crate::settings::Settings;
 use crate::sys::{self, Poller, Recv};
-use crate::wire::{self, Ctl};
 
 /// Epoll keys with this bit name tickets; with [`PIDFD_KEY`], the pidfd of
 /// a connection's peer; others name connections.
@@ -297,7 +297,10 @@ impl Domain {
         let hello = match &first {
             Ok(Recv::Empty) => return,
             Ok(Recv::Msg(n, _, Some(pid))) => {
-                matches!(buf.get(..*n).and_then(wire::decode), Some(Ctl::Hello { .. })).then_some(*pid)
+                let hello = buf.get(..*n).and_then(wire::decode);
+                let ours =
+                    matches!(hello, Some(Ctl::Hello { version, .. }) if version == crate::abi::VERSION);
+                ours.then_some(*pid)
             }
             _ => None,
         };
@@ -309,7 +312,7 @@ impl Domain {
         let Some(sock) = ticket.fd.take() else { return };
         self.poller.remove(sock.as_fd());
         let Some(pid) = hello else {
-            return; // closed or garbage: the ticket drops its reference here
+            return; // closed, garbage or another version: the ticket drops its reference here
         };
         match self.add_conn(sock, Some(pid)) {
             Ok(conn) => {

@@ -92,6 +92,15 @@ pub enum BootError {
     /// A system call of the boot handshake failed.
     #[error("boot failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The other side speaks another version of the protocol (it runs
+    /// another build of lintel); the connection was refused.
+    #[error("the peer speaks protocol version {theirs}, this domain {ours}")]
+    Version {
+        /// This domain's version ([`crate::abi::VERSION`]).
+        ours: u32,
+        /// The version the peer said it speaks.
+        theirs: u32,
+    },
     /// The other side did not follow the boot handshake.
     #[error("boot protocol: {0}")]
     Protocol(&'static str),

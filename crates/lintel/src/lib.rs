@@ -35,7 +35,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
-pub mod abi;
+pub use lintel_abi as abi;
 pub mod boot;
 mod channel;
 mod conn;
@@ -54,7 +54,6 @@ pub mod stub;
 mod sys;
 mod transfer;
 mod umem;
-mod wire;
 
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
 
+use crate::abi::wire::Ctl;
 use crate::sys;
-use crate::wire::Ctl;
 
 pub(crate) struct Shuttle {
     alerted: AtomicU32,

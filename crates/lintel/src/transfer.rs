@@ -22,12 +22,12 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use crate::abi::wire::{Ctl, WireDoor};
 use crate::abi::*;
 use crate::conn::{Answer, Conn};
 use crate::door::{Door, Inner};
 use crate::error::CallError;
 use crate::umem::Slot;
-use crate::wire::{Ctl, WireDoor};
 use crate::{domain, sys};
 
 /// What encoding doors for one message took: ticket fds that travel with
@@ -96,9 +96,8 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
 /// Resolve one received descriptor. Every one is resolved even after an
 /// error so that no reference or ticket is left behind.
 fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Result<Door, CallError> {
-    let d = domain::get();
     match w.kind {
-        WD_MINE => Ok(Door(Inner::Remote(d.remote_door(conn, w.idx)))),
+        WD_MINE => Ok(Door(Inner::Remote(domain::get().remote_door(conn, w.idx)))),
         WD_DEAD => Ok(Door(Inner::Dead(w.pid))),
         WD_YOURS => conn
             .lookup(w.idx)
@@ -225,7 +224,12 @@ pub(crate) fn receive_doors(
     }
     let doors = resolve_all(conn, &wires, &mut tickets);
     if missing {
-        return Err(CallError::BadMessage("door tickets missing"));
+        // An honest peer sends the tickets before it publishes the call or
+        // reply; they are gone only if its connection was torn down since.
+        return Err(match conn.is_dead() {
+            true => CallError::PeerDied,
+            false => CallError::BadMessage("door tickets missing"),
+        });
     }
     out.extend(doors?);
     Ok(())
@@ -297,4 +301,47 @@ pub(crate) fn decode_from_socket(
 ) -> Result<Vec<Door>, CallError> {
     let mut tickets: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
     resolve_all(conn, &wires[..wires.len().min(MAX_DOORS)], &mut tickets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::Mapping;
+
+    fn slot_with(doors: &[WireDoor]) -> Slot {
+        let fd = sys::sealed_memfd("t", SLOT_SIZE).unwrap();
+        let slot = Slot::new(Arc::new(Mapping::map(fd.as_fd(), SLOT_SIZE).unwrap()), 0).unwrap();
+        for (i, w) in doors.iter().enumerate() {
+            slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
+        }
+        slot
+    }
+
+    fn third() -> WireDoor {
+        WireDoor {
+            kind: WD_THIRD,
+            idx: 0,
+            pid: 1,
+        }
+    }
+
+    #[test]
+    fn tickets_missing_on_a_torn_down_connection_mean_the_peer_died() {
+        let (mine, _theirs) = sys::seqpacket_pair().unwrap();
+        let conn = Arc::new(Conn::new(1, mine, 0));
+        conn.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut out = Vec::new();
+        let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
+        assert_eq!(r.unwrap_err(), CallError::PeerDied);
+    }
+
+    #[test]
+    fn tickets_missing_from_a_live_peer_are_a_protocol_error() {
+        let (mine, _theirs) = sys::seqpacket_pair().unwrap();
+        let conn = Arc::new(Conn::new(1, mine, 0));
+        let mut out = Vec::new();
+        let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
+        assert_eq!(r.unwrap_err(), CallError::BadMessage("door tickets missing"));
+        assert!(out.is_empty());
+    }
 }

@@ -10,8 +10,9 @@
 //! - `scribble`: random words and boundary values over every `memfd:lintel`
 //!   mapping (slot headers, inline data, data, door descriptors, the unused
 //!   header page), then publishes them (bumps `req_seq`, futex wake, `Kick`).
-//! - `sockets`: random bytes, forged control messages (postcard encodings of
-//!   `wire::Ctl` written by hand) and stray file descriptors on every socket.
+//! - `sockets`: random bytes, forged control messages (encoded by
+//!   `lintel::abi::wire`, then often cut or garbled) and stray file
+//!   descriptors on every socket.
 //! - `forge`: guesses grant indices 0..10000 with requests written straight
 //!   into a slot, forges `WD_YOURS`, `WD_MINE` and `WD_THIRD` descriptors,
 //!   and records which guesses the server accepted.
@@ -43,6 +44,9 @@
 //! through the peer's application code: their method byte is always one of
 //! [`SAFE_METHODS`], so the attack tests the runtime, not the test peer's
 //! methods that sleep or allocate on the caller's say-so.
+//!
+//! - `other-version`: speaks the next protocol version's hello on its boot
+//!   connection (no runtime at all), which the spawning domain must refuse.
 //!
 //! It prints `HOSTILE key=value ...` on stdout (counts the test checks to
 //! know the attack happened) and exits with status 0; `PLANTED` is printed
@@ -392,22 +396,66 @@ fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> bool {
     .is_ok()
 }
 
-/// Hand-written postcard encodings of `lintel::wire::Ctl` (variant index as
-/// a varint, then the fields; integers as varints, bools as one byte).
+/// Control messages, encoded by the protocol's own crate (`lintel::abi::wire`),
+/// so what is forged here follows the protocol as it changes.
 mod ctl {
-    pub const HELLO: u32 = 0;
-    pub const AREA: u32 = 1;
-    pub const KICK: u32 = 2;
-    pub const ALERT: u32 = 3;
-    pub const RELEASE: u32 = 4;
-    pub const MINT: u32 = 5;
-    pub const MINTED: u32 = 6;
-    pub const REDEEM: u32 = 7;
-    pub const REDEEMED: u32 = 8;
-    pub const TICKETS: u32 = 9;
-    pub const BOOT: u32 = 10;
+    use lintel::abi::wire::{encode, Ctl, WireDoor};
 
-    pub fn varint(out: &mut Vec<u8>, mut v: u64) {
+    /// Kinds of message `forged_ctl` picks from.
+    pub const KINDS: u64 = 11;
+
+    pub fn hello(pid: u32, version: u32) -> Vec<u8> {
+        encode(&Ctl::Hello { pid, version })
+    }
+    pub fn area() -> Vec<u8> {
+        encode(&Ctl::Area)
+    }
+    pub fn kick(slot: u32) -> Vec<u8> {
+        encode(&Ctl::Kick { slot })
+    }
+    pub fn alert(slot: u32, seq: u32) -> Vec<u8> {
+        encode(&Ctl::Alert { slot, seq })
+    }
+    pub fn release(grant: u32, count: u32) -> Vec<u8> {
+        encode(&Ctl::Release { grant, count })
+    }
+    pub fn mint(req: u64, grant: u32) -> Vec<u8> {
+        encode(&Ctl::Mint { req, grant })
+    }
+    pub fn minted(req: u64, ok: bool) -> Vec<u8> {
+        encode(&Ctl::Minted { req, ok })
+    }
+    pub fn redeem(req: u64) -> Vec<u8> {
+        encode(&Ctl::Redeem { req })
+    }
+    pub fn redeemed(req: u64, grant: Option<u32>) -> Vec<u8> {
+        encode(&Ctl::Redeemed { req, grant })
+    }
+    pub fn tickets(request: bool, slot: u32, seq: u32) -> Vec<u8> {
+        encode(&Ctl::Tickets { request, slot, seq })
+    }
+
+    /// A boot message; with `claimed_len`, its door count lies.
+    pub fn boot(doors: &[[u32; 3]], claimed_len: Option<u64>) -> Vec<u8> {
+        let doors: Vec<WireDoor> = doors
+            .iter()
+            .map(|&[kind, idx, pid]| WireDoor { kind, idx, pid })
+            .collect();
+        let honest = encode(&Ctl::Boot { doors: doors.clone() });
+        let Some(claimed) = claimed_len else {
+            return honest;
+        };
+        // The variant and the count are the leading varints; splice in the lie.
+        let head = encode(&Ctl::Boot { doors: Vec::new() });
+        let variant = &head[..head.len() - 1];
+        let count_len = varint_len(doors.len() as u64);
+        let mut v = variant.to_vec();
+        varint(&mut v, claimed);
+        v.extend_from_slice(&honest[variant.len() + count_len..]);
+        v
+    }
+
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
         loop {
             let b = (v & 0x7f) as u8;
             v >>= 7;
@@ -419,68 +467,10 @@ mod ctl {
         }
     }
 
-    fn msg(variant: u32, fields: &[u64]) -> Vec<u8> {
-        let mut v = Vec::new();
-        varint(&mut v, variant as u64);
-        for &f in fields {
-            varint(&mut v, f);
-        }
-        v
-    }
-
-    pub fn hello(pid: u32, version: u32) -> Vec<u8> {
-        msg(HELLO, &[pid as u64, version as u64])
-    }
-    pub fn area() -> Vec<u8> {
-        msg(AREA, &[])
-    }
-    pub fn kick(slot: u32) -> Vec<u8> {
-        msg(KICK, &[slot as u64])
-    }
-    pub fn alert(slot: u32) -> Vec<u8> {
-        msg(ALERT, &[slot as u64])
-    }
-    pub fn release(grant: u32, count: u32) -> Vec<u8> {
-        msg(RELEASE, &[grant as u64, count as u64])
-    }
-    pub fn mint(req: u64, grant: u32) -> Vec<u8> {
-        msg(MINT, &[req, grant as u64])
-    }
-    pub fn minted(req: u64, ok: bool) -> Vec<u8> {
-        let mut v = msg(MINTED, &[req]);
-        v.push(ok as u8);
-        v
-    }
-    pub fn redeem(req: u64) -> Vec<u8> {
-        msg(REDEEM, &[req])
-    }
-    pub fn redeemed(req: u64, grant: Option<u32>) -> Vec<u8> {
-        let mut v = msg(REDEEMED, &[req]);
-        match grant {
-            None => v.push(0),
-            Some(g) => {
-                v.push(1);
-                varint(&mut v, g as u64);
-            }
-        }
-        v
-    }
-    pub fn tickets(request: bool, slot: u32, seq: u32) -> Vec<u8> {
-        let mut v = msg(TICKETS, &[]);
-        v.push(request as u8);
-        varint(&mut v, slot as u64);
-        varint(&mut v, seq as u64);
-        v
-    }
-    pub fn boot(doors: &[[u32; 3]], claimed_len: Option<u64>) -> Vec<u8> {
-        let mut v = msg(BOOT, &[]);
-        varint(&mut v, claimed_len.unwrap_or(doors.len() as u64));
-        for d in doors {
-            for &x in d {
-                varint(&mut v, x as u64);
-            }
-        }
-        v
+    fn varint_len(v: u64) -> usize {
+        let mut out = Vec::new();
+        varint(&mut out, v);
+        out.len()
     }
 }
 
@@ -793,7 +783,7 @@ fn scribble(ctx: &Ctx) {
                 let msg = if rng.chance(80) {
                     ctl::kick(slot)
                 } else {
-                    ctl::alert(slot)
+                    ctl::alert(slot, rng.nasty())
                 };
                 if send(s.fd.as_fd(), &msg, &[]) {
                     Stats::add(&stats.kicks, 1);
@@ -812,12 +802,12 @@ fn forged_ctl(rng: &mut Rng, ctx: &Ctx, late: bool) -> Vec<u8> {
         1 => rng.below(64),
         _ => u64::MAX,
     };
-    let mut msg = match rng.below(11) as u32 {
-        ctl::HELLO => ctl::hello(rng.nasty(), rng.nasty()),
-        ctl::AREA => ctl::area(),
-        ctl::KICK => ctl::kick(rng.nasty()),
-        ctl::ALERT => ctl::alert(rng.nasty()),
-        ctl::RELEASE => {
+    let mut msg = match rng.below(ctl::KINDS) {
+        0 => ctl::hello(rng.nasty(), rng.nasty()),
+        1 => ctl::area(),
+        2 => ctl::kick(rng.nasty()),
+        3 => ctl::alert(rng.nasty(), rng.nasty()),
+        4 => {
             // Releasing what we hold only hurts us; keep it for the end.
             let mut g = rng.nasty();
             while !late && ctx.held.contains(&g) {
@@ -825,11 +815,11 @@ fn forged_ctl(rng: &mut Rng, ctx: &Ctx, late: bool) -> Vec<u8> {
             }
             ctl::release(g, rng.nasty())
         }
-        ctl::MINT => ctl::mint(req, rng.nasty()),
-        ctl::MINTED => ctl::minted(req, rng.chance(50)),
-        ctl::REDEEM => ctl::redeem(req),
-        ctl::REDEEMED => ctl::redeemed(req, rng.chance(50).then(|| rng.nasty())),
-        ctl::TICKETS => ctl::tickets(rng.chance(50), rng.nasty(), rng.nasty()),
+        5 => ctl::mint(req, rng.nasty()),
+        6 => ctl::minted(req, rng.chance(50)),
+        7 => ctl::redeem(req),
+        8 => ctl::redeemed(req, rng.chance(50).then(|| rng.nasty())),
+        9 => ctl::tickets(rng.chance(50), rng.nasty(), rng.nasty()),
         _ => {
             let n = rng.below(80) as usize;
             let doors: Vec<[u32; 3]> = (0..n)
@@ -1279,6 +1269,27 @@ fn flood_fds(ctx: &Ctx, sock: BorrowedFd<'_>) {
     Stats::add(&ctx.stats.planted, 1);
 }
 
+// ------------------------------------------------------------ other version
+
+/// `other-version`: on the boot connection, say hello as a domain of the
+/// next protocol version would and offer no doors; then wait to be killed.
+fn speak_another_version() -> ! {
+    let raw: i32 = std::env::var("LINTEL_BOOT_FD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("started by lintel::boot::spawn");
+    // SAFETY: `raw` is the boot socket `spawn` left open for this process;
+    // nothing else in it uses the number (the runtime never joins here).
+    let sock = unsafe { BorrowedFd::borrow_raw(raw) };
+    let pid = std::process::id();
+    send(sock, &ctl::hello(pid, VERSION + 1), &[]);
+    send(sock, &ctl::boot(&[], None), &[]);
+    println!("PLANTED");
+    loop {
+        std::thread::park();
+    }
+}
+
 // --------------------------------------------------------------------- main
 
 fn main() {
@@ -1292,6 +1303,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1500);
 
+    if mode == "other-version" {
+        speak_another_version();
+    }
     let doors = match lintel::boot::join(&[]) {
         Ok(d) => d,
         Err(e) => {

@@ -2,17 +2,21 @@
 //! the shared call area; the socket carries setup, wake-ups for unbound
 //! slots, alerts, reference releases and anything with file descriptors.
 //! Encoded with postcard; a message that does not decode is dropped.
+//!
+//! [`Ctl::Hello`] is the first variant and its fields never change, so a
+//! domain of any version can read another's version and refuse it.
 
 use serde::{Deserialize, Serialize};
 
-use crate::abi;
+use crate as abi;
 
 /// Largest control message accepted.
 pub const MAX_CTL: usize = 16 * 1024;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Ctl {
-    /// First message on every connection.
+    /// First message on every connection: the sender's pid (as it claims
+    /// it; the kernel's word is taken where it matters) and [`abi::VERSION`].
     Hello { pid: u32, version: u32 },
     /// Carries the sender's call area (one memfd) for its calls to us.
     Area,
@@ -74,10 +78,12 @@ impl WireDoor {
     }
 }
 
+/// A message as it is sent.
 pub fn encode(msg: &Ctl) -> Vec<u8> {
     postcard::to_allocvec(msg).unwrap_or_default()
 }
 
+/// A received message; `None` if it is not one.
 pub fn decode(bytes: &[u8]) -> Option<Ctl> {
     postcard::from_bytes(bytes).ok()
 }

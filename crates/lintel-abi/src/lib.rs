@@ -1,7 +1,9 @@
-//! What both sides of a connection agree on: the call area's layout, the
-//! slot's state words and status codes. Constants only, no logic; the
-//! offsets are documented by the table below.
-#![allow(missing_docs)]
+//! What both sides of a lintel connection agree on: the call area's layout,
+//! the slot's state words and status codes (here), and the control
+//! messages on the connection's socket with their encoding ([`wire`]).
+//! Constants and types only, no runtime: the runtime, the hostile-peer
+//! tests and anything else that speaks the protocol use this crate, so a
+//! change here changes all of them at once.
 //!
 //! A call area is a sealed memfd created by the *calling* domain and mapped by
 //! the serving one. It holds [`SLOTS`] slots of [`SLOT_SIZE`] bytes; each
@@ -31,9 +33,14 @@
 //! | 88  | inline results, [`INLINE`] bytes | server |
 //! | 128 | data, [`DATA_CAP`] bytes (arguments, then results) | both |
 //! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
+#![forbid(unsafe_code)]
+#![allow(missing_docs)] // the constants are documented by the layout table
 
-/// Version of this layout; a mismatch is refused at connection setup.
+/// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
+/// a connection whose peer speaks another version.
 pub const VERSION: u32 = 3;
+
+pub mod wire;
 
 /// Slots per call area: concurrent calling threads per connection.
 pub const SLOTS: usize = 64;
