@@ -15,17 +15,30 @@
 //! - `callee_death_ms`: SIGKILL a child while the caller waits in a call to it; time from the
 //!   `kill` to the caller's `PeerDied`, one fresh child per round (values in ns).
 //!
+//! - `null_instructions`: instructions per null call on each side, counted by callgrind with
+//!   spinning off (fields `client` and `server`; not a time).
+//!
 //! One child serves every cross case (its doors are listed in [`Offer`]); `callee_death_ms`
 //! starts a child per round.
 
 mod calls;
 mod death;
+mod instructions;
 mod peer;
 mod serve;
 
 use crate::harness::{Config, Report};
 
+pub use instructions::{CLIENT_ROLE as INSTRUCTIONS_CLIENT, SERVER_ROLE as INSTRUCTIONS_SERVER};
 pub use serve::child;
+
+/// The child roles of [`instructions`].
+pub fn instructions_child(role: &str, args: &[String]) -> anyhow::Result<()> {
+    match role {
+        INSTRUCTIONS_CLIENT => instructions::client(args),
+        _ => instructions::server(args),
+    }
+}
 
 pub const SUITE: &str = "door";
 /// The child role of this suite, registered in `main`.
@@ -98,5 +111,6 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     calls::cross_cases(cfg, &peer, report)?;
     peer.stop()?;
     report.push(death::callee_death(cfg)?);
+    report.push(instructions::null_instructions(cfg)?);
     Ok(())
 }

@@ -17,8 +17,8 @@ mod stats;
 mod switches;
 
 pub use child::{
-    CHILD_ARG, CHILD_CPU, ChildProc, PARENT_CPU, fd_arg, init_child, pin_self, spawn_self, take_fd,
-    wait_until_exited,
+    CHILD_ARG, CHILD_CPU, ChildProc, PARENT_CPU, fd_arg, init_child, mark_child, pin_self, spawn_self,
+    take_fd, wait_until_exited,
 };
 pub use clock::{clock_description, ticks, ticks_to_ns};
 pub use domain::{ChildDomain, serve_forever};

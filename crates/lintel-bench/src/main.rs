@@ -29,6 +29,7 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
     match role {
         baseline::ROLE => baseline::child(args),
         door::ROLE => door::child(args),
+        door::INSTRUCTIONS_CLIENT | door::INSTRUCTIONS_SERVER => door::instructions_child(role, args),
         placement::ROLE => placement::child(args),
         lrpc::ROLE => lrpc::child(args),
         other => bail!("unknown child role {other:?}"),

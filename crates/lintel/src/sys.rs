@@ -38,10 +38,14 @@ pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = futex::wake(word, futex::Flags::empty(), n);
 }
 
-/// The CPU this thread runs on now (vDSO, a few ns).
+/// The CPU this thread runs on now. glibc's `sched_getcpu` reads it from
+/// the thread's restartable-sequences area (rseq, a load) or the vDSO, and
+/// works under valgrind, where rustix's own vDSO lookup faults.
 #[inline]
 pub fn current_cpu() -> u32 {
-    rustix::thread::sched_getcpu() as u32
+    // SAFETY: `sched_getcpu` takes no arguments and only reads the calling
+    // thread's state; it returns -1 (here u32::MAX, "unknown") on failure.
+    unsafe { libc::sched_getcpu() as u32 }
 }
 
 /// A connected pair of `SOCK_SEQPACKET` sockets: message boundaries kept,

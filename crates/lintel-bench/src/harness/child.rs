@@ -43,6 +43,13 @@ pub fn spawn_self(cfg: &Config, role: &str, args: &[String]) -> anyhow::Result<C
     Ok(cmd)
 }
 
+/// Marks `cmd` (which runs this binary as a child role, perhaps under a tool such as valgrind,
+/// which keeps the pid) as this process's child, unpinned.
+pub fn mark_child(cmd: &mut Command) {
+    cmd.env(ENV_PARENT, std::process::id().to_string());
+    cmd.env_remove(ENV_CPU);
+}
+
 /// The argument that names `fd` to a child (read back with [`take_fd`]).
 pub fn fd_arg(fd: BorrowedFd<'_>) -> String {
     fd.as_raw_fd().to_string()

@@ -27,6 +27,8 @@ pub struct CaseResult {
     /// `(suite, case)` to compare to: the report shows median / that case's median.
     pub ref_case: Option<(String, String)>,
     pub note: Option<String>,
+    /// Case-specific numbers, written as extra JSON fields after the contract ones.
+    pub fields: Vec<(String, f64)>,
 }
 
 impl CaseResult {
@@ -40,7 +42,14 @@ impl CaseResult {
             batch: stats.batch,
             ref_case: None,
             note: None,
+            fields: Vec::new(),
         }
+    }
+
+    /// Adds a number written as the JSON field `name`.
+    pub fn with_field(mut self, name: &str, value: f64) -> Self {
+        self.fields.push((name.to_string(), value));
+        self
     }
 
     /// Compares this case's median to the median of `suite/case` (which may run later).
@@ -71,6 +80,8 @@ struct JsonLine<'a> {
     ratio: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<&'a str>,
+    #[serde(flatten)]
+    fields: std::collections::BTreeMap<&'a str, f64>,
 }
 
 /// All cases of a run, in the order they were pushed.
@@ -136,6 +147,7 @@ impl Report {
                 reference: c.ref_case.as_ref().map(|(s, k)| format!("{s}/{k}")),
                 ratio: self.ratio(c).map(|r| round_to(r, 3)),
                 note: c.note.as_deref(),
+                fields: c.fields.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
             };
             out.push_str(&serde_json::to_string(&line).expect("a JsonLine always serializes"));
             out.push('\n');
