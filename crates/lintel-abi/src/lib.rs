@@ -24,6 +24,7 @@
 //! | 20  | `in_doors` | client |
 //! | 24  | inline arguments, [`INLINE`] bytes | client |
 //! | 40  | `client_cpu`: where the caller last ran | client |
+//! | 48  | `deadline`: `CLOCK_MONOTONIC` ns (u64), 0 for none | client |
 //! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
 //! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
 //! | 72  | `server_cpu` | server |
@@ -38,7 +39,7 @@
 
 /// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 pub mod wire;
 
@@ -69,6 +70,7 @@ pub const OFF_IN_LEN: usize = 16;
 pub const OFF_IN_DOORS: usize = 20;
 pub const OFF_IN_INLINE: usize = 24;
 pub const OFF_CLIENT_CPU: usize = 40;
+pub const OFF_DEADLINE: usize = 48;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
 pub const OFF_SERVER_CPU: usize = 72;
@@ -81,7 +83,8 @@ pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
 
 const _: () = assert!(OFF_DOORS + MAX_DOORS * WIRE_DOOR <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
-const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_REP_SEQ);
+const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_DEADLINE);
+const _: () = assert!(OFF_DEADLINE.is_multiple_of(8) && OFF_DEADLINE + 8 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 
 /// `rep_seq` value written by our own watcher when the peer died, so a
@@ -123,6 +126,8 @@ pub const ST_TOO_LARGE: u32 = 4;
 pub const ST_PANICKED: u32 = 5;
 /// Handler fault: its code is in `out_len`.
 pub const ST_FAULT: u32 = 6;
+/// The request's deadline had passed when a server thread came to it.
+pub const ST_TIMED_OUT: u32 = 7;
 /// Added to a status: the server refused the request before it took the
 /// doors passed with it (sizes, grant or revocation checked first), so the
 /// caller takes back the grants it made for them.

@@ -35,6 +35,15 @@ pub mod m {
     /// First argument byte: a thread count n; the rest are the arguments of
     /// a call on the first held door, made by n threads at once.
     pub const CALL_HELD_PARALLEL: u8 = 21;
+    /// The time left before the serving thread's deadline, in ms
+    /// (`u64::MAX` if it has none).
+    pub const REMAINING_MS: u8 = 22;
+    /// Arguments: ms (u64), then bytes: sleeps (not alertable), then
+    /// returns the bytes.
+    pub const ECHO_AFTER: u8 = 23;
+    /// Calls the first held door (to say it runs), then sleeps alertably
+    /// for the ms (u64) given, as `SLEEP_ALERTABLE`.
+    pub const SIGNAL_THEN_SLEEP: u8 = 24;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -4,18 +4,25 @@
 //! first time it calls over that connection and keeps it (thread-local)
 //! while it keeps calling, so a server thread bound to the slot is ready for
 //! it: direct hand-off with no queue in between. A thread that stops calling
-//! loses its slot to any newcomer that needs one (see `lease`). A call writes its arguments into the slot, bumps
-//! `req_seq`, and waits for `rep_seq` to match: spinning while the server
-//! runs on another CPU, then sleeping on the futex.
+//! loses its slot to any newcomer that needs one (see `lease`).
 //!
-//! The fast path (≤ 16 bytes, no doors) touches only the slot's two header
-//! lines; the vanilla path adds the data region and door descriptors.
+//! A call writes its arguments into the slot, bumps `req_seq`, and waits for
+//! `rep_seq` to match: spinning while the server runs on another CPU, then
+//! sleeping on the futex. [`call_fast`] is the fast path (≤ 16 bytes each
+//! way, no doors, nothing unusual): it touches only the slot's two header
+//! lines and leaves anything else to the slow functions beside it.
+//! [`call_vanilla`] carries data in the data region and doors.
+//!
+//! A call whose deadline passes (or that is cancelled) is abandoned: the
+//! server is alerted, the caller returns at once, and the slot drains until
+//! the late reply has landed before anyone uses it again (`lease`).
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering::*, fence};
+use std::time::Duration;
 
 use crate::abi::wire::Ctl;
 use crate::abi::*;
@@ -28,7 +35,7 @@ use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
-use crate::{settings, transfer};
+use crate::{deadline, settings, transfer};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -56,6 +63,13 @@ impl OutArea {
         Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
     }
 
+    /// Whether the late reply to abandoned call `seq` has landed in slot
+    /// `i` (or the server died): the slot may be used again.
+    fn settled(&self, i: u32, seq: u32) -> bool {
+        let r = self.slot(i).word(OFF_REP_SEQ).load(Acquire);
+        r == seq || r == SEQ_DEAD
+    }
+
     /// Wake every caller waiting in this area: the server died.
     pub fn peer_died(&self) {
         for i in 0..SLOTS as u32 {
@@ -75,6 +89,8 @@ struct Lease {
     slot: Slot,
     /// The CPU this thread ran on during its last call.
     cpu: Cell<u32>,
+    /// The call on the slot was abandoned: the lease is void.
+    abandoned: Cell<bool>,
     counters: Counters,
     /// This thread's shuttle (a lease never leaves its thread).
     shuttle: Arc<Shuttle>,
@@ -97,10 +113,336 @@ thread_local! {
     static LEASES: RefCell<Vec<Rc<Lease>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Call a door served by another domain.
+#[inline]
+pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+    let fast = data.len() <= INLINE && doors.is_empty() && !settings::force_vanilla();
+    let lease = match lease(&rd.conn) {
+        Ok(lease) => lease,
+        Err(e) => return refused(fast, data, doors, e),
+    };
+    let r = if fast {
+        call_fast(&lease, rd, data, reply)
+    } else {
+        call_vanilla(&lease, rd, data, doors, reply)
+    };
+    if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
+        forget(&lease); // abandoned, or handed back to a thread that waits
+    }
+    r
+}
+
+/// The fast path: ≤ 16 bytes in, no doors. Guards first; the unusual cases
+/// (a deadline or cancel, a server that sleeps, a reply that is not small)
+/// leave for the slow functions below.
+#[inline]
+fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
+    let (conn, slot, shuttle) = (&*rd.conn, &lease.slot, &*lease.shuttle);
+    let due = deadline::current();
+    if (due != 0 || shuttle.has_cancel())
+        && let Err(e) = shuttle::check_call()
+    {
+        lease.counters.call(Path::Fast, data.len(), 0, None);
+        return Err(e);
+    }
+    // ---- no return before the reply from here on ----
+    let seq = lease.next_seq();
+    let index = lease.claim.index;
+    let _in_call = shuttle::enter_call(shuttle, conn.id, index, seq);
+    let alerted = shuttle.is_alerted();
+    slot.set(OFF_GRANT, rd.grant);
+    slot.set(OFF_FLAGS, if alerted { FLAG_ALERT } else { 0 });
+    slot.set(OFF_IN_LEN, data.len() as u32);
+    slot.set(OFF_IN_DOORS, 0);
+    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
+    slot.set64(OFF_DEADLINE, due);
+    slot.write_inline(OFF_IN_INLINE, data);
+    let waited = post(slot, conn, index, seq, alerted, shuttle)
+        .and_then(|running| wait_reply(lease, conn, seq, running, due));
+    if let Err(e) = waited {
+        lease.counters.call(Path::Fast, data.len(), 0, None);
+        return Err(e);
+    }
+
+    let (status, out_len, out_doors) = (
+        slot.get(OFF_STATUS),
+        slot.get(OFF_OUT_LEN),
+        slot.get(OFF_OUT_DOORS),
+    );
+    if status != ST_OK || out_len as usize > INLINE || out_doors != 0 {
+        return take_reply(lease, &rd.conn, seq, (data.len(), &[]), reply, Path::Fast, false);
+    }
+    let bytes = slot.read_inline(OFF_OUT_INLINE);
+    reply.clear();
+    reply.data.extend_from_slice(&bytes[..out_len as usize]);
+    lease.counters.fast_ok();
+    Ok(())
+}
+
+/// The vanilla path: data in the data region (also when it would fit
+/// inline, if forced for the INKS "message" comparison), doors passed.
+fn call_vanilla(
+    lease: &Lease,
+    rd: &RemoteDoor,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    let (conn, slot, shuttle) = (&rd.conn, &lease.slot, &*lease.shuttle);
+    let counted = |r: Result<(), CallError>, reply: &Reply| {
+        let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+        lease
+            .counters
+            .call(Path::Vanilla, data.len(), doors.len(), result);
+        r
+    };
+    if let Err(e) = check_sizes("arguments", data.len(), doors.len()).and_then(|()| shuttle::check_call()) {
+        return counted(Err(e), reply);
+    }
+    let due = deadline::current();
+    let seq = lease.next_seq();
+    let index = lease.claim.index;
+    let in_call = shuttle::enter_call(shuttle, conn.id, index, seq);
+    let alerted = shuttle.is_alerted();
+    slot.set(OFF_GRANT, rd.grant);
+    slot.set(OFF_FLAGS, FLAG_VANILLA | if alerted { FLAG_ALERT } else { 0 });
+    slot.set(OFF_IN_LEN, data.len() as u32);
+    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
+    slot.set64(OFF_DEADLINE, due);
+    slot.write(OFF_DATA, data);
+    let granted = match doors.is_empty() {
+        true => Vec::new(),
+        false => match transfer::send_doors(conn, doors, slot, true, index, seq) {
+            Ok(g) => g,
+            Err(e) => return counted(Err(e), reply),
+        },
+    };
+    slot.set(OFF_IN_DOORS, doors.len() as u32);
+    let waited = post(slot, conn, index, seq, alerted, shuttle).and_then(|running| {
+        let r = wait_reply(lease, conn, seq, running, due);
+        drop(in_call);
+        r
+    });
+    if let Err(e) = waited {
+        return counted(Err(e), reply);
+    }
+    take_reply(
+        lease,
+        conn,
+        seq,
+        (data.len(), &granted),
+        reply,
+        Path::Vanilla,
+        true,
+    )
+}
+
+/// Publish the request posted in `slot` and make sure a server thread will
+/// see it; whether one was running (so the reply may come at once).
+#[inline]
+fn post(
+    slot: &Slot,
+    conn: &Conn,
+    index: u32,
+    seq: u32,
+    alerted: bool,
+    shuttle: &Shuttle,
+) -> Result<bool, CallError> {
+    slot.word(OFF_REQ_SEQ).store(seq, Release);
+    fence(SeqCst);
+    let running = match slot.get(OFF_SERVER_STATE) {
+        SPINNING | BUSY => true,
+        SLEEPING => {
+            sys::futex_wake(slot.word(OFF_REQ_SEQ), 1);
+            false
+        }
+        _ => {
+            kick(conn, index)?;
+            false
+        }
+    };
+    if !alerted && shuttle.is_alerted() {
+        alert_late(conn, index, seq);
+    }
+    Ok(running)
+}
+
+/// Take a reply the fast path does not: an error status, a result in the
+/// data region, doors. `sent` is the argument length and the grants made
+/// for the call's doors, taken back if the server refused the call before
+/// taking them.
+#[cold]
+fn take_reply(
+    lease: &Lease,
+    conn: &Arc<Conn>,
+    seq: u32,
+    sent: (usize, &[u32]),
+    reply: &mut Reply,
+    path: Path,
+    vanilla: bool,
+) -> Result<(), CallError> {
+    let slot = &lease.slot;
+    let (status, out_len, out_doors) = (
+        slot.get(OFF_STATUS),
+        slot.get(OFF_OUT_LEN),
+        slot.get(OFF_OUT_DOORS),
+    );
+    let (args, granted) = sent;
+    let doors_in = slot.get(OFF_IN_DOORS) as usize;
+    let r = (|| {
+        if status != ST_OK {
+            if status & ST_UNTAKEN != 0 {
+                transfer::take_back(conn, granted);
+            }
+            return Err(CallError::from_status(status & !ST_UNTAKEN, out_len));
+        }
+        let (out_len, out_doors) = (out_len as usize, out_doors as usize);
+        if out_len > DATA_CAP || out_doors > MAX_DOORS {
+            return Err(CallError::BadMessage("reply header out of range"));
+        }
+        reply.clear();
+        if out_len > 0 {
+            reply.data.resize(out_len, 0);
+            slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
+        }
+        if out_doors > 0 {
+            let index = lease.claim.index;
+            transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
+        }
+        Ok(())
+    })();
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    lease.counters.call(path, args, doors_in, result);
+    r
+}
+
+/// A call that could not take a slot: counted, and its error returned.
+#[cold]
+fn refused(fast: bool, data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
+    let path = if fast { Path::Fast } else { Path::Vanilla };
+    stats::call(path, data.len(), doors.len(), None);
+    Err(e)
+}
+
+/// An alert that arrived while the request was being posted: forward it.
+#[cold]
+fn alert_late(conn: &Conn, index: u32, seq: u32) {
+    conn.send(&Ctl::Alert { slot: index, seq }, &[]);
+}
+
+#[cold]
+fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
+    if conn.send(&Ctl::Kick { slot: index }, &[]) {
+        Ok(())
+    } else {
+        Err(CallError::PeerDied)
+    }
+}
+
+/// Wait until `rep_seq == seq`. With the server running when the request
+/// was posted (`running`), its reply usually lands within a few hundred
+/// nanoseconds: poll for it alone first, with nothing else on the way.
+#[inline]
+fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), CallError> {
+    let rep = lease.slot.word(OFF_REP_SEQ);
+    if running && settings::spin_enabled() {
+        for _ in 0..HOT_SPINS {
+            if rep.load(Acquire) == seq {
+                if seq.is_multiple_of(64) {
+                    lease.cpu.set(sys::current_cpu());
+                }
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
+    }
+    wait_reply_slow(lease, conn, seq, due)
+}
+
+/// Polls of the reply word before the full wait; a few hundred ns.
+const HOT_SPINS: u32 = 16;
+/// Longest single futex sleep: a lost wake-up costs at most this.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// The full wait: spin while the server runs on another CPU, then sleep on
+/// the futex, until the reply comes, the server dies, the deadline passes
+/// or the call is cancelled (then the call is abandoned).
+#[cold]
+fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
+    let slot = &lease.slot;
+    let rep = slot.word(OFF_REP_SEQ);
+    let mut spinner = Spinner::new(settings::spin_budget_ns());
+    // Where we run: the server spins for our next call only while we run
+    // elsewhere. Published with the next request, not now, so as not to
+    // take the request's cache line back while the server reads it.
+    let me = sys::current_cpu();
+    lease.cpu.set(me);
+    loop {
+        let r = rep.load(Acquire);
+        if r == seq {
+            return Ok(());
+        }
+        if r == SEQ_DEAD || conn.is_dead() {
+            return Err(CallError::PeerDied);
+        }
+        let st = slot.get(OFF_SERVER_STATE);
+        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
+        if server_elsewhere && spinner.spin() {
+            continue;
+        }
+        if lease.shuttle.take_cancel() {
+            return Err(abandon(lease, conn, seq, CallError::Cancelled));
+        }
+        let left = match due {
+            0 => MAX_SLEEP,
+            _ => match due.checked_sub(sys::monotonic_ns()) {
+                Some(ns) if ns > 0 => Duration::from_nanos(ns).min(MAX_SLEEP),
+                _ => return Err(abandon(lease, conn, seq, CallError::TimedOut)),
+            },
+        };
+        sleep_for_reply(slot, seq, left, &lease.shuttle);
+        spinner = Spinner::new(0);
+    }
+}
+
+/// Register as sleeping, re-check, then sleep (no lost wake-up).
+fn sleep_for_reply(slot: &Slot, seq: u32, left: Duration, shuttle: &Shuttle) {
+    let rep = slot.word(OFF_REP_SEQ);
+    slot.set(OFF_CLIENT_STATE, SLEEPING);
+    shuttle.sleeping_on(Some(rep));
+    fence(SeqCst);
+    let r = rep.load(Acquire);
+    if r != seq && r != SEQ_DEAD && !shuttle.has_cancel() {
+        sys::futex_wait(rep, r, Some(left));
+    }
+    shuttle.sleeping_on(None);
+    slot.set(OFF_CLIENT_STATE, RUNNING);
+}
+
+/// Give up on call `seq`: alert its server (the call it runs, or the one
+/// queued for a thread, and everything those call), and leave the slot to
+/// drain until the late reply lands. The lease is void from here on.
+#[cold]
+fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: CallError) -> CallError {
+    conn.send(
+        &Ctl::Alert {
+            slot: lease.claim.index,
+            seq,
+        },
+        &[],
+    );
+    lease.area.leases.abandon(lease.claim);
+    lease.abandoned.set(true);
+    why
+}
+
 /// This thread's slot on `conn`, busy for one call: the slot it leased
 /// before if it still has it, else a new lease.
 #[inline]
 fn lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+    if conn.is_dead() {
+        return Err(CallError::PeerDied);
+    }
     let found = LEASES.with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned());
     match found {
         Some(l) if l.area.leases.begin(l.claim) => Ok(l),
@@ -127,214 +469,48 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
             }
         }
     };
-    let claim = area
-        .leases
-        .take_or_wait(|| conn.is_dead())
-        .ok_or(CallError::PeerDied)?;
+    let due = deadline::current();
+    let claim = area.leases.take_or_wait(
+        |i, seq| area.settled(i, seq),
+        || match () {
+            _ if conn.is_dead() => Some(CallError::PeerDied),
+            _ if deadline::passed(due) => Some(CallError::TimedOut),
+            _ => None,
+        },
+    )?;
     let lease = Rc::new(Lease {
         conn: conn.clone(),
         slot: area.slot(claim.index),
         area,
         claim,
         cpu: Cell::new(u32::MAX),
+        abandoned: Cell::new(false),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
     });
+    if let Some(seq) = claim.drained {
+        release_late_doors(&lease, seq);
+    }
     LEASES.with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
+}
+
+/// The slot held the late reply to abandoned call `seq`: doors it carries
+/// were granted to us, so take them and let them go (their releases reach
+/// the server), rather than leave them held until the connection dies.
+#[cold]
+fn release_late_doors(lease: &Lease, seq: u32) {
+    let slot = &lease.slot;
+    let n = slot.get(OFF_OUT_DOORS) as usize;
+    if slot.word(OFF_REP_SEQ).load(Acquire) == seq && slot.get(OFF_STATUS) == ST_OK && n > 0 {
+        let mut doors = Vec::new();
+        let index = lease.claim.index;
+        let _ = transfer::receive_doors(&lease.conn, slot, n.min(MAX_DOORS), false, index, seq, &mut doors);
+    }
 }
 
 /// Drop this thread's (void) lease; its slot is no longer its own.
 #[cold]
 fn forget(lease: &Rc<Lease>) {
     LEASES.with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
-}
-
-/// Call a door served by another domain, counting it by path.
-#[inline]
-pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-    let vanilla = data.len() > INLINE || !doors.is_empty() || settings::force_vanilla();
-    let path = if vanilla { Path::Vanilla } else { Path::Fast };
-    // Guards: anything unusual leaves for the slow paths.
-    let taken = check_sizes("arguments", data.len(), doors.len()).and_then(|()| {
-        if rd.conn.is_dead() {
-            return Err(CallError::PeerDied);
-        }
-        lease(&rd.conn)
-    });
-    let lease = match taken {
-        Ok(lease) => lease,
-        Err(e) => {
-            stats::call(path, data.len(), doors.len(), None);
-            return Err(e);
-        }
-    };
-    let r = call_on_slot(&lease, rd, data, doors, reply, vanilla);
-    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-    lease.counters.call(path, data.len(), doors.len(), result);
-    if !lease.area.leases.end(lease.claim) {
-        forget(&lease); // handed back: another thread waits for a slot
-    }
-    r
-}
-
-/// The fast and vanilla paths: post in this thread's slot, wait, take the
-/// reply. `vanilla` puts the data in the data region even when it would fit
-/// inline (forced for the INKS "message" comparison).
-#[inline]
-fn call_on_slot(
-    lease: &Lease,
-    rd: &RemoteDoor,
-    data: &[u8],
-    doors: &[Door],
-    reply: &mut Reply,
-    vanilla: bool,
-) -> Result<(), CallError> {
-    let conn = &rd.conn;
-    let slot = &lease.slot;
-    let seq = lease.next_seq();
-    let index = lease.claim.index;
-
-    // Post the request.
-    let in_call = shuttle::enter_call(&lease.shuttle, conn.id, index, seq);
-    let alerted = lease.shuttle.is_alerted();
-    let alert = if alerted { FLAG_ALERT } else { 0 };
-    slot.set(OFF_GRANT, rd.grant);
-    slot.set(OFF_FLAGS, alert | if vanilla { FLAG_VANILLA } else { 0 });
-    slot.set(OFF_IN_LEN, data.len() as u32);
-    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
-    slot.write(payload_offset(OFF_IN_INLINE, data.len(), vanilla), data);
-    let granted = if doors.is_empty() {
-        Vec::new()
-    } else {
-        transfer::send_doors(conn, doors, slot, true, index, seq)?
-    };
-    slot.set(OFF_IN_DOORS, doors.len() as u32);
-    slot.word(OFF_REQ_SEQ).store(seq, Release);
-    fence(SeqCst);
-    let running = match slot.get(OFF_SERVER_STATE) {
-        SPINNING | BUSY => true,
-        SLEEPING => {
-            sys::futex_wake(slot.word(OFF_REQ_SEQ), 1);
-            false
-        }
-        _ => {
-            kick(conn, index)?;
-            false
-        }
-    };
-    if !alerted && lease.shuttle.is_alerted() {
-        alert_late(conn, index, seq);
-    }
-
-    // Wait for the reply.
-    let waited = wait_reply(slot, seq, conn, &lease.cpu, running);
-    drop(in_call);
-    waited?;
-
-    // Take the reply (a private copy; validated before use).
-    let status = slot.get(OFF_STATUS);
-    let out_len = slot.get(OFF_OUT_LEN);
-    if status != ST_OK {
-        if status & ST_UNTAKEN != 0 {
-            transfer::take_back(conn, &granted);
-        }
-        return Err(CallError::from_status(status & !ST_UNTAKEN, out_len));
-    }
-    let out_len = out_len as usize;
-    let out_doors = slot.get(OFF_OUT_DOORS) as usize;
-    if out_len > DATA_CAP || out_doors > MAX_DOORS {
-        return Err(CallError::BadMessage("reply header out of range"));
-    }
-    reply.clear();
-    if out_len > 0 {
-        reply.data.resize(out_len, 0);
-        slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
-    }
-    if out_doors > 0 {
-        transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
-    }
-    Ok(())
-}
-
-/// An alert that arrived while the request was being posted: forward it.
-#[cold]
-fn alert_late(conn: &Conn, index: u32, seq: u32) {
-    conn.send(&Ctl::Alert { slot: index, seq }, &[]);
-}
-
-#[cold]
-fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
-    if conn.send(&Ctl::Kick { slot: index }, &[]) {
-        Ok(())
-    } else {
-        Err(CallError::PeerDied)
-    }
-}
-
-/// Wait until `rep_seq == seq`: spin while the server runs on another CPU,
-/// then sleep on the futex. The watcher stores `SEQ_DEAD` if the server dies.
-///
-/// With the server running when the request was posted (`running`), its
-/// reply usually lands within a few hundred nanoseconds: poll for it alone
-/// first, with nothing else on the way (no clock, no CPU lookup).
-#[inline]
-fn wait_reply(slot: &Slot, seq: u32, conn: &Conn, cpu: &Cell<u32>, running: bool) -> Result<(), CallError> {
-    let rep = slot.word(OFF_REP_SEQ);
-    if running && crate::domain::get().settings.spin.load(Relaxed) {
-        for _ in 0..HOT_SPINS {
-            if rep.load(Acquire) == seq {
-                if seq.is_multiple_of(64) {
-                    cpu.set(sys::current_cpu());
-                }
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        }
-    }
-    wait_reply_slow(slot, seq, conn, cpu)
-}
-
-/// Polls of the reply word before the full wait; a few hundred ns.
-const HOT_SPINS: u32 = 16;
-
-#[cold]
-fn wait_reply_slow(slot: &Slot, seq: u32, conn: &Conn, cpu: &Cell<u32>) -> Result<(), CallError> {
-    let rep = slot.word(OFF_REP_SEQ);
-    let mut spinner = Spinner::new(crate::domain::get().settings.spin_budget_ns());
-    // Where we run: the server spins for our next call only while we run
-    // elsewhere. Published with the next request, not now, so as not to
-    // take the request's cache line back while the server reads it.
-    let me = sys::current_cpu();
-    cpu.set(me);
-    loop {
-        let r = rep.load(Acquire);
-        if r == seq {
-            return Ok(());
-        }
-        if r == SEQ_DEAD || conn.is_dead() {
-            return Err(CallError::PeerDied);
-        }
-        let st = slot.get(OFF_SERVER_STATE);
-        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
-        if server_elsewhere && spinner.spin() {
-            continue;
-        }
-        sleep_for_reply(slot, seq)?;
-        spinner = Spinner::new(0);
-    }
-}
-
-/// Register as sleeping, re-check, then sleep (no lost wake-up).
-#[cold]
-fn sleep_for_reply(slot: &Slot, seq: u32) -> Result<(), CallError> {
-    let rep = slot.word(OFF_REP_SEQ);
-    slot.set(OFF_CLIENT_STATE, SLEEPING);
-    fence(SeqCst);
-    let r = rep.load(Acquire);
-    if r != seq && r != SEQ_DEAD {
-        sys::futex_wait(rep, r, Some(std::time::Duration::from_millis(100)));
-    }
-    slot.set(OFF_CLIENT_STATE, RUNNING);
-    Ok(())
 }

@@ -239,6 +239,15 @@ pub(crate) enum Inner {
     /// reached us: every call fails with [`CallError::PeerDied`], as it
     /// would have for the domain that passed it.
     Dead(u32),
+    /// Another handle's door, whose calls each get a timeout
+    /// ([`Door::with_timeout`]).
+    Timed(Arc<Timed>),
+}
+
+/// A door handle with a timeout per call.
+pub(crate) struct Timed {
+    door: Door,
+    timeout: std::time::Duration,
 }
 
 /// A capability to call one object in some domain.
@@ -280,12 +289,44 @@ impl Door {
     ///
     /// Served here: a direct call on this thread. Served elsewhere: the fast
     /// path for up to 16 bytes without doors, the vanilla path up to 5 KiB.
+    ///
+    /// A call made under a deadline ([`crate::deadline`], or this handle's
+    /// [`Door::with_timeout`]) fails with [`CallError::TimedOut`] once it
+    /// passes.
     #[inline]
     pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated(core, data, doors, reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
+            Inner::Timed(t) => crate::deadline::within(t.timeout, || t.door.call(data, doors, reply)),
+        }
+    }
+
+    /// A handle on the same door whose every call must end within `timeout`
+    /// (or the deadline already in force, if earlier); other handles are
+    /// unchanged. Typed clients get the same with `from_door(door.with_timeout(..))`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let d = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
+    /// let bounded = d.with_timeout(Duration::from_millis(200));
+    /// assert!(bounded.same(&d));
+    /// assert!(bounded.call_bytes(b"").is_ok());
+    /// ```
+    pub fn with_timeout(&self, timeout: std::time::Duration) -> Door {
+        Door(Inner::Timed(Arc::new(Timed {
+            door: self.base().clone(),
+            timeout,
+        })))
+    }
+
+    /// The handle under any timeout wrapper.
+    #[inline]
+    pub(crate) fn base(&self) -> &Door {
+        match &self.0 {
+            Inner::Timed(t) => t.door.base(),
+            _ => self,
         }
     }
 
@@ -315,7 +356,7 @@ impl Door {
         &self,
         f: impl FnOnce(&T, u64) -> R,
     ) -> Option<Result<R, CallError>> {
-        let Inner::Local(core) = &self.0 else {
+        let Inner::Local(core) = &self.base().0 else {
             return None;
         };
         let obj = core.handler.as_any()?.downcast_ref::<T>()?;
@@ -341,23 +382,23 @@ impl Door {
     /// Revoke the door: every later call fails with [`CallError::Revoked`]
     /// in every holder. Only the serving domain can revoke.
     pub fn revoke(&self) -> Result<(), CallError> {
-        match &self.0 {
+        match &self.base().0 {
             Inner::Local(core) => {
                 core.revoke();
                 Ok(())
             }
-            Inner::Remote(_) | Inner::Dead(_) => Err(CallError::BadDoor),
+            _ => Err(CallError::BadDoor),
         }
     }
 
     /// Whether this domain serves the door.
     pub fn is_local(&self) -> bool {
-        matches!(self.0, Inner::Local(_))
+        matches!(self.base().0, Inner::Local(_))
     }
 
     /// Whether two identifiers name the same door.
     pub fn same(&self, other: &Door) -> bool {
-        match (&self.0, &other.0) {
+        match (&self.base().0, &other.base().0) {
             (Inner::Local(a), Inner::Local(b)) => Arc::ptr_eq(a, b),
             (Inner::Remote(a), Inner::Remote(b)) => Arc::ptr_eq(a, b),
             _ => false,
@@ -366,10 +407,11 @@ impl Door {
 
     /// Pid of the process serving the door (this one if local).
     pub fn server_pid(&self) -> u32 {
-        match &self.0 {
+        match &self.base().0 {
             Inner::Local(_) => std::process::id(),
             Inner::Remote(rd) => rd.conn.peer_pid(),
             Inner::Dead(pid) => *pid,
+            Inner::Timed(_) => unreachable!("base() unwraps timeouts"),
         }
     }
 }
@@ -380,6 +422,7 @@ impl std::fmt::Debug for Door {
             Inner::Local(c) => write!(f, "Door(local datum={})", c.datum),
             Inner::Remote(r) => write!(f, "Door(remote conn={} grant={})", r.conn.id, r.grant),
             Inner::Dead(pid) => write!(f, "Door(dead server pid={pid})"),
+            Inner::Timed(t) => write!(f, "{:?} with timeout {:?}", t.door, t.timeout),
         }
     }
 }
@@ -428,6 +471,7 @@ fn run_colocated(
     if core.revoked() {
         return Err(CallError::Revoked);
     }
+    crate::shuttle::check_call()?;
     reply.clear();
     let req = Request {
         datum: core.datum,

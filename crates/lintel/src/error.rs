@@ -42,6 +42,15 @@ pub enum CallError {
     /// The handler panicked; the server domain lives on.
     #[error("the handler panicked")]
     Panicked,
+    /// The call's deadline passed before its reply came. The server thread
+    /// running it (and every call it made) was alerted; its late reply is
+    /// discarded.
+    #[error("the call's deadline passed")]
+    TimedOut,
+    /// The call was cancelled ([`crate::shuttle::ShuttleHandle::cancel`]);
+    /// the server side was alerted as for a deadline.
+    #[error("the call was cancelled")]
+    Cancelled,
     /// The local runtime could not do its part (e.g. out of descriptors).
     #[error("local failure: {0}")]
     Local(String),
@@ -56,6 +65,7 @@ impl CallError {
             CallError::TooLarge { len, .. } => (abi::ST_TOO_LARGE, (*len).min(u32::MAX as usize) as u32),
             CallError::Panicked => (abi::ST_PANICKED, 0),
             CallError::Fault(c) => (abi::ST_FAULT, *c),
+            CallError::TimedOut => (abi::ST_TIMED_OUT, 0),
             _ => (abi::ST_BAD_MESSAGE, 0),
         }
     }
@@ -72,6 +82,7 @@ impl CallError {
             },
             abi::ST_PANICKED => CallError::Panicked,
             abi::ST_FAULT => CallError::Fault(detail),
+            abi::ST_TIMED_OUT => CallError::TimedOut,
             abi::ST_BAD_MESSAGE => CallError::BadMessage("the server refused the request"),
             _ => CallError::BadMessage("unknown reply status"),
         }

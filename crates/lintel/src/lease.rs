@@ -11,6 +11,11 @@
 //!   compare-and-swap ([`Leases::take`] steals the idle slots of threads
 //!   that keep a lease but do not call).
 //! - `BUSY`: `owner` is in a call on it. Nobody else touches it.
+//! - `DRAINING`: its call was abandoned (deadline passed, or cancelled)
+//!   and the server may still write the late reply into it. It is taken
+//!   again only once the caller's `settled` check says the reply has landed
+//!   (or the server died), so nothing the late server writes reaches the
+//!   next call.
 //!
 //! The owner moves `IDLE → BUSY` with a compare-and-swap at the start of
 //! each call ([`Leases::begin`]); if that fails, the slot was taken and the
@@ -38,6 +43,7 @@ use parking_lot::{Condvar, Mutex};
 const FREE: u64 = 0;
 const IDLE: u64 = 1;
 const BUSY: u64 = 2;
+const DRAINING: u64 = 3;
 const PHASE: u64 = 3;
 
 /// How often a thread waiting for a slot looks again.
@@ -48,6 +54,9 @@ pub(crate) const POLL: Duration = Duration::from_millis(1);
 pub(crate) struct Claim {
     pub index: u32,
     token: u64,
+    /// Taken from `DRAINING`: the sequence of the abandoned call, whose
+    /// late reply now sits in the slot (and may hold doors to release).
+    pub drained: Option<u32>,
 }
 
 /// The lease states of one call area's slots.
@@ -77,35 +86,57 @@ impl Leases {
     }
 
     /// A slot for a new lease, already `BUSY` for its first call: a free
-    /// one, or one whose owner is between calls. `None` if all are busy.
-    pub fn take(&self) -> Option<Claim> {
+    /// one, a drained one whose late reply has landed (`settled(index, seq)`),
+    /// or one whose owner is between calls. `None` if none is.
+    pub fn take(&self, settled: impl Fn(u32, u32) -> bool) -> Option<Claim> {
         let token = self.token();
         if let Some(index) = self.free.lock().pop() {
             self.words[index as usize].store(token | BUSY, Release);
-            return Some(Claim { index, token });
+            return Some(Claim {
+                index,
+                token,
+                drained: None,
+            });
         }
         for (i, w) in self.words.iter().enumerate() {
             let cur = w.load(Relaxed);
-            if cur & PHASE == IDLE && w.compare_exchange(cur, token | BUSY, Acquire, Relaxed).is_ok() {
-                return Some(Claim {
-                    index: i as u32,
-                    token,
-                });
+            let claim = |drained| Claim {
+                index: i as u32,
+                token,
+                drained,
+            };
+            match cur & PHASE {
+                IDLE if w.compare_exchange(cur, token | BUSY, Acquire, Relaxed).is_ok() => {
+                    return Some(claim(None));
+                }
+                DRAINING => {
+                    let seq = self.seqs[i].load(Relaxed);
+                    if settled(i as u32, seq)
+                        && w.compare_exchange(cur, token | BUSY, Acquire, Relaxed).is_ok()
+                    {
+                        return Some(claim(Some(seq)));
+                    }
+                }
+                _ => {}
             }
         }
         None
     }
 
-    /// As [`Leases::take`], waiting while every slot is busy; `None` once
-    /// `give_up` holds (the peer died).
-    pub fn take_or_wait(&self, give_up: impl Fn() -> bool) -> Option<Claim> {
+    /// As [`Leases::take`], waiting while no slot can be taken; stops with
+    /// the error `stop` returns (the peer died, the deadline passed).
+    pub fn take_or_wait<E>(
+        &self,
+        settled: impl Fn(u32, u32) -> bool,
+        stop: impl Fn() -> Option<E>,
+    ) -> Result<Claim, E> {
         let mut waiting = false;
         let claim = loop {
-            if give_up() {
-                break None;
+            if let Some(e) = stop() {
+                break Err(e);
             }
-            if let Some(c) = self.take() {
-                break Some(c);
+            if let Some(c) = self.take(&settled) {
+                break Ok(c);
             }
             if !waiting {
                 waiting = true;
@@ -121,6 +152,12 @@ impl Leases {
             self.wanted.fetch_sub(1, SeqCst);
         }
         claim
+    }
+
+    /// The owner abandons its call (`BUSY`, sequence as last issued): the
+    /// slot drains until its late reply lands. The lease is void.
+    pub fn abandon(&self, c: Claim) {
+        self.words[c.index as usize].store(c.token | DRAINING, Release);
     }
 
     /// The owner starts a call: false if the slot was taken meanwhile (the
@@ -198,12 +235,12 @@ mod tests {
     #[test]
     fn idle_leases_are_taken_by_newcomers_and_their_owners_notice() {
         let l = Leases::new(2);
-        let a = l.take().unwrap();
-        let b = l.take().unwrap();
-        assert!(l.take().is_none(), "both busy");
+        let a = l.take(|_, _| true).unwrap();
+        let b = l.take(|_, _| true).unwrap();
+        assert!(l.take(|_, _| true).is_none(), "both busy");
         assert!(l.end(a) && l.end(b));
         // Both owners idle: a newcomer takes one of their slots.
-        let c = l.take().unwrap();
+        let c = l.take(|_, _| true).unwrap();
         let stolen = if c.index == a.index { a } else { b };
         assert!(!l.begin(stolen), "the old owner's lease is void");
         let kept = if c.index == a.index { b } else { a };
@@ -213,11 +250,11 @@ mod tests {
     #[test]
     fn a_void_lease_never_frees_the_new_owners_slot() {
         let l = Leases::new(1);
-        let a = l.take().unwrap();
+        let a = l.take(|_, _| true).unwrap();
         assert!(l.end(a));
-        let b = l.take().unwrap();
+        let b = l.take(|_, _| true).unwrap();
         l.release(a); // the old owner's thread exits
-        assert!(l.take().is_none(), "b still holds it");
+        assert!(l.take(|_, _| true).is_none(), "b still holds it");
         assert!(l.end(b));
         l.release(b);
         assert!(l.free.lock().len() == 1);
@@ -226,22 +263,37 @@ mod tests {
     #[test]
     fn sequences_continue_across_owners_and_skip_the_reserved_values() {
         let l = Leases::new(1);
-        let a = l.take().unwrap();
+        let a = l.take(|_, _| true).unwrap();
         assert_eq!(l.next_seq(a, u32::MAX), 1);
         assert_eq!(l.next_seq(a, u32::MAX), 2);
         l.end(a);
-        let b = l.take().unwrap();
+        let b = l.take(|_, _| true).unwrap();
         assert_eq!(l.next_seq(b, u32::MAX), 3, "the new owner continues");
         l.seqs[0].store(u32::MAX - 1, Relaxed);
         assert_eq!(l.next_seq(b, u32::MAX), 1, "skips the dead marker and 0");
     }
 
     #[test]
+    fn an_abandoned_slot_is_taken_again_only_once_its_late_reply_landed() {
+        let l = Leases::new(1);
+        let a = l.take(|_, _| true).unwrap();
+        let seq = l.next_seq(a, u32::MAX);
+        l.abandon(a);
+        assert!(!l.begin(a), "the abandoning owner's lease is void");
+        assert!(l.take(|_, _| false).is_none(), "the late reply has not landed");
+        let b = l.take(|i, s| i == 0 && s == seq).unwrap();
+        assert_eq!(b.drained, Some(seq), "the new owner learns what drained");
+        assert_eq!(l.next_seq(b, u32::MAX), seq + 1);
+        l.release(a);
+        assert!(l.take(|_, _| true).is_none(), "b holds it");
+    }
+
+    #[test]
     fn a_waiter_is_served_when_a_busy_owner_ends_its_call() {
         let l = Arc::new(Leases::new(1));
-        let a = l.take().unwrap();
+        let a = l.take(|_, _| true).unwrap();
         let l2 = l.clone();
-        let t = std::thread::spawn(move || l2.take_or_wait(|| false));
+        let t = std::thread::spawn(move || l2.take_or_wait(|_, _| true, || None::<()>));
         while l.waiting() == 0 {
             std::thread::yield_now();
         }
@@ -254,16 +306,16 @@ mod tests {
     #[test]
     fn a_waiter_gives_up_when_told() {
         let l = Arc::new(Leases::new(1));
-        let _a = l.take().unwrap();
+        let _a = l.take(|_, _| true).unwrap();
         let dead = Arc::new(AtomicBool::new(false));
         let (l2, d2) = (l.clone(), dead.clone());
-        let t = std::thread::spawn(move || l2.take_or_wait(|| d2.load(SeqCst)));
+        let t = std::thread::spawn(move || l2.take_or_wait(|_, _| true, || d2.load(SeqCst).then_some(())));
         while l.waiting() == 0 {
             std::thread::yield_now();
         }
         dead.store(true, SeqCst);
         l.wake_all();
-        assert!(t.join().unwrap().is_none());
+        assert!(t.join().unwrap().is_err());
         assert_eq!(l.waiting(), 0);
     }
 
@@ -277,7 +329,7 @@ mod tests {
             .map(|_| {
                 let (l, gate) = (l.clone(), gate.clone());
                 std::thread::spawn(move || {
-                    let c = l.take_or_wait(|| false).unwrap();
+                    let c = l.take_or_wait(|_, _| true, || None::<()>).unwrap();
                     let owned = l.end(c);
                     gate.wait(); // alive, lease kept
                     (c, owned)
@@ -301,7 +353,7 @@ mod tests {
                     for _ in 0..2000 {
                         let c = match lease.take() {
                             Some(c) if l.begin(c) => c,
-                            _ => l.take_or_wait(|| false).unwrap(),
+                            _ => l.take_or_wait(|_, _| true, || None::<()>).unwrap(),
                         };
                         let b = &busy[c.index as usize];
                         assert_eq!(b.fetch_add(1, SeqCst), 0, "two callers on one slot");

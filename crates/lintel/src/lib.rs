@@ -39,6 +39,7 @@ pub use lintel_abi as abi;
 pub mod boot;
 mod channel;
 mod conn;
+pub mod deadline;
 mod domain;
 mod door;
 mod error;
@@ -87,7 +88,7 @@ pub mod introspect {
     /// assert_eq!(lintel::introspect::holders(&d), Some(0));
     /// ```
     pub fn holders(door: &crate::Door) -> Option<u32> {
-        match &door.0 {
+        match &door.base().0 {
             crate::door::Inner::Local(core) => Some(core.holder_count()),
             _ => None,
         }

@@ -25,7 +25,7 @@ use crate::spin::Spinner;
 use crate::stats::{Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
-use crate::{domain, transfer};
+use crate::{deadline, domain, transfer};
 
 const IDLE: u8 = 0;
 const QUEUED: u8 = 1;
@@ -290,7 +290,12 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         ss.pinned.lock().clear();
     }
     let vanilla = flags & FLAG_VANILLA != 0;
-    let mut result = run(w, slot, seq, bufs, vanilla);
+    // The call runs under its caller's deadline: the calls it makes carry
+    // it on, and `deadline::remaining` tells the handler the time left.
+    let due = slot.get64(OFF_DEADLINE);
+    let restore = deadline::Restore(deadline::set(due));
+    let mut result = run(w, slot, seq, bufs, vanilla, due);
+    drop(restore);
     if w.conn.is_dead() {
         bufs.reply.clear();
         return; // the caller is gone: the reply is discarded
@@ -347,11 +352,14 @@ impl Failure {
 /// Copy the request out, check it, and run the handler. Sizes, the grant
 /// and revocation are checked before the passed doors are touched: a
 /// refused request leaves them to its caller.
-fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool) -> Result<(), Failure> {
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, vanilla: bool, due: u64) -> Result<(), Failure> {
     let grant = slot.get(OFF_GRANT);
     let in_len = slot.get(OFF_IN_LEN) as usize;
     let in_doors = slot.get(OFF_IN_DOORS) as usize;
-    let checked = check_request(&w.conn, &mut bufs.door, grant, in_len, in_doors);
+    let checked = match deadline::passed(due) {
+        true => Err(CallError::TimedOut), // it waited too long for a thread
+        false => check_request(&w.conn, &mut bufs.door, grant, in_len, in_doors),
+    };
     let (core, _active) = match checked {
         Ok(c) => c,
         Err(error) => {

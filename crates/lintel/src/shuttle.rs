@@ -8,7 +8,7 @@
 //! Server code polls [`alerted`] or sleeps with [`sleep_alertable`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
 use crate::abi::wire::Ctl;
@@ -19,6 +19,12 @@ pub(crate) struct Shuttle {
     out_conn: AtomicU64,
     out_slot: AtomicU32,
     out_seq: AtomicU32,
+    /// [`ShuttleHandle::cancel`] was called: the call in progress (or the
+    /// next one) returns [`crate::CallError::Cancelled`].
+    cancelled: AtomicU32,
+    /// While the thread sleeps in a call, the address of the futex word it
+    /// sleeps on (0 otherwise), so a cancel can wake it.
+    waiting_on: AtomicUsize,
 }
 
 impl Shuttle {
@@ -39,6 +45,36 @@ impl Shuttle {
     #[inline]
     pub(crate) fn set_alert(&self) {
         self.alerted.store(1, SeqCst);
+    }
+
+    /// Whether a cancellation is pending.
+    #[inline]
+    pub(crate) fn has_cancel(&self) -> bool {
+        self.cancelled.load(Relaxed) != 0
+    }
+
+    /// Take a pending cancellation (it cancels one call).
+    #[inline]
+    pub(crate) fn take_cancel(&self) -> bool {
+        self.cancelled.load(Relaxed) != 0 && self.cancelled.swap(0, AcqRel) != 0
+    }
+
+    /// The thread is about to sleep on `word` in a call (or, with `None`,
+    /// has woken): a cancel wakes it there.
+    #[inline]
+    pub(crate) fn sleeping_on(&self, word: Option<&AtomicU32>) {
+        let addr = word.map_or(0, |w| w as *const AtomicU32 as usize);
+        self.waiting_on.store(addr, SeqCst);
+    }
+
+    /// Cancel the call in progress (or the next one), alerting its server.
+    fn cancel(&self) {
+        self.cancelled.store(1, SeqCst);
+        self.alert();
+        let addr = self.waiting_on.load(SeqCst);
+        if addr != 0 {
+            sys::futex_wake_addr(addr, u32::MAX);
+        }
     }
 
     /// Set the alert, wake an alertable sleep, and forward it to the call
@@ -67,6 +103,8 @@ thread_local! {
         out_conn: AtomicU64::new(0),
         out_slot: AtomicU32::new(0),
         out_seq: AtomicU32::new(0),
+        cancelled: AtomicU32::new(0),
+        waiting_on: AtomicUsize::new(0),
     });
 }
 
@@ -91,6 +129,23 @@ impl ShuttleHandle {
     /// it (and any call it makes in turn) is alerted too.
     pub fn alert(&self) {
         self.0.alert()
+    }
+
+    /// Cancel the call the thread is in: it returns
+    /// [`crate::CallError::Cancelled`] at once, and the server thread running
+    /// it (with every call it made) is alerted, as when a deadline passes.
+    /// If the thread is in no call, its next call is cancelled.
+    ///
+    /// ```
+    /// use lintel::{CallError, Door, Reply, Request};
+    /// let d = Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(()));
+    /// lintel::shuttle::current().cancel();
+    /// assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Cancelled);
+    /// assert!(d.call_bytes(b"").is_ok(), "a cancel ends one call");
+    /// lintel::shuttle::clear_alert();
+    /// ```
+    pub fn cancel(&self) {
+        self.0.cancel()
     }
 }
 
@@ -154,4 +209,17 @@ impl Drop for InCall<'_> {
     fn drop(&mut self) {
         self.0.out_conn.store(0, Relaxed);
     }
+}
+
+/// Whether this thread may start a call now: not if it was cancelled (the
+/// cancel is used up) or its deadline has passed.
+#[inline]
+pub(crate) fn check_call() -> Result<(), crate::CallError> {
+    if crate::deadline::passed(crate::deadline::current()) {
+        return Err(crate::CallError::TimedOut);
+    }
+    if CURRENT.with(|s| s.take_cancel()) {
+        return Err(crate::CallError::Cancelled);
+    }
+    Ok(())
 }

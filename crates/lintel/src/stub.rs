@@ -596,6 +596,8 @@ impl Wire for CallError {
                 w.bytes(&[8]);
                 m.encode(w);
             }
+            CallError::TimedOut => w.bytes(&[9]),
+            CallError::Cancelled => w.bytes(&[10]),
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -616,6 +618,8 @@ impl Wire for CallError {
             6 => CallError::Fault(u32::decode(r)?),
             7 => CallError::Panicked,
             8 => CallError::Local(String::decode(r)?),
+            9 => CallError::TimedOut,
+            10 => CallError::Cancelled,
             _ => return Err(WireError("invalid CallError tag")),
         })
     }

@@ -33,9 +33,41 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let _ = futex::wait(word, futex::Flags::empty(), expected, ts.as_ref());
 }
 
+/// `CLOCK_MONOTONIC` now, in ns: the clock deadlines are written in, the
+/// same in every process on the machine.
+/// (glibc's `clock_gettime`, a vDSO read; rustix's own vDSO lookup faults
+/// under valgrind.)
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// Wake up to `n` sleepers on `word`.
 pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = futex::wake(word, futex::Flags::empty(), n);
+}
+
+/// Wake up to `n` sleepers on the futex word at address `addr`, which may
+/// no longer be mapped (the kernel then fails the call) or may hold another
+/// word by now (its sleepers see a spurious wake-up, which every futex user
+/// here tolerates).
+pub fn futex_wake_addr(addr: usize, n: u32) {
+    // SAFETY: a raw FUTEX_WAKE on an address: the kernel validates it and
+    // never writes through it; no Rust reference is made from it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr as *const u32,
+            libc::FUTEX_WAKE,
+            n as libc::c_int,
+        );
+    }
 }
 
 /// The CPU this thread runs on now. glibc's `sched_getcpu` reads it from

@@ -57,7 +57,7 @@ pub(crate) fn take_back(conn: &Conn, granted: &[u32]) {
 /// Encode `door` for sending over `conn`; third-party doors add a ticket.
 /// Nothing is granted to a peer that is gone.
 fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor, CallError> {
-    Ok(match &door.0 {
+    Ok(match &door.base().0 {
         Inner::Local(core) => {
             let idx = conn.grant(core).ok_or(CallError::PeerDied)?;
             out.granted.push(idx);
@@ -90,6 +90,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
             }
         }
         Inner::Dead(pid) => WireDoor::dead(*pid),
+        Inner::Timed(_) => unreachable!("base() unwraps timeouts"),
     })
 }
 

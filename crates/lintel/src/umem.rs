@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::abi::SLOT_SIZE;
+use crate::abi::{INLINE, SLOT_SIZE};
 use crate::sys::Mapping;
 
 /// One slot of a call area. Keeps the mapping alive.
@@ -55,6 +55,39 @@ impl Slot {
     #[inline(always)]
     pub fn set(&self, off: usize, v: u32) {
         self.word(off).store(v, Relaxed)
+    }
+
+    /// The 64-bit word at `off` (8-aligned, inside the slot).
+    #[inline(always)]
+    pub fn get64(&self, off: usize) -> u64 {
+        Self::range(off, 8);
+        self.word64(off).load(Relaxed)
+    }
+
+    #[inline(always)]
+    pub fn set64(&self, off: usize, v: u64) {
+        Self::range(off, 8);
+        self.word64(off).store(v, Relaxed)
+    }
+
+    /// Up to [`INLINE`] bytes into the inline field at `off`, as two words
+    /// (zero-padded): the fast path's whole payload in two stores.
+    #[inline(always)]
+    pub fn write_inline(&self, off: usize, src: &[u8]) {
+        let mut b = [0u8; INLINE];
+        b[..src.len()].copy_from_slice(src);
+        let (lo, hi) = b.split_at(8);
+        self.set64(off, u64::from_ne_bytes(lo.try_into().expect("8 bytes")));
+        self.set64(off + 8, u64::from_ne_bytes(hi.try_into().expect("8 bytes")));
+    }
+
+    /// The inline field at `off`, copied out in two loads.
+    #[inline(always)]
+    pub fn read_inline(&self, off: usize) -> [u8; INLINE] {
+        let mut b = [0u8; INLINE];
+        b[..8].copy_from_slice(&self.get64(off).to_ne_bytes());
+        b[8..].copy_from_slice(&self.get64(off + 8).to_ne_bytes());
+        b
     }
 
     #[inline(always)]

@@ -111,6 +111,19 @@ fn serve(st: &Mutex<State>, req: Request<'_>, reply: &mut Reply) -> Result<(), F
         m::HOLD => st.lock().unwrap().held.extend(req.doors),
         m::DROP_HELD => st.lock().unwrap().held.clear(),
         m::RETURN_HELD => reply.doors.extend(st.lock().unwrap().held.iter().cloned()),
+        m::SIGNAL_THEN_SLEEP => {
+            let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+            d.call_bytes(b"").map_err(|_| Fault(5))?;
+            return serve(
+                st,
+                Request {
+                    datum: req.datum,
+                    data: &[&[m::SLEEP_ALERTABLE][..], arg].concat(),
+                    doors: Vec::new(),
+                },
+                reply,
+            );
+        }
         m::SLEEP_ALERTABLE => {
             let n = ACTIVE.fetch_add(1, SeqCst) + 1;
             MAX_ACTIVE.fetch_max(n, SeqCst);
@@ -123,6 +136,15 @@ fn serve(st: &Mutex<State>, req: Request<'_>, reply: &mut Reply) -> Result<(), F
             put(reply, r.is_err() as u64);
         }
         m::SLEEP_PLAIN => std::thread::sleep(Duration::from_millis(u64_arg(arg))),
+        m::REMAINING_MS => put(
+            reply,
+            lintel::deadline::remaining().map_or(u64::MAX, |d| d.as_millis() as u64),
+        ),
+        m::ECHO_AFTER => {
+            let (ms, bytes) = arg.split_at(arg.len().min(8));
+            std::thread::sleep(Duration::from_millis(u64_arg(ms)));
+            reply.data.extend_from_slice(bytes);
+        }
         m::UNREF_COUNT => put(reply, UNREFS.load(SeqCst)),
         m::SLEPT_FULL => put(reply, SLEPT_FULL.load(SeqCst)),
         m::ALERTED_COUNT => put(reply, ALERTED.load(SeqCst)),
