@@ -371,11 +371,12 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
     let slot = &lease.slot;
     let rep = slot.word(OFF_REP_SEQ);
-    let mut spinner = Spinner::new(settings::spin_budget_ns());
+    let budget = settings::spin_budget_ns();
+    let mut spinner = Spinner::new(budget);
     // Where we run: the server spins for our next call only while we run
     // elsewhere. Published with the next request, not now, so as not to
     // take the request's cache line back while the server reads it.
-    let me = sys::current_cpu();
+    let me = if budget > 0 { sys::current_cpu() } else { u32::MAX };
     lease.cpu.set(me);
     loop {
         let r = rep.load(Acquire);
@@ -385,10 +386,12 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
         if r == SEQ_DEAD || conn.is_dead() {
             return Err(CallError::PeerDied);
         }
-        let st = slot.get(OFF_SERVER_STATE);
-        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
-        if server_elsewhere && spinner.spin() {
-            continue;
+        if budget > 0 {
+            let st = slot.get(OFF_SERVER_STATE);
+            let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
+            if server_elsewhere && spinner.spin() {
+                continue;
+            }
         }
         if lease.shuttle.take_cancel() {
             return Err(abandon(lease, conn, seq, CallError::Cancelled));

@@ -86,7 +86,7 @@ pub fn cross_cases(cfg: &Config, peer: &Peer, report: &mut Report) -> anyhow::Re
     report.push(CaseResult::new(baseline::SUITE, baseline::PAIRED, spin).with_note(paired_note));
     let result = CaseResult::new(SUITE, NULL_FAST, &fast.stats).compare_to(baseline::SUITE, baseline::PAIRED);
     let mut note = format!(
-        "target ≤ 1.5×; {}; {}; {}; {}",
+        "target ≤ 1.25×; {}; {}; {}; {}",
         paired.ratios_note(),
         alone_ratio(report, &result),
         uds_ratio(report, &result),
