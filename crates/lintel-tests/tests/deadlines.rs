@@ -62,6 +62,11 @@ fn the_server_thread_is_alerted_when_the_deadline_passes() {
         eventually(WAIT, || p.u64(m::ALERTED_COUNT, b"") == 1),
         "server alerted"
     );
+    assert_eq!(
+        p.call(m::ECHO, b"next", &[]).unwrap().data,
+        b"next",
+        "the next call is served"
+    );
 }
 
 #[test]
@@ -230,5 +235,10 @@ fn cancel_returns_at_once_and_alerts_the_server() {
     assert!(
         eventually(WAIT, || p.u64(m::ALERTED_COUNT, b"") == 1),
         "server alerted"
+    );
+    assert_eq!(
+        p.call(m::ECHO, b"next", &[]).unwrap().data,
+        b"next",
+        "the cancel is spent"
     );
 }

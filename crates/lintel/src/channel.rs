@@ -129,6 +129,7 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
         forget(&lease); // abandoned, or handed back to a thread that waits
     }
+    lease.shuttle.call_ended();
     r
 }
 
@@ -379,6 +380,10 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
     let me = if budget > 0 { sys::current_cpu() } else { u32::MAX };
     lease.cpu.set(me);
     loop {
+        // A cancel wins over a reply that lands at the same time.
+        if lease.shuttle.take_cancel() {
+            return Err(abandon(lease, conn, seq, CallError::Cancelled));
+        }
         let r = rep.load(Acquire);
         if r == seq {
             return Ok(());
@@ -392,9 +397,6 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
             if server_elsewhere && spinner.spin() {
                 continue;
             }
-        }
-        if lease.shuttle.take_cancel() {
-            return Err(abandon(lease, conn, seq, CallError::Cancelled));
         }
         let left = match due {
             0 => MAX_SLEEP,

@@ -53,6 +53,15 @@ impl Shuttle {
         self.cancelled.load(Relaxed) != 0
     }
 
+    /// A call ended (it returned before it saw the cancel): a cancel meant
+    /// for it is spent, not carried to the next call.
+    #[inline]
+    pub(crate) fn call_ended(&self) {
+        if self.cancelled.load(Relaxed) == CANCEL_THIS {
+            let _ = self.cancelled.compare_exchange(CANCEL_THIS, 0, AcqRel, Relaxed);
+        }
+    }
+
     /// Take a pending cancellation (it cancels one call).
     #[inline]
     pub(crate) fn take_cancel(&self) -> bool {
@@ -69,7 +78,9 @@ impl Shuttle {
 
     /// Cancel the call in progress (or the next one), alerting its server.
     fn cancel(&self) {
-        self.cancelled.store(1, SeqCst);
+        let in_call = self.out_conn.load(SeqCst) != 0;
+        self.cancelled
+            .store(if in_call { CANCEL_THIS } else { CANCEL_NEXT }, SeqCst);
         self.alert();
         let addr = self.waiting_on.load(SeqCst);
         if addr != 0 {
@@ -96,6 +107,11 @@ impl Shuttle {
         }
     }
 }
+
+/// `cancelled`: the call in progress when the cancel came.
+const CANCEL_THIS: u32 = 1;
+/// `cancelled`: no call was in progress; the next one is cancelled.
+const CANCEL_NEXT: u32 = 2;
 
 thread_local! {
     static CURRENT: Arc<Shuttle> = Arc::new(Shuttle {
@@ -134,7 +150,9 @@ impl ShuttleHandle {
     /// Cancel the call the thread is in: it returns
     /// [`crate::CallError::Cancelled`] at once, and the server thread running
     /// it (with every call it made) is alerted, as when a deadline passes.
-    /// If the thread is in no call, its next call is cancelled.
+    /// If the thread is in no call, its next call is cancelled. A call whose
+    /// reply came before it could see the cancel returns the reply, and the
+    /// cancel is spent with it.
     ///
     /// ```
     /// use lintel::{CallError, Door, Reply, Request};
