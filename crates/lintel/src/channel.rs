@@ -21,7 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{Ordering::*, fence};
+use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 use crate::abi::wire::Ctl;
@@ -29,13 +29,14 @@ use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
+use crate::handshake::{self, Posted, Shared};
 use crate::lease::{Claim, Leases};
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::Slot;
-use crate::{deadline, settings, transfer};
+use crate::{deadline, server, settings, transfer};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -249,15 +250,10 @@ fn post(
     alerted: bool,
     shuttle: &Shuttle,
 ) -> Result<bool, CallError> {
-    slot.word(OFF_REQ_SEQ).store(seq, Release);
-    fence(SeqCst);
-    let running = match slot.get(OFF_SERVER_STATE) {
-        SPINNING | BUSY => true,
-        SLEEPING => {
-            sys::futex_wake(slot.word(OFF_REQ_SEQ), 1);
-            false
-        }
-        _ => {
+    let running = match handshake::post::<Shared>(&server::words(slot), seq) {
+        Posted::Running => true,
+        Posted::Woken => false,
+        Posted::Unbound => {
             kick(conn, index)?;
             false
         }
@@ -410,18 +406,14 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
     }
 }
 
-/// Register as sleeping, re-check, then sleep (no lost wake-up).
+/// Sleep once for the reply (`handshake`, model-checked), where a cancel
+/// can wake us.
 fn sleep_for_reply(slot: &Slot, seq: u32, left: Duration, shuttle: &Shuttle) {
-    let rep = slot.word(OFF_REP_SEQ);
-    slot.set(OFF_CLIENT_STATE, SLEEPING);
-    shuttle.sleeping_on(Some(rep));
-    fence(SeqCst);
-    let r = rep.load(Acquire);
-    if r != seq && r != SEQ_DEAD && !shuttle.has_cancel() {
-        sys::futex_wait(rep, r, Some(left));
+    shuttle.sleeping_on(Some(slot.word(OFF_REP_SEQ)));
+    if !shuttle.has_cancel() {
+        handshake::sleep_for_reply::<Shared>(&server::words(slot), seq, left);
     }
     shuttle.sleeping_on(None);
-    slot.set(OFF_CLIENT_STATE, RUNNING);
 }
 
 /// Give up on call `seq`: alert its server (the call it runs, or the one

@@ -44,6 +44,7 @@ mod domain;
 mod door;
 mod error;
 mod grants;
+mod handshake;
 mod lease;
 pub mod pool;
 mod server;

@@ -10,7 +10,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering::*, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -19,6 +19,7 @@ use crate::abi::*;
 use crate::conn::Conn;
 use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
 use crate::error::CallError;
+use crate::handshake::{self, AlertBox, Binding, Shared, Words};
 use crate::pool::Work;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
@@ -27,20 +28,14 @@ use crate::sys::{self, Mapping};
 use crate::umem::Slot;
 use crate::{deadline, domain, transfer};
 
-const IDLE: u8 = 0;
-const QUEUED: u8 = 1;
-const BOUND: u8 = 2;
-
 /// Server-private state of one slot of a peer's call area.
-#[derive(Default)]
 struct SlotServer {
-    state: AtomicU8,
+    /// Who serves the slot (model-checked in `handshake`).
+    binding: Binding<AtomicU32>,
     unbind: AtomicBool,
-    /// The request being (or last) served.
-    last_seq: AtomicU32,
-    /// The last request whose caller was alerted: kept here, since the
-    /// request may still wait for a thread when the alert comes.
-    alerted_seq: AtomicU32,
+    /// The request being (or last) served, and the last one whose caller
+    /// was alerted (model-checked in `handshake`).
+    alerts: AlertBox<AtomicU32>,
     shuttle: Mutex<Option<Arc<Shuttle>>>,
     /// Doors of the last reply, kept until the caller has read it (its next
     /// request on the slot shows that). A door the caller passed in and gets
@@ -52,19 +47,34 @@ struct SlotServer {
 }
 
 impl SlotServer {
+    fn new() -> SlotServer {
+        SlotServer {
+            binding: Binding(AtomicU32::new(handshake::IDLE)),
+            unbind: AtomicBool::new(false),
+            alerts: AlertBox {
+                last_seq: AtomicU32::new(0),
+                alerted_seq: AtomicU32::new(0),
+            },
+            shuttle: Mutex::new(None),
+            pinned: Mutex::new(Vec::new()),
+            has_pinned: AtomicBool::new(false),
+        }
+    }
+
     /// Request `seq` starts on the worker whose shuttle is `shuttle`: its
     /// alert starts as the caller's was, when it posted (`flagged`) or since
     /// (see [`InArea::alert`]).
     #[inline]
     fn begin(&self, seq: u32, flagged: bool, shuttle: &Shuttle) {
         shuttle.clear_alert();
-        // One locked instruction: the swap is the full barrier between
-        // publishing `last_seq` and reading `alerted_seq`; a plain store
-        // could pass the load, and both sides would miss each other.
-        self.last_seq.swap(seq, SeqCst);
-        if flagged || self.alerted_seq.load(SeqCst) == seq {
+        if self.alerts.begin::<Shared>(seq, flagged) {
             shuttle.set_alert();
         }
+    }
+
+    /// The request being (or last) served.
+    fn last_seq(&self) -> u32 {
+        self.alerts.last_seq.load(Relaxed)
     }
 }
 
@@ -80,7 +90,7 @@ impl InArea {
         let map = Mapping::map(fd, AREA_SIZE).map_err(|_| "cannot map call area")?;
         Ok(InArea {
             map: Arc::new(map),
-            slots: (0..SLOTS).map(|_| SlotServer::default()).collect(),
+            slots: (0..SLOTS).map(|_| SlotServer::new()).collect(),
         })
     }
 
@@ -90,10 +100,7 @@ impl InArea {
 
     /// Queue `slot` for a thread unless one has it already.
     pub fn claim_for_queue(&self, slot: u32) -> bool {
-        self.slots[slot as usize]
-            .state
-            .compare_exchange(IDLE, QUEUED, AcqRel, Acquire)
-            .is_ok()
+        self.slots[slot as usize].binding.claim_for_queue()
     }
 
     pub fn unbind_requested(&self, slot: u32) -> bool {
@@ -108,16 +115,14 @@ impl InArea {
     /// The caller on `slot` was alerted during request `seq`: note it for
     /// the request, and alert the thread serving it if one has started.
     ///
-    /// With [`SlotServer::begin`] this is a store-then-load pair on each
-    /// side (`alerted_seq` here, `last_seq` there), so one of the two sees
-    /// the other and the alert is never lost. An alert for a request that has
-    /// just finished can reach the next one (an early wake-up, never a hang).
+    /// With [`SlotServer::begin`] the alert is never lost (`handshake`,
+    /// model-checked). An alert for a request that has just finished can
+    /// reach the next one (an early wake-up, never a hang).
     pub fn alert(&self, slot: u32, seq: u32) {
         let Some(ss) = self.slots.get(slot as usize) else {
             return;
         };
-        ss.alerted_seq.store(seq, SeqCst);
-        if ss.last_seq.load(SeqCst) == seq
+        if ss.alerts.alert::<Shared>(seq)
             && let Some(sh) = ss.shuttle.lock().clone()
         {
             sh.alert();
@@ -132,7 +137,7 @@ impl InArea {
     /// call, and this reads `last_seq` after the death is published.
     pub fn caller_died(&self) {
         for i in 0..SLOTS as u32 {
-            self.alert(i, self.slots[i as usize].last_seq.load(SeqCst));
+            self.alert(i, self.slots[i as usize].last_seq());
             self.request_unbind(i);
             self.slots[i as usize].pinned.lock().clear();
         }
@@ -178,7 +183,7 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     let d = domain::get();
     let ss = &w.area.slots[w.slot as usize];
     let slot = w.area.slot(w.slot);
-    ss.state.store(BOUND, SeqCst);
+    ss.binding.bind();
     ss.unbind.store(false, SeqCst);
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     d.pool.bound(&w.area, w.slot);
@@ -191,12 +196,12 @@ fn serve(w: &Work, bufs: &mut Buffers) {
         }
         // Let go: publish UNBOUND, then look once more, so a client that
         // posted meanwhile either is served here or saw UNBOUND and kicked.
-        ss.state.store(IDLE, SeqCst);
-        slot.set(OFF_SERVER_STATE, UNBOUND);
-        fence(SeqCst);
-        let r = slot.word(OFF_REQ_SEQ).load(Acquire);
-        let pending = r != ss.last_seq.load(Relaxed) && r != 0 && !w.conn.is_dead();
-        if pending && ss.state.compare_exchange(IDLE, BOUND, AcqRel, Acquire).is_ok() {
+        ss.binding.unbind();
+        let pending = handshake::let_go::<Shared>(&words(&slot), ss.last_seq());
+        if let Some(r) = pending
+            && !w.conn.is_dead()
+            && ss.binding.rebind()
+        {
             slot.set(OFF_SERVER_STATE, BUSY);
             handle(w, &slot, r, bufs);
             continue;
@@ -220,8 +225,8 @@ fn serve(w: &Work, bufs: &mut Buffers) {
 fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -> Option<u32> {
     let d = domain::get();
     let req = slot.word(OFF_REQ_SEQ);
-    let last = ss.last_seq.load(Relaxed);
-    let fresh = |r: u32| r != last && r != 0;
+    let last = ss.last_seq();
+    let fresh = |r: u32| handshake::fresh(r, last);
     let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued();
     let budget = d.settings.spin_budget_ns();
     if !*spinner && budget > 0 {
@@ -250,23 +255,19 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
         *spinner = false;
         d.pool.give_up_spinning();
     }
+    let w = words(slot);
     loop {
-        slot.set(OFF_SERVER_STATE, SLEEPING);
-        fence(SeqCst);
-        let r = req.load(Acquire);
-        if fresh(r) {
+        if let Some(r) = handshake::sleep_for_request::<Shared>(&w, last, Duration::from_secs(1)) {
             // Callers spin only while we run elsewhere; the CPU changes
             // rarely, so it is looked up on every 16th wake-up.
             if r.is_multiple_of(16) {
                 slot.set(OFF_SERVER_CPU, sys::current_cpu());
             }
-            slot.set(OFF_SERVER_STATE, BUSY);
             return Some(r);
         }
         if let_go() {
             return None;
         }
-        sys::futex_wait(req, r, Some(Duration::from_secs(1)));
     }
 }
 
@@ -354,10 +355,17 @@ impl RequestHeader {
 /// Publish the reply written in `slot` and wake the caller if it sleeps.
 #[inline]
 fn publish_reply(slot: &Slot, seq: u32) {
-    slot.word(OFF_REP_SEQ).store(seq, Release);
-    fence(SeqCst);
-    if slot.get(OFF_CLIENT_STATE) == SLEEPING {
-        sys::futex_wake(slot.word(OFF_REP_SEQ), 1);
+    handshake::publish_reply::<Shared>(&words(slot), seq);
+}
+
+/// The handshake's words in `slot`.
+#[inline(always)]
+pub(crate) fn words(slot: &Slot) -> Words<'_, AtomicU32> {
+    Words {
+        req: slot.word(OFF_REQ_SEQ),
+        rep: slot.word(OFF_REP_SEQ),
+        client: slot.word(OFF_CLIENT_STATE),
+        server: slot.word(OFF_SERVER_STATE),
     }
 }
 
