@@ -39,7 +39,7 @@
 
 /// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 pub mod wire;
 

@@ -40,7 +40,14 @@ pub enum Ctl {
     Tickets { request: bool, slot: u32, seq: u32 },
     /// Initial doors at boot (tickets attached for third-party ones).
     Boot { doors: Vec<WireDoor> },
+    /// Several [`Ctl::Release`]s at once: `(grant, count)` pairs. Releases
+    /// are batched, so dropping many doors costs a few messages.
+    Releases { grants: Vec<(u32, u32)> },
 }
+
+/// Most `(grant, count)` pairs in one [`Ctl::Releases`] (each encodes in at
+/// most 10 bytes, so a batch stays well under [`MAX_CTL`]).
+pub const MAX_RELEASES: usize = 1024;
 
 /// A door as it travels: whose grant table names it, and the index there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -449,3 +449,27 @@ fn queued_calls_of_a_dead_caller_do_not_run_on_unalerted() {
         "a call of the dead caller ran to its end unalerted"
     );
 }
+
+#[test]
+fn dropping_many_doors_sends_their_releases_in_a_few_messages() {
+    let p = Peer::start("plain");
+    let counted: Vec<Door> = (0..64).map(|i| p.make_door(i)).collect();
+    let mut held = counted;
+    for _ in 0..64 {
+        let k = lintel::abi::MAX_DOORS as u64;
+        held.append(&mut p.call(m::MAKE_MANY, &k.to_le_bytes(), &[]).unwrap().doors);
+    }
+    let n = held.len() as u64;
+    let before = lintel::introspect::release_messages_to(p.pid());
+    drop(held);
+    assert!(
+        eventually(WAIT, || p.u64(m::UNREF_COUNT, b"") == 64),
+        "every counted door was released"
+    );
+    let sent = lintel::introspect::release_messages_to(p.pid()) - before;
+    eprintln!("{n} doors dropped, {sent} release messages");
+    assert!(
+        sent >= 1 && sent <= n / 8,
+        "{n} doors dropped, {sent} release messages"
+    );
+}

@@ -99,6 +99,9 @@ pub(crate) struct Conn {
     /// connection is refused).
     other_version: Mutex<Option<u32>>,
     hello_seen: AtomicBool,
+    /// Releases of the peer's grants waiting to be sent (client role).
+    releases: Mutex<Vec<(u32, u32)>>,
+    releases_sent: AtomicU64,
 }
 
 /// Ticket fds that arrived ahead of the call or reply that uses them, one
@@ -140,6 +143,8 @@ impl Conn {
             next_req: AtomicU64::new(1),
             other_version: Mutex::new(None),
             hello_seen: AtomicBool::new(false),
+            releases: Mutex::new(Vec::new()),
+            releases_sent: AtomicU64::new(0),
         }
     }
 
@@ -206,11 +211,33 @@ impl Conn {
         self.grants_gen.load(Acquire)
     }
 
-    /// Tell the server we dropped its grant (client role).
-    pub fn release_grant(&self, grant: u32, count: u32) {
-        if !self.is_dead() {
-            self.send(&Ctl::Release { grant, count }, &[]);
+    /// We dropped the server's grant (client role): queue the release; the
+    /// watcher sends queued releases in batches. True if the queue was
+    /// empty (the caller then wakes the watcher).
+    pub fn release_grant(&self, grant: u32, count: u32) -> bool {
+        if self.is_dead() {
+            return false;
         }
+        let mut q = self.releases.lock();
+        q.push((grant, count));
+        q.len() == 1
+    }
+
+    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message.
+    pub fn flush_releases(&self) {
+        let queued = std::mem::take(&mut *self.releases.lock());
+        for batch in queued.chunks(wire::MAX_RELEASES) {
+            let grants = batch.to_vec();
+            if !self.send(&Ctl::Releases { grants }, &[]) {
+                return;
+            }
+            self.releases_sent.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Release messages sent so far.
+    pub fn releases_sent(&self) -> u64 {
+        self.releases_sent.load(Relaxed)
     }
 
     // ---- control requests ----
@@ -349,6 +376,11 @@ impl Conn {
                 }
             }
             Ctl::Release { grant, count } => self.take_back(grant, count),
+            Ctl::Releases { grants } => {
+                for (grant, count) in grants {
+                    self.take_back(grant, count);
+                }
+            }
             Ctl::Mint { req, grant } => {
                 let core = self.lookup(grant);
                 let ticket = core.and_then(|c| domain.mint_ticket(&c).ok());
@@ -415,5 +447,6 @@ impl Conn {
         self.boot.lock().take();
         self.answers.lock().clear();
         self.adopted.lock().take();
+        self.releases.lock().clear(); // nobody to tell
     }
 }

@@ -22,6 +22,8 @@ use crate::sys::{self, Poller, Recv};
 /// a connection's peer; others name connections.
 const TICKET_KEY: u64 = 1 << 63;
 const PIDFD_KEY: u64 = 1 << 62;
+/// The key of the eventfd that says releases are queued.
+const RELEASE_KEY: u64 = 1 << 61;
 
 pub(crate) struct Domain {
     pub pid: u32,
@@ -34,6 +36,11 @@ pub(crate) struct Domain {
     poller: Poller,
     unref: Mutex<mpsc::Sender<Arc<DoorCore>>>,
     next_id: AtomicU64,
+    /// Connections with releases queued, and the eventfd that wakes the
+    /// watcher to send them: dropping many doors at once costs a few
+    /// messages, not one each.
+    releasing: Mutex<Vec<Weak<Conn>>>,
+    release_wake: OwnedFd,
 }
 
 #[derive(Default)]
@@ -80,10 +87,15 @@ impl Domain {
             poller: Poller::new().expect("lintel: cannot create epoll instance"),
             unref: Mutex::new(tx),
             next_id: AtomicU64::new(1),
+            releasing: Mutex::new(Vec::new()),
+            release_wake: sys::eventfd().expect("lintel: cannot create an eventfd"),
         }
     }
 
     fn start_threads(&'static self) {
+        self.poller
+            .add(self.release_wake.as_fd(), RELEASE_KEY)
+            .expect("lintel: cannot watch the release eventfd");
         let (tx, rx) = mpsc::channel::<Arc<DoorCore>>();
         *self.unref.lock() = tx;
         std::thread::Builder::new()
@@ -113,7 +125,9 @@ impl Domain {
         loop {
             self.poller.wait(&mut keys);
             for &key in &keys {
-                if key & TICKET_KEY != 0 {
+                if key == RELEASE_KEY {
+                    self.send_releases();
+                } else if key & TICKET_KEY != 0 {
                     self.ticket_ready(key);
                 } else if key & PIDFD_KEY != 0 {
                     let conn = self.conns.lock().get(&(key & !PIDFD_KEY)).cloned();
@@ -127,6 +141,23 @@ impl Domain {
                     }
                 }
             }
+        }
+    }
+
+    // ---- batched releases ----
+
+    /// `conn` has just queued its first release: have the watcher send it
+    /// (with whatever else is queued by then).
+    pub fn releases_queued(&self, conn: &Arc<Conn>) {
+        self.releasing.lock().push(Arc::downgrade(conn));
+        sys::eventfd_signal(self.release_wake.as_fd());
+    }
+
+    fn send_releases(&self) {
+        sys::eventfd_clear(self.release_wake.as_fd());
+        let conns = std::mem::take(&mut *self.releasing.lock());
+        for conn in conns.iter().filter_map(Weak::upgrade) {
+            conn.flush_releases();
         }
     }
 

@@ -226,8 +226,11 @@ pub(crate) struct RemoteDoor {
 
 impl Drop for RemoteDoor {
     fn drop(&mut self) {
-        crate::domain::get().forget_remote(self);
-        self.conn.release_grant(self.grant, self.received.load(SeqCst));
+        let d = crate::domain::get();
+        d.forget_remote(self);
+        if self.conn.release_grant(self.grant, self.received.load(SeqCst)) {
+            d.releases_queued(&self.conn);
+        }
     }
 }
 

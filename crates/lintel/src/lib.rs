@@ -94,6 +94,11 @@ pub mod introspect {
             _ => None,
         }
     }
+    /// Release messages this domain has sent to process `pid` over its
+    /// live connection (releases of dropped doors go in batches).
+    pub fn release_messages_to(pid: u32) -> u64 {
+        crate::domain::get().conn_to(pid).map_or(0, |c| c.releases_sent())
+    }
     /// Tickets minted here and not yet redeemed or dropped.
     pub fn tickets() -> usize {
         crate::domain::get().ticket_count()

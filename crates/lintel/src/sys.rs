@@ -80,6 +80,26 @@ pub fn current_cpu() -> u32 {
     unsafe { libc::sched_getcpu() as u32 }
 }
 
+/// A non-blocking eventfd, for waking the watcher thread.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    use rustix::event::EventfdFlags;
+    Ok(rustix::event::eventfd(
+        0,
+        EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+    )?)
+}
+
+/// Make an eventfd readable (add one to its counter).
+pub fn eventfd_signal(fd: BorrowedFd<'_>) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Reset an eventfd's counter (it is no longer readable).
+pub fn eventfd_clear(fd: BorrowedFd<'_>) {
+    let mut b = [0u8; 8];
+    let _ = rustix::io::read(fd, &mut b);
+}
+
 /// A connected pair of `SOCK_SEQPACKET` sockets: message boundaries kept,
 /// each send atomic, hang-up seen by the other end when the last copy closes.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {

@@ -402,7 +402,7 @@ mod ctl {
     use lintel::abi::wire::{encode, Ctl, WireDoor};
 
     /// Kinds of message `forged_ctl` picks from.
-    pub const KINDS: u64 = 11;
+    pub const KINDS: u64 = 12;
 
     pub fn hello(pid: u32, version: u32) -> Vec<u8> {
         encode(&Ctl::Hello { pid, version })
@@ -433,6 +433,9 @@ mod ctl {
     }
     pub fn tickets(request: bool, slot: u32, seq: u32) -> Vec<u8> {
         encode(&Ctl::Tickets { request, slot, seq })
+    }
+    pub fn releases(grants: Vec<(u32, u32)>) -> Vec<u8> {
+        encode(&Ctl::Releases { grants })
     }
 
     /// A boot message; with `claimed_len`, its door count lies.
@@ -820,6 +823,15 @@ fn forged_ctl(rng: &mut Rng, ctx: &Ctx, late: bool) -> Vec<u8> {
         7 => ctl::redeem(req),
         8 => ctl::redeemed(req, rng.chance(50).then(|| rng.nasty())),
         9 => ctl::tickets(rng.chance(50), rng.nasty(), rng.nasty()),
+        10 => {
+            // As for a single release: not what we hold, until the end.
+            let n = rng.below(200) as usize;
+            let grants = (0..n)
+                .map(|_| (rng.nasty(), rng.nasty()))
+                .filter(|(g, _)| late || !ctx.held.contains(g))
+                .collect();
+            ctl::releases(grants)
+        }
         _ => {
             let n = rng.below(80) as usize;
             let doors: Vec<[u32; 3]> = (0..n)
