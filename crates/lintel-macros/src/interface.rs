@@ -515,6 +515,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
     let mut extra = Vec::new(); // co-located: result bytes of buffers
     let mut enc = Vec::new(); // remote: encode the arguments
     let mut dec = Vec::new(); // remote: decode buffers from the reply
+    let mut clear = Vec::new(); // co-located: out buffers of a result too large to send
     for (k, a) in m.params.iter().zip(&args) {
         match k {
             Kind::Value(t) => {
@@ -539,6 +540,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
             Kind::Out => {
                 decl.push(quote!(#a: &mut ::std::vec::Vec<u8>));
                 pre.push(quote!(#a.clear();));
+                clear.push(quote!(#a.clear();));
                 extra.push(quote!(+ #st::buf_size(#a.len())));
                 dec.push(quote!(#st::decode_out(__r, #a)?;));
             }
@@ -600,7 +602,11 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
                     |__srv: &#server, _datum: u64| -> ::core::result::Result<::core::result::Result<#ok, #e>, #st::StubError> {
                         let (#(#held,)*) = __held.take().expect("moved once");
                         let __res = <dyn #tname + ::core::marker::Send + ::core::marker::Sync as #tname>::#name(&*__srv.imp, #(#call_args),*);
-                        #st::check_result(&__res, 0 #(#extra)*)?;
+                        if let ::core::result::Result::Err(e) = #st::check_result(&__res, 0 #(#extra)*) {
+                            // The remote path would return nothing: no out bytes either.
+                            #(#clear)*
+                            return ::core::result::Result::Err(e);
+                        }
                         ::core::result::Result::Ok(__res)
                     },
                 );

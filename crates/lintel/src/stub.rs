@@ -29,7 +29,10 @@
 //! call's door list in the order they are encoded. Reply bytes: a tag (`0`
 //! Ok, `1` Err), the value or error, then every out and in-out buffer
 //! (length and bytes), also after an error, so that a buffer the server
-//! filled before failing reads the same in both placements.
+//! filled before failing reads the same in both placements. When the call
+//! itself fails (a result too large to send back, a dead server), out-only
+//! buffers read empty in both placements; an in-out buffer then holds what
+//! it held (remote) or what the implementation left in it (co-located).
 //!
 //! A server that cannot decode a request refuses it before user code runs,
 //! with [`Fault`] [`FAULT_BAD_REQUEST`]; one that lacks the method number,
