@@ -152,6 +152,7 @@ pub(crate) fn run_worker() {
         reply: Reply::new(),
         door: None,
         spinner: false,
+        shared_cpu: 0,
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
     };
@@ -172,6 +173,8 @@ struct Buffers {
     door: Option<(u32, u64, Arc<DoorCore>)>,
     /// Whether this worker holds the domain's spinning role.
     spinner: bool,
+    /// Spins cut short in a row because the caller ran on our CPU.
+    shared_cpu: u32,
     counters: Counters,
     /// This worker thread's shuttle.
     shuttle: Arc<Shuttle>,
@@ -188,7 +191,7 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     d.pool.bound(&w.area, w.slot);
     loop {
-        if let Some(seq) = wait_request(&slot, ss, &w.conn, &mut bufs.spinner) {
+        if let Some(seq) = wait_request(&slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
             handle(w, &slot, seq, bufs);
             if !d.pool.has_queued() {
                 continue;
@@ -222,7 +225,13 @@ fn serve(w: &Work, bufs: &mut Buffers) {
 /// the others sleep at once: on a small machine several spinning threads
 /// take the CPUs their callers need. The slot's server state is written only
 /// when it changes, so a steady stream of calls costs no extra cache traffic.
-fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -> Option<u32> {
+fn wait_request(
+    slot: &Slot,
+    ss: &SlotServer,
+    conn: &Conn,
+    spinner: &mut bool,
+    shared_cpu: &mut u32,
+) -> Option<u32> {
     let d = domain::get();
     let req = slot.word(OFF_REQ_SEQ);
     let last = ss.last_seq();
@@ -243,6 +252,7 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
         loop {
             let r = req.load(Acquire);
             if fresh(r) {
+                *shared_cpu = 0;
                 return Some(r);
             }
             if let_go() {
@@ -250,6 +260,17 @@ fn wait_request(slot: &Slot, ss: &SlotServer, conn: &Conn, spinner: &mut bool) -
             }
             if !spin.spin_unless(caller_here) {
                 break;
+            }
+        }
+        if caller_here() {
+            // The scheduler put us on our caller's CPU (a wake-up pulls the
+            // woken thread to its waker), where neither side can spin; it
+            // would keep us there. Step off that CPU once it happens twice
+            // running, so the next calls find us spinning elsewhere.
+            *shared_cpu += 1;
+            if *shared_cpu >= 2 {
+                *shared_cpu = 0;
+                sys::move_off_cpu(me);
             }
         }
         *spinner = false;

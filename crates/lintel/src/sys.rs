@@ -70,6 +70,23 @@ pub fn futex_wake_addr(addr: usize, n: u32) {
     }
 }
 
+/// Move the calling thread off `cpu`: allowed everywhere else for a moment
+/// (the kernel migrates it at once), then its own affinity back (it stays
+/// where it went until the scheduler moves it). Nothing happens if it may
+/// run on `cpu` only.
+pub fn move_off_cpu(cpu: u32) {
+    use rustix::thread::{sched_getaffinity, sched_setaffinity};
+    let Ok(mine) = sched_getaffinity(None) else { return };
+    let mut away = mine;
+    away.unset(cpu as usize);
+    if away.count() == 0 {
+        return;
+    }
+    if sched_setaffinity(None, &away).is_ok() {
+        let _ = sched_setaffinity(None, &mine);
+    }
+}
+
 /// The CPU this thread runs on now. glibc's `sched_getcpu` reads it from
 /// the thread's restartable-sequences area (rseq, a load) or the vDSO, and
 /// works under valgrind, where rustix's own vDSO lookup faults.

@@ -133,16 +133,18 @@ fn null_fast_paired(cfg: &Config, peer: &Peer, iters: u64) -> anyhow::Result<Pai
         spin.push(baseline::spin_round(cfg, per_round, 100).context("paired spin_pingpong")?);
         fast.push(null_calls(peer, per_round, 100)?);
     }
-    let mut ratios: Vec<f64> = fast
+    let rounds: Vec<(f64, Option<f64>)> = fast
         .iter()
         .zip(&spin)
-        .map(|(f, s)| f.stats.median_ns / s.median_ns)
+        .map(|(f, s)| (f.stats.median_ns / s.median_ns, f.switches_per_call()))
         .collect();
+    let mut ratios: Vec<f64> = rounds.iter().map(|r| r.0).collect();
     ratios.sort_by(f64::total_cmp);
     Ok(Paired {
         fast: Timed::pooled(&fast),
         spin: Stats::pooled(&spin),
         ratios,
+        rounds,
     })
 }
 
@@ -152,6 +154,8 @@ struct Paired {
     spin: Stats,
     /// Per round, `null_cross_fast` over the spin baseline of the same round; sorted.
     ratios: Vec<f64>,
+    /// Per round in order: that ratio, and the caller's sleeps per call.
+    rounds: Vec<(f64, Option<f64>)>,
 }
 
 impl Paired {
@@ -159,9 +163,19 @@ impl Paired {
     /// machine's phases, since each ratio compares two measurements a few ms apart.
     fn ratios_note(&self) -> String {
         let (lo, hi) = (self.ratios[0], self.ratios[self.ratios.len() - 1]);
+        let each: Vec<String> = self
+            .rounds
+            .iter()
+            .map(|(r, sleeps)| match sleeps {
+                Some(z) => format!("{r:.2}× ({z:.2})"),
+                None => format!("{r:.2}×"),
+            })
+            .collect();
         format!(
-            "per round, this / the round's spin baseline: median {:.2}×, range {lo:.2}–{hi:.2}×",
-            median(&self.ratios)
+            "per round, this / the round's spin baseline: median {:.2}×, range {lo:.2}–{hi:.2}× \
+             (target: no round over 2×); rounds in order, with the caller's sleeps per call: {}",
+            median(&self.ratios),
+            each.join(", ")
         )
     }
 }
