@@ -450,3 +450,41 @@ impl Conn {
         self.releases.lock().clear(); // nobody to tell
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Parked ticket batches on the host: plain values and pipe fds.
+    use super::*;
+
+    fn fds(n: usize) -> Vec<OwnedFd> {
+        (0..n).map(|_| sys::eventfd().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_batch_is_taken_only_by_its_own_call() {
+        let mut p = Parked::default();
+        assert!(p.park(true, 3, 7, fds(2)));
+        assert!(p.take(true, 3, 8).is_none(), "another call's sequence");
+        assert!(p.take(false, 3, 7).is_none(), "a reply's batch is another");
+        assert_eq!(p.take(true, 3, 7).map(|v| v.len()), Some(2));
+        assert!(p.take(true, 3, 7).is_none(), "taken once");
+        assert_eq!(p.fds, 0);
+    }
+
+    #[test]
+    fn a_newer_batch_replaces_a_stale_one_and_the_total_is_bounded() {
+        let mut p = Parked::default();
+        assert!(p.park(true, 1, 1, fds(3)));
+        assert!(p.park(true, 1, 2, fds(1)), "the stale batch goes");
+        assert_eq!(p.fds, 1);
+        assert!(!p.park(true, abi::SLOTS as u32, 1, fds(1)), "no such slot");
+        assert!(
+            !p.park(true, 2, 1, fds(abi::MAX_DOORS + 1)),
+            "more than a call may carry"
+        );
+        for slot in 2..6 {
+            p.park(false, slot, 1, fds(abi::MAX_DOORS));
+        }
+        assert!(p.fds <= MAX_PARKED_FDS, "never more than the bound: {}", p.fds);
+    }
+}

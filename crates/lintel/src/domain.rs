@@ -51,6 +51,12 @@ struct Tickets {
 
 static DOMAIN: OnceLock<Domain> = OnceLock::new();
 
+/// The sink of doors served here ([`crate::door::UnrefSink`]): the domain's
+/// one unreferenced thread delivers them in order.
+pub(crate) fn queue_unreferenced(core: Arc<DoorCore>) {
+    get().queue_unref(core);
+}
+
 /// This process's domain, started on first use.
 #[inline]
 pub(crate) fn get() -> &'static Domain {
@@ -115,7 +121,7 @@ impl Domain {
             .expect("lintel: cannot start the watcher thread");
     }
 
-    pub fn queue_unreferenced(&self, core: Arc<DoorCore>) {
+    fn queue_unref(&self, core: Arc<DoorCore>) {
         let _ = self.unref.lock().send(core);
     }
 

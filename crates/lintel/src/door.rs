@@ -102,10 +102,16 @@ impl<H: Handler, U: Fn(u64) + Send + Sync + 'static> Handler for WithUnref<H, U>
 
 const HOLDER: u64 = 1 << 32;
 
-/// A door served by this domain.
+/// Where a door's `unreferenced` goes once its count reaches zero: the
+/// domain's unreferenced thread in the runtime, a recorder in tests.
+pub(crate) type UnrefSink = fn(Arc<DoorCore>);
+
+/// A door served by this domain. Its reference count is a plain value: all
+/// it needs from the runtime is the sink it was created with.
 pub(crate) struct DoorCore {
     pub datum: u64,
     pub handler: Box<dyn Handler>,
+    on_unref: UnrefSink,
     /// Holders (high 32 bits) + active remote calls (low 32 bits).
     refs: AtomicU64,
     revoked: AtomicBool,
@@ -121,6 +127,17 @@ struct Holders {
 }
 
 impl DoorCore {
+    pub fn new(datum: u64, handler: Box<dyn Handler>, on_unref: UnrefSink) -> Arc<DoorCore> {
+        Arc::new(DoorCore {
+            datum,
+            handler,
+            on_unref,
+            refs: AtomicU64::new(0),
+            revoked: AtomicBool::new(false),
+            holders: Mutex::new(Holders::default()),
+        })
+    }
+
     pub fn revoked(&self) -> bool {
         self.revoked.load(Acquire)
     }
@@ -190,7 +207,7 @@ impl DoorCore {
                 return;
             }
         }
-        crate::domain::get().queue_unreferenced(self.clone());
+        (self.on_unref)(self.clone());
     }
 
     pub fn revoke(self: &Arc<Self>) {
@@ -270,13 +287,11 @@ pub struct Door(pub(crate) Inner);
 impl Door {
     /// Create a door served by this domain; `datum` names the object.
     pub fn create(datum: u64, handler: impl Handler) -> Door {
-        Door(Inner::Local(Arc::new(DoorCore {
+        Door(Inner::Local(DoorCore::new(
             datum,
-            handler: Box::new(handler),
-            refs: AtomicU64::new(0),
-            revoked: AtomicBool::new(false),
-            holders: Mutex::new(Holders::default()),
-        })))
+            Box::new(handler),
+            crate::domain::queue_unreferenced,
+        )))
     }
 
     /// Like [`Door::create`], with a closure run on each `unreferenced`.
@@ -482,4 +497,75 @@ fn run_colocated(
         doors: doors.to_vec(),
     };
     core.invoke(req, reply)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The reference count on the host: no process, no runtime, the
+    //! unreferenced sink a recorder.
+    use super::*;
+
+    std::thread_local! {
+        static UNREFS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+
+    fn record(_: Arc<DoorCore>) {
+        UNREFS.with(|u| u.set(u.get() + 1));
+    }
+
+    fn unrefs() -> u32 {
+        UNREFS.with(std::cell::Cell::get)
+    }
+
+    fn door() -> Arc<DoorCore> {
+        UNREFS.with(|u| u.set(0));
+        let h = |_: Request<'_>, _: &mut Reply| Ok(());
+        DoorCore::new(7, Box::new(h), record)
+    }
+
+    #[test]
+    fn unreferenced_once_per_fall_to_zero_holders() {
+        let d = door();
+        d.add_holder();
+        d.add_holder();
+        d.drop_holder();
+        assert_eq!(unrefs(), 0, "one holder left");
+        d.drop_holder();
+        assert_eq!(unrefs(), 1);
+        d.drop_holder();
+        assert_eq!(unrefs(), 1, "a release with no holder counts nothing");
+        d.add_holder();
+        d.drop_holder();
+        assert_eq!(unrefs(), 2, "held again, released again");
+    }
+
+    #[test]
+    fn an_active_call_holds_the_door_until_it_ends() {
+        let d = door();
+        d.add_holder();
+        let call = d.begin_call().unwrap();
+        d.drop_holder();
+        assert_eq!(unrefs(), 0, "the call still runs");
+        drop(call);
+        assert_eq!(unrefs(), 1);
+    }
+
+    #[test]
+    fn revoke_fails_new_calls_and_unreferences_once_the_calls_end() {
+        let d = door();
+        d.add_holder();
+        d.add_holder();
+        let call = d.begin_call().unwrap();
+        d.revoke();
+        assert!(matches!(d.begin_call(), Err(CallError::Revoked)));
+        assert_eq!(unrefs(), 0, "the active call holds it");
+        drop(call);
+        assert_eq!(unrefs(), 1);
+        d.drop_holder();
+        d.add_holder();
+        d.drop_holder();
+        d.revoke();
+        assert_eq!(unrefs(), 1, "one unreferenced after a revoke, whatever follows");
+        assert_eq!(d.holder_count(), 0);
+    }
 }

@@ -31,6 +31,29 @@
 //!
 //! Across processes, [`boot::spawn`] starts a child domain and exchanges
 //! initial doors with it; the child calls [`boot::join`].
+//!
+//! # How the crate is built
+//!
+//! Dependencies point downwards through four layers:
+//!
+//! 1. **Protocol**: [`abi`] (the `lintel-abi` crate): layouts, status codes,
+//!    control messages. No logic; everything that speaks to a domain uses it.
+//! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping)
+//!    and `umem` (peer-writable memory, read word by word and copied out).
+//! 3. **Plain values**, each with host tests that need no process and no
+//!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
+//!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
+//!    over the memory so loom model-checks the same code), the reference
+//!    count of `door::DoorCore`, `conn::Parked` (tickets ahead of their call)
+//!    and the [`deadline`] arithmetic. They depend on layers 1 and 2 only.
+//! 4. **The runtime**: `domain` (the process-wide state and its watcher and
+//!    unreferenced threads), `conn`, `channel` (calling), `server` and
+//!    `pool` (serving), `transfer` (doors in transit). These know each other;
+//!    the process-wide runtime (`domain::get`) is reached from the public
+//!    API's entry points and from the threads the runtime owns.
+//!
+//! The public API sits on top: [`Door`], [`boot`], [`stub`], [`shuttle`],
+//! [`deadline`], [`stats`], [`pool`] and [`introspect`].
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
