@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use lintel::{CallError, Door, Reply};
 
+pub mod control;
+
 /// Methods of the peer's control door (first byte of the arguments).
 pub mod m {
     pub const ECHO: u8 = 0;

@@ -1,0 +1,205 @@
+//! The peer's control door: one object whose methods (see [`crate::m`])
+//! exercise the runtime from the serving side. The peer program serves it
+//! in its own process; the conformance tests also serve it in the test's
+//! own domain, to run the same checks co-located.
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lintel::{Door, Fault, Reply, Request};
+
+use crate::m;
+
+/// What one control object counts (its own, so that several can live in
+/// one test process).
+#[derive(Default)]
+pub struct Counts {
+    pub unrefs: AtomicU64,
+    pub alerted: AtomicU64,
+    pub active: AtomicU64,
+    pub max_active: AtomicU64,
+    pub slept_full: AtomicU64,
+    /// Calls on a door never handed out (counted by the peer program).
+    pub secret: AtomicU64,
+    /// Shortages its pool watcher saw (counted by the peer program).
+    pub watched: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    held: Vec<Door>,
+    made: Vec<Door>,
+}
+
+/// The control object behind the door.
+#[derive(Default)]
+pub struct Control {
+    state: Mutex<State>,
+    pub counts: Arc<Counts>,
+}
+
+impl Control {
+    pub fn new() -> Arc<Control> {
+        Arc::new(Control::default())
+    }
+
+    /// A door on it (datum 0).
+    pub fn door(self: &Arc<Self>) -> Door {
+        let me = self.clone();
+        Door::create(0, move |req: Request<'_>, reply: &mut Reply| me.serve(req, reply))
+    }
+
+    /// Doors to hold as if passed with `HOLD`.
+    pub fn hold(&self, doors: impl IntoIterator<Item = Door>) {
+        self.state.lock().unwrap().held.extend(doors);
+    }
+}
+
+fn u64_arg(a: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = a.len().min(8);
+    b[..n].copy_from_slice(&a[..n]);
+    u64::from_le_bytes(b)
+}
+
+impl Control {
+    fn serve(self: &Arc<Self>, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
+        let st = &self.state;
+        let c = &self.counts;
+        let (&method, arg) = req.data.split_first().ok_or(Fault(1))?;
+        let put = |reply: &mut Reply, v: u64| reply.data.extend_from_slice(&v.to_le_bytes());
+        match method {
+            m::ECHO => reply.data.extend_from_slice(arg),
+            m::MAKE_DOOR => {
+                let counts = self.counts.clone();
+                let d = Door::create_with_unref(
+                    u64_arg(arg),
+                    |r: Request<'_>, reply: &mut Reply| {
+                        reply.data.extend_from_slice(&r.datum.to_le_bytes());
+                        reply.data.extend_from_slice(r.data);
+                        Ok(())
+                    },
+                    move |_| {
+                        counts.unrefs.fetch_add(1, SeqCst);
+                    },
+                );
+                st.lock().unwrap().made.push(d.clone());
+                reply.doors.push(d);
+            }
+            m::MAKE_MANY => {
+                // arg: count; returns that many fresh doors (datum = index).
+                for i in 0..u64_arg(arg) {
+                    reply
+                        .doors
+                        .push(Door::create(i, |r: Request<'_>, reply: &mut Reply| {
+                            reply.data.extend_from_slice(&r.datum.to_le_bytes());
+                            Ok(())
+                        }));
+                }
+            }
+            m::GIVE_MADE => {
+                let st = st.lock().unwrap();
+                reply
+                    .doors
+                    .push(st.made.get(u64_arg(arg) as usize).ok_or(Fault(2))?.clone());
+            }
+            m::REVOKE_MADE => {
+                let st = st.lock().unwrap();
+                st.made
+                    .get(u64_arg(arg) as usize)
+                    .ok_or(Fault(2))?
+                    .revoke()
+                    .map_err(|_| Fault(3))?;
+            }
+            m::CALL_PASSED => {
+                let d = req.doors.first().ok_or(Fault(4))?;
+                let mut r = Reply::new();
+                match d.call(arg, &[], &mut r) {
+                    Ok(()) => reply.data.extend_from_slice(&r.data),
+                    Err(e) => return Err(Fault(100 + error_code(&e))),
+                }
+            }
+            m::CALL_HELD => {
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                let mut r = Reply::new();
+                match d.call(arg, &[], &mut r) {
+                    Ok(()) => reply.data.extend_from_slice(&r.data),
+                    Err(e) => return Err(Fault(100 + error_code(&e))),
+                }
+            }
+            m::CALL_HELD_PARALLEL => {
+                let (&n, inner) = arg.split_first().ok_or(Fault(1))?;
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                let calls: Vec<_> = (0..n)
+                    .map(|_| {
+                        let (d, inner) = (d.clone(), inner.to_vec());
+                        std::thread::spawn(move || d.call_bytes(&inner).is_ok())
+                    })
+                    .collect();
+                let ok = calls
+                    .into_iter()
+                    .map(|t| t.join())
+                    .filter(|r| matches!(r, Ok(true)))
+                    .count();
+                put(reply, ok as u64);
+            }
+            m::HOLD => st.lock().unwrap().held.extend(req.doors),
+            m::DROP_HELD => st.lock().unwrap().held.clear(),
+            m::RETURN_HELD => reply.doors.extend(st.lock().unwrap().held.iter().cloned()),
+            m::SIGNAL_THEN_SLEEP => {
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                d.call_bytes(b"").map_err(|_| Fault(5))?;
+                let again = [&[m::SLEEP_ALERTABLE][..], arg].concat();
+                let req = Request {
+                    datum: req.datum,
+                    data: &again,
+                    doors: Vec::new(),
+                };
+                return self.serve(req, reply);
+            }
+            m::SLEEP_ALERTABLE => {
+                let n = c.active.fetch_add(1, SeqCst) + 1;
+                c.max_active.fetch_max(n, SeqCst);
+                let r = lintel::shuttle::sleep_alertable(Duration::from_millis(u64_arg(arg)));
+                c.active.fetch_sub(1, SeqCst);
+                match r {
+                    Err(_) => c.alerted.fetch_add(1, SeqCst),
+                    Ok(()) => c.slept_full.fetch_add(1, SeqCst),
+                };
+                put(reply, r.is_err() as u64);
+            }
+            m::SLEEP_PLAIN => std::thread::sleep(Duration::from_millis(u64_arg(arg))),
+            m::REMAINING_MS => put(
+                reply,
+                lintel::deadline::remaining().map_or(u64::MAX, |d| d.as_millis() as u64),
+            ),
+            m::ECHO_AFTER => {
+                let (ms, bytes) = arg.split_at(arg.len().min(8));
+                std::thread::sleep(Duration::from_millis(u64_arg(ms)));
+                reply.data.extend_from_slice(bytes);
+            }
+            m::UNREF_COUNT => put(reply, c.unrefs.load(SeqCst)),
+            m::SLEPT_FULL => put(reply, c.slept_full.load(SeqCst)),
+            m::ALERTED_COUNT => put(reply, c.alerted.load(SeqCst)),
+            m::MAX_CONCURRENT => put(reply, c.max_active.load(SeqCst)),
+            m::SECRET_CALLS => put(reply, c.secret.load(SeqCst)),
+            m::POOL_SHORTAGES => put(reply, lintel::pool::stats().shortages),
+            m::SHORTAGES_WATCHED => put(reply, c.watched.load(SeqCst)),
+            m::SERVER_PID_OF_PASSED => put(reply, req.doors.first().ok_or(Fault(4))?.server_pid() as u64),
+            m::CONNECTIONS => put(reply, lintel::introspect::connections() as u64),
+            _ => return Err(Fault(9)),
+        }
+        Ok(())
+    }
+}
+
+fn error_code(e: &lintel::CallError) -> u32 {
+    use lintel::CallError::*;
+    match e {
+        PeerDied => 1,
+        Revoked => 2,
+        BadDoor => 3,
+        _ => 9,
+    }
+}

@@ -1,0 +1,183 @@
+//! Door behaviour, written once and run wherever the server is: in this
+//! domain (the co-located path) and in a peer process (the fast path and,
+//! with `LINTEL_PATH=vanilla` or `LINTEL_SPIN=off` as CI runs this suite
+//! again, the vanilla path and the sleeping waits). Each check below is
+//! instantiated for both placements by `conformance!`; the same calls must
+//! give the same results, errors and effects. (Behaviours only one
+//! placement has, such as a server that dies or `unreferenced` across
+//! domains, are in `lifecycle.rs`.)
+
+use std::time::Duration;
+
+use lintel::{CallError, Door, Reply, Request};
+use lintel_tests::control::Control;
+use lintel_tests::{m, Peer};
+
+/// The control door's server: here, or in a peer process.
+enum Server {
+    Here(Door),
+    Peer(Peer),
+}
+
+impl Server {
+    fn here() -> Server {
+        Server::Here(Control::new().door())
+    }
+
+    fn peer() -> Server {
+        Server::Peer(Peer::start("plain"))
+    }
+
+    fn ctl(&self) -> &Door {
+        match self {
+            Server::Here(d) => d,
+            Server::Peer(p) => &p.ctl,
+        }
+    }
+
+    fn call(&self, method: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
+        lintel_tests::call(self.ctl(), method, arg, doors)
+    }
+
+    fn u64(&self, method: u8, arg: &[u8]) -> u64 {
+        let r = self.call(method, arg, &[]).expect("control call");
+        u64::from_le_bytes(r.data[..8].try_into().unwrap())
+    }
+
+    fn door(&self, method: u8, arg: u64) -> Door {
+        let mut r = self.call(method, &arg.to_le_bytes(), &[]).expect("control call");
+        r.doors.pop().expect("a door")
+    }
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod colocated {
+            $( #[test] fn $name() { super::$name(&super::Server::here()) } )*
+        }
+        mod cross_process {
+            $( #[test] fn $name() { super::$name(&super::Server::peer()) } )*
+        }
+    };
+}
+
+conformance!(
+    results_come_back_whole,
+    errors_are_typed_and_the_server_lives_on,
+    doors_made_by_the_server_carry_their_datum,
+    revoked_doors_fail_every_later_call,
+    doors_passed_in_come_back_as_the_same_door,
+    a_third_partys_door_is_called_through,
+    an_alert_cuts_the_servers_sleep_short,
+    deadlines_reach_the_handler_and_bound_the_call,
+    cancel_ends_the_next_call,
+);
+
+fn results_come_back_whole(s: &Server) {
+    for len in [0usize, 1, 15, 16, 17, 100, 1000, lintel::abi::DATA_CAP - 1] {
+        let arg: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+        assert_eq!(s.call(m::ECHO, &arg, &[]).unwrap().data, arg, "{len} bytes");
+    }
+}
+
+fn errors_are_typed_and_the_server_lives_on(s: &Server) {
+    assert_eq!(
+        s.call(200, b"", &[]).unwrap_err(),
+        CallError::Fault(9),
+        "unknown method"
+    );
+    let empty = s.ctl().call_bytes(b"").unwrap_err();
+    assert_eq!(empty, CallError::Fault(1), "no method byte");
+    let huge = vec![0u8; lintel::abi::DATA_CAP + 1];
+    assert!(matches!(
+        s.call(m::ECHO, &huge, &[]).unwrap_err(),
+        CallError::TooLarge {
+            what: "arguments",
+            ..
+        }
+    ));
+    let too_many: Vec<Door> = (0..=lintel::abi::MAX_DOORS)
+        .map(|_| Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(())))
+        .collect();
+    assert!(matches!(
+        s.call(m::HOLD, b"", &too_many).unwrap_err(),
+        CallError::TooManyDoors { .. }
+    ));
+    assert_eq!(s.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
+}
+
+fn doors_made_by_the_server_carry_their_datum(s: &Server) {
+    let d = s.door(m::MAKE_DOOR, 42);
+    let r = d.call_bytes(b"x").unwrap();
+    assert_eq!(r, [&42u64.to_le_bytes()[..], b"x"].concat());
+    let many = s.call(m::MAKE_MANY, &5u64.to_le_bytes(), &[]).unwrap().doors;
+    assert_eq!(many.len(), 5);
+    for (i, d) in many.iter().enumerate() {
+        assert_eq!(d.call_bytes(b"").unwrap(), (i as u64).to_le_bytes());
+    }
+}
+
+fn revoked_doors_fail_every_later_call(s: &Server) {
+    let d = s.door(m::MAKE_DOOR, 1);
+    assert!(d.call_bytes(b"").is_ok());
+    s.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
+    assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Revoked);
+    assert_eq!(d.clone().call_bytes(b"").unwrap_err(), CallError::Revoked);
+}
+
+fn doors_passed_in_come_back_as_the_same_door(s: &Server) {
+    let mine = Door::create(5, |_: Request<'_>, _: &mut Reply| Ok(()));
+    s.call(m::HOLD, b"", std::slice::from_ref(&mine)).unwrap();
+    let back = s.call(m::RETURN_HELD, b"", &[]).unwrap().doors;
+    assert_eq!(back.len(), 1);
+    assert!(
+        back[0].same(&mine) && back[0].is_local(),
+        "our own door, local again"
+    );
+    s.call(m::DROP_HELD, b"", &[]).unwrap();
+}
+
+fn a_third_partys_door_is_called_through(s: &Server) {
+    let third = Peer::start("plain");
+    let d = third.make_door(77);
+    let mut arg = b"via".to_vec();
+    arg.insert(0, b'!');
+    let r = s.call(m::CALL_PASSED, &arg, std::slice::from_ref(&d)).unwrap();
+    assert_eq!(r.data, [&77u64.to_le_bytes()[..], &arg].concat());
+    let pid = s
+        .call(m::SERVER_PID_OF_PASSED, b"", std::slice::from_ref(&d))
+        .unwrap();
+    assert_eq!(pid.data, (third.pid() as u64).to_le_bytes());
+}
+
+fn an_alert_cuts_the_servers_sleep_short(s: &Server) {
+    let me = lintel::shuttle::current();
+    let alerter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        me.alert();
+    });
+    let r = s.call(m::SLEEP_ALERTABLE, &20_000u64.to_le_bytes(), &[]).unwrap();
+    alerter.join().unwrap();
+    lintel::shuttle::clear_alert();
+    assert_eq!(r.data, 1u64.to_le_bytes(), "the sleep saw the alert");
+}
+
+fn deadlines_reach_the_handler_and_bound_the_call(s: &Server) {
+    assert_eq!(s.u64(m::REMAINING_MS, b""), u64::MAX, "no deadline");
+    let left = lintel::deadline::within(Duration::from_secs(60), || s.u64(m::REMAINING_MS, b""));
+    assert!(left > 0 && left <= 60_000, "{left} ms");
+    let late = lintel::deadline::within(Duration::ZERO, || s.call(m::ECHO, b"x", &[]));
+    assert_eq!(late.unwrap_err(), CallError::TimedOut);
+    let bounded = s.ctl().with_timeout(Duration::from_secs(60));
+    assert_eq!(
+        lintel_tests::call(&bounded, m::ECHO, b"ok", &[]).unwrap().data,
+        b"ok"
+    );
+}
+
+fn cancel_ends_the_next_call(s: &Server) {
+    lintel::shuttle::current().cancel();
+    assert_eq!(s.call(m::ECHO, b"x", &[]).unwrap_err(), CallError::Cancelled);
+    lintel::shuttle::clear_alert();
+    assert_eq!(s.call(m::ECHO, b"y", &[]).unwrap().data, b"y", "one call only");
+}
