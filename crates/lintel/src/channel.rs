@@ -35,7 +35,7 @@ use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
-use crate::umem::Slot;
+use crate::umem::{Polled, ReplyHeader, Slot, SyncWord};
 use crate::{deadline, server, settings, transfer};
 
 /// The call area this domain created for its calls over one connection.
@@ -67,7 +67,7 @@ impl OutArea {
     /// Whether the late reply to abandoned call `seq` has landed in slot
     /// `i` (or the server died): the slot may be used again.
     fn settled(&self, i: u32, seq: u32) -> bool {
-        let r = self.slot(i).word(OFF_REP_SEQ).load(Acquire);
+        let r = self.slot(i).sync(SyncWord::RepSeq).load(Acquire);
         r == seq || r == SEQ_DEAD
     }
 
@@ -75,8 +75,8 @@ impl OutArea {
     pub fn peer_died(&self) {
         for i in 0..SLOTS as u32 {
             let s = self.slot(i);
-            s.word(OFF_REP_SEQ).store(SEQ_DEAD, SeqCst);
-            sys::futex_wake(s.word(OFF_REP_SEQ), u32::MAX);
+            s.sync(SyncWord::RepSeq).store(SEQ_DEAD, SeqCst);
+            sys::futex_wake(s.sync(SyncWord::RepSeq), u32::MAX);
         }
         self.leases.wake_all();
     }
@@ -166,17 +166,22 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
         return Err(e);
     }
 
-    let (status, out_len, out_doors) = (
-        slot.get(OFF_STATUS),
-        slot.get(OFF_OUT_LEN),
-        slot.get(OFF_OUT_DOORS),
-    );
-    if status != ST_OK || out_len as usize > INLINE || out_doors != 0 {
-        return take_reply(lease, &rd.conn, seq, (data.len(), &[]), reply, Path::Fast, false);
+    let h = ReplyHeader::read(slot);
+    if h.status != ST_OK || h.out_len as usize > INLINE || h.out_doors != 0 {
+        return take_reply(
+            lease,
+            &rd.conn,
+            seq,
+            h,
+            (data.len(), &[]),
+            reply,
+            Path::Fast,
+            false,
+        );
     }
     let bytes = slot.read_inline(OFF_OUT_INLINE);
     reply.clear();
-    reply.data.extend_from_slice(&bytes[..out_len as usize]);
+    reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     lease.counters.fast_ok();
     Ok(())
 }
@@ -228,10 +233,12 @@ fn call_vanilla(
     if let Err(e) = waited {
         return counted(Err(e), reply);
     }
+    let h = ReplyHeader::read(slot);
     take_reply(
         lease,
         conn,
         seq,
+        h,
         (data.len(), &granted),
         reply,
         Path::Vanilla,
@@ -265,27 +272,28 @@ fn post(
 }
 
 /// Take a reply the fast path does not: an error status, a result in the
-/// data region, doors. `sent` is the argument length and the grants made
-/// for the call's doors, taken back if the server refused the call before
-/// taking them.
+/// data region, doors. `h` is the reply's header as read once; `sent` is the
+/// argument length and the grants made for the call's doors, taken back if
+/// the server refused the call before taking them.
 #[cold]
+#[allow(clippy::too_many_arguments)]
 fn take_reply(
     lease: &Lease,
     conn: &Arc<Conn>,
     seq: u32,
+    h: ReplyHeader,
     sent: (usize, &[u32]),
     reply: &mut Reply,
     path: Path,
     vanilla: bool,
 ) -> Result<(), CallError> {
     let slot = &lease.slot;
-    let (status, out_len, out_doors) = (
-        slot.get(OFF_STATUS),
-        slot.get(OFF_OUT_LEN),
-        slot.get(OFF_OUT_DOORS),
-    );
+    let ReplyHeader {
+        status,
+        out_len,
+        out_doors,
+    } = h;
     let (args, granted) = sent;
-    let doors_in = slot.get(OFF_IN_DOORS) as usize;
     let r = (|| {
         if status != ST_OK {
             if status & ST_UNTAKEN != 0 {
@@ -309,7 +317,7 @@ fn take_reply(
         Ok(())
     })();
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-    lease.counters.call(path, args, doors_in, result);
+    lease.counters.call(path, args, granted.len(), result);
     r
 }
 
@@ -341,7 +349,7 @@ fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
 /// nanoseconds: poll for it alone first, with nothing else on the way.
 #[inline]
 fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), CallError> {
-    let rep = lease.slot.word(OFF_REP_SEQ);
+    let rep = lease.slot.sync(SyncWord::RepSeq);
     if running && settings::spin_enabled() {
         for _ in 0..HOT_SPINS {
             if rep.load(Acquire) == seq {
@@ -367,7 +375,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 #[cold]
 fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
     let slot = &lease.slot;
-    let rep = slot.word(OFF_REP_SEQ);
+    let rep = slot.sync(SyncWord::RepSeq);
     let budget = settings::spin_budget_ns();
     let mut spinner = Spinner::new(budget);
     // Where we run: the server spins for our next call only while we run
@@ -388,8 +396,8 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
             return Err(CallError::PeerDied);
         }
         if budget > 0 {
-            let st = slot.get(OFF_SERVER_STATE);
-            let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(OFF_SERVER_CPU) != me;
+            let st = slot.get(Polled::ServerState);
+            let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
             if server_elsewhere && spinner.spin() {
                 continue;
             }
@@ -409,7 +417,7 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
 /// Sleep once for the reply (`handshake`, model-checked), where a cancel
 /// can wake us.
 fn sleep_for_reply(slot: &Slot, seq: u32, left: Duration, shuttle: &Shuttle) {
-    shuttle.sleeping_on(Some(slot.word(OFF_REP_SEQ)));
+    shuttle.sleeping_on(Some(slot.sync(SyncWord::RepSeq)));
     if !shuttle.has_cancel() {
         handshake::sleep_for_reply::<Shared>(&server::words(slot), seq, left);
     }
@@ -498,8 +506,10 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 #[cold]
 fn release_late_doors(lease: &Lease, seq: u32) {
     let slot = &lease.slot;
-    let n = slot.get(OFF_OUT_DOORS) as usize;
-    if slot.word(OFF_REP_SEQ).load(Acquire) == seq && slot.get(OFF_STATUS) == ST_OK && n > 0 {
+    let landed = slot.sync(SyncWord::RepSeq).load(Acquire) == seq;
+    let h = ReplyHeader::read(slot);
+    let n = h.out_doors as usize;
+    if landed && h.status == ST_OK && n > 0 {
         let mut doors = Vec::new();
         let index = lease.claim.index;
         let _ = transfer::receive_doors(&lease.conn, slot, n.min(MAX_DOORS), false, index, seq, &mut doors);

@@ -25,7 +25,7 @@ use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{Counters, Path};
 use crate::sys::{self, Mapping};
-use crate::umem::Slot;
+use crate::umem::{Polled, RequestHeader, Slot, SyncWord};
 use crate::{deadline, domain, transfer};
 
 /// Server-private state of one slot of a peer's call area.
@@ -109,7 +109,7 @@ impl InArea {
 
     pub fn request_unbind(&self, slot: u32) {
         self.slots[slot as usize].unbind.store(true, SeqCst);
-        sys::futex_wake(self.slot(slot).word(OFF_REQ_SEQ), u32::MAX);
+        sys::futex_wake(self.slot(slot).sync(SyncWord::ReqSeq), u32::MAX);
     }
 
     /// The caller on `slot` was alerted during request `seq`: note it for
@@ -233,7 +233,7 @@ fn wait_request(
     shared_cpu: &mut u32,
 ) -> Option<u32> {
     let d = domain::get();
-    let req = slot.word(OFF_REQ_SEQ);
+    let req = slot.sync(SyncWord::ReqSeq);
     let last = ss.last_seq();
     let fresh = |r: u32| handshake::fresh(r, last);
     let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued();
@@ -245,10 +245,10 @@ fn wait_request(
         // Spin only while the caller runs on another CPU: on ours, it needs
         // the CPU we would spin on.
         let me = sys::current_cpu();
-        publish(slot, OFF_SERVER_CPU, me);
-        publish(slot, OFF_SERVER_STATE, SPINNING);
+        publish(slot, Polled::ServerCpu, me);
+        publish(slot, Polled::ServerState, SPINNING);
         let mut spin = Spinner::new(budget);
-        let caller_here = || slot.get(OFF_CLIENT_CPU) == me;
+        let caller_here = || slot.get(Polled::ClientCpu) == me;
         loop {
             let r = req.load(Acquire);
             if fresh(r) {
@@ -294,9 +294,9 @@ fn wait_request(
 
 /// Store `v` in a server-written header word unless it holds it already.
 #[inline]
-fn publish(slot: &Slot, off: usize, v: u32) {
-    if slot.get(off) != v {
-        slot.set(off, v);
+fn publish(slot: &Slot, w: Polled, v: u32) {
+    if slot.get(w) != v {
+        slot.set(w as usize, v);
     }
 }
 
@@ -350,29 +350,6 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     publish_reply(slot, seq);
 }
 
-/// The request header, copied out of the slot once: every decision is
-/// made on this copy, never on a second read of memory the caller writes.
-struct RequestHeader {
-    grant: u32,
-    flags: u32,
-    in_len: u32,
-    in_doors: u32,
-    deadline: u64,
-}
-
-impl RequestHeader {
-    #[inline]
-    fn read(slot: &Slot) -> RequestHeader {
-        RequestHeader {
-            grant: slot.get(OFF_GRANT),
-            flags: slot.get(OFF_FLAGS),
-            in_len: slot.get(OFF_IN_LEN),
-            in_doors: slot.get(OFF_IN_DOORS),
-            deadline: slot.get64(OFF_DEADLINE),
-        }
-    }
-}
-
 /// Publish the reply written in `slot` and wake the caller if it sleeps.
 #[inline]
 fn publish_reply(slot: &Slot, seq: u32) {
@@ -383,10 +360,10 @@ fn publish_reply(slot: &Slot, seq: u32) {
 #[inline(always)]
 pub(crate) fn words(slot: &Slot) -> Words<'_, AtomicU32> {
     Words {
-        req: slot.word(OFF_REQ_SEQ),
-        rep: slot.word(OFF_REP_SEQ),
-        client: slot.word(OFF_CLIENT_STATE),
-        server: slot.word(OFF_SERVER_STATE),
+        req: slot.sync(SyncWord::ReqSeq),
+        rep: slot.sync(SyncWord::RepSeq),
+        client: slot.sync(SyncWord::ClientState),
+        server: slot.sync(SyncWord::ServerState),
     }
 }
 

@@ -5,13 +5,79 @@
 //! would be data races in Rust's model, so every access goes through atomics:
 //! relaxed word loads and stores for data, acquire/release on the sequence
 //! words. Readers copy a request out first, then validate the copy, then act
-//! on it; nothing is validated in place and read twice.
+//! on it; nothing is validated in place and read twice. Header fields can
+//! be read only through [`RequestHeader`] and [`ReplyHeader`], which copy
+//! them once; [`Slot::get`] takes only the polled words ([`Polled`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::abi::{INLINE, SLOT_SIZE};
+use crate::abi::*;
 use crate::sys::Mapping;
+
+/// The slot words that are polled: states and CPUs, which each side reads
+/// to decide whether to spin or wake, and which mean nothing beyond that.
+#[derive(Debug, Clone, Copy)]
+pub enum Polled {
+    ClientCpu = OFF_CLIENT_CPU as isize,
+    ServerState = OFF_SERVER_STATE as isize,
+    ServerCpu = OFF_SERVER_CPU as isize,
+}
+
+/// The words of the slot handshake (`handshake`): sequences and states,
+/// stored and loaded with their own orderings and slept on with futexes.
+#[derive(Debug, Clone, Copy)]
+pub enum SyncWord {
+    ReqSeq = OFF_REQ_SEQ as isize,
+    RepSeq = OFF_REP_SEQ as isize,
+    ClientState = OFF_CLIENT_STATE as isize,
+    ServerState = OFF_SERVER_STATE as isize,
+}
+
+/// A request's header, copied out of the slot once: every decision about
+/// the request is made on this copy.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHeader {
+    pub grant: u32,
+    pub flags: u32,
+    pub in_len: u32,
+    pub in_doors: u32,
+    pub deadline: u64,
+}
+
+impl RequestHeader {
+    #[inline(always)]
+    pub fn read(slot: &Slot) -> RequestHeader {
+        let w = |off| slot.word(off).load(Relaxed);
+        RequestHeader {
+            grant: w(OFF_GRANT),
+            flags: w(OFF_FLAGS),
+            in_len: w(OFF_IN_LEN),
+            in_doors: w(OFF_IN_DOORS),
+            deadline: slot.get64(OFF_DEADLINE),
+        }
+    }
+}
+
+/// A reply's header, copied out of the slot once.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyHeader {
+    pub status: u32,
+    pub out_len: u32,
+    pub out_doors: u32,
+}
+
+impl ReplyHeader {
+    #[inline(always)]
+    pub fn read(slot: &Slot) -> ReplyHeader {
+        let w = |off| slot.word(off).load(Relaxed);
+        ReplyHeader {
+            status: w(OFF_STATUS),
+            out_len: w(OFF_OUT_LEN),
+            out_doors: w(OFF_OUT_DOORS),
+        }
+    }
+}
 
 /// One slot of a call area. Keeps the mapping alive.
 #[derive(Clone)]
@@ -37,9 +103,15 @@ impl Slot {
         Some(Slot { _map: map, base })
     }
 
+    /// One of the handshake's words.
+    #[inline(always)]
+    pub fn sync(&self, w: SyncWord) -> &AtomicU32 {
+        self.word(w as usize)
+    }
+
     /// The 32-bit word at `off` (4-aligned, inside the slot).
     #[inline(always)]
-    pub fn word(&self, off: usize) -> &AtomicU32 {
+    fn word(&self, off: usize) -> &AtomicU32 {
         assert!(off.is_multiple_of(4) && off + 4 <= SLOT_SIZE);
         // SAFETY: in bounds and aligned (checked above; base is 64-aligned);
         // AtomicU32 has the layout of u32 and tolerates concurrent writers;
@@ -47,9 +119,12 @@ impl Slot {
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
 
+    /// One of the words that are read again and again by design (see
+    /// [`Polled`]). Request and reply headers are not among them: they are
+    /// read once, through [`RequestHeader`] and [`ReplyHeader`].
     #[inline(always)]
-    pub fn get(&self, off: usize) -> u32 {
-        self.word(off).load(Relaxed)
+    pub fn get(&self, w: Polled) -> u32 {
+        self.word(w as usize).load(Relaxed)
     }
 
     #[inline(always)]
@@ -59,7 +134,7 @@ impl Slot {
 
     /// The 64-bit word at `off` (8-aligned, inside the slot).
     #[inline(always)]
-    pub fn get64(&self, off: usize) -> u64 {
+    fn get64(&self, off: usize) -> u64 {
         Self::range(off, 8);
         self.word64(off).load(Relaxed)
     }
