@@ -31,12 +31,13 @@ use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
 use crate::handshake::{self, Posted, Shared};
 use crate::lease::{Claim, Leases};
+use crate::settings::{self, Settings};
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::{Polled, ReplyHeader, Slot, SyncWord};
-use crate::{deadline, server, settings, transfer};
+use crate::{deadline, server, transfer};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -95,6 +96,8 @@ struct Lease {
     counters: Counters,
     /// This thread's shuttle (a lease never leaves its thread).
     shuttle: Arc<Shuttle>,
+    /// The domain's settings (spinning, forced path), read on every call.
+    settings: &'static Settings,
 }
 
 impl Lease {
@@ -117,11 +120,11 @@ thread_local! {
 /// Call a door served by another domain.
 #[inline]
 pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-    let fast = data.len() <= INLINE && doors.is_empty() && !settings::force_vanilla();
     let lease = match lease(&rd.conn) {
         Ok(lease) => lease,
-        Err(e) => return refused(fast, data, doors, e),
+        Err(e) => return refused(data, doors, e),
     };
+    let fast = data.len() <= INLINE && doors.is_empty() && !lease.settings.force_vanilla.load(Relaxed);
     let r = if fast {
         call_fast(&lease, rd, data, reply)
     } else {
@@ -323,8 +326,12 @@ fn take_reply(
 
 /// A call that could not take a slot: counted, and its error returned.
 #[cold]
-fn refused(fast: bool, data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
-    let path = if fast { Path::Fast } else { Path::Vanilla };
+fn refused(data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
+    let path = if data.len() <= INLINE && doors.is_empty() {
+        Path::Fast
+    } else {
+        Path::Vanilla
+    };
     stats::call(path, data.len(), doors.len(), None);
     Err(e)
 }
@@ -350,7 +357,7 @@ fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
 #[inline]
 fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), CallError> {
     let rep = lease.slot.sync(SyncWord::RepSeq);
-    if running && settings::spin_enabled() {
+    if running && lease.settings.spin.load(Relaxed) {
         for _ in 0..HOT_SPINS {
             if rep.load(Acquire) == seq {
                 if seq.is_multiple_of(64) {
@@ -376,7 +383,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
     let slot = &lease.slot;
     let rep = slot.sync(SyncWord::RepSeq);
-    let budget = settings::spin_budget_ns();
+    let budget = lease.settings.spin_budget_ns();
     let mut spinner = Spinner::new(budget);
     // Where we run: the server spins for our next call only while we run
     // elsewhere. Published with the next request, not now, so as not to
@@ -445,9 +452,6 @@ fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: CallError) -> CallError {
 /// before if it still has it, else a new lease.
 #[inline]
 fn lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
-    if conn.is_dead() {
-        return Err(CallError::PeerDied);
-    }
     let found = LEASES.with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned());
     match found {
         Some(l) if l.area.leases.begin(l.claim) => Ok(l),
@@ -461,6 +465,9 @@ fn lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 
 #[cold]
 fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+    if conn.is_dead() {
+        return Err(CallError::PeerDied);
+    }
     // Forget leases on dead connections so their areas can go.
     LEASES.with(|l| l.borrow_mut().retain(|x| !x.conn.is_dead()));
     let area = {
@@ -492,6 +499,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         abandoned: Cell::new(false),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
+        settings: settings::get(),
     });
     if let Some(seq) = claim.drained {
         release_late_doors(&lease, seq);

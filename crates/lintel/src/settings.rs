@@ -87,21 +87,9 @@ pub fn set_force_vanilla(on: bool) {
     crate::domain::get().settings.force_vanilla.store(on, Relaxed);
 }
 
-/// Whether this domain spins before sleeping.
-#[inline]
-pub(crate) fn spin_enabled() -> bool {
-    crate::domain::get().settings.spin.load(Relaxed)
-}
-
-/// How long this domain spins before sleeping (0 with spinning off).
-#[inline]
-pub(crate) fn spin_budget_ns() -> u64 {
-    crate::domain::get().settings.spin_budget_ns()
-}
-
-#[inline]
-pub(crate) fn force_vanilla() -> bool {
-    crate::domain::get().settings.force_vanilla.load(Relaxed)
+/// This domain's settings, for the objects on the call path to keep.
+pub(crate) fn get() -> &'static Settings {
+    &crate::domain::get().settings
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@ use std::time::{Duration, Instant};
 
 /// Spins for at most a time budget; checks the clock every 64 turns.
 pub(crate) struct Spinner {
-    budget: Duration,
+    /// The budget in ns (0: never spin); a `Duration` is made only when
+    /// the clock is first read.
+    budget: u64,
     start: Option<Instant>,
     turns: u32,
 }
@@ -13,7 +15,7 @@ impl Spinner {
     #[inline]
     pub fn new(budget_ns: u64) -> Spinner {
         Spinner {
-            budget: Duration::from_nanos(budget_ns),
+            budget: budget_ns,
             start: None,
             turns: 0,
         }
@@ -29,7 +31,7 @@ impl Spinner {
     /// asked at the pace of the clock checks, not every turn.
     #[inline]
     pub fn spin_unless(&mut self, stop: impl FnOnce() -> bool) -> bool {
-        if self.budget.is_zero() {
+        if self.budget == 0 {
             return false;
         }
         self.turns = self.turns.wrapping_add(1);
@@ -40,7 +42,7 @@ impl Spinner {
             let now = Instant::now();
             match self.start {
                 None => self.start = Some(now),
-                Some(s) if now.duration_since(s) > self.budget => return false,
+                Some(s) if now.duration_since(s) > Duration::from_nanos(self.budget) => return false,
                 Some(_) => {}
             }
         }
