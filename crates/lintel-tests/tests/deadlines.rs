@@ -242,3 +242,23 @@ fn cancel_returns_at_once_and_alerts_the_server() {
         "the cancel is spent"
     );
 }
+
+#[test]
+fn passing_a_third_partys_door_honours_the_calls_deadline() {
+    // The third party is stopped, so it cannot make the ticket: the call
+    // ends at its deadline, not after the transfer's own 5 s bound.
+    let b = Peer::start("plain");
+    let c = Peer::start("plain");
+    let door_c = c.make_door(1);
+    let pid = rustix::process::Pid::from_raw(c.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let (r, took) = timed(|| {
+        within(Duration::from_millis(200), || {
+            b.call(m::HOLD, b"", std::slice::from_ref(&door_c))
+        })
+    });
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    assert_eq!(r.unwrap_err(), CallError::TimedOut);
+    assert!(took < Duration::from_secs(4), "waited {took:?}");
+    assert_eq!(b.call(m::ECHO, b"ok", &[]).unwrap().data, b"ok");
+}

@@ -242,7 +242,8 @@ impl Conn {
 
     // ---- control requests ----
 
-    /// Send a request and wait (bounded) for its answer.
+    /// Send a request and wait (bounded by [`REQUEST_TIMEOUT`] and by the
+    /// calling thread's deadline) for its answer.
     pub fn request(
         &self,
         make: impl FnOnce(u64) -> Ctl,
@@ -265,7 +266,18 @@ impl Conn {
                     "the door's server did not answer a transfer in time",
                 ));
             }
-            self.answer_cv.wait_for(&mut answers, Duration::from_millis(50));
+            // The call that passes the door may have a deadline of its own.
+            let due = crate::deadline::current();
+            if crate::deadline::passed(due) {
+                break Err(CallError::TimedOut);
+            }
+            let mut wait = Duration::from_millis(50);
+            if due != 0 {
+                wait = wait.min(Duration::from_nanos(
+                    due.saturating_sub(crate::sys::monotonic_ns()),
+                ));
+            }
+            self.answer_cv.wait_for(&mut answers, wait);
         };
         let answer = answers.remove(&req).flatten();
         outcome?;

@@ -80,6 +80,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
             let ticket = match rd.conn.request(|req| Ctl::Mint { req, grant: rd.grant }, &[]) {
                 Ok(Answer::Minted(Some(fd))) => fd,
                 Err(CallError::PeerDied) => return Ok(dead),
+                Err(CallError::TimedOut) => return Err(CallError::TimedOut),
                 _ => return Err(CallError::BadDoor),
             };
             out.tickets.push(ticket);
