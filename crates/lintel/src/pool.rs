@@ -102,23 +102,21 @@ impl Pool {
         }
     }
 
-    /// Start threads while work outnumbers idle threads; true if the limit stops us.
+    /// Start threads while work outnumbers idle threads; true if the limit
+    /// (or a failed spawn) leaves work waiting.
     fn grow(&self, st: &mut State) -> bool {
-        while st.queue.len() > st.idle {
-            if st.threads >= self.limit() {
-                return true;
-            }
-            st.threads += 1;
+        let (start, short) = growth(st.threads, st.idle, st.queue.len(), self.limit());
+        for _ in 0..start {
             let spawned = std::thread::Builder::new()
                 .name("lintel-server".into())
                 .spawn(crate::server::run_worker);
             if spawned.is_err() {
-                st.threads -= 1;
                 return true;
             }
+            st.threads += 1;
             st.idle += 1;
         }
-        false
+        short
     }
 
     /// Next slot to serve; blocks while there is none.
@@ -188,6 +186,15 @@ impl Pool {
     }
 }
 
+/// The pool's policy, as a plain value: with `threads` running, `idle` of
+/// them waiting and `queued` slots waiting for one, how many threads to
+/// start under `limit`, and whether work is left waiting (a shortage).
+pub(crate) fn growth(threads: usize, idle: usize, queued: usize, limit: usize) -> (usize, bool) {
+    let wanted = queued.saturating_sub(idle);
+    let room = limit.saturating_sub(threads);
+    (wanted.min(room), wanted > room)
+}
+
 /// Current state of this domain's server-thread pool.
 pub fn stats() -> PoolStats {
     let p = &crate::domain::get().pool;
@@ -200,4 +207,20 @@ pub fn stats() -> PoolStats {
 /// [`crate::set_max_server_threads`].
 pub fn on_shortage(f: impl Fn(PoolStats) + Send + Sync + 'static) {
     *crate::domain::get().pool.watcher.lock() = Some(Arc::new(f));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::growth;
+
+    #[test]
+    fn threads_start_for_work_beyond_the_idle_ones_up_to_the_limit() {
+        assert_eq!(growth(0, 0, 1, 16), (1, false), "first call: one thread");
+        assert_eq!(growth(4, 2, 2, 16), (0, false), "idle threads take it");
+        assert_eq!(growth(4, 1, 3, 16), (2, false));
+        assert_eq!(growth(15, 0, 3, 16), (1, true), "one more, then short");
+        assert_eq!(growth(16, 0, 1, 16), (0, true), "at the limit: a shortage");
+        assert_eq!(growth(20, 0, 1, 16), (0, true), "limit lowered below the count");
+        assert_eq!(growth(3, 3, 0, 16), (0, false), "nothing queued");
+    }
 }
