@@ -162,41 +162,30 @@ pub(crate) fn send_doors(
     seq: u32,
 ) -> Result<Vec<u32>, CallError> {
     let mut out = Outgoing::default();
-    let sent = write_doors(conn, doors, slot, request, index, seq, &mut out);
-    match sent {
+    let mut write = || {
+        for (i, door) in doors.iter().enumerate() {
+            let w = encode(conn, door, &mut out)?;
+            slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
+        }
+        if !out.tickets.is_empty() {
+            let batch = Ctl::Tickets {
+                request,
+                slot: index,
+                seq,
+            };
+            if !conn.send(&batch, &out.fds()) {
+                return Err(CallError::PeerDied);
+            }
+        }
+        Ok(())
+    };
+    match write() {
         Ok(()) => Ok(out.granted),
         Err(e) => {
             out.roll_back(conn);
             Err(e)
         }
     }
-}
-
-fn write_doors(
-    conn: &Arc<Conn>,
-    doors: &[Door],
-    slot: &Slot,
-    request: bool,
-    index: u32,
-    seq: u32,
-    out: &mut Outgoing,
-) -> Result<(), CallError> {
-    for (i, door) in doors.iter().enumerate() {
-        let w = encode(conn, door, out)?;
-        slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
-    }
-    if !out.tickets.is_empty() {
-        let fds: Vec<BorrowedFd<'_>> = out.tickets.iter().map(|t| t.as_fd()).collect();
-        let batch = Ctl::Tickets {
-            request,
-            slot: index,
-            seq,
-        };
-        if !conn.send(&batch, &fds) {
-            return Err(CallError::PeerDied);
-        }
-    }
-    Ok(())
 }
 
 /// Read `n` descriptors from a slot and resolve them into `out`.
