@@ -156,3 +156,24 @@ pub fn fds_and_maps() -> (usize, usize) {
         .unwrap_or(0);
     (fds, maps)
 }
+
+/// Stop process `pid` (SIGSTOP) and wait until the kernel shows it stopped:
+/// the signal is delivered asynchronously, and a thread already running may
+/// otherwise still answer a request sent just after `kill`.
+pub fn stop_process(pid: u32) {
+    let p = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+    rustix::process::kill_process(p, rustix::process::Signal::STOP).expect("SIGSTOP");
+    let stopped = eventually(Duration::from_secs(10), || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command name in parentheses.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    });
+    assert!(stopped, "process {pid} did not stop");
+}
+
+/// Let a process stopped by [`stop_process`] run again.
+pub fn continue_process(pid: u32) {
+    let p = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+    rustix::process::kill_process(p, rustix::process::Signal::CONT).expect("SIGCONT");
+}

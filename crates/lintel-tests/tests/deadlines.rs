@@ -250,14 +250,13 @@ fn passing_a_third_partys_door_honours_the_calls_deadline() {
     let b = Peer::start("plain");
     let c = Peer::start("plain");
     let door_c = c.make_door(1);
-    let pid = rustix::process::Pid::from_raw(c.pid() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    lintel_tests::stop_process(c.pid());
     let (r, took) = timed(|| {
         within(Duration::from_millis(200), || {
             b.call(m::HOLD, b"", std::slice::from_ref(&door_c))
         })
     });
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    lintel_tests::continue_process(c.pid());
     assert_eq!(r.unwrap_err(), CallError::TimedOut);
     assert!(took < Duration::from_secs(4), "waited {took:?}");
     assert_eq!(b.call(m::ECHO, b"ok", &[]).unwrap().data, b"ok");

@@ -340,11 +340,6 @@ fn doors_passed_to_a_dead_peer_are_not_left_held() {
     );
 }
 
-fn signal(pid: u32, sig: rustix::process::Signal) {
-    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
-    rustix::process::kill_process(pid, sig).expect("signal the peer");
-}
-
 /// Nobody is counted as holding `door` (soon); a live holder that takes it
 /// and lets it go leaves it so again, and it has been unreferenced.
 fn not_held(door: &Door, unrefs: &AtomicU64) -> bool {
@@ -369,9 +364,9 @@ fn a_call_whose_later_door_fails_takes_back_the_earlier_grants() {
     let b = Peer::start("plain");
     let c = Peer::start("plain");
     let door_c = c.make_door(1);
-    signal(c.pid(), rustix::process::Signal::STOP);
+    lintel_tests::stop_process(c.pid());
     let r = b.call(m::HOLD, b"", &[door.clone(), door_c]);
-    signal(c.pid(), rustix::process::Signal::CONT);
+    lintel_tests::continue_process(c.pid());
     assert!(r.is_err(), "the third party could not pass its door");
     assert_eq!(b.call(m::ECHO, b"x", &[]).unwrap().data, b"x");
     assert!(
@@ -392,13 +387,13 @@ fn a_grant_is_never_made_on_a_connection_torn_down_during_the_call() {
     let door_c = c.make_door(1);
     let b_ctl = b.ctl.clone();
     let b_pid = b.pid();
-    signal(c.pid(), rustix::process::Signal::STOP);
+    lintel_tests::stop_process(c.pid());
     let d = door.clone();
     let t = std::thread::spawn(move || lintel_tests::call(&b_ctl, m::HOLD, b"", &[door_c, d]).map(drop));
     std::thread::sleep(Duration::from_millis(300)); // the call waits for C's ticket
     b.kill();
     assert!(eventually(WAIT, || !lintel::introspect::connected_to(b_pid)));
-    signal(c.pid(), rustix::process::Signal::CONT);
+    lintel_tests::continue_process(c.pid());
     assert!(t.join().unwrap().is_err());
     assert!(
         not_held(&door, &unrefs),

@@ -147,7 +147,33 @@ impl DoorCore {
     /// for the remote path fail here too.
     #[inline]
     pub fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), CallError> {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handler.invoke(req, reply))) {
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handler.invoke(req, reply)));
+        self.outcome(outcome, reply)
+    }
+
+    /// As [`DoorCore::invoke`] for a call without doors: the request is
+    /// made inside the unwinding guard, so nothing is moved into it.
+    #[inline]
+    pub fn invoke_bytes(&self, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let req = Request {
+                datum: self.datum,
+                data,
+                doors: Vec::new(),
+            };
+            self.handler.invoke(req, reply)
+        }));
+        self.outcome(outcome, reply)
+    }
+
+    #[inline]
+    fn outcome(
+        &self,
+        outcome: std::thread::Result<Result<(), Fault>>,
+        reply: &Reply,
+    ) -> Result<(), CallError> {
+        match outcome {
             Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
             Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
             Err(_) => Err(CallError::Panicked),

@@ -333,12 +333,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     bufs.counters.served(Path::Fast);
     let reply = &mut bufs.reply;
     reply.clear();
-    let request = Request {
-        datum: core.datum,
-        data: &args[..req.in_len as usize],
-        doors: Vec::new(),
-    };
-    let result = core.invoke(request, reply);
+    let result = core.invoke_bytes(&args[..req.in_len as usize], reply);
     drop(active);
     if result.is_err() || reply.data.len() > INLINE || !reply.doors.is_empty() || w.conn.is_dead() {
         return finish_slow(w, slot, seq, bufs, result.map_err(Failure::taken), false);
