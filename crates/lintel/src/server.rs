@@ -144,7 +144,9 @@ impl InArea {
     }
 }
 
-/// A server thread: serve whichever slot the pool hands us.
+/// A server thread: serve whichever slot the pool hands us. (Never inlined:
+/// the benchmark counts the instructions of the worker threads by this name.)
+#[inline(never)]
 pub(crate) fn run_worker() {
     let d = domain::get();
     let mut bufs = Buffers {

@@ -7,13 +7,15 @@
 //! with `lintel::boot::spawn`. Collection is on only inside
 //!
 //! - the client's [`client_calls`] (the loop of `Door::call`s), and
-//! - the server's worker threads (`lintel::server::run_worker`), minus the handler
-//!   ([`null_handler`]): callgrind toggles collection on entering and leaving each function
-//!   named, so nesting the handler inside the worker turns it off there.
+//! - the server's worker threads (`lintel::server::run_worker`) in one pair of runs, and the
+//!   handler alone ([`null_handler`]) in another; the server's figure is the first less the
+//!   second. (Nesting the two toggles in one run would turn collection off inside the handler,
+//!   but a handler reached by a tail call leaves it off for good: counted apart, the figure
+//!   does not depend on how the compiler calls it.)
 //!
-//! Each side's count per call is the difference between a run of [`N_LONG`] and one of
-//! [`N_SHORT`] calls, divided by the difference in calls: start-up, binding and exit cancel out.
-//! The syscalls' own instructions (in the kernel) are not counted by valgrind.
+//! Each count per call is the difference between a run of [`N_LONG`] and one of [`N_SHORT`]
+//! calls, divided by the difference in calls: start-up, binding and exit cancel out. The
+//! syscalls' own instructions (in the kernel) are not counted by valgrind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,13 +38,28 @@ const N_LONG: u64 = 3_000;
 pub fn null_instructions(_cfg: &Config) -> anyhow::Result<CaseResult> {
     let dir = std::env::temp_dir().join(format!("lintel-bench-callgrind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).context("creating the callgrind output directory")?;
-    let short = run_pair(&dir, N_SHORT);
-    let long = short.and_then(|s| Ok((s, run_pair(&dir, N_LONG)?)));
+    let runs = (|| -> anyhow::Result<[(u64, u64); 4]> {
+        Ok([
+            run_pair(&dir, N_SHORT, WORKER)?,
+            run_pair(&dir, N_LONG, WORKER)?,
+            run_pair(&dir, N_SHORT, HANDLER)?,
+            run_pair(&dir, N_LONG, HANDLER)?,
+        ])
+    })();
     let _ = std::fs::remove_dir_all(&dir);
-    let (short, long) = long?;
+    let [short, long, h_short, h_long] = runs?;
     let calls = (N_LONG - N_SHORT) as f64;
     let per_call = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / calls;
-    let (client, server) = (per_call(short.0, long.0), per_call(short.1, long.1));
+    let handler = per_call(h_short.1, h_long.1);
+    let client = per_call(short.0, long.0);
+    let worker = per_call(short.1, long.1);
+    // A toggle that names no function collects nothing: refuse a figure made of that.
+    ensure!(
+        client > 0.0 && handler > 0.0 && worker > handler,
+        "callgrind collected too little (client {client}, worker {worker}, handler {handler}): \
+         a counted function was renamed or inlined"
+    );
+    let server = worker - handler;
     let stats = Stats {
         median_ns: 0.0,
         p99_ns: 0.0,
@@ -57,15 +74,25 @@ pub fn null_instructions(_cfg: &Config) -> anyhow::Result<CaseResult> {
         .with_note(format!(
             "instructions per null call counted by callgrind with spinning off, not time (median_ns \
              is 0): client {client:.0} (Door::call and the calling loop), server {server:.0} (the \
-             worker thread, handler excluded); difference of runs of {N_LONG} and {N_SHORT} calls; \
-             target ≤ 120 per side"
+             worker thread less the handler's {handler:.0}); difference of runs of {N_LONG} and \
+             {N_SHORT} calls; target ≤ 120 per side"
         )))
 }
 
-/// Runs client and server under callgrind for `n` calls; their collected instruction totals.
-fn run_pair(dir: &Path, n: u64) -> anyhow::Result<(u64, u64)> {
-    let client_out = dir.join(format!("client-{n}.out"));
-    let server_out = dir.join(format!("server-{n}.out"));
+/// What the server's callgrind collects: its worker threads, or the handler alone.
+const WORKER: &str = "*lintel::server::run_worker*";
+const HANDLER: &str = "*null_handler*";
+
+/// Runs client and server under callgrind for `n` calls, the server collecting inside
+/// `server_toggle`; their collected instruction totals.
+fn run_pair(dir: &Path, n: u64, server_toggle: &str) -> anyhow::Result<(u64, u64)> {
+    let tag = if server_toggle == WORKER {
+        "worker"
+    } else {
+        "handler"
+    };
+    let client_out = dir.join(format!("client-{tag}-{n}.out"));
+    let server_out = dir.join(format!("server-{tag}-{n}.out"));
     let exe = std::env::current_exe().context("locating the lintel-bench binary")?;
     let mut cmd = callgrind(&client_out, &["*client_calls*"]);
     mark_child(&mut cmd);
@@ -73,6 +100,7 @@ fn run_pair(dir: &Path, n: u64) -> anyhow::Result<(u64, u64)> {
         .arg(&exe)
         .args([CHILD_ARG, CLIENT_ROLE, &n.to_string()])
         .arg(&server_out)
+        .arg(server_toggle)
         .env("LINTEL_SPIN", "off")
         .status()
         .context("running valgrind (install it: apt-get install valgrind)")?;
@@ -106,18 +134,16 @@ fn totals(path: &Path) -> anyhow::Result<u64> {
     n.parse().with_context(|| format!("bad totals line {line:?}"))
 }
 
-/// The client role: `N SERVER_OUT`. Starts the server under callgrind, warms up, makes `N`
-/// calls in [`client_calls`], then asks the server to exit (so callgrind writes its counts).
+/// The client role: `N SERVER_OUT SERVER_TOGGLE`. Starts the server under callgrind, warms
+/// up, makes `N` calls in [`client_calls`], then asks the server to exit (so callgrind writes
+/// its counts).
 pub fn client(args: &[String]) -> anyhow::Result<()> {
-    let [n, server_out] = args else {
-        bail!("usage: {CLIENT_ROLE} N SERVER_OUT");
+    let [n, server_out, toggle] = args else {
+        bail!("usage: {CLIENT_ROLE} N SERVER_OUT SERVER_TOGGLE");
     };
     let n: u64 = n.parse().context("N")?;
     let exe = std::env::current_exe().context("locating the lintel-bench binary")?;
-    let mut cmd = callgrind(
-        &PathBuf::from(server_out),
-        &["*lintel::server::run_worker*", "*null_handler*"],
-    );
+    let mut cmd = callgrind(&PathBuf::from(server_out), &[toggle.as_str()]);
     cmd.arg(exe).args([CHILD_ARG, SERVER_ROLE]);
     mark_child(&mut cmd);
     let spawned = lintel::boot::spawn(&mut cmd, &[]).context("starting the callgrind server")?;
