@@ -31,7 +31,7 @@ use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
 use crate::handshake::{self, Posted, Shared};
 use crate::lease::{Claim, Leases};
-use crate::settings::{self, Settings};
+use crate::settings::Settings;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
@@ -499,7 +499,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         abandoned: Cell::new(false),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
-        settings: settings::get(),
+        settings: &conn.domain.settings,
     });
     if let Some(seq) = claim.drained {
         release_late_doors(&lease, seq);

@@ -75,6 +75,9 @@ impl Drop for Ticket {
 
 pub(crate) struct Conn {
     pub id: u64,
+    /// The domain this connection belongs to (the process's runtime,
+    /// handed over when the connection is made, not looked up).
+    pub domain: &'static crate::domain::Domain,
     peer_pid: AtomicU32,
     pub sock: OwnedFd,
     pub dead: AtomicBool,
@@ -122,9 +125,10 @@ const MAX_PARKED_FDS: usize = 4 * abi::MAX_DOORS;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Conn {
-    pub fn new(id: u64, sock: OwnedFd, peer_pid: u32) -> Conn {
+    pub fn new(domain: &'static crate::domain::Domain, id: u64, sock: OwnedFd, peer_pid: u32) -> Conn {
         Conn {
             id,
+            domain,
             peer_pid: AtomicU32::new(peer_pid),
             sock,
             dead: AtomicBool::new(false),
@@ -341,7 +345,7 @@ impl Conn {
                 Ok(Recv::Empty) => return true,
                 Ok(Recv::Closed) | Err(_) => {
                     drop(buf);
-                    crate::domain::get().conn_died(self);
+                    self.domain.conn_died(self);
                     return false;
                 }
             }
@@ -350,7 +354,7 @@ impl Conn {
 
     /// Act on one control message. Never blocks; fds not wanted are closed.
     fn handle(self: &Arc<Self>, msg: Ctl, mut fds: Vec<OwnedFd>) {
-        let domain = crate::domain::get();
+        let domain = self.domain;
         match msg {
             Ctl::Hello { version, .. } => {
                 // Only the first hello counts; a later one is noise.

@@ -82,10 +82,11 @@ fn start() -> &'static Domain {
 impl Domain {
     fn new() -> Domain {
         let (tx, _rx) = mpsc::channel();
+        let settings = Settings::from_env();
         Domain {
             pid: std::process::id(),
-            settings: Settings::from_env(),
-            pool: Pool::new(),
+            pool: Pool::new(settings.max_threads.load(Relaxed)),
+            settings,
             conns: Mutex::new(HashMap::new()),
             by_pid: Mutex::new(HashMap::new()),
             remotes: Mutex::new(HashMap::new()),
@@ -171,9 +172,9 @@ impl Domain {
 
     /// Register a connected socket as a connection to another domain.
     /// `peer_pid` is given only when the kernel vouches for it.
-    pub fn add_conn(&self, sock: OwnedFd, peer_pid: Option<u32>) -> std::io::Result<Arc<Conn>> {
+    pub fn add_conn(&'static self, sock: OwnedFd, peer_pid: Option<u32>) -> std::io::Result<Arc<Conn>> {
         let id = self.next_id.fetch_add(1, Relaxed);
-        let conn = Arc::new(Conn::new(id, sock, peer_pid.unwrap_or(0)));
+        let conn = Arc::new(Conn::new(self, id, sock, peer_pid.unwrap_or(0)));
         conn.send(
             &Ctl::Hello {
                 pid: self.pid,
@@ -323,7 +324,7 @@ impl Domain {
 
     /// The kept end of a ticket is readable: its travelling end was closed
     /// (the ticket is dropped) or a domain adopts it as a connection.
-    fn ticket_ready(&self, key: u64) {
+    fn ticket_ready(&'static self, key: u64) {
         let mut buf = vec![0u8; wire::MAX_CTL];
         let mut t = self.tickets.lock();
         let Some((_, ticket)) = t.by_key.get(&key) else {

@@ -269,7 +269,7 @@ pub(crate) struct RemoteDoor {
 
 impl Drop for RemoteDoor {
     fn drop(&mut self) {
-        let d = crate::domain::get();
+        let d = self.conn.domain;
         d.forget_remote(self);
         if self.conn.release_grant(self.grant, self.received.load(SeqCst)) {
             d.releases_queued(&self.conn);

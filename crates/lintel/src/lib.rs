@@ -48,9 +48,12 @@
 //!    and the [`deadline`] arithmetic. They depend on layers 1 and 2 only.
 //! 4. **The runtime**: `domain` (the process-wide state and its watcher and
 //!    unreferenced threads), `conn`, `channel` (calling), `server` and
-//!    `pool` (serving), `transfer` (doors in transit). These know each other;
-//!    the process-wide runtime (`domain::get`) is reached from the public
-//!    API's entry points and from the threads the runtime owns.
+//!    `pool` (serving), `transfer` (doors in transit). These know each other.
+//!    A connection carries the domain it belongs to, so the runtime inside
+//!    never looks the process-wide domain up (`domain::get`): that happens
+//!    only at the public API's entry points ([`boot`], [`introspect`], the
+//!    settings, [`pool::stats`]), in the worker threads the runtime starts,
+//!    and where an alert is forwarded to the call a thread is in.
 //!
 //! The public API sits on top: [`Door`], [`boot`], [`stub`], [`shuttle`],
 //! [`deadline`], [`stats`], [`pool`] and [`introspect`].

@@ -37,6 +37,8 @@ pub struct PoolStats {
 type Watcher = Arc<dyn Fn(PoolStats) + Send + Sync>;
 
 pub(crate) struct Pool {
+    /// Most threads it may have.
+    limit: AtomicUsize,
     st: Mutex<State>,
     cv: Condvar,
     shortages: AtomicU64,
@@ -57,8 +59,10 @@ struct State {
 }
 
 impl Pool {
-    pub fn new() -> Pool {
+    /// A pool of at most `limit` threads (the setting `LINTEL_MAX_THREADS`).
+    pub fn new(limit: usize) -> Pool {
         Pool {
+            limit: AtomicUsize::new(limit.max(1)),
             st: Mutex::new(State::default()),
             cv: Condvar::new(),
             shortages: AtomicU64::new(0),
@@ -69,7 +73,7 @@ impl Pool {
     }
 
     fn limit(&self) -> usize {
-        crate::domain::get().settings.max_threads.load(Relaxed)
+        self.limit.load(Relaxed)
     }
 
     /// A client says a request waits in `slot` with no thread bound.
@@ -169,7 +173,9 @@ impl Pool {
         }
     }
 
-    pub fn limit_changed(&self) {
+    /// Allow at most `n` threads from now on.
+    pub fn set_limit(&self, n: usize) {
+        self.limit.store(n.max(1), Relaxed);
         let mut st = self.st.lock();
         self.grow(&mut st);
         self.cv.notify_all();

@@ -160,7 +160,7 @@ pub(crate) fn run_worker() {
     };
     loop {
         let w = d.pool.take();
-        serve(&w, &mut bufs);
+        serve(&w, &mut bufs, d);
         bufs.door = None;
         d.pool.went_idle();
     }
@@ -184,8 +184,7 @@ struct Buffers {
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
 /// caller dies.
-fn serve(w: &Work, bufs: &mut Buffers) {
-    let d = domain::get();
+fn serve(w: &Work, bufs: &mut Buffers, d: &'static domain::Domain) {
     let ss = &w.area.slots[w.slot as usize];
     let slot = w.area.slot(w.slot);
     ss.binding.bind();
@@ -193,7 +192,7 @@ fn serve(w: &Work, bufs: &mut Buffers) {
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     d.pool.bound(&w.area, w.slot);
     loop {
-        if let Some(seq) = wait_request(&slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
+        if let Some(seq) = wait_request(d, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
             handle(w, &slot, seq, bufs);
             if !d.pool.has_queued() {
                 continue;
@@ -228,13 +227,13 @@ fn serve(w: &Work, bufs: &mut Buffers) {
 /// take the CPUs their callers need. The slot's server state is written only
 /// when it changes, so a steady stream of calls costs no extra cache traffic.
 fn wait_request(
+    d: &'static domain::Domain,
     slot: &Slot,
     ss: &SlotServer,
     conn: &Conn,
     spinner: &mut bool,
     shared_cpu: &mut u32,
 ) -> Option<u32> {
-    let d = domain::get();
     let req = slot.sync(SyncWord::ReqSeq);
     let last = ss.last_seq();
     let fresh = |r: u32| handshake::fresh(r, last);

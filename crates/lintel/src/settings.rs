@@ -77,7 +77,7 @@ pub fn set_spin(on: bool) {
 pub fn set_max_server_threads(n: usize) {
     let d = crate::domain::get();
     d.settings.max_threads.store(n.max(1), Relaxed);
-    d.pool.limit_changed();
+    d.pool.set_limit(n);
 }
 
 /// Make this domain's cross-domain calls take the vanilla path even when
@@ -85,11 +85,6 @@ pub fn set_max_server_threads(n: usize) {
 /// measurement).
 pub fn set_force_vanilla(on: bool) {
     crate::domain::get().settings.force_vanilla.store(on, Relaxed);
-}
-
-/// This domain's settings, for the objects on the call path to keep.
-pub(crate) fn get() -> &'static Settings {
-    &crate::domain::get().settings
 }
 
 #[cfg(test)]

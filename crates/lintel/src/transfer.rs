@@ -27,8 +27,8 @@ use crate::abi::*;
 use crate::conn::{Answer, Conn};
 use crate::door::{Door, Inner};
 use crate::error::CallError;
+use crate::sys;
 use crate::umem::Slot;
-use crate::{domain, sys};
 
 /// What encoding doors for one message took: ticket fds that travel with
 /// it, and the grants made for it, taken back if the peer never takes the
@@ -99,7 +99,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
 /// error so that no reference or ticket is left behind.
 fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Result<Door, CallError> {
     match w.kind {
-        WD_MINE => Ok(Door(Inner::Remote(domain::get().remote_door(conn, w.idx)))),
+        WD_MINE => Ok(Door(Inner::Remote(conn.domain.remote_door(conn, w.idx)))),
         WD_DEAD => Ok(Door(Inner::Dead(w.pid))),
         WD_YOURS => conn
             .lookup(w.idx)
@@ -120,7 +120,7 @@ fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Res
 /// sender, says which domain made the ticket (`SO_PEERCRED` of a socket
 /// pair names its creator); `pid`, the server the sender names, must agree.
 fn redeem(from: &Arc<Conn>, ticket: OwnedFd, pid: u32) -> Result<Door, CallError> {
-    let d = domain::get();
+    let d = from.domain;
     let maker =
         sys::peer_pid(ticket.as_fd()).map_err(|_| CallError::BadMessage("door ticket is not a socket"))?;
     if pid != 0 && maker != pid {
@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn tickets_missing_on_a_torn_down_connection_mean_the_peer_died() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = Arc::new(Conn::new(1, mine, 0));
+        let conn = Arc::new(Conn::new(crate::domain::get(), 1, mine, 0));
         conn.dead.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn tickets_missing_from_a_live_peer_are_a_protocol_error() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = Arc::new(Conn::new(1, mine, 0));
+        let conn = Arc::new(Conn::new(crate::domain::get(), 1, mine, 0));
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
         assert_eq!(r.unwrap_err(), CallError::BadMessage("door tickets missing"));
