@@ -171,16 +171,10 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
 
     let h = ReplyHeader::read(slot);
     if h.status != ST_OK || h.out_len as usize > INLINE || h.out_doors != 0 {
-        return take_reply(
-            lease,
-            &rd.conn,
-            seq,
-            h,
-            (data.len(), &[]),
-            reply,
-            Path::Fast,
-            false,
-        );
+        let r = take_reply(lease, &rd.conn, seq, h, &[], reply, false);
+        let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+        lease.counters.call(Path::Fast, data.len(), 0, result);
+        return r;
     }
     let bytes = slot.read_inline(OFF_OUT_INLINE);
     reply.clear();
@@ -237,16 +231,8 @@ fn call_vanilla(
         return counted(Err(e), reply);
     }
     let h = ReplyHeader::read(slot);
-    take_reply(
-        lease,
-        conn,
-        seq,
-        h,
-        (data.len(), &granted),
-        reply,
-        Path::Vanilla,
-        true,
-    )
+    let r = take_reply(lease, conn, seq, h, &granted, reply, true);
+    counted(r, reply)
 }
 
 /// Publish the request posted in `slot` and make sure a server thread will
@@ -275,53 +261,40 @@ fn post(
 }
 
 /// Take a reply the fast path does not: an error status, a result in the
-/// data region, doors. `h` is the reply's header as read once; `sent` is the
-/// argument length and the grants made for the call's doors, taken back if
-/// the server refused the call before taking them.
+/// data region, doors. `h` is the reply's header as read once; `granted`
+/// are the grants made for the call's doors, taken back if the server
+/// refused the call before taking them.
 #[cold]
-#[allow(clippy::too_many_arguments)]
 fn take_reply(
     lease: &Lease,
     conn: &Arc<Conn>,
     seq: u32,
     h: ReplyHeader,
-    sent: (usize, &[u32]),
+    granted: &[u32],
     reply: &mut Reply,
-    path: Path,
     vanilla: bool,
 ) -> Result<(), CallError> {
     let slot = &lease.slot;
-    let ReplyHeader {
-        status,
-        out_len,
-        out_doors,
-    } = h;
-    let (args, granted) = sent;
-    let r = (|| {
-        if status != ST_OK {
-            if status & ST_UNTAKEN != 0 {
-                transfer::take_back(conn, granted);
-            }
-            return Err(CallError::from_status(status & !ST_UNTAKEN, out_len));
+    if h.status != ST_OK {
+        if h.status & ST_UNTAKEN != 0 {
+            transfer::take_back(conn, granted);
         }
-        let (out_len, out_doors) = (out_len as usize, out_doors as usize);
-        if out_len > DATA_CAP || out_doors > MAX_DOORS {
-            return Err(CallError::BadMessage("reply header out of range"));
-        }
-        reply.clear();
-        if out_len > 0 {
-            reply.data.resize(out_len, 0);
-            slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
-        }
-        if out_doors > 0 {
-            let index = lease.claim.index;
-            transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
-        }
-        Ok(())
-    })();
-    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-    lease.counters.call(path, args, granted.len(), result);
-    r
+        return Err(CallError::from_status(h.status & !ST_UNTAKEN, h.out_len));
+    }
+    let (out_len, out_doors) = (h.out_len as usize, h.out_doors as usize);
+    if out_len > DATA_CAP || out_doors > MAX_DOORS {
+        return Err(CallError::BadMessage("reply header out of range"));
+    }
+    reply.clear();
+    if out_len > 0 {
+        reply.data.resize(out_len, 0);
+        slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
+    }
+    if out_doors > 0 {
+        let index = lease.claim.index;
+        transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
+    }
+    Ok(())
 }
 
 /// A call that could not take a slot: counted, and its error returned.
@@ -484,10 +457,14 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     let due = deadline::current();
     let claim = area.leases.take_or_wait(
         |i, seq| area.settled(i, seq),
-        || match () {
-            _ if conn.is_dead() => Some(CallError::PeerDied),
-            _ if deadline::passed(due) => Some(CallError::TimedOut),
-            _ => None,
+        || {
+            if conn.is_dead() {
+                Some(CallError::PeerDied)
+            } else if deadline::passed(due) {
+                Some(CallError::TimedOut)
+            } else {
+                None
+            }
         },
     )?;
     let lease = Rc::new(Lease {

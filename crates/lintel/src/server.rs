@@ -318,9 +318,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         && req.deadline == 0
         && !ss.has_pinned.load(Relaxed);
     let cached = match &bufs.door {
-        Some((g, generation, core)) if fast && *g == req.grant && *generation == w.conn.grants_gen() => {
-            Some(core)
-        }
+        Some((_, _, core)) if fast && cache_hit(&bufs.door, &w.conn, req.grant) => Some(core),
         _ => None,
     };
     let Some(core) = cached else {
@@ -496,13 +494,20 @@ fn check_request<'a>(
     in_doors: usize,
 ) -> Result<(&'a Arc<DoorCore>, ActiveCall<'a>), CallError> {
     check_sizes("arguments", in_len, in_doors)?;
-    let generation = conn.grants_gen();
-    let core: &'a Arc<DoorCore> = match cache {
-        Some((g, cached_gen, _)) if *g == grant && *cached_gen == generation => &cache.as_ref().unwrap().2,
-        _ => {
-            let core = conn.lookup(grant).ok_or(CallError::BadDoor)?;
-            &cache.insert((grant, generation, core)).2
-        }
-    };
+    if !cache_hit(cache, conn, grant) {
+        // The generation is read before the lookup: a grant removed in
+        // between leaves the entry already stale, never falsely fresh.
+        let generation = conn.grants_gen();
+        let core = conn.lookup(grant).ok_or(CallError::BadDoor)?;
+        *cache = Some((grant, generation, core));
+    }
+    let core: &'a Arc<DoorCore> = &cache.as_ref().expect("filled above").2;
     Ok((core, core.begin_call()?))
+}
+
+/// Whether the worker's door of the last call is the one `grant` names
+/// still: the same grant, and no grant removed from the table since.
+#[inline]
+fn cache_hit(cache: &Option<(u32, u64, Arc<DoorCore>)>, conn: &Conn, grant: u32) -> bool {
+    matches!(cache, Some((g, generation, _)) if *g == grant && *generation == conn.grants_gen())
 }
