@@ -45,6 +45,11 @@ impl Outgoing {
     pub fn roll_back(self, conn: &Conn) {
         take_back(conn, &self.granted);
     }
+
+    /// The ticket fds to attach to the message.
+    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
+        self.tickets.iter().map(|t| t.as_fd()).collect()
+    }
 }
 
 /// Undo grants made for a message the peer did not take.
@@ -274,13 +279,6 @@ pub(crate) fn encode_for_socket(
             out.roll_back(conn);
             Err(e)
         }
-    }
-}
-
-impl Outgoing {
-    /// The ticket fds to attach to the message.
-    pub fn fds(&self) -> Vec<BorrowedFd<'_>> {
-        self.tickets.iter().map(|t| t.as_fd()).collect()
     }
 }
 
