@@ -85,7 +85,7 @@ impl Domain {
         let settings = Settings::from_env();
         Domain {
             pid: std::process::id(),
-            pool: Pool::new(settings.max_threads.load(Relaxed)),
+            pool: Pool::new(settings.max_threads),
             settings,
             conns: Mutex::new(HashMap::new()),
             by_pid: Mutex::new(HashMap::new()),

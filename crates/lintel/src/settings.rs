@@ -2,12 +2,13 @@
 //! the environment at start (`LINTEL_SPIN=off` (or `0`, `false`, `no`), `LINTEL_MAX_THREADS=N`,
 //! `LINTEL_SPIN_NS=N`, `LINTEL_PATH=vanilla`), changeable at run time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 pub(crate) struct Settings {
     pub spin: AtomicBool,
     pub spin_ns: AtomicU64,
-    pub max_threads: AtomicUsize,
+    /// The server-thread limit at start; the pool keeps the current one.
+    pub max_threads: usize,
     pub force_vanilla: AtomicBool,
 }
 
@@ -31,11 +32,9 @@ impl Settings {
         Settings {
             spin: AtomicBool::new(std::env::var("LINTEL_SPIN").map_or(true, |v| switch("LINTEL_SPIN", &v))),
             spin_ns: AtomicU64::new(num("LINTEL_SPIN_NS").unwrap_or(DEFAULT_SPIN_NS)),
-            max_threads: AtomicUsize::new(
-                num("LINTEL_MAX_THREADS")
-                    .map(|n| n.max(1) as usize)
-                    .unwrap_or(DEFAULT_MAX_THREADS),
-            ),
+            max_threads: num("LINTEL_MAX_THREADS")
+                .map(|n| n.max(1) as usize)
+                .unwrap_or(DEFAULT_MAX_THREADS),
             force_vanilla: AtomicBool::new(std::env::var("LINTEL_PATH").is_ok_and(|v| v == "vanilla")),
         }
     }
@@ -75,9 +74,7 @@ pub fn set_spin(on: bool) {
 
 /// Most server threads this domain runs; calls beyond it wait for a thread.
 pub fn set_max_server_threads(n: usize) {
-    let d = crate::domain::get();
-    d.settings.max_threads.store(n.max(1), Relaxed);
-    d.pool.set_limit(n);
+    crate::domain::get().pool.set_limit(n);
 }
 
 /// Make this domain's cross-domain calls take the vanilla path even when
