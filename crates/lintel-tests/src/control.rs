@@ -180,6 +180,7 @@ impl Control {
                 reply.data.extend_from_slice(bytes);
             }
             m::UNREF_COUNT => put(reply, c.unrefs.load(SeqCst)),
+            m::MADE_COUNT => put(reply, st.lock().unwrap().made.len() as u64),
             m::SLEPT_FULL => put(reply, c.slept_full.load(SeqCst)),
             m::ALERTED_COUNT => put(reply, c.alerted.load(SeqCst)),
             m::MAX_CONCURRENT => put(reply, c.max_active.load(SeqCst)),

@@ -46,6 +46,8 @@ pub mod m {
     /// Calls the first held door (to say it runs), then sleeps alertably
     /// for the ms (u64) given, as `SLEEP_ALERTABLE`.
     pub const SIGNAL_THEN_SLEEP: u8 = 24;
+    /// How many doors `MAKE_DOOR` has made.
+    pub const MADE_COUNT: u8 = 25;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where
