@@ -24,6 +24,7 @@
 //! | 20  | `in_doors` | client |
 //! | 24  | inline arguments, [`INLINE`] bytes | client |
 //! | 40  | `client_cpu`: where the caller last ran | client |
+//! | 44  | `in_seg`: arguments in the caller's bulk segment of this generation (0: in the slot) | client |
 //! | 48  | `deadline`: `CLOCK_MONOTONIC` ns (u64), 0 for none | client |
 //! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
 //! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
@@ -32,14 +33,21 @@
 //! | 80  | `out_len` | server |
 //! | 84  | `out_doors` | server |
 //! | 88  | inline results, [`INLINE`] bytes | server |
+//! | 104 | `out_seg`: results in the server's bulk segment of this generation (0: in the slot) | server |
 //! | 128 | data, [`DATA_CAP`] bytes (arguments, then results) | both |
 //! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
+//!
+//! Arguments or results larger than [`DATA_CAP`] travel in a *bulk
+//! segment*: a memfd per slot and direction, created by the side that
+//! writes it (sealed against shrinking, so the reader's mapping can never
+//! fault), sent once over the socket ([`wire::Ctl::Segment`]) and reused by
+//! later calls until a larger one replaces it under a new generation.
 #![forbid(unsafe_code)]
 #![allow(missing_docs)] // the constants are documented by the layout table
 
 /// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 pub mod wire;
 
@@ -70,6 +78,7 @@ pub const OFF_IN_LEN: usize = 16;
 pub const OFF_IN_DOORS: usize = 20;
 pub const OFF_IN_INLINE: usize = 24;
 pub const OFF_CLIENT_CPU: usize = 40;
+pub const OFF_IN_SEG: usize = 44;
 pub const OFF_DEADLINE: usize = 48;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
@@ -78,12 +87,14 @@ pub const OFF_STATUS: usize = 76;
 pub const OFF_OUT_LEN: usize = 80;
 pub const OFF_OUT_DOORS: usize = 84;
 pub const OFF_OUT_INLINE: usize = 88;
+pub const OFF_OUT_SEG: usize = 104;
 pub const OFF_DATA: usize = 128;
 pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
 
 const _: () = assert!(OFF_DOORS + MAX_DOORS * WIRE_DOOR <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
-const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_DEADLINE);
+const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_IN_SEG && OFF_IN_SEG + 4 <= OFF_DEADLINE);
+const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_DATA);
 const _: () = assert!(OFF_DEADLINE.is_multiple_of(8) && OFF_DEADLINE + 8 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 
@@ -132,6 +143,21 @@ pub const ST_TIMED_OUT: u32 = 7;
 /// doors passed with it (sizes, grant or revocation checked first), so the
 /// caller takes back the grants it made for them.
 pub const ST_UNTAKEN: u32 = 1 << 16;
+
+/// Smallest bulk segment: smaller data never needs one, and a segment
+/// this size is reused by every bulk call on its slot that fits.
+pub const SEG_MIN: usize = 64 * 1024;
+
+/// Bulk segment size for `len` bytes: the next power of two, at least
+/// [`SEG_MIN`], so a slot's segment is replaced only when calls grow by
+/// half or more.
+pub const fn segment_size(len: usize) -> usize {
+    let n = if len < SEG_MIN { SEG_MIN } else { len };
+    match n.checked_next_power_of_two() {
+        Some(p) => p,
+        None => n,
+    }
+}
 
 /// Wire door descriptor kinds (first word of the 16-byte descriptor).
 pub const WD_YOURS: u32 = 1;

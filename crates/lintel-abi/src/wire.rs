@@ -43,6 +43,15 @@ pub enum Ctl {
     /// Several [`Ctl::Release`]s at once: `(grant, count)` pairs. Releases
     /// are batched, so dropping many doors costs a few messages.
     Releases { grants: Vec<(u32, u32)> },
+    /// The sender's bulk segment (one memfd) for `slot`, generation `generation`:
+    /// `request` says whether it carries arguments (the slot is in the
+    /// sender's area) or results (in the receiver's). Sent before the call
+    /// or reply that first uses it.
+    Segment {
+        request: bool,
+        slot: u32,
+        generation: u32,
+    },
 }
 
 /// Most `(grant, count)` pairs in one [`Ctl::Releases`] (each encodes in at

@@ -18,6 +18,7 @@ impl Peer {
     fn start() -> Peer {
         let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
         cmd.args(["peer", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .env("LINTEL_MAX_MESSAGE", LIMIT.to_string())
             .stdout(Stdio::null());
         let s = lintel::boot::spawn(&mut cmd, &[]).expect("spawn peer");
         let door = s.doors.into_iter().next().expect("peer offers a door");

@@ -71,6 +71,8 @@ impl Control {
         let put = |reply: &mut Reply, v: u64| reply.data.extend_from_slice(&v.to_le_bytes());
         match method {
             m::ECHO => reply.data.extend_from_slice(arg),
+            m::BIG => reply.data.extend((0..u64_arg(arg) as usize).map(|i| i as u8)),
+            m::LEN => put(reply, arg.len() as u64),
             m::MAKE_DOOR => {
                 let counts = self.counts.clone();
                 let d = Door::create_with_unref(

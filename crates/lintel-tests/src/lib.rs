@@ -48,6 +48,10 @@ pub mod m {
     pub const SIGNAL_THEN_SLEEP: u8 = 24;
     /// How many doors `MAKE_DOOR` has made.
     pub const MADE_COUNT: u8 = 25;
+    /// Returns `arg` (u64) bytes, byte `i` being `i as u8`.
+    pub const BIG: u8 = 26;
+    /// Returns the argument's length (u64).
+    pub const LEN: u8 = 27;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

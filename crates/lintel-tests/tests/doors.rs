@@ -15,26 +15,32 @@ fn calls_cross_process_on_fast_and_vanilla_paths() {
 }
 
 #[test]
-fn oversized_arguments_are_a_typed_error_on_every_path() {
-    let p = Peer::start("plain");
-    let big = vec![0u8; 6000];
-    let local = Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(()));
-    let remote_err = p.ctl.call(&big, &[], &mut Reply::new()).unwrap_err();
-    let local_err = local.call(&big, &[], &mut Reply::new()).unwrap_err();
-    assert!(
-        matches!(remote_err, CallError::TooLarge { len: 6000, .. }),
-        "{remote_err:?}"
+fn data_above_the_servers_limit_is_a_typed_error_naming_it() {
+    // The server allows 64 KiB; we allow the default 1 GiB.
+    let p = Peer::start_with("plain", &[("LINTEL_MAX_MESSAGE", "65536")], &[]);
+    let big = vec![3u8; 100_000];
+    let e = p.ctl.call(&big, &[], &mut Reply::new()).unwrap_err();
+    assert_eq!(
+        e,
+        CallError::TooLarge {
+            what: "arguments",
+            len: 100_000,
+            max: 65536
+        }
     );
-    assert_eq!(remote_err, local_err);
-    // A reply that is too large fails the same way in both placements.
-    let wide = Door::create(0, |_: Request<'_>, r: &mut Reply| {
-        r.data.resize(6000, 1);
-        Ok(())
-    });
-    assert!(matches!(
-        wide.call(b"", &[], &mut Reply::new()),
-        Err(CallError::TooLarge { .. })
-    ));
+    // A result above it: the server refuses to send it.
+    let e = p.call(m::BIG, &70_000u64.to_le_bytes(), &[]).unwrap_err();
+    assert_eq!(
+        e,
+        CallError::TooLarge {
+            what: "result",
+            len: 70_000,
+            max: 65536
+        }
+    );
+    // Just under the limit goes through (method byte + 65535).
+    let fits = vec![9u8; 65535];
+    assert_eq!(p.call(m::LEN, &fits, &[]).unwrap().data, 65535u64.to_le_bytes());
     // The connection still works afterwards.
     assert_eq!(p.call(m::ECHO, b"ok", &[]).unwrap().data, b"ok");
 }

@@ -24,8 +24,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
 use crate::abi::wire::Ctl;
 use crate::abi::*;
+use crate::bulk::SlotBulk;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
@@ -44,6 +47,9 @@ pub(crate) struct OutArea {
     map: Arc<Mapping>,
     /// Which thread uses which slot (see `lease`).
     leases: Leases,
+    /// Each slot's bulk segments: ours for arguments, the server's for
+    /// results (used by the slot's lease owner only).
+    bulk: Vec<Mutex<SlotBulk>>,
 }
 
 impl OutArea {
@@ -58,6 +64,7 @@ impl OutArea {
         Ok(Arc::new(OutArea {
             map,
             leases: Leases::new(SLOTS),
+            bulk: (0..SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
         }))
     }
 
@@ -225,7 +232,10 @@ fn call_vanilla(
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, lease.cpu.get());
     slot.set64(OFF_DEADLINE, due);
-    slot.write(OFF_DATA, data);
+    match write_args(lease, conn, index, data) {
+        Ok(generation) => slot.set(OFF_IN_SEG, generation),
+        Err(e) => return counted(Err(e), reply),
+    }
     let granted = match doors.is_empty() {
         true => Vec::new(),
         false => match transfer::send_doors(conn, doors, slot, true, index, seq) {
@@ -244,7 +254,37 @@ fn call_vanilla(
     }
     let h = ReplyHeader::read(slot);
     let r = take_reply(lease, conn, seq, h, &granted, reply, true);
+    if data.len() > DATA_CAP {
+        lease.area.bulk[index as usize].lock().out.trim();
+    }
     counted(r, reply)
+}
+
+/// Put the arguments where the server reads them: the slot's data region,
+/// or (larger than it) the slot's bulk segment, sent to the server first
+/// if it is new. Returns the generation to name in the header (0: none).
+fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32, CallError> {
+    if data.len() <= DATA_CAP {
+        lease.slot.write(OFF_DATA, data);
+        return Ok(0);
+    }
+    let mut bulk = lease.area.bulk[index as usize].lock();
+    let (generation, fresh) = bulk
+        .out
+        .prepare(data.len())
+        .map_err(|e| CallError::Local(e.to_string()))?;
+    if let Some(fd) = fresh {
+        let msg = Ctl::Segment {
+            request: true,
+            slot: index,
+            generation,
+        };
+        if !conn.send(&msg, &[fd]) {
+            return Err(CallError::PeerDied);
+        }
+    }
+    bulk.out.write(data);
+    Ok(generation)
 }
 
 /// Publish the request posted in `slot` and make sure a server thread will
@@ -287,18 +327,31 @@ fn take_reply(
     vanilla: bool,
 ) -> Result<(), CallError> {
     let slot = &lease.slot;
+    reply.clear();
     if h.status != ST_OK {
-        if h.status & ST_UNTAKEN != 0 {
+        let untaken = h.status & ST_UNTAKEN != 0;
+        if untaken {
             transfer::take_back(conn, granted);
         }
-        return Err(CallError::from_status(h.status & !ST_UNTAKEN, h.out_len));
+        return Err(match h.status & !ST_UNTAKEN {
+            // The server's limit refused our arguments (untaken) or its
+            // result: `out_len` names the limit, `out_doors` the length.
+            ST_TOO_LARGE => CallError::TooLarge {
+                what: if untaken { "arguments" } else { "result" },
+                len: h.out_doors as usize,
+                max: h.out_len as usize,
+            },
+            st => CallError::from_status(st, h.out_len),
+        });
     }
     let (out_len, out_doors) = (h.out_len as usize, h.out_doors as usize);
-    if out_len > DATA_CAP || out_doors > MAX_DOORS {
+    if out_doors > MAX_DOORS {
         return Err(CallError::BadMessage("reply header out of range"));
     }
-    reply.clear();
-    if out_len > 0 {
+    check_sizes("result", out_len, 0)?; // before anything is allocated for it
+    if out_len > DATA_CAP {
+        take_bulk_reply(lease, conn, h, reply)?;
+    } else if out_len > 0 {
         reply.data.resize(out_len, 0);
         slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
     }
@@ -307,6 +360,30 @@ fn take_reply(
         transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
     }
     Ok(())
+}
+
+/// Copy a result larger than the data region out of the server's bulk
+/// segment for our slot, mapping the segment first if the reply names a
+/// new one.
+fn take_bulk_reply(
+    lease: &Lease,
+    conn: &Arc<Conn>,
+    h: ReplyHeader,
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    let index = lease.claim.index;
+    let mut bulk = lease.area.bulk[index as usize].lock();
+    if !bulk.inb.has(h.out_seg) {
+        let fd = conn
+            .take_segment(false, index, h.out_seg)
+            .ok_or(CallError::BadMessage("bulk segment missing"))?;
+        bulk.inb
+            .accept(h.out_seg, fd, crate::settings::max_message())
+            .map_err(CallError::BadMessage)?;
+    }
+    let r = bulk.inb.read_into(h.out_len as usize, &mut reply.data);
+    bulk.inb.trim();
+    r.map_err(CallError::BadMessage)
 }
 
 /// A call that could not take a slot: counted, and its error returned.

@@ -91,6 +91,9 @@ pub(crate) struct Conn {
     answers: Mutex<HashMap<u64, Option<Answer>>>,
     answer_cv: Condvar,
     tickets_in: Mutex<Parked>,
+    /// Bulk segments sent ahead of the call or reply that first uses them:
+    /// the newest per slot and direction, so at most `2 × SLOTS` fds.
+    segments_in: Mutex<HashMap<(bool, u32), (u32, OwnedFd)>>,
     boot: Mutex<Option<(Vec<WireDoor>, Vec<OwnedFd>)>>,
     boot_seen: AtomicBool,
     pub adopted: Mutex<Option<Ticket>>,
@@ -140,6 +143,7 @@ impl Conn {
             answers: Mutex::new(HashMap::new()),
             answer_cv: Condvar::new(),
             tickets_in: Mutex::new(Parked::default()),
+            segments_in: Mutex::new(HashMap::new()),
             boot: Mutex::new(None),
             boot_seen: AtomicBool::new(false),
             adopted: Mutex::new(None),
@@ -306,6 +310,24 @@ impl Conn {
         self.tickets_in.lock().take(request, slot, seq)
     }
 
+    /// The bulk segment of generation `generation` sent for `slot` (a
+    /// request's if `request`): like tickets, sent before the header that
+    /// names it, so queued by now or never coming.
+    pub fn take_segment(self: &Arc<Self>, request: bool, slot: u32, generation: u32) -> Option<OwnedFd> {
+        let take = || {
+            let mut parked = self.segments_in.lock();
+            match parked.get(&(request, slot)) {
+                Some((g, _)) if *g == generation => parked.remove(&(request, slot)).map(|(_, fd)| fd),
+                _ => None,
+            }
+        };
+        if let Some(fd) = take() {
+            return Some(fd);
+        }
+        self.pump();
+        take()
+    }
+
     /// The protocol version the peer speaks, if the connection was refused
     /// for it.
     pub fn other_version(&self) -> Option<u32> {
@@ -427,6 +449,16 @@ impl Conn {
                     tracing::warn!(conn = self.id, slot, "refused a ticket batch: too many parked");
                 }
             }
+            Ctl::Segment {
+                request,
+                slot,
+                generation,
+            } => {
+                if (slot as usize) < abi::SLOTS && fds.len() == 1 {
+                    let fd = fds.pop().expect("one fd");
+                    self.segments_in.lock().insert((request, slot), (generation, fd));
+                }
+            }
             Ctl::Boot { doors } => {
                 // Once per connection: a peer cannot park fds here later.
                 if !self.boot_seen.swap(true, SeqCst) && fds.len() <= abi::MAX_DOORS {
@@ -460,6 +492,7 @@ impl Conn {
             core.drop_holder();
         }
         *self.tickets_in.lock() = Parked::default();
+        self.segments_in.lock().clear();
         self.boot.lock().take();
         self.answers.lock().clear();
         self.adopted.lock().take();

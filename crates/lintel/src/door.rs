@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 use parking_lot::Mutex;
 
-use crate::abi::{DATA_CAP, MAX_DOORS};
+use crate::abi::MAX_DOORS;
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
 use crate::stats::{self, Path};
@@ -474,12 +474,9 @@ impl std::fmt::Debug for Door {
 /// Checks shared by every path, so co-located and remote calls fail alike.
 #[inline]
 pub(crate) fn check_sizes(what: &'static str, len: usize, doors: usize) -> Result<(), CallError> {
-    if len > DATA_CAP {
-        return Err(CallError::TooLarge {
-            what,
-            len,
-            max: DATA_CAP,
-        });
+    let max = crate::settings::max_message();
+    if len > max {
+        return Err(CallError::TooLarge { what, len, max });
     }
     if doors > MAX_DOORS {
         return Err(CallError::TooManyDoors {
@@ -522,7 +519,11 @@ fn run_colocated(
         data,
         doors: doors.to_vec(),
     };
-    core.invoke(req, reply)
+    let r = core.invoke(req, reply);
+    if r.is_err() {
+        reply.clear(); // as across domains, where a failed call brings nothing back
+    }
+    r
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ pub enum CallError {
     /// The door's server revoked it.
     #[error("the door was revoked by its server")]
     Revoked,
-    /// Arguments or results exceed what the call path can carry.
-    #[error("{what} of {len} bytes exceeds the {max}-byte limit of the vanilla path")]
+    /// Arguments or results exceed a domain's message limit
+    /// ([`crate::max_message`]): the caller's, or the server's.
+    #[error("{what} of {len} bytes exceeds the {max}-byte message limit")]
     TooLarge {
         /// "arguments" or "result".
         what: &'static str,
@@ -62,7 +63,7 @@ impl CallError {
         match self {
             CallError::Revoked => (abi::ST_REVOKED, 0),
             CallError::BadDoor => (abi::ST_BAD_DOOR, 0),
-            CallError::TooLarge { len, .. } => (abi::ST_TOO_LARGE, (*len).min(u32::MAX as usize) as u32),
+            CallError::TooLarge { max, .. } => (abi::ST_TOO_LARGE, (*max).min(u32::MAX as usize) as u32),
             CallError::Panicked => (abi::ST_PANICKED, 0),
             CallError::Fault(c) => (abi::ST_FAULT, *c),
             CallError::TimedOut => (abi::ST_TIMED_OUT, 0),
@@ -77,8 +78,8 @@ impl CallError {
             abi::ST_BAD_DOOR => CallError::BadDoor,
             abi::ST_TOO_LARGE => CallError::TooLarge {
                 what: "result",
-                len: detail as usize,
-                max: abi::DATA_CAP,
+                len: 0,
+                max: detail as usize,
             },
             abi::ST_PANICKED => CallError::Panicked,
             abi::ST_FAULT => CallError::Fault(detail),

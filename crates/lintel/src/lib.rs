@@ -63,6 +63,7 @@
 
 pub use lintel_abi as abi;
 pub mod boot;
+mod bulk;
 mod channel;
 mod conn;
 pub mod deadline;
@@ -86,7 +87,9 @@ mod umem;
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
 pub use lintel_macros::interface;
-pub use settings::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
+pub use settings::{
+    max_message, set_force_vanilla, set_max_message, set_max_server_threads, set_spin, spinning,
+};
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.
 pub mod introspect {

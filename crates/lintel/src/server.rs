@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::abi::wire::Ctl;
 use crate::abi::*;
+use crate::bulk::SlotBulk;
 use crate::conn::Conn;
 use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
 use crate::error::CallError;
@@ -82,6 +84,9 @@ impl SlotServer {
 pub(crate) struct InArea {
     map: Arc<Mapping>,
     slots: Vec<SlotServer>,
+    /// Each slot's bulk segments: the caller's for arguments, ours for
+    /// results (used by the thread serving the slot).
+    bulk: Vec<Mutex<SlotBulk>>,
 }
 
 impl InArea {
@@ -91,6 +96,7 @@ impl InArea {
         Ok(InArea {
             map: Arc::new(map),
             slots: (0..SLOTS).map(|_| SlotServer::new()).collect(),
+            bulk: (0..SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
         })
     }
 
@@ -150,7 +156,7 @@ impl InArea {
 pub(crate) fn run_worker() {
     let d = domain::get();
     let mut bufs = Buffers {
-        args: vec![0u8; DATA_CAP],
+        args: Vec::with_capacity(DATA_CAP),
         reply: Reply::new(),
         door: None,
         spinner: false,
@@ -398,7 +404,14 @@ fn finish_slow(
     let reply = &bufs.reply;
     if result.is_ok() {
         let n = reply.data.len();
-        slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
+        if n > DATA_CAP {
+            match put_bulk_reply(w, &reply.data) {
+                Ok(generation) => slot.set(OFF_OUT_SEG, generation),
+                Err(e) => result = Err(Failure::taken(e)),
+            }
+        } else {
+            slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
+        }
         slot.set(OFF_OUT_LEN, n as u32);
         let nd = reply.doors.len() as u32;
         if nd > 0 {
@@ -414,15 +427,35 @@ fn finish_slow(
             let (st, detail) = f.error.to_status();
             slot.set(OFF_STATUS, st | if f.untaken { ST_UNTAKEN } else { 0 });
             slot.set(OFF_OUT_LEN, detail);
-            slot.set(OFF_OUT_DOORS, 0);
+            // A refused size names the length beside the limit.
+            let len = match f.error {
+                CallError::TooLarge { len, .. } => len.min(u32::MAX as usize) as u32,
+                _ => 0,
+            };
+            slot.set(OFF_OUT_DOORS, len);
         }
     }
+    trim(w, bufs);
     if !bufs.reply.doors.is_empty() {
         let ss = &w.area.slots[w.slot as usize];
         ss.pinned.lock().append(&mut bufs.reply.doors);
         ss.has_pinned.store(true, Relaxed);
     }
     publish_reply(slot, seq);
+}
+
+/// After a bulk call: give back our segment for the slot if it is too large
+/// to keep, and the worker's buffers likewise.
+fn trim(w: &Work, bufs: &mut Buffers) {
+    if bufs.reply.data.len() > DATA_CAP {
+        w.area.bulk[w.slot as usize].lock().out.trim();
+    }
+    if bufs.args.capacity() > crate::bulk::KEEP_MAX {
+        bufs.args = Vec::with_capacity(DATA_CAP);
+    }
+    if bufs.reply.data.capacity() > crate::bulk::KEEP_MAX {
+        bufs.reply.data = Vec::new();
+    }
 }
 
 /// Why a request failed, and whether the doors passed with it were left
@@ -460,13 +493,29 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
             return Err(Failure { error, untaken: true });
         }
     };
+    // The arguments, before the doors: a request whose bulk segment is
+    // missing or malformed is refused with its doors untaken.
+    let args = &mut bufs.args;
+    args.clear();
+    if in_len > DATA_CAP {
+        take_bulk_args(w, req, args).map_err(|e| {
+            if in_doors > 0 {
+                transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            Failure {
+                error: CallError::BadMessage(e),
+                untaken: true,
+            }
+        })?;
+    } else {
+        args.resize(in_len, 0);
+        slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
+    }
     let mut doors = Vec::new();
     if in_doors > 0 {
         transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
             .map_err(Failure::taken)?;
     }
-    let args = &mut bufs.args[..in_len];
-    slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
     let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
         Path::Fast
     } else {
@@ -481,6 +530,46 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         doors,
     };
     core.invoke(req, reply).map_err(Failure::taken)
+}
+
+/// Copy arguments larger than the data region out of the caller's bulk
+/// segment for the slot, mapping the segment first if the request names a
+/// new one. (`in_len` was checked against the limit already.)
+fn take_bulk_args(w: &Work, req: &RequestHeader, args: &mut Vec<u8>) -> Result<(), &'static str> {
+    let mut bulk = w.area.bulk[w.slot as usize].lock();
+    if !bulk.inb.has(req.in_seg) {
+        let fd = w
+            .conn
+            .take_segment(true, w.slot, req.in_seg)
+            .ok_or("bulk segment missing")?;
+        bulk.inb.accept(req.in_seg, fd, crate::settings::max_message())?;
+    }
+    let r = bulk.inb.read_into(req.in_len as usize, args);
+    bulk.inb.trim();
+    r
+}
+
+/// Put a result larger than the data region in our bulk segment for the
+/// slot, sending the segment to the caller first if it is new. Returns the
+/// generation to name in the reply.
+fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
+    let mut bulk = w.area.bulk[w.slot as usize].lock();
+    let (generation, fresh) = bulk
+        .out
+        .prepare(data.len())
+        .map_err(|e| CallError::Local(e.to_string()))?;
+    if let Some(fd) = fresh {
+        let msg = Ctl::Segment {
+            request: false,
+            slot: w.slot,
+            generation,
+        };
+        if !w.conn.send(&msg, &[fd]) {
+            return Err(CallError::PeerDied);
+        }
+    }
+    bulk.out.write(data);
+    Ok(generation)
 }
 
 /// The checks a request passes before anything it carries is touched: its

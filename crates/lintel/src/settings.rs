@@ -1,8 +1,10 @@
-//! Per-domain settings: spin policy and the server-thread limit. Read from
-//! the environment at start (`LINTEL_SPIN=off` (or `0`, `false`, `no`), `LINTEL_MAX_THREADS=N`,
-//! `LINTEL_SPIN_NS=N`, `LINTEL_PATH=vanilla`), changeable at run time.
+//! Per-domain settings: spin policy, the server-thread limit and the
+//! message limit. Read from the environment at start (`LINTEL_SPIN=off`
+//! (or `0`, `false`, `no`), `LINTEL_MAX_THREADS=N`, `LINTEL_SPIN_NS=N`,
+//! `LINTEL_PATH=vanilla`, `LINTEL_MAX_MESSAGE=BYTES`), changeable at run
+//! time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 pub(crate) struct Settings {
     pub spin: AtomicBool,
@@ -18,6 +20,38 @@ pub(crate) struct Settings {
 pub const DEFAULT_SPIN_NS: u64 = 50_000;
 /// Default server-thread limit per domain.
 pub const DEFAULT_MAX_THREADS: usize = 16;
+
+/// Default message limit: the largest arguments or results a call carries
+/// (1 GiB).
+pub const DEFAULT_MAX_MESSAGE: usize = 1 << 30;
+/// The highest message limit a domain can set: lengths travel as 32-bit
+/// words in the slot header.
+pub const MAX_MESSAGE_CEILING: usize = u32::MAX as usize;
+
+/// This domain's message limit. A plain process-wide value (a domain is a
+/// process) rather than a field of the domain, so the size checks of every
+/// path, co-located ones included, read it without the runtime.
+static MAX_MESSAGE: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_MESSAGE);
+
+/// The largest arguments or results a call made or served here may carry.
+/// Larger ones fail with [`crate::CallError::TooLarge`], which names the
+/// limit; nothing is allocated for them.
+///
+/// ```
+/// assert_eq!(lintel::max_message(), 1 << 30); // unless LINTEL_MAX_MESSAGE says otherwise
+/// ```
+#[inline]
+pub fn max_message() -> usize {
+    MAX_MESSAGE.load(Relaxed)
+}
+
+/// Set this domain's message limit (at most 4 GiB − 1; see [`max_message`]).
+/// Returns the limit now in force.
+pub fn set_max_message(bytes: usize) -> usize {
+    let n = bytes.min(MAX_MESSAGE_CEILING);
+    MAX_MESSAGE.store(n, Relaxed);
+    n
+}
 
 impl Settings {
     pub fn from_env() -> Settings {
@@ -37,6 +71,14 @@ impl Settings {
                 .unwrap_or(DEFAULT_MAX_THREADS),
             force_vanilla: AtomicBool::new(std::env::var("LINTEL_PATH").is_ok_and(|v| v == "vanilla")),
         }
+        .with_max_message(num("LINTEL_MAX_MESSAGE"))
+    }
+
+    fn with_max_message(self, bytes: Option<u64>) -> Settings {
+        if let Some(n) = bytes {
+            set_max_message(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        self
     }
 
     #[inline]

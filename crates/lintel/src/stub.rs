@@ -870,13 +870,9 @@ pub fn check_result<T: Wire, E: Wire>(r: &Result<T, E>, extra: usize) -> Result<
 }
 
 fn check(what: &'static str, len: usize, doors: usize) -> Result<(), StubError> {
-    if len > DATA_CAP {
-        return Err(CallError::TooLarge {
-            what,
-            len,
-            max: DATA_CAP,
-        }
-        .into());
+    let max = crate::settings::max_message();
+    if len > max {
+        return Err(CallError::TooLarge { what, len, max }.into());
     }
     if doors > MAX_DOORS {
         return Err(CallError::TooManyDoors {

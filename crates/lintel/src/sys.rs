@@ -298,6 +298,21 @@ pub fn check_sealed_memfd(fd: BorrowedFd<'_>, len: usize) -> Result<(), &'static
     Ok(())
 }
 
+/// Check a bulk segment a peer sent: a memfd sealed against shrinking (so
+/// no read of a mapping of it can fault), a whole number of pages; its size.
+pub fn check_segment(fd: BorrowedFd<'_>) -> Result<usize, &'static str> {
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "bulk segment is not a sealable memfd")?;
+    if !seals.contains(SealFlags::SHRINK) {
+        return Err("bulk segment is not sealed against shrinking");
+    }
+    let st = rustix::fs::fstat(fd).map_err(|_| "bulk segment cannot be inspected")?;
+    let size = usize::try_from(st.st_size).map_err(|_| "bulk segment has a bad size")?;
+    if size == 0 || !size.is_multiple_of(4096) {
+        return Err("bulk segment has a size no call needs");
+    }
+    Ok(size)
+}
+
 /// A shared read-write mapping of a whole memfd, unmapped on drop.
 pub struct Mapping {
     ptr: NonNull<u8>,
@@ -321,6 +336,25 @@ impl Mapping {
                 std::ptr::null_mut(),
                 len,
                 ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,
+    /// checked by [`check_segment`] to be sealed at `len` bytes or more).
+    pub fn map_read(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        // SAFETY: as for `map`; the file cannot shrink below `len` (sealed),
+        // so every page is backed.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ,
                 MapFlags::SHARED,
                 fd,
                 0,

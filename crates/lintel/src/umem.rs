@@ -42,6 +42,9 @@ pub struct RequestHeader {
     pub flags: u32,
     pub in_len: u32,
     pub in_doors: u32,
+    /// Generation of the caller's bulk segment holding the arguments
+    /// (meaningful when `in_len` exceeds [`DATA_CAP`]).
+    pub in_seg: u32,
     pub deadline: u64,
 }
 
@@ -54,6 +57,7 @@ impl RequestHeader {
             flags: w(OFF_FLAGS),
             in_len: w(OFF_IN_LEN),
             in_doors: w(OFF_IN_DOORS),
+            in_seg: w(OFF_IN_SEG),
             deadline: slot.get64(OFF_DEADLINE),
         }
     }
@@ -65,6 +69,9 @@ pub struct ReplyHeader {
     pub status: u32,
     pub out_len: u32,
     pub out_doors: u32,
+    /// Generation of the server's bulk segment holding the results
+    /// (meaningful when `out_len` exceeds [`DATA_CAP`]).
+    pub out_seg: u32,
 }
 
 impl ReplyHeader {
@@ -75,6 +82,7 @@ impl ReplyHeader {
             status: w(OFF_STATUS),
             out_len: w(OFF_OUT_LEN),
             out_doors: w(OFF_OUT_DOORS),
+            out_seg: w(OFF_OUT_SEG),
         }
     }
 }
@@ -220,6 +228,82 @@ impl Slot {
             self.byte(o).store(b, Relaxed);
             o += 1;
         }
+    }
+}
+
+/// A bulk segment mapped here (see [`crate::abi`]): arguments or results
+/// larger than a slot's data region. Bytes are copied in and out word by
+/// word with relaxed atomics, like the slot's, and never referenced: the
+/// reader's segment is the peer's to write at any time.
+///
+/// The word loop also runs at full speed whatever the two buffers'
+/// alignment, where glibc's `memcpy` here (`rep movsb`) slows ten-fold when
+/// source and destination sit a few bytes apart modulo 4 KiB, which a
+/// page-aligned segment and a large `Vec` (16 bytes into its page) do.
+pub struct Bulk {
+    map: Mapping,
+}
+
+impl Bulk {
+    /// A segment mapping (page-aligned, a multiple of 8 bytes long).
+    pub fn new(map: Mapping) -> Bulk {
+        assert!(map.len().is_multiple_of(8) && (map.base() as usize).is_multiple_of(8));
+        Bulk { map }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    #[inline(always)]
+    fn word64(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.map.len() / 8);
+        // SAFETY: in bounds (checked above) and 8-aligned (the base is
+        // page-aligned); AtomicU64 tolerates a concurrent writer; the
+        // reference borrows `self`, which keeps the mapping alive.
+        unsafe { &*(self.map.base().add(i * 8) as *const AtomicU64) }
+    }
+
+    /// Copy `src` to the start of the segment (mapped writable: ours).
+    pub fn write(&self, src: &[u8]) {
+        assert!(src.len() <= self.len(), "bulk write beyond the segment");
+        let mut chunks = src.chunks_exact(8);
+        for (i, c) in (&mut chunks).enumerate() {
+            let w = u64::from_ne_bytes(c.try_into().expect("8 bytes"));
+            self.word64(i).store(w, Relaxed);
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut b = [0u8; 8];
+            b[..tail.len()].copy_from_slice(tail);
+            self.word64(src.len() / 8).store(u64::from_ne_bytes(b), Relaxed);
+        }
+    }
+
+    /// Append the first `len` bytes of the segment to `dst`: one pass, no
+    /// zeroing first.
+    pub fn read_into(&self, len: usize, dst: &mut Vec<u8>) {
+        assert!(len <= self.len(), "bulk read beyond the segment");
+        dst.reserve(len);
+        let start = dst.len();
+        let spare = &mut dst.spare_capacity_mut()[..len];
+        let mut chunks = spare.chunks_exact_mut(8);
+        for (i, c) in (&mut chunks).enumerate() {
+            let w = self.word64(i).load(Relaxed).to_ne_bytes();
+            for (d, s) in c.iter_mut().zip(w) {
+                d.write(s);
+            }
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            let w = self.word64(len / 8).load(Relaxed).to_ne_bytes();
+            for (d, s) in tail.iter_mut().zip(w) {
+                d.write(s);
+            }
+        }
+        // SAFETY: the `len` bytes after `start` were all written above
+        // (whole words, then the tail), and `reserve` made room for them.
+        unsafe { dst.set_len(start + len) };
     }
 }
 
