@@ -21,7 +21,7 @@ pub use child::{
     take_fd, wait_until_exited,
 };
 pub use clock::{clock_description, ticks, ticks_to_ns};
-pub use domain::{ChildDomain, serve_forever};
+pub use domain::{ChildDomain, serve_all_forever, serve_forever};
 pub use report::{CaseResult, P99_DEFINITION, Report, fmt_ns};
 pub use shm::SharedMem;
 pub use stats::{Stats, measure_batched, measure_single, median, percentile};

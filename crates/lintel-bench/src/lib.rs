@@ -4,6 +4,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod baseline;
+pub mod bulk;
 pub mod door;
 pub mod harness;
 pub mod lrpc;

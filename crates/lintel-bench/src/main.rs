@@ -14,7 +14,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, door, lrpc, placement};
+use lintel_bench::{baseline, bulk, door, lrpc, placement};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -22,6 +22,7 @@ const SUITES: &[(&str, Suite)] = &[
     (door::SUITE, door::run),
     (placement::SUITE, placement::run),
     (lrpc::SUITE, lrpc::run),
+    (bulk::SUITE, bulk::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -32,6 +33,8 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         door::INSTRUCTIONS_CLIENT | door::INSTRUCTIONS_SERVER => door::instructions_child(role, args),
         placement::ROLE => placement::child(args),
         lrpc::ROLE => lrpc::child(args),
+        bulk::ROLE => bulk::child(args),
+        bulk::UDS_ROLE => bulk::uds_child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

@@ -255,49 +255,69 @@ impl Bulk {
         self.map.len()
     }
 
+    /// The segment's words, for `n` words from the start.
     #[inline(always)]
-    fn word64(&self, i: usize) -> &AtomicU64 {
-        assert!(i < self.map.len() / 8);
-        // SAFETY: in bounds (checked above) and 8-aligned (the base is
-        // page-aligned); AtomicU64 tolerates a concurrent writer; the
-        // reference borrows `self`, which keeps the mapping alive.
-        unsafe { &*(self.map.base().add(i * 8) as *const AtomicU64) }
+    fn words(&self, n: usize) -> &[AtomicU64] {
+        assert!(n <= self.map.len() / 8, "bulk access beyond the segment");
+        // SAFETY: `n` words from the page-aligned base lie inside the
+        // mapping (checked above); AtomicU64 has u64's layout and tolerates
+        // a concurrent writer (the peer, on its side of the segment); the
+        // slice borrows `self`, which keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts(self.map.base() as *const AtomicU64, n) }
     }
 
     /// Copy `src` to the start of the segment (mapped writable: ours).
+    ///
+    /// With `memcpy`: the peer maps the segment read-only, so nobody else
+    /// writes it, and wide stores take a cache line from the reader's CPU
+    /// about twice as fast as word stores do (64 KiB: 7 → 3.5 µs here).
+    /// When the destination lies just past the source modulo 4 KiB, where
+    /// glibc's `memcpy` slows ten-fold, words are stored instead.
     pub fn write(&self, src: &[u8]) {
+        let dst = self.map.base();
+        let gap = (dst as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
+        if (1..=64).contains(&gap) {
+            return self.write_words(src);
+        }
         assert!(src.len() <= self.len(), "bulk write beyond the segment");
+        // SAFETY: the destination is `src.len()` bytes inside our mapping
+        // (checked above), which no Rust reference points into, and which
+        // the peer maps read-only: nobody else writes it while we do.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    }
+
+    fn write_words(&self, src: &[u8]) {
+        let words = self.words(src.len().div_ceil(8));
         let mut chunks = src.chunks_exact(8);
-        for (i, c) in (&mut chunks).enumerate() {
-            let w = u64::from_ne_bytes(c.try_into().expect("8 bytes"));
-            self.word64(i).store(w, Relaxed);
+        for (w, c) in words.iter().zip(&mut chunks) {
+            w.store(u64::from_ne_bytes(c.try_into().expect("8 bytes")), Relaxed);
         }
         let tail = chunks.remainder();
         if !tail.is_empty() {
             let mut b = [0u8; 8];
             b[..tail.len()].copy_from_slice(tail);
-            self.word64(src.len() / 8).store(u64::from_ne_bytes(b), Relaxed);
+            words[words.len() - 1].store(u64::from_ne_bytes(b), Relaxed);
         }
     }
 
     /// Append the first `len` bytes of the segment to `dst`: one pass, no
     /// zeroing first.
     pub fn read_into(&self, len: usize, dst: &mut Vec<u8>) {
-        assert!(len <= self.len(), "bulk read beyond the segment");
+        let words = self.words(len.div_ceil(8));
         dst.reserve(len);
         let start = dst.len();
         let spare = &mut dst.spare_capacity_mut()[..len];
-        let mut chunks = spare.chunks_exact_mut(8);
-        for (i, c) in (&mut chunks).enumerate() {
-            let w = self.word64(i).load(Relaxed).to_ne_bytes();
-            for (d, s) in c.iter_mut().zip(w) {
-                d.write(s);
-            }
+        let (whole, tail) = spare.split_at_mut(len / 8 * 8);
+        let out = whole.as_mut_ptr() as *mut [u8; 8];
+        for (i, w) in words[..len / 8].iter().enumerate() {
+            // SAFETY: `out` points at `len / 8` whole 8-byte chunks of the
+            // spare capacity (`whole`), `i` is below that, and an unaligned
+            // write of `[u8; 8]` (alignment 1) is always allowed.
+            unsafe { out.add(i).write(w.load(Relaxed).to_ne_bytes()) };
         }
-        let tail = chunks.into_remainder();
         if !tail.is_empty() {
-            let w = self.word64(len / 8).load(Relaxed).to_ne_bytes();
-            for (d, s) in tail.iter_mut().zip(w) {
+            let b = words[len / 8].load(Relaxed).to_ne_bytes();
+            for (d, s) in tail.iter_mut().zip(b) {
                 d.write(s);
             }
         }
@@ -310,6 +330,28 @@ impl Bulk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bulk_writes_and_reads_back_at_every_alignment() {
+        let fd = crate::sys::sealed_memfd("t", 1 << 16).unwrap();
+        let b = Bulk::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), 1 << 16).unwrap());
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i * 13) as u8).collect();
+        for off in [0, 1, 7, 8, 16, 63, 100, 4095] {
+            for len in [0, 1, 9, 4096, 9999] {
+                let part = &src[off..off + len];
+                for words in [false, true] {
+                    if words {
+                        b.write_words(part);
+                    } else {
+                        b.write(part);
+                    }
+                    let mut got = vec![0xee];
+                    b.read_into(len, &mut got);
+                    assert_eq!(&got[1..], part, "offset {off}, {len} bytes, words {words}");
+                }
+            }
+        }
+    }
 
     fn slot() -> Slot {
         let fd = crate::sys::sealed_memfd("t", 2 * SLOT_SIZE).unwrap();

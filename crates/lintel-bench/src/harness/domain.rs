@@ -35,6 +35,11 @@ impl ChildDomain {
     pub fn door(&self) -> Door {
         self.doors[0].clone()
     }
+
+    /// Every door the child offered, in its order.
+    pub fn doors(&self) -> &[Door] {
+        &self.doors
+    }
 }
 
 impl Drop for ChildDomain {
@@ -47,7 +52,12 @@ impl Drop for ChildDomain {
 
 /// The body of a child role that serves `door` until it is killed or its parent dies.
 pub fn serve_forever(door: Door) -> anyhow::Result<()> {
-    let _parent = lintel::boot::join(&[door]).context("joining the benchmark domain")?;
+    serve_all_forever(vec![door])
+}
+
+/// [`serve_forever`] offering several doors.
+pub fn serve_all_forever(doors: Vec<Door>) -> anyhow::Result<()> {
+    let _parent = lintel::boot::join(&doors).context("joining the benchmark domain")?;
     loop {
         std::thread::park();
     }
