@@ -26,6 +26,7 @@
 //! | 40  | `client_cpu`: where the caller last ran | client |
 //! | 44  | `in_seg`: arguments in the caller's bulk segment of this generation (0: in the slot) | client |
 //! | 48  | `deadline`: `CLOCK_MONOTONIC` ns (u64), 0 for none | client |
+//! | 56  | `in_bufs`: buffers passed with the request (read with [`FLAG_BUFS`]) | client |
 //! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
 //! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
 //! | 72  | `server_cpu` | server |
@@ -34,14 +35,22 @@
 //! | 84  | `out_doors` | server |
 //! | 88  | inline results, [`INLINE`] bytes | server |
 //! | 104 | `out_seg`: results in the server's bulk segment of this generation (0: in the slot) | server |
+//! | 108 | `out_bufs`: buffers passed with the reply (written with every reply) | server |
 //! | 128 | data, [`DATA_CAP`] bytes (arguments, then results) | both |
 //! | 128+DATA_CAP | door descriptors, [`MAX_DOORS`] × 16 bytes | both |
+//! | [`OFF_BUFS`] | buffer descriptors, [`MAX_BUFFERS`] × 16 bytes | both |
 //!
 //! Arguments or results larger than [`DATA_CAP`] travel in a *bulk
 //! segment*: a memfd per slot and direction, created by the side that
 //! writes it (sealed against shrinking, so the reader's mapping can never
 //! fault), sent once over the socket ([`wire::Ctl::Segment`]) and reused by
 //! later calls until a larger one replaces it under a new generation.
+//!
+//! Buffers travel by descriptor ([`BUF_SEALED`], [`BUF_LOAN`]): a sealed
+//! snapshot's memfd goes over the socket ([`wire::Ctl::Buffers`]); a loan
+//! names a range of the sender's loan pool, a memfd sent once per
+//! connection ([`wire::Ctl::Pool`]) and mapped read-only by the receiver,
+//! which gives the range back ([`wire::Ctl::Returned`]) when it drops it.
 #![forbid(unsafe_code)]
 #![allow(missing_docs)] // the constants are documented by the layout table
 
@@ -80,6 +89,7 @@ pub const OFF_IN_INLINE: usize = 24;
 pub const OFF_CLIENT_CPU: usize = 40;
 pub const OFF_IN_SEG: usize = 44;
 pub const OFF_DEADLINE: usize = 48;
+pub const OFF_IN_BUFS: usize = 56;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
 pub const OFF_SERVER_CPU: usize = 72;
@@ -88,13 +98,23 @@ pub const OFF_OUT_LEN: usize = 80;
 pub const OFF_OUT_DOORS: usize = 84;
 pub const OFF_OUT_INLINE: usize = 88;
 pub const OFF_OUT_SEG: usize = 104;
+pub const OFF_OUT_BUFS: usize = 108;
 pub const OFF_DATA: usize = 128;
 pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
+pub const OFF_BUFS: usize = OFF_DOORS + MAX_DOORS * WIRE_DOOR;
+/// Most buffers one call may pass each way.
+pub const MAX_BUFFERS: usize = 16;
+/// Bytes per buffer descriptor: kind (u32), length (u32), offset (u64).
+pub const WIRE_BUF: usize = 16;
+/// Buffer descriptor kinds.
+pub const BUF_SEALED: u32 = 1;
+pub const BUF_LOAN: u32 = 2;
 
-const _: () = assert!(OFF_DOORS + MAX_DOORS * WIRE_DOOR <= SLOT_SIZE);
+const _: () = assert!(OFF_BUFS + MAX_BUFFERS * WIRE_BUF <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
 const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_IN_SEG && OFF_IN_SEG + 4 <= OFF_DEADLINE);
-const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_DATA);
+const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_OUT_BUFS);
+const _: () = assert!(OFF_OUT_BUFS + 4 <= OFF_DATA && OFF_IN_BUFS + 4 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_DEADLINE.is_multiple_of(8) && OFF_DEADLINE + 8 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 
@@ -114,6 +134,8 @@ pub const FLAG_ALERT: u32 = 1;
 /// Request flag: arguments and results travel in the data region even when
 /// they would fit inline (the vanilla path forced).
 pub const FLAG_VANILLA: u32 = 2;
+/// Request flag: `in_bufs` counts buffers passed (without it, none are).
+pub const FLAG_BUFS: u32 = 4;
 
 /// Where `len` bytes of arguments or results sit in a slot: inline at
 /// `inline_at` ([`OFF_IN_INLINE`] in the client's half, [`OFF_OUT_INLINE`]

@@ -52,6 +52,14 @@ pub enum Ctl {
         slot: u32,
         generation: u32,
     },
+    /// The memfds of the sealed snapshots passed in a call (`request`) or
+    /// reply on `slot`, in descriptor order.
+    Buffers { request: bool, slot: u32, seq: u32 },
+    /// The sender's loan pool (one memfd): the ranges its loans name.
+    Pool,
+    /// Loans of the receiver's pool that the sender held and dropped:
+    /// `(offset, length)` ranges, theirs again.
+    Returned { loans: Vec<(u64, u32)> },
 }
 
 /// Most `(grant, count)` pairs in one [`Ctl::Releases`] (each encodes in at

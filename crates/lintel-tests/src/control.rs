@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lintel::{Door, Fault, Reply, Request};
+use lintel::{Buffer, Door, Fault, Loan, Reply, Request, Sealed};
 
 use crate::m;
 
@@ -30,6 +30,7 @@ pub struct Counts {
 struct State {
     held: Vec<Door>,
     made: Vec<Door>,
+    kept: Vec<Buffer>,
 }
 
 /// The control object behind the door.
@@ -71,6 +72,21 @@ impl Control {
         let put = |reply: &mut Reply, v: u64| reply.data.extend_from_slice(&v.to_le_bytes());
         match method {
             m::ECHO => reply.data.extend_from_slice(arg),
+            m::BUFFERS_INFO => describe(&req.buffers, reply),
+            m::KEEP_BUFFERS => st.lock().unwrap().kept.extend(req.buffers),
+            m::KEPT_INFO => describe(&st.lock().unwrap().kept, reply),
+            m::DROP_KEPT => st.lock().unwrap().kept.clear(),
+            m::RETURN_SEALED => {
+                let bytes = crate::pattern(u64_arg(arg) as usize);
+                let s = Sealed::from_slice(&bytes).map_err(|_| Fault(6))?;
+                reply.buffers.push(Buffer::Sealed(s));
+            }
+            m::RETURN_LOAN => {
+                let n = u64_arg(arg) as usize;
+                let mut l = Loan::new(n).map_err(|_| Fault(6))?;
+                l.as_mut_slice().copy_from_slice(&crate::pattern(n));
+                reply.buffers.push(Buffer::Loan(l));
+            }
             m::BIG => reply.data.extend((0..u64_arg(arg) as usize).map(|i| i as u8)),
             m::LEN => put(reply, arg.len() as u64),
             m::MAKE_DOOR => {
@@ -157,6 +173,7 @@ impl Control {
                     datum: req.datum,
                     data: &again,
                     doors: Vec::new(),
+                    buffers: Vec::new(),
                 };
                 return self.serve(req, reply);
             }
@@ -204,5 +221,21 @@ fn error_code(e: &lintel::CallError) -> u32 {
         Revoked => 2,
         BadDoor => 3,
         _ => 9,
+    }
+}
+
+/// For each buffer: kind (1 sealed, 2 a loan, ours or a peer's), length,
+/// and whether its bytes are `pattern(len)` (1) or not (0), as u64s.
+fn describe(bufs: &[Buffer], reply: &mut Reply) {
+    for b in bufs {
+        let bytes = crate::buffer_bytes(b);
+        let kind = match b {
+            Buffer::Sealed(_) => 1u64,
+            _ => 2,
+        };
+        let good = u64::from(bytes == crate::pattern(bytes.len()));
+        for v in [kind, bytes.len() as u64, good] {
+            reply.data.extend_from_slice(&v.to_le_bytes());
+        }
     }
 }

@@ -52,6 +52,18 @@ pub mod m {
     pub const BIG: u8 = 26;
     /// Returns the argument's length (u64).
     pub const LEN: u8 = 27;
+    /// Describes the buffers passed (see `control::describe`).
+    pub const BUFFERS_INFO: u8 = 28;
+    /// Keeps the buffers passed, past the call.
+    pub const KEEP_BUFFERS: u8 = 29;
+    /// Describes the buffers kept.
+    pub const KEPT_INFO: u8 = 30;
+    /// Drops the buffers kept (loans go back to their lender).
+    pub const DROP_KEPT: u8 = 31;
+    /// Returns a sealed snapshot of `pattern(arg)` (u64 length).
+    pub const RETURN_SEALED: u8 = 32;
+    /// Returns a loan of the server's pool holding `pattern(arg)`.
+    pub const RETURN_LOAN: u8 = 33;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where
@@ -182,4 +194,20 @@ pub fn stop_process(pid: u32) {
 pub fn continue_process(pid: u32) {
     let p = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
     rustix::process::kill_process(p, rustix::process::Signal::CONT).expect("SIGCONT");
+}
+
+/// `len` bytes of a fixed, position-dependent pattern.
+pub fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// A copy of a buffer's bytes, whatever its kind.
+pub fn buffer_bytes(b: &lintel::Buffer) -> Vec<u8> {
+    match b {
+        lintel::Buffer::Sealed(s) => s.as_slice().to_vec(),
+        lintel::Buffer::Loan(l) => l.as_slice().to_vec(),
+        lintel::Buffer::Loaned(l) => l.to_vec(),
+    }
 }

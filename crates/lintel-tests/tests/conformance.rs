@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lintel::{CallError, Door, Reply, Request};
+use lintel::{Buffer, CallError, Door, Loan, Reply, Request, Sealed};
 use lintel_tests::control::Control;
 use lintel_tests::{m, Peer};
 
@@ -72,6 +72,7 @@ conformance!(
     deadlines_reach_the_handler_and_bound_the_call,
     cancel_ends_the_next_call,
     data_of_any_size_comes_back_whole,
+    buffers_pass_both_ways_and_may_be_kept,
 );
 
 fn results_come_back_whole(s: &Server) {
@@ -219,4 +220,63 @@ fn data_of_any_size_comes_back_whole(s: &Server) {
         s.call(m::LEN, &big, &[]).unwrap().data,
         (2u64 << 20).to_le_bytes()
     );
+}
+
+/// Sealed snapshots and loans reach the handler with their bytes, may be
+/// kept past the call, and come back in replies; the limits on them are
+/// the same on every path.
+fn buffers_pass_both_ways_and_may_be_kept(s: &Server) {
+    use lintel_tests::{buffer_bytes, pattern};
+    let info = |r: Reply| -> Vec<u64> {
+        r.data
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let loan = |n: usize| {
+        let mut l = Loan::new(n).unwrap();
+        l.as_mut_slice().copy_from_slice(&pattern(n));
+        Buffer::Loan(l)
+    };
+    let sealed = |n: usize| Buffer::Sealed(Sealed::from_slice(&pattern(n)).unwrap());
+    let call = |method: u8, arg: &[u8], bufs: Vec<Buffer>| {
+        let mut reply = Reply::new();
+        s.ctl()
+            .call_with(&[&[method][..], arg].concat(), &[], bufs, &mut reply)
+            .map(|()| reply)
+    };
+    // Passed in: kind, length, contents.
+    let r = call(
+        m::BUFFERS_INFO,
+        b"",
+        vec![loan(1 << 20), sealed(70_000), loan(1), sealed(0)],
+    )
+    .unwrap();
+    assert_eq!(info(r), [2, 1 << 20, 1, 1, 70_000, 1, 2, 1, 1, 1, 0, 1]);
+    // Kept past the call, read again later.
+    call(m::KEEP_BUFFERS, b"", vec![loan(3 << 20), sealed(5000)]).unwrap();
+    let r = call(m::KEPT_INFO, b"", vec![]).unwrap();
+    assert_eq!(info(r), [2, 3 << 20, 1, 1, 5000, 1]);
+    call(m::DROP_KEPT, b"", vec![]).unwrap();
+    // Returned: a sealed snapshot and a loan of the server's.
+    let mut r = call(m::RETURN_SEALED, &100_000u64.to_le_bytes(), vec![]).unwrap();
+    assert!(matches!(&r.buffers[..], [Buffer::Sealed(_)]));
+    assert_eq!(buffer_bytes(&r.buffers[0]), pattern(100_000));
+    let keep = r.buffers.pop().unwrap();
+    let r = call(m::RETURN_LOAN, &300_000u64.to_le_bytes(), vec![]).unwrap();
+    assert_eq!(r.buffers.len(), 1);
+    assert_eq!(buffer_bytes(&r.buffers[0]), pattern(300_000));
+    drop(r);
+    assert_eq!(
+        buffer_bytes(&keep),
+        pattern(100_000),
+        "a received snapshot outlives its reply"
+    );
+    // Limits, the same everywhere.
+    let many: Vec<Buffer> = (0..=lintel::abi::MAX_BUFFERS).map(|_| sealed(1)).collect();
+    assert!(matches!(
+        call(m::BUFFERS_INFO, b"", many).unwrap_err(),
+        CallError::TooManyDoors { .. }
+    ));
+    assert_eq!(call(m::ECHO, b"alive", vec![]).unwrap().data, b"alive");
 }

@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 
 use crate::abi::wire::Ctl;
 use crate::abi::*;
+use crate::buffer::{self, Buffer};
 use crate::bulk::SlotBulk;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
@@ -143,15 +144,42 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
     let r = if fast {
         call_fast(&lease, rd, data, reply)
     } else {
-        call_vanilla(&lease, rd, data, doors, reply)
+        call_vanilla(&lease, rd, data, doors, Vec::new(), reply)
     };
+    end_call(lease);
+    r
+}
+
+/// A call that also passes buffers (always the vanilla path).
+pub(crate) fn call_with(
+    rd: &RemoteDoor,
+    data: &[u8],
+    doors: &[Door],
+    buffers: Vec<Buffer>,
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    let lease = match LAST.take() {
+        Some(l) if Arc::ptr_eq(&l.conn, &rd.conn) && l.area.leases.begin(l.claim) => l,
+        last => match lease(&rd.conn, last) {
+            Ok(lease) => lease,
+            Err(e) => return refused(data, doors, e),
+        },
+    };
+    let r = call_vanilla(&lease, rd, data, doors, buffers, reply);
+    end_call(lease);
+    r
+}
+
+/// The call on `lease` is over: keep the lease for the next one, unless it
+/// was abandoned or handed back to a thread that waits for a slot.
+#[inline]
+fn end_call(lease: Rc<Lease>) {
     lease.shuttle.call_ended();
     if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
-        forget(&lease); // abandoned, or handed back to a thread that waits
+        forget(&lease);
     } else {
         LAST.set(Some(lease));
     }
-    r
 }
 
 /// The fast path: ≤ 16 bytes in, no doors. Guards first; the unusual cases
@@ -187,7 +215,7 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     }
 
     let h = ReplyHeader::read(slot);
-    if h.status != ST_OK || h.out_len as usize > INLINE || h.out_doors != 0 {
+    if h.status != ST_OK || h.out_len as usize > INLINE || h.out_doors != 0 || h.out_bufs != 0 {
         let r = take_reply(lease, &rd.conn, seq, h, &[], reply, false);
         let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
         lease.counters.call(Path::Fast, data.len(), 0, result);
@@ -209,6 +237,7 @@ fn call_vanilla(
     rd: &RemoteDoor,
     data: &[u8],
     doors: &[Door],
+    buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
     let (conn, slot, shuttle) = (&rd.conn, &lease.slot, &*lease.shuttle);
@@ -228,7 +257,11 @@ fn call_vanilla(
     let in_call = shuttle::enter_call(shuttle, conn.id, index, seq);
     let alerted = shuttle.is_alerted();
     slot.set(OFF_GRANT, rd.grant);
-    slot.set(OFF_FLAGS, FLAG_VANILLA | if alerted { FLAG_ALERT } else { 0 });
+    let bufs_flag = if buffers.is_empty() { 0 } else { FLAG_BUFS };
+    slot.set(
+        OFF_FLAGS,
+        FLAG_VANILLA | bufs_flag | if alerted { FLAG_ALERT } else { 0 },
+    );
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, lease.cpu.get());
     slot.set64(OFF_DEADLINE, due);
@@ -244,6 +277,18 @@ fn call_vanilla(
         },
     };
     slot.set(OFF_IN_DOORS, doors.len() as u32);
+    let nbufs = buffers.len() as u32;
+    let lent = match buffers.is_empty() {
+        true => Vec::new(),
+        false => match buffer::send(conn, buffers, slot, true, index, seq) {
+            Ok(l) => l,
+            Err(e) => {
+                transfer::take_back(conn, &granted);
+                return counted(Err(e), reply);
+            }
+        },
+    };
+    slot.set(OFF_IN_BUFS, nbufs);
     let waited = post(slot, conn, index, seq, alerted, shuttle).and_then(|running| {
         let r = wait_reply(lease, conn, seq, running, due);
         drop(in_call);
@@ -253,6 +298,9 @@ fn call_vanilla(
         return counted(Err(e), reply);
     }
     let h = ReplyHeader::read(slot);
+    if h.status & ST_UNTAKEN != 0 && !lent.is_empty() {
+        buffer::take_back(conn, &lent);
+    }
     let r = take_reply(lease, conn, seq, h, &granted, reply, true);
     if data.len() > DATA_CAP {
         lease.area.bulk[index as usize].lock().out.trim();
@@ -358,6 +406,18 @@ fn take_reply(
     if out_doors > 0 {
         let index = lease.claim.index;
         transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
+    }
+    if h.out_bufs > 0 {
+        let index = lease.claim.index;
+        buffer::receive(
+            conn,
+            slot,
+            h.out_bufs as usize,
+            false,
+            index,
+            seq,
+            &mut reply.buffers,
+        )?;
     }
     Ok(())
 }

@@ -10,7 +10,7 @@
 //! peer uses into our doors.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ use crate::door::DoorCore;
 use crate::error::CallError;
 use crate::grants::{Granting, Grants};
 use crate::server::InArea;
-use crate::sys::{self, Recv};
+use crate::sys::{self, Mapping, Recv};
 
 impl Parked {
     /// Park a batch; false (and the fds closed) if it is refused.
@@ -94,6 +94,13 @@ pub(crate) struct Conn {
     /// Bulk segments sent ahead of the call or reply that first uses them:
     /// the newest per slot and direction, so at most `2 × SLOTS` fds.
     segments_in: Mutex<HashMap<(bool, u32), (u32, OwnedFd)>>,
+    /// Sealed snapshots' memfds sent ahead of the call or reply that
+    /// passes them (bounded like tickets).
+    buffers_in: Mutex<Parked>,
+    /// Our loan pool has been sent to the peer.
+    pool_sent: Mutex<bool>,
+    /// The peer's loan pool, mapped read-only.
+    peer_pool: Mutex<Option<Arc<Mapping>>>,
     boot: Mutex<Option<(Vec<WireDoor>, Vec<OwnedFd>)>>,
     boot_seen: AtomicBool,
     pub adopted: Mutex<Option<Ticket>>,
@@ -144,6 +151,9 @@ impl Conn {
             answer_cv: Condvar::new(),
             tickets_in: Mutex::new(Parked::default()),
             segments_in: Mutex::new(HashMap::new()),
+            buffers_in: Mutex::new(Parked::default()),
+            pool_sent: Mutex::new(false),
+            peer_pool: Mutex::new(None),
             boot: Mutex::new(None),
             boot_seen: AtomicBool::new(false),
             adopted: Mutex::new(None),
@@ -328,6 +338,39 @@ impl Conn {
         take()
     }
 
+    /// Sealed snapshots' memfds sent for a call (`request`) or reply on
+    /// `slot`; like tickets, queued by now or never coming.
+    pub fn take_buffer_fds(self: &Arc<Self>, request: bool, slot: u32, seq: u32) -> Option<Vec<OwnedFd>> {
+        if let Some(v) = self.buffers_in.lock().take(request, slot, seq) {
+            return Some(v);
+        }
+        self.pump();
+        self.buffers_in.lock().take(request, slot, seq)
+    }
+
+    /// Make sure the peer has our loan pool (`fd` makes it on first use):
+    /// sent once, before the first loan. False if the peer is gone.
+    pub fn lend_pool<'a>(&self, fd: impl FnOnce() -> Result<BorrowedFd<'a>, CallError>) -> bool {
+        let mut sent = self.pool_sent.lock();
+        if !*sent {
+            let Ok(fd) = fd() else { return false };
+            if !self.send(&Ctl::Pool, &[fd]) {
+                return false;
+            }
+            *sent = true;
+        }
+        true
+    }
+
+    /// The peer's loan pool, if it sent one (read the socket once if not).
+    pub fn peer_pool(self: &Arc<Self>) -> Option<Arc<Mapping>> {
+        if let Some(p) = self.peer_pool.lock().clone() {
+            return Some(p);
+        }
+        self.pump();
+        self.peer_pool.lock().clone()
+    }
+
     /// The protocol version the peer speaks, if the connection was refused
     /// for it.
     pub fn other_version(&self) -> Option<u32> {
@@ -459,6 +502,28 @@ impl Conn {
                     self.segments_in.lock().insert((request, slot), (generation, fd));
                 }
             }
+            Ctl::Buffers { request, slot, seq } => {
+                if !self.buffers_in.lock().park(request, slot, seq, fds) {
+                    tracing::warn!(conn = self.id, slot, "refused sealed buffers: too many parked");
+                }
+            }
+            Ctl::Pool => {
+                let mut pool = self.peer_pool.lock();
+                if pool.is_none() && fds.len() == 1 {
+                    // Sealed against shrinking, so no read of it faults; of
+                    // a larger file, only what a pool of ours could be is mapped.
+                    match sys::check_segment(fds[0].as_fd()) {
+                        Ok(size) => {
+                            match Mapping::map_read(fds[0].as_fd(), size.min(crate::buffer::POOL_SIZE)) {
+                                Ok(m) => *pool = Some(Arc::new(m)),
+                                Err(_) => tracing::warn!(conn = self.id, "cannot map the peer's loan pool"),
+                            }
+                        }
+                        Err(why) => tracing::warn!(conn = self.id, why, "refused the peer's loan pool"),
+                    }
+                }
+            }
+            Ctl::Returned { loans } => crate::buffer::returned(self.id, &loans),
             Ctl::Boot { doors } => {
                 // Once per connection: a peer cannot park fds here later.
                 if !self.boot_seen.swap(true, SeqCst) && fds.len() <= abi::MAX_DOORS {
@@ -493,6 +558,8 @@ impl Conn {
         }
         *self.tickets_in.lock() = Parked::default();
         self.segments_in.lock().clear();
+        *self.buffers_in.lock() = Parked::default();
+        crate::buffer::conn_gone(self.id);
         self.boot.lock().take();
         self.answers.lock().clear();
         self.adopted.lock().take();

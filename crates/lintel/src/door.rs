@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use parking_lot::Mutex;
 
 use crate::abi::MAX_DOORS;
+use crate::buffer::Buffer;
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
 use crate::stats::{self, Path};
@@ -34,6 +35,9 @@ pub struct Request<'a> {
     pub data: &'a [u8],
     /// Doors passed with the call; dropping them releases them.
     pub doors: Vec<Door>,
+    /// Buffers passed with the call ([`crate::buffer`]); the handler owns
+    /// them and may keep them.
+    pub buffers: Vec<Buffer>,
 }
 
 /// Results of a call: bytes and doors. Reuse one across calls to avoid
@@ -44,6 +48,8 @@ pub struct Reply {
     pub data: Vec<u8>,
     /// Doors returned with the result.
     pub doors: Vec<Door>,
+    /// Buffers returned with the result ([`crate::buffer`]).
+    pub buffers: Vec<Buffer>,
 }
 
 impl Reply {
@@ -57,6 +63,9 @@ impl Reply {
         self.data.clear();
         if !self.doors.is_empty() {
             self.doors.clear();
+        }
+        if !self.buffers.is_empty() {
+            self.buffers.clear();
         }
     }
 }
@@ -161,6 +170,7 @@ impl DoorCore {
                 datum: self.datum,
                 data,
                 doors: Vec::new(),
+                buffers: Vec::new(),
             };
             self.handler.invoke(req, reply)
         }));
@@ -347,6 +357,33 @@ impl Door {
         }
     }
 
+    /// [`call`](Self::call), also passing `buffers` by reference: sealed
+    /// snapshots and loans ([`crate::buffer`]), moved into the call (gone
+    /// from the caller whether or not it succeeds). The server's handler
+    /// finds them in [`Request::buffers`]; buffers it returns arrive in
+    /// [`Reply::buffers`]. See [`crate::buffer`] for an example.
+    pub fn call_with(
+        &self,
+        data: &[u8],
+        doors: &[Door],
+        buffers: Vec<Buffer>,
+        reply: &mut Reply,
+    ) -> Result<(), CallError> {
+        match &self.0 {
+            Inner::Local(core) => {
+                let r = run_colocated(core, data, doors, buffers, reply);
+                let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+                stats::call(Path::Colocated, data.len(), doors.len(), result);
+                r
+            }
+            Inner::Remote(rd) => crate::channel::call_with(rd, data, doors, buffers, reply),
+            Inner::Dead(_) => Err(CallError::PeerDied),
+            Inner::Timed(t) => {
+                crate::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
+            }
+        }
+    }
+
     /// A handle on the same door whose every call must end within `timeout`
     /// (or the deadline already in force, if earlier); other handles are
     /// unchanged. Typed clients get the same with `from_door(door.with_timeout(..))`.
@@ -495,7 +532,7 @@ fn call_colocated(
     doors: &[Door],
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    let r = run_colocated(core, data, doors, reply);
+    let r = run_colocated(core, data, doors, Vec::new(), reply);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     stats::call(Path::Colocated, data.len(), doors.len(), result);
     r
@@ -506,9 +543,11 @@ fn run_colocated(
     core: &Arc<DoorCore>,
     data: &[u8],
     doors: &[Door],
+    buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
     check_sizes("arguments", data.len(), doors.len())?;
+    crate::buffer::check_passable(&buffers)?;
     if core.revoked() {
         return Err(CallError::Revoked);
     }
@@ -518,6 +557,7 @@ fn run_colocated(
         datum: core.datum,
         data,
         doors: doors.to_vec(),
+        buffers,
     };
     let r = core.invoke(req, reply);
     if r.is_err() {

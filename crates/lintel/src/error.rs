@@ -52,6 +52,10 @@ pub enum CallError {
     /// the server side was alerted as for a deadline.
     #[error("the call was cancelled")]
     Cancelled,
+    /// This buffer cannot be passed (a peer's loan: copy it into a loan of
+    /// your own).
+    #[error("cannot pass this buffer: {0}")]
+    Unpassable(&'static str),
     /// The local runtime could not do its part (e.g. out of descriptors).
     #[error("local failure: {0}")]
     Local(String),

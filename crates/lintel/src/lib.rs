@@ -63,6 +63,7 @@
 
 pub use lintel_abi as abi;
 pub mod boot;
+pub mod buffer;
 mod bulk;
 mod channel;
 mod conn;
@@ -84,6 +85,7 @@ mod sys;
 mod transfer;
 mod umem;
 
+pub use buffer::{Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
 pub use lintel_macros::interface;

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 
 use crate::abi::wire::Ctl;
 use crate::abi::*;
+use crate::buffer;
 use crate::bulk::SlotBulk;
 use crate::conn::Conn;
 use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
@@ -320,6 +321,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     }
     let fast = req.in_len as usize <= INLINE
         && req.in_doors == 0
+        && req.in_bufs == 0
         && req.flags & FLAG_VANILLA == 0
         && req.deadline == 0
         && !ss.has_pinned.load(Relaxed);
@@ -340,12 +342,14 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     reply.clear();
     let result = core.invoke_bytes(&args[..req.in_len as usize], reply);
     drop(active);
-    if result.is_err() || reply.data.len() > INLINE || !reply.doors.is_empty() || w.conn.is_dead() {
+    let plain = reply.doors.is_empty() && reply.buffers.is_empty();
+    if result.is_err() || reply.data.len() > INLINE || !plain || w.conn.is_dead() {
         return finish_slow(w, slot, seq, bufs, result.map_err(Failure::taken), false);
     }
     slot.write_inline(OFF_OUT_INLINE, &reply.data);
     slot.set(OFF_OUT_LEN, reply.data.len() as u32);
     slot.set(OFF_OUT_DOORS, 0);
+    slot.set(OFF_OUT_BUFS, 0);
     slot.set(OFF_STATUS, ST_OK);
     publish_reply(slot, seq);
 }
@@ -421,6 +425,18 @@ fn finish_slow(
         }
         slot.set(OFF_OUT_DOORS, nd);
     }
+    let mut nbufs = 0;
+    if result.is_ok() && !bufs.reply.buffers.is_empty() {
+        let out = std::mem::take(&mut bufs.reply.buffers);
+        nbufs = out.len() as u32;
+        result = buffer::send(&w.conn, out, slot, false, w.slot, seq)
+            .map(drop)
+            .map_err(Failure::taken);
+        // The next request clears `out_bufs` (not the fast path, which
+        // leaves it alone) so the caller never reads it stale.
+        w.area.slots[w.slot as usize].has_pinned.store(true, Relaxed);
+    }
+    slot.set(OFF_OUT_BUFS, if result.is_ok() { nbufs } else { 0 });
     match result {
         Ok(()) => slot.set(OFF_STATUS, ST_OK),
         Err(f) => {
@@ -484,11 +500,18 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         true => Err(CallError::TimedOut), // it waited too long for a thread
         false => check_request(&w.conn, &mut bufs.door, grant, in_len, in_doors),
     };
+    let checked = checked.and_then(|c| match req.in_bufs as usize {
+        n if n > MAX_BUFFERS => Err(CallError::BadMessage("too many buffers")),
+        _ => Ok(c),
+    });
     let (core, _active) = match checked {
         Ok(c) => c,
         Err(error) => {
             if in_doors > 0 {
                 transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            if req.in_bufs > 0 {
+                drop(w.conn.take_buffer_fds(true, w.slot, seq)); // the caller takes its loans back
             }
             return Err(Failure { error, untaken: true });
         }
@@ -525,6 +548,11 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
             .map_err(Failure::taken)?;
     }
+    let mut buffers = Vec::new();
+    if req.in_bufs > 0 {
+        let n = req.in_bufs as usize;
+        buffer::receive(&w.conn, slot, n, true, w.slot, seq, &mut buffers).map_err(Failure::taken)?;
+    }
     let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
         Path::Fast
     } else {
@@ -537,6 +565,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         datum: core.datum,
         data: &args[skip..],
         doors,
+        buffers,
     };
     core.invoke(req, reply).map_err(Failure::taken)
 }

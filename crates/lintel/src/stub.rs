@@ -563,6 +563,9 @@ fn static_str(s: &str) -> &'static str {
     const KNOWN: &[&str] = &[
         "arguments",
         "result",
+        "loan",
+        "buffer",
+        "a peer's loan cannot be passed on; copy it",
         "the server refused the request",
         "unknown reply status",
     ];
@@ -601,6 +604,10 @@ impl Wire for CallError {
             }
             CallError::TimedOut => w.bytes(&[9]),
             CallError::Cancelled => w.bytes(&[10]),
+            CallError::Unpassable(m) => {
+                w.bytes(&[11]);
+                w.len_bytes(m.as_bytes());
+            }
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -623,6 +630,7 @@ impl Wire for CallError {
             8 => CallError::Local(String::decode(r)?),
             9 => CallError::TimedOut,
             10 => CallError::Cancelled,
+            11 => CallError::Unpassable(static_str(r.str()?)),
             _ => return Err(WireError("invalid CallError tag")),
         })
     }

@@ -298,6 +298,37 @@ pub fn check_sealed_memfd(fd: BorrowedFd<'_>, len: usize) -> Result<(), &'static
     Ok(())
 }
 
+/// A memfd for a sealed snapshot of `len` bytes: sealed against resizing
+/// now, against writing once its writer is done ([`seal_snapshot`]).
+pub fn snapshot_memfd(len: usize) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create("lintel-sealed", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
+    Ok(fd)
+}
+
+/// Seal a snapshot against writing (its writable mapping must be gone).
+pub fn seal_snapshot(fd: BorrowedFd<'_>) -> io::Result<()> {
+    Ok(rustix::fs::fcntl_add_seals(
+        fd,
+        SealFlags::WRITE | SealFlags::SEAL,
+    )?)
+}
+
+/// Check a sealed snapshot a peer sent: a memfd nobody can write, shrink
+/// or grow, of at least `len` bytes.
+pub fn check_snapshot(fd: BorrowedFd<'_>, len: usize) -> Result<(), &'static str> {
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|_| "sealed buffer is not a sealable memfd")?;
+    if !seals.contains(SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW) {
+        return Err("sealed buffer is not sealed against writing and resizing");
+    }
+    let st = rustix::fs::fstat(fd).map_err(|_| "sealed buffer cannot be inspected")?;
+    if (st.st_size as u64) < len as u64 {
+        return Err("sealed buffer is shorter than its descriptor says");
+    }
+    Ok(())
+}
+
 /// Check a bulk segment a peer sent: a memfd sealed against shrinking (so
 /// no read of a mapping of it can fault), a whole number of pages; its size.
 pub fn check_segment(fd: BorrowedFd<'_>) -> Result<usize, &'static str> {
@@ -362,6 +393,30 @@ impl Mapping {
         };
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         Ok(Mapping { ptr, len })
+    }
+
+    /// The mapping's bytes.
+    ///
+    /// # Safety
+    ///
+    /// Nobody may write them while the slice lives: the mapping is of a
+    /// memfd sealed against writing (a sealed snapshot).
+    pub unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes from `ptr` are mapped while `self` lives; the
+        // caller guarantees they do not change.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping's bytes, writable.
+    ///
+    /// # Safety
+    ///
+    /// The memfd must be this process's alone (no other mapping of it can
+    /// be written or read through while the slice lives): a snapshot not yet
+    /// sealed or sent.
+    pub unsafe fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// Base address; valid for `len()` bytes while `self` lives.

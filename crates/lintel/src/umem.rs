@@ -45,6 +45,7 @@ pub struct RequestHeader {
     /// Generation of the caller's bulk segment holding the arguments
     /// (meaningful when `in_len` exceeds [`DATA_CAP`]).
     pub in_seg: u32,
+    pub in_bufs: u32,
     pub deadline: u64,
 }
 
@@ -52,12 +53,14 @@ impl RequestHeader {
     #[inline(always)]
     pub fn read(slot: &Slot) -> RequestHeader {
         let w = |off| slot.word(off).load(Relaxed);
+        let flags = w(OFF_FLAGS);
         RequestHeader {
             grant: w(OFF_GRANT),
-            flags: w(OFF_FLAGS),
+            flags,
             in_len: w(OFF_IN_LEN),
             in_doors: w(OFF_IN_DOORS),
             in_seg: w(OFF_IN_SEG),
+            in_bufs: if flags & FLAG_BUFS != 0 { w(OFF_IN_BUFS) } else { 0 },
             deadline: slot.get64(OFF_DEADLINE),
         }
     }
@@ -72,6 +75,7 @@ pub struct ReplyHeader {
     /// Generation of the server's bulk segment holding the results
     /// (meaningful when `out_len` exceeds [`DATA_CAP`]).
     pub out_seg: u32,
+    pub out_bufs: u32,
 }
 
 impl ReplyHeader {
@@ -83,6 +87,7 @@ impl ReplyHeader {
             out_len: w(OFF_OUT_LEN),
             out_doors: w(OFF_OUT_DOORS),
             out_seg: w(OFF_OUT_SEG),
+            out_bufs: w(OFF_OUT_BUFS),
         }
     }
 }
@@ -240,30 +245,83 @@ impl Slot {
 /// alignment, where glibc's `memcpy` here (`rep movsb`) slows ten-fold when
 /// source and destination sit a few bytes apart modulo 4 KiB, which a
 /// page-aligned segment and a large `Vec` (16 bytes into its page) do.
+///
+/// A `Bulk` is also a view of part of a mapping: a loan's pages in a loan
+/// pool ([`Bulk::range`]).
 pub struct Bulk {
-    map: Mapping,
+    map: Arc<Mapping>,
+    /// Where the view starts (8-aligned) and how long it is (a multiple of 8).
+    off: usize,
+    len: usize,
 }
 
 impl Bulk {
-    /// A segment mapping (page-aligned, a multiple of 8 bytes long).
+    /// A whole segment mapping (page-aligned, a multiple of 8 bytes long).
     pub fn new(map: Mapping) -> Bulk {
-        assert!(map.len().is_multiple_of(8) && (map.base() as usize).is_multiple_of(8));
-        Bulk { map }
+        let len = map.len();
+        Bulk::range(Arc::new(map), 0, len).expect("a whole mapping is a range of itself")
+    }
+
+    /// `len` bytes of `map` from `off`; `None` unless both are multiples of
+    /// 8 and the range lies inside the mapping.
+    pub fn range(map: Arc<Mapping>, off: usize, len: usize) -> Option<Bulk> {
+        let aligned =
+            off.is_multiple_of(8) && len.is_multiple_of(8) && (map.base() as usize).is_multiple_of(8);
+        (aligned && off.checked_add(len)? <= map.len()).then_some(Bulk { map, off, len })
     }
 
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.len
     }
 
-    /// The segment's words, for `n` words from the start.
+    #[inline(always)]
+    fn base(&self) -> *mut u8 {
+        // SAFETY: `off` lies inside the mapping (checked in `range`).
+        unsafe { self.map.base().add(self.off) }
+    }
+
+    /// The view's words, for `n` words from its start.
     #[inline(always)]
     fn words(&self, n: usize) -> &[AtomicU64] {
-        assert!(n <= self.map.len() / 8, "bulk access beyond the segment");
-        // SAFETY: `n` words from the page-aligned base lie inside the
-        // mapping (checked above); AtomicU64 has u64's layout and tolerates
-        // a concurrent writer (the peer, on its side of the segment); the
-        // slice borrows `self`, which keeps the mapping alive.
-        unsafe { std::slice::from_raw_parts(self.map.base() as *const AtomicU64, n) }
+        assert!(n <= self.len / 8, "bulk access beyond the segment");
+        // SAFETY: `n` words from the 8-aligned start lie inside the view,
+        // and so the mapping (checked above and in `range`); AtomicU64 has
+        // u64's layout and tolerates a concurrent writer (the peer, on its
+        // side); the slice borrows `self`, whose Arc keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts(self.base() as *const AtomicU64, n) }
+    }
+
+    /// Byte `i` of the view, read once.
+    pub fn byte(&self, i: usize) -> u8 {
+        assert!(i < self.len, "bulk access beyond the segment");
+        // SAFETY: in bounds (checked above); AtomicU8 tolerates a
+        // concurrent writer; the reference does not outlive `self`.
+        unsafe { &*(self.base().add(i) as *const AtomicU8) }.load(Relaxed)
+    }
+
+    /// The view as plain bytes.
+    ///
+    /// # Safety
+    ///
+    /// As for [`as_mut_slice`](Self::as_mut_slice): nobody may write the
+    /// view while the slice lives.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: in bounds (checked in `range`); unchanging by the
+        // caller's contract; borrows `self`, which keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts(self.base(), self.len) }
+    }
+
+    /// The view as plain bytes, to write in place.
+    ///
+    /// # Safety
+    ///
+    /// The view must be of memory nobody else writes or reads through a
+    /// reference while the slice lives: a range of this domain's own loan
+    /// pool that it has not lent out (peers map the pool read-only).
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: in bounds (checked in `range`); exclusive by the
+        // caller's contract; borrows `self`, which keeps the mapping alive.
+        unsafe { std::slice::from_raw_parts_mut(self.base(), self.len) }
     }
 
     /// Copy `src` to the start of the segment (mapped writable: ours).
@@ -274,7 +332,7 @@ impl Bulk {
     /// When the destination lies just past the source modulo 4 KiB, where
     /// glibc's `memcpy` slows ten-fold, words are stored instead.
     pub fn write(&self, src: &[u8]) {
-        let dst = self.map.base();
+        let dst = self.base();
         let gap = (dst as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
         if (1..=64).contains(&gap) {
             return self.write_words(src);
