@@ -10,6 +10,13 @@
 //!   2 KiB apart modulo 4 KiB (glibc's `memcpy` here slows ten-fold when they nearly alias).
 //! - `baseline/uds_echo_<size>`: the same echo over a `SOCK_STREAM` socketpair to a child.
 //!
+//! - `handoff_<size>`: a shared loan of `size` bytes (`lintel::Loan`), its first and last byte
+//!   written, passed one way; the server reads its first and last byte (copying them out, as
+//!   a loan's bytes are untrusted) and drops it, which returns it to the caller's pool.
+//! - `sealed_<size>`: a sealed snapshot (`lintel::SealedWriter`): made, its first and last byte
+//!   written, sealed, passed one way; the server reads the same two bytes in place.
+//! - each also `_colocated`.
+//!
 //! `LINTEL_BENCH_BULK_SIZES=1m,16m` limits the run to those sizes.
 //!
 //! Each `echo_<size>` carries `copy_limit_ratio`: its median over two `memcpy_<size>` plus one
@@ -20,7 +27,7 @@ use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 
 use anyhow::{Context as _, bail, ensure};
-use lintel::{Door, Fault, Reply, Request};
+use lintel::{Buffer, CallError, Door, Fault, Loan, Reply, Request, SealedWriter};
 
 use crate::harness::{
     CaseResult, ChildDomain, ChildProc, Config, Report, Stats, fd_arg, measure_batched, serve_all_forever,
@@ -50,14 +57,25 @@ fn iters(cfg: &Config, size: usize) -> u64 {
     cfg.iters(full).max(3)
 }
 
-/// The doors the child offers, in order: echo, null.
+/// The doors the child offers, in order: echo, null, ends (the first and last byte of the
+/// buffer passed, as two result bytes).
 fn doors() -> Vec<Door> {
     let echo = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
         reply.data.extend_from_slice(req.data);
         Ok(())
     });
     let null = Door::create(1, |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) });
-    vec![echo, null]
+    let ends = Door::create(2, |req: Request<'_>, reply: &mut Reply| {
+        let (first, last) = match req.buffers.first() {
+            Some(Buffer::Loaned(l)) => (l.get(0), l.len().checked_sub(1).and_then(|i| l.get(i))),
+            Some(Buffer::Loan(l)) => (l.as_slice().first().copied(), l.as_slice().last().copied()),
+            Some(Buffer::Sealed(s)) => (s.as_slice().first().copied(), s.as_slice().last().copied()),
+            None => (None, None),
+        };
+        reply.data.extend([first.ok_or(Fault(1))?, last.ok_or(Fault(1))?]);
+        Ok(())
+    });
+    vec![echo, null, ends]
 }
 
 /// The child side: serve [`doors`] until killed.
@@ -68,8 +86,8 @@ pub fn child(_args: &[String]) -> anyhow::Result<()> {
 /// Runs every case.
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let child = ChildDomain::spawn(cfg, ROLE)?;
-    let [echo, null] = child.doors() else {
-        bail!("the bulk child offered {} doors, expected 2", child.doors().len());
+    let [echo, null, ends] = child.doors() else {
+        bail!("the bulk child offered {} doors, expected 3", child.doors().len());
     };
     ensure!(!echo.is_local(), "the child's echo door is local");
     let local = doors();
@@ -109,6 +127,39 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .compare_to(SUITE, &format!("echo_{name}"))
                 .with_field("bytes", size as f64)
                 .with_field("gb_per_s", gb_per_s(size, &colocated)),
+        );
+        let handoff = measure_handoff(ends, size, n)?;
+        let handoff_local = measure_handoff(&local[2], size, n)?;
+        let sealed = measure_sealed(ends, size, n)?;
+        let sealed_local = measure_sealed(&local[2], size, n)?;
+        report.push(
+            CaseResult::new(SUITE, &format!("handoff_{name}"), &handoff)
+                .compare_to(SUITE, &format!("echo_{name}"))
+                .with_field("bytes", size as f64)
+                .with_field("vs_null", handoff.median_ns / null_stats.median_ns)
+                .with_note(format!(
+                    "a loan of {size} bytes passed one way; {:.1}× the null call (target ≤ 30 at 1m; flat in size)",
+                    handoff.median_ns / null_stats.median_ns
+                )),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("handoff_{name}_colocated"), &handoff_local)
+                .compare_to(SUITE, &format!("handoff_{name}")),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("sealed_{name}"), &sealed)
+                .compare_to("baseline", &format!("memcpy_{name}"))
+                .with_field("bytes", size as f64)
+                .with_field("vs_memcpy", sealed.median_ns / memcpy.median_ns)
+                .with_note(format!(
+                    "a sealed snapshot of {size} bytes made, sealed and passed one way; {:.2}× one memcpy \
+                     of the same size (below 1: sealing beats the copy it replaces)",
+                    sealed.median_ns / memcpy.median_ns
+                )),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("sealed_{name}_colocated"), &sealed_local)
+                .compare_to(SUITE, &format!("sealed_{name}")),
         );
         report.push(
             CaseResult::new("baseline", &format!("memcpy_{name}"), &memcpy)
@@ -158,6 +209,57 @@ fn measure_echo(door: &Door, data: &[u8], iters: u64) -> anyhow::Result<Stats> {
     });
     match failure {
         Some(f) => bail!("echo of {} bytes: {f}", data.len()),
+        None => Ok(stats),
+    }
+}
+
+/// Pass a fresh loan of `size` bytes (first and last byte written) through `door` `iters`
+/// times; the server answers with those two bytes.
+fn measure_handoff(door: &Door, size: usize, iters: u64) -> anyhow::Result<Stats> {
+    measure_buffer(door, size, iters, |i| {
+        let mut loan = Loan::new(size)?;
+        let b = loan.as_mut_slice();
+        b[0] = i;
+        b[size - 1] = !i;
+        Ok(Buffer::Loan(loan))
+    })
+}
+
+/// The same with a sealed snapshot made, written and sealed for each call.
+fn measure_sealed(door: &Door, size: usize, iters: u64) -> anyhow::Result<Stats> {
+    measure_buffer(door, size, iters, |i| {
+        let mut w = SealedWriter::new(size).map_err(|e| CallError::Local(e.to_string()))?;
+        let b = w.as_mut_slice();
+        b[0] = i;
+        b[size - 1] = !i;
+        Ok(Buffer::Sealed(
+            w.seal().map_err(|e| CallError::Local(e.to_string()))?,
+        ))
+    })
+}
+
+fn measure_buffer(
+    door: &Door,
+    size: usize,
+    iters: u64,
+    mut make: impl FnMut(u8) -> Result<Buffer, CallError>,
+) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let (mut i, mut failure) = (0u8, None);
+    let stats = measure_batched(iters, 1, || {
+        if failure.is_some() {
+            return;
+        }
+        i = i.wrapping_add(1);
+        let r = make(i).and_then(|b| door.call_with(&[], &[], vec![b], &mut reply));
+        match r {
+            Ok(()) if reply.data == [i, !i] => {}
+            Ok(()) => failure = Some("the server read other bytes".to_string()),
+            Err(e) => failure = Some(e.to_string()),
+        }
+    });
+    match failure {
+        Some(f) => bail!("buffer of {size} bytes: {f}"),
         None => Ok(stats),
     }
 }

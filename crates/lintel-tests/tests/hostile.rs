@@ -556,6 +556,26 @@ fn third_party_doors_naming_no_pid_do_not_pile_up_connections() {
     scene.assert_healthy();
 }
 
+/// Bulk segments, sealed snapshots and loans that lie about themselves get
+/// the refusal each deserves, and bytes changed under the victim while it
+/// copies them change only what it reads: it never faults or hangs.
+#[test]
+fn lying_bulk_segments_snapshots_and_loans_are_refused_and_fault_nobody() {
+    let mut scene = Scene::new();
+    let attack = launch(&scene, "bulk", seed(7), 100);
+    let report = attack.finish(Duration::from_secs(60));
+    eprintln!("bulk: {}", report.line);
+    report.assert_attacked();
+    assert!(report.get("bulk_cases") >= 37, "{}", report.line);
+    assert_eq!(
+        report.get("bulk_expected"),
+        report.get("bulk_cases"),
+        "a lying request got another answer than it must (see the attacker's stderr): {}",
+        report.line
+    );
+    scene.assert_healthy();
+}
+
 #[test]
 fn a_peer_of_another_protocol_version_is_refused_with_a_typed_error() {
     let mut cmd = std::process::Command::new(attacker_path());

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use lintel::{CallError, Door, Reply, Request};
+use lintel::{Buffer, CallError, Door, Loan, Reply, Request, Sealed};
 use lintel_tests::{eventually, fds_and_maps, m, Peer};
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -57,6 +57,74 @@ fn repeated_crashes_leak_no_fds_or_mappings() {
     let settled = eventually(WAIT, no_growth);
     assert!(settled, "fds/maps before {before:?}, after {:?}", fds_and_maps());
     assert_eq!(lintel::introspect::tickets(), 0);
+}
+
+/// A peer killed while it holds our loans and snapshots, while a call
+/// carrying them is in flight, and after bulk data went both ways: every
+/// loan comes back to our pool, and our descriptors and mappings do not
+/// grow over rounds (bulk segments, the peer's pool and its snapshots go
+/// with the connection, or with the last buffer we held of it).
+#[test]
+fn peers_killed_with_buffers_in_flight_or_on_loan_leak_nothing() {
+    let _alone = alone();
+    let loan = |n: usize| {
+        let mut l = Loan::new(n).unwrap();
+        l.as_mut_slice().fill(5);
+        Buffer::Loan(l)
+    };
+    let round = || {
+        let mut p = Peer::start("plain");
+        let big = vec![9u8; 3 << 20];
+        assert_eq!(p.call(m::ECHO, &big, &[]).unwrap().data, big);
+        let mut reply = Reply::new();
+        let keep = vec![
+            loan(1 << 20),
+            loan(5000),
+            Buffer::Sealed(Sealed::from_slice(&big).unwrap()),
+        ];
+        p.ctl
+            .call_with(&[m::KEEP_BUFFERS], &[], keep, &mut reply)
+            .unwrap();
+        let theirs = lintel_tests::call(&p.ctl, m::RETURN_LOAN, &(2u64 << 20).to_le_bytes(), &[])
+            .unwrap()
+            .buffers;
+        assert!(lintel::buffer::lent_bytes() >= (1 << 20) + 8192);
+        // A call carrying a loan, in flight when the peer dies.
+        let ctl = p.ctl.clone();
+        let in_flight = std::thread::spawn(move || {
+            let arg = [&[m::SLEEP_ALERTABLE][..], &5000u64.to_le_bytes()].concat();
+            ctl.call_with(&arg, &[], vec![loan(1 << 20)], &mut Reply::new())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        p.kill();
+        assert_eq!(in_flight.join().unwrap().unwrap_err(), CallError::PeerDied);
+        // A loan of the dead peer's pool stays readable while we hold it.
+        assert_eq!(theirs.len(), 1);
+        assert_eq!(
+            lintel_tests::buffer_bytes(&theirs[0]),
+            lintel_tests::pattern(2 << 20)
+        );
+        drop(theirs);
+        assert!(
+            eventually(WAIT, || lintel::buffer::lent_bytes() == 0),
+            "loans still out after their holder died: {} bytes",
+            lintel::buffer::lent_bytes()
+        );
+    };
+    round();
+    let before = settled_counts();
+    for _ in 0..8 {
+        round();
+    }
+    let no_growth = || {
+        let now = fds_and_maps();
+        now.0 <= before.0 && now.1 <= before.1
+    };
+    assert!(
+        eventually(WAIT, no_growth),
+        "fds/maps before {before:?}, after {:?}",
+        fds_and_maps()
+    );
 }
 
 #[test]

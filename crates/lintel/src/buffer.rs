@@ -440,9 +440,10 @@ impl Loaned {
 
 impl Drop for Loaned {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.upgrade() {
-            let loans = vec![(self.off, self.len as u32)];
-            conn.send(&Ctl::Returned { loans }, &[]);
+        if let Some(conn) = self.conn.upgrade()
+            && conn.return_loan(self.off, self.len as u32)
+        {
+            conn.domain.releases_queued(&conn);
         }
     }
 }

@@ -115,6 +115,8 @@ pub(crate) struct Conn {
     /// Releases of the peer's grants waiting to be sent (client role).
     releases: Mutex<Vec<(u32, u32)>>,
     releases_sent: AtomicU64,
+    /// Loans of the peer's pool we dropped, waiting to be returned.
+    returns: Mutex<Vec<(u64, u32)>>,
 }
 
 /// Ticket fds that arrived ahead of the call or reply that uses them, one
@@ -163,6 +165,7 @@ impl Conn {
             hello_seen: AtomicBool::new(false),
             releases: Mutex::new(Vec::new()),
             releases_sent: AtomicU64::new(0),
+            returns: Mutex::new(Vec::new()),
         }
     }
 
@@ -241,8 +244,32 @@ impl Conn {
         q.len() == 1
     }
 
-    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message.
+    /// We dropped a loan of the peer's pool: queue its return (sent in
+    /// batches with the releases, off the dropping thread's path). True if
+    /// the queue was empty (the caller then wakes the watcher).
+    pub fn return_loan(&self, off: u64, len: u32) -> bool {
+        if self.is_dead() {
+            return false;
+        }
+        let mut q = self.returns.lock();
+        q.push((off, len));
+        q.len() == 1
+    }
+
+    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message, and
+    /// the queued loan returns.
     pub fn flush_releases(&self) {
+        let returns = std::mem::take(&mut *self.returns.lock());
+        for batch in returns.chunks(wire::MAX_RELEASES) {
+            if !self.send(
+                &Ctl::Returned {
+                    loans: batch.to_vec(),
+                },
+                &[],
+            ) {
+                return;
+            }
+        }
         let queued = std::mem::take(&mut *self.releases.lock());
         for batch in queued.chunks(wire::MAX_RELEASES) {
             let grants = batch.to_vec();
@@ -564,6 +591,7 @@ impl Conn {
         self.answers.lock().clear();
         self.adopted.lock().take();
         self.releases.lock().clear(); // nobody to tell
+        self.returns.lock().clear();
     }
 }
 

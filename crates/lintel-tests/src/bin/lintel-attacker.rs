@@ -45,6 +45,11 @@
 //! [`SAFE_METHODS`], so the attack tests the runtime, not the test peer's
 //! methods that sleep or allocate on the caller's say-so.
 //!
+//! - `bulk`: bulk segments and buffers that lie (never sent, not sealed,
+//!   shorter than the header says, odd-sized, above the limit, sparse and
+//!   huge; snapshots not sealed or short; loans without a pool, outside
+//!   it, misaligned), each checked against the status it must get, and an
+//!   honest loan and segment scribbled on while the victim copies them.
 //! - `other-version`: speaks the next protocol version's hello on its boot
 //!   connection (no runtime at all), which the spawning domain must refuse.
 //!
@@ -201,6 +206,8 @@ struct Stats {
     legit_garbled: AtomicU64,
     private_hits: AtomicU64,
     planted: AtomicU64,
+    bulk_cases: AtomicU64,
+    bulk_expected: AtomicU64,
 }
 
 impl Stats {
@@ -235,6 +242,8 @@ impl Stats {
             ("legit_garbled", &self.legit_garbled),
             ("private_hits", &self.private_hits),
             ("planted", &self.planted),
+            ("bulk_cases", &self.bulk_cases),
+            ("bulk_expected", &self.bulk_expected),
         ] {
             s.push_str(&f(name, c));
         }
@@ -269,6 +278,31 @@ impl Region {
                 (b > a).then_some(Region { base: a, len: b - a })
             })
             .collect()
+    }
+
+    /// A fresh shared mapping of `len` bytes of `fd` (never unmapped: the
+    /// attacker is short-lived).
+    fn map_fd(fd: &OwnedFd, len: usize) -> Region {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        // SAFETY: a new mapping at an address the kernel picks cannot alias
+        // anything in this process; `len` bytes of the memfd exist (the
+        // caller sized it at least that large) and it is never unmapped, so
+        // the Region's accesses stay valid for the life of the process.
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .expect("mmap");
+        Region {
+            base: p as usize,
+            len,
+        }
     }
 
     fn word(&self, off: usize) -> &AtomicU32 {
@@ -970,8 +1004,6 @@ impl Forger<'_> {
         wait: Duration,
     ) -> Option<Answer> {
         let a = self.area;
-        let seq = self.next_seq();
-        a.put(self.off(OFF_GRANT), grant);
         a.put(self.off(OFF_FLAGS), 0);
         a.put(self.off(OFF_IN_LEN), args.len() as u32);
         if args.len() <= INLINE {
@@ -985,6 +1017,15 @@ impl Forger<'_> {
             }
         }
         a.put(self.off(OFF_IN_DOORS), in_doors.unwrap_or(doors.len() as u32));
+        self.publish(grant, wait)
+    }
+
+    /// Publish the request written in the slot (grant and sequence set
+    /// here) and wait up to `wait` for its reply.
+    fn publish(&mut self, grant: u32, wait: Duration) -> Option<Answer> {
+        let a = self.area;
+        let seq = self.next_seq();
+        a.put(self.off(OFF_GRANT), grant);
         a.put(self.off(OFF_CLIENT_STATE), 0);
         a.put(self.off(OFF_REQ_SEQ), seq);
         Stats::add(&self.stats.forged_calls, 1);
@@ -1136,6 +1177,176 @@ fn forge(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>, slot: usize, budget: Du
 }
 
 // --------------------------------------------------------- targeted attacks
+
+/// Bulk segments and buffers that lie: each forged request must be refused
+/// with the status expected (or served, for the honest controls), and the
+/// victim must neither fault nor hang. Counts `bulk_cases` and
+/// `bulk_expected`; a mismatch is named on stderr.
+fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let Some(&grant) = ctx.held.first() else {
+        return;
+    };
+    let stats = &ctx.stats;
+    let mut f = Forger {
+        area,
+        slot: SLOTS - 1,
+        seq: 1000,
+        sock,
+        stats,
+    };
+    let wait = Duration::from_secs(3);
+    let memfd = |len: u64, seals: SealFlags| -> OwnedFd {
+        let fd = rustix::fs::memfd_create("attack", MemfdFlags::ALLOW_SEALING).expect("memfd");
+        rustix::fs::ftruncate(&fd, len).expect("ftruncate");
+        if !seals.is_empty() {
+            rustix::fs::fcntl_add_seals(&fd, seals).expect("seals");
+        }
+        fd
+    };
+    let resize = SealFlags::SHRINK | SealFlags::GROW;
+    let expect = |name: &str, f: &mut Forger<'_>, want: Option<u32>| {
+        Stats::add(&stats.bulk_cases, 1);
+        let got = f.publish(grant, wait).map(|a| a.status & !ST_UNTAKEN);
+        if got == want {
+            Stats::add(&stats.bulk_expected, 1);
+        } else {
+            eprintln!("attacker: bulk case {name}: status {got:?}, expected {want:?}");
+        }
+    };
+    // Writes a bulk request header naming segment `generation` for `len`
+    // bytes; the segment (if any) was sent just before.
+    let bulk_header = |f: &Forger<'_>, len: u32, generation: u32| {
+        let a = f.area;
+        a.put(f.off(OFF_FLAGS), 0);
+        a.put(f.off(OFF_IN_LEN), len);
+        a.put(f.off(OFF_IN_DOORS), 0);
+        a.put(f.off(OFF_IN_SEG), generation);
+    };
+    let segment = |generation: u32, fd: &OwnedFd| {
+        let msg = lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Segment {
+            request: true,
+            slot: (SLOTS - 1) as u32,
+            generation,
+        });
+        send(sock, &msg, &[fd.as_fd()])
+    };
+    let ok = Some(ST_OK);
+    let bad = Some(ST_BAD_MESSAGE);
+
+    // A segment never sent.
+    bulk_header(&f, DATA_CAP as u32 + 1, 7);
+    expect("segment never sent", &mut f, bad);
+    // A segment that could shrink (SIGBUS if it were mapped and truncated).
+    let loose = memfd(1 << 20, SealFlags::empty());
+    segment(8, &loose);
+    bulk_header(&f, 100_000, 8);
+    expect("unsealed segment", &mut f, bad);
+    rustix::fs::ftruncate(&loose, 0).ok();
+    // Shorter than the header says.
+    let short = memfd(64 << 10, resize);
+    segment(9, &short);
+    bulk_header(&f, 1 << 20, 9);
+    expect("segment shorter than the data", &mut f, bad);
+    // Not a whole number of pages.
+    let odd = memfd(70_001, resize);
+    segment(10, &odd);
+    bulk_header(&f, 70_000, 10);
+    expect("segment of an odd size", &mut f, bad);
+    // Above the victim's limit: refused before anything is read or allocated.
+    bulk_header(&f, u32::MAX, 9);
+    expect("data above the limit", &mut f, Some(ST_TOO_LARGE));
+    // Honest control: a sealed 128 KiB segment, an echo of 100 KB, then a
+    // huge sparse one (only what the limit needs is mapped).
+    for (generation, size) in [(11u32, 128u64 << 10), (12, 64 << 30)] {
+        let seg = memfd(size, resize);
+        let map = Region::map_fd(&seg, 128 << 10);
+        map.put_bytes(0, &[m::LEN]);
+        segment(generation, &seg);
+        bulk_header(&f, 100_000, generation);
+        expect("honest segment", &mut f, ok);
+        // The segment stays ours to scribble on while the victim reads it.
+        for i in 0..(128 << 10) / 4 {
+            map.put(i * 4, 0xdead_beef);
+        }
+    }
+
+    // Buffers: a sealed snapshot that is not sealed.
+    let descs = |f: &Forger<'_>, ds: &[[u32; 4]]| {
+        let a = f.area;
+        a.put(f.off(OFF_FLAGS), FLAG_BUFS);
+        a.put(f.off(OFF_IN_LEN), 1);
+        a.put_bytes(f.off(OFF_IN_INLINE), &[m::BUFFERS_INFO]);
+        a.put(f.off(OFF_IN_DOORS), 0);
+        a.put(f.off(OFF_IN_BUFS), ds.len() as u32);
+        for (i, d) in ds.iter().enumerate() {
+            for (j, &w) in d.iter().enumerate() {
+                a.put(f.off(OFF_BUFS + i * WIRE_BUF + 4 * j), w);
+            }
+        }
+    };
+    let buffers_msg = |seq: u32| {
+        lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Buffers {
+            request: true,
+            slot: (SLOTS - 1) as u32,
+            seq,
+        })
+    };
+    let writable = memfd(4096, resize);
+    send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[writable.as_fd()]);
+    descs(&f, &[[BUF_SEALED, 4096, 0, 0]]);
+    expect("snapshot not sealed against writing", &mut f, bad);
+    // A snapshot whose descriptor claims more than the file holds.
+    let sealed = memfd(4096, resize | SealFlags::WRITE);
+    send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[sealed.as_fd()]);
+    descs(&f, &[[BUF_SEALED, 8192, 0, 0]]);
+    expect("snapshot shorter than its descriptor", &mut f, bad);
+    // Sealed buffers named but never sent.
+    descs(&f, &[[BUF_SEALED, 10, 0, 0]]);
+    expect("snapshot never sent", &mut f, bad);
+    // A loan before any pool was sent.
+    descs(&f, &[[BUF_LOAN, 10, 0, 0]]);
+    expect("loan without a pool", &mut f, bad);
+    // Unknown kinds, too many buffers.
+    descs(&f, &[[99, 10, 0, 0]]);
+    expect("unknown buffer kind", &mut f, bad);
+    descs(&f, &vec![[BUF_LOAN, 1, 0, 0]; MAX_BUFFERS + 1]);
+    expect("too many buffers", &mut f, bad);
+    // A pool (sealed, 1 MiB), then loans outside it or misaligned, then an
+    // honest loan whose bytes we scribble while the victim copies them.
+    let pool = memfd(1 << 20, resize);
+    let pool_map = Region::map_fd(&pool, 1 << 20);
+    send(
+        sock,
+        &lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Pool),
+        &[pool.as_fd()],
+    );
+    descs(&f, &[[BUF_LOAN, 4096, 1 << 20, 0]]);
+    expect("loan past the pool", &mut f, bad);
+    descs(&f, &[[BUF_LOAN, 8192, (1 << 20) - 4096, 0]]);
+    expect("loan running off the pool", &mut f, bad);
+    descs(&f, &[[BUF_LOAN, 100, 12, 0]]);
+    expect("misaligned loan", &mut f, bad);
+    descs(&f, &[[BUF_LOAN, 4096, 0, 1]]);
+    expect("loan offset above 4 GiB", &mut f, bad);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut x = 1u32;
+            while !stop.load(Relaxed) {
+                for i in 0..(256 << 10) / 4 {
+                    x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    pool_map.put(i * 4, x);
+                }
+            }
+        });
+        for _ in 0..20 {
+            descs(&f, &[[BUF_LOAN, 256 << 10, 0, 0]]);
+            expect("honest loan, scribbled", &mut f, ok);
+        }
+        stop.store(true, Relaxed);
+    });
+}
 
 /// Requests whose only door is a third-party one whose "ticket" is a socket
 /// we made. With `cycle`, the twin end travels in the same batch.
@@ -1419,6 +1630,7 @@ fn main() {
         "self-socket" => mail_own_socket(&ctx, vfd),
         "ticket-pid0" => pass_with_pid_zero(&ctx, &area),
         "fd-flood" => flood_fds(&ctx, vfd),
+        "bulk" => bulk_attacks(&ctx, &area, vfd),
         other => {
             println!("HOSTILE_ERROR unknown mode {other}");
             std::process::exit(2);
