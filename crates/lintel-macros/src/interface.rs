@@ -24,6 +24,9 @@ enum Kind {
     InOutVec,
     /// `&mut [u8]`, in and out, fixed length.
     InOutSlice,
+    /// `#[buffer] T` (`T: lintel::stub::Passed`): passed by reference, not
+    /// copied (a sealed snapshot or a loan).
+    Buffer(Box<Type>),
 }
 
 struct Method {
@@ -180,27 +183,40 @@ fn method(f: &mut TraitItemFn) -> syn::Result<Method> {
         let FnArg::Typed(pt) = arg else {
             return err(&*arg, "only the first parameter can be `self`");
         };
-        let mut inout = None;
+        let (mut inout, mut buffer) = (None, None);
         pt.attrs.retain(|a| {
             if a.path().is_ident("inout") {
                 inout = Some(a.clone());
+                false
+            } else if a.path().is_ident("buffer") {
+                buffer = Some(a.clone());
                 false
             } else {
                 true
             }
         });
         let kind = param_kind(&pt.ty)?;
-        let kind = match (inout, kind) {
-            (None, k) => k,
-            (Some(_), Kind::Out) => Kind::InOutVec,
-            (Some(a), _) => {
+        let kind = match (inout, buffer, kind) {
+            (None, None, k) => k,
+            (Some(_), None, Kind::Out) => Kind::InOutVec,
+            (Some(a), None, _) => {
                 return err(
                     a,
                     "`#[inout]` applies only to a `&mut Vec<u8>` parameter (a `&mut [u8]` is always in-out)",
                 );
             }
+            (None, Some(_), Kind::Value(t)) => Kind::Buffer(t),
+            (_, Some(a), _) => {
+                return err(
+                    a,
+                    "`#[buffer]` applies only to a parameter passed by value whose type implements `lintel::stub::Passed` (`lintel::Buffer` or `lintel::Sealed`)",
+                );
+            }
         };
         params.push(kind);
+    }
+    if params.iter().filter(|k| matches!(k, Kind::Buffer(_))).count() > 16 {
+        return err(&sig.ident, "a method passes at most 16 `#[buffer]` parameters");
     }
 
     let (ok, e) = result_types(&sig.output, &sig.ident)?;
@@ -472,6 +488,8 @@ fn generate(tr: &ItemTrait, methods: &[Method]) -> TokenStream {
                 reply: &mut #lt::Reply,
             ) -> ::core::result::Result<(), #lt::Fault> {
                 let (method, mut r) = #st::request(req.data, &req.doors)?;
+                #[allow(unused_mut)]
+                let mut __bufs = req.buffers.into_iter();
                 match method {
                     #(#dispatch_arms)*
                     _ => ::core::result::Result::Err(#st::unknown_method()),
@@ -516,8 +534,13 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
     let mut enc = Vec::new(); // remote: encode the arguments
     let mut dec = Vec::new(); // remote: decode buffers from the reply
     let mut clear = Vec::new(); // co-located: out buffers of a result too large to send
+    let mut pass = Vec::new(); // remote: buffers passed by reference
     for (k, a) in m.params.iter().zip(&args) {
         match k {
+            Kind::Buffer(t) => {
+                decl.push(quote!(#a: #t));
+                pass.push(quote!(__call.buffer(<#t as #st::Passed>::into_buffer(#a));));
+            }
             Kind::Value(t) => {
                 decl.push(quote!(#a: #t));
                 size.push(quote_spanned! {t.span()=>
@@ -565,7 +588,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
         .iter()
         .zip(&args)
         .map(|(k, a)| match k {
-            Kind::Value(_) | Kind::Bytes | Kind::Str => quote!(#a),
+            Kind::Value(_) | Kind::Bytes | Kind::Str | Kind::Buffer(_) => quote!(#a),
             Kind::Out | Kind::InOutVec | Kind::InOutSlice => quote!(&mut *#a),
         })
         .collect();
@@ -575,7 +598,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
         .params
         .iter()
         .zip(&args)
-        .filter(|(k, _)| matches!(k, Kind::Value(_)))
+        .filter(|(k, _)| matches!(k, Kind::Value(_) | Kind::Buffer(_)))
         .map(|(_, a)| a)
         .collect();
 
@@ -635,6 +658,7 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
                 let mut __w = __call.writer();
                 #(#enc)*
             }
+            #(#pass)*
             let __reply = __call.send(&self.door).and_then(|__r| {
                 #st::decode_reply(&METHOD, __r, |__r| {
                     let __v = #st::decode_result::<#ok, #e>(__r)?;
@@ -667,6 +691,10 @@ fn dispatch_arm(m: &Method, tname: &Ident) -> TokenStream {
                 dec.push(quote!(let #a = <#t as #st::Wire>::decode(&mut r).map_err(#st::bad_request)?;));
                 call_args.push(quote!(#a));
             }
+            Kind::Buffer(t) => {
+                dec.push(quote!(let #a = #st::next_buffer::<#t>(&mut __bufs).map_err(#st::bad_request)?;));
+                call_args.push(quote!(#a));
+            }
             Kind::Bytes => {
                 dec.push(quote!(let #a: &[u8] = r.len_bytes().map_err(#st::bad_request)?;));
                 call_args.push(quote!(#a));
@@ -697,6 +725,7 @@ fn dispatch_arm(m: &Method, tname: &Ident) -> TokenStream {
         #number => {
             #(#dec)*
             r.finish().map_err(#st::bad_request)?;
+            #st::no_more_buffers(&mut __bufs).map_err(#st::bad_request)?;
             let __res = <dyn #tname + ::core::marker::Send + ::core::marker::Sync as #tname>::#name(&*self.imp, #(#call_args),*);
             #st::encode_result(&__res, reply);
             #(#outs)*

@@ -698,6 +698,7 @@ impl Wire for StubError {
 struct Scratch {
     args: Vec<u8>,
     doors: Vec<Door>,
+    buffers: Vec<crate::Buffer>,
     reply: Reply,
 }
 
@@ -716,8 +717,17 @@ fn take_scratch() -> Scratch {
 fn put_scratch(mut s: Scratch) {
     s.args.clear();
     s.doors.clear();
+    s.buffers.clear();
     s.reply.data.clear();
     s.reply.doors.clear();
+    s.reply.buffers.clear();
+    // Keep buffers of call size; a bulk call's are given back.
+    if s.args.capacity() > crate::bulk::KEEP_MAX {
+        s.args = Vec::new();
+    }
+    if s.reply.data.capacity() > crate::bulk::KEEP_MAX {
+        s.reply.data = Vec::new();
+    }
     SCRATCH.with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < SCRATCH_KEEP {
@@ -789,12 +799,22 @@ impl Call {
         Writer::new(&mut s.args, &mut s.doors)
     }
 
+    /// Pass `b` by reference with the call (a `#[buffer]` parameter).
+    #[inline]
+    pub fn buffer(&mut self, b: crate::Buffer) {
+        let s = self.s.as_mut().expect("scratch present until drop");
+        s.buffers.push(b);
+    }
+
     /// Make the call; the reply's reader.
     #[inline]
     pub fn send(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        door.call(&s.args, &s.doors, &mut s.reply)
-            .map_err(|e| self.m.error(e))?;
+        let r = match s.buffers.is_empty() {
+            true => door.call(&s.args, &s.doors, &mut s.reply),
+            false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
+        };
+        r.map_err(|e| self.m.error(e))?;
         // Drop our clones of the argument doors now, not at the next call.
         s.doors.clear();
         Ok(Reader::new(&s.reply.data, &s.reply.doors))
@@ -912,6 +932,54 @@ pub fn request<'a>(data: &'a [u8], doors: &'a [Door]) -> Result<(u32, Reader<'a>
     let mut r = Reader::new(data, doors);
     let m = r.array().map_err(|_| Fault(FAULT_BAD_REQUEST))?;
     Ok((u32::from_le_bytes(m), r))
+}
+
+/// A type a `#[buffer]` parameter may have: passed by reference, not
+/// copied ([`crate::buffer`]). The server sees what the client passed,
+/// except that a loan arrives as a [`crate::Loaned`] (across domains) or
+/// stays a [`crate::Loan`] (co-located), so a loan parameter is a
+/// [`crate::Buffer`].
+pub trait Passed: Sized {
+    /// Into the buffer that travels.
+    fn into_buffer(self) -> crate::Buffer;
+    /// From the buffer that arrived; a buffer of another kind is an error.
+    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError>;
+}
+
+impl Passed for crate::Buffer {
+    fn into_buffer(self) -> crate::Buffer {
+        self
+    }
+    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+        Ok(b)
+    }
+}
+
+impl Passed for crate::Sealed {
+    fn into_buffer(self) -> crate::Buffer {
+        crate::Buffer::Sealed(self)
+    }
+    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+        match b {
+            crate::Buffer::Sealed(s) => Ok(s),
+            _ => Err(WireError("a sealed snapshot was expected")),
+        }
+    }
+}
+
+/// The next buffer passed with a request, as a `#[buffer]` parameter.
+#[inline]
+pub fn next_buffer<T: Passed>(it: &mut std::vec::IntoIter<crate::Buffer>) -> Result<T, WireError> {
+    T::from_buffer(it.next().ok_or(WireError("missing buffer"))?)
+}
+
+/// Every buffer passed must have been taken by a parameter.
+#[inline]
+pub fn no_more_buffers(it: &mut std::vec::IntoIter<crate::Buffer>) -> Result<(), WireError> {
+    match it.next() {
+        None => Ok(()),
+        Some(_) => Err(WireError("extra buffers")),
+    }
 }
 
 /// The fault that refuses a malformed request.

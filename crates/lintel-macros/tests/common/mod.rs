@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use lintel::stub::{StubError, Wire};
-use lintel::{CallError, Door};
+use lintel::{Buffer, CallError, Door, Loan, Sealed};
 
 #[derive(Debug, Clone, PartialEq, Wire)]
 pub enum ProbeError {
@@ -58,6 +58,14 @@ pub trait Probe {
     fn last_ptr(&self) -> Result<u64, ProbeError>;
     fn panics(&self) -> Result<(), ProbeError>;
     fn pid(&self) -> Result<u32, ProbeError>;
+    /// Lengths of a loan and a snapshot passed by reference, a plain value
+    /// between them, and the sum of their bytes (copied out of the loan).
+    fn by_reference(
+        &self,
+        #[buffer] loan: Buffer,
+        tag: u8,
+        #[buffer] snap: Sealed,
+    ) -> Result<(u64, u8, u64, u64), ProbeError>;
 }
 
 #[lintel::interface]
@@ -163,6 +171,15 @@ impl Probe for ProbeImpl {
     fn pid(&self) -> Result<u32, ProbeError> {
         Ok(std::process::id())
     }
+    fn by_reference(&self, loan: Buffer, tag: u8, snap: Sealed) -> Result<(u64, u8, u64, u64), ProbeError> {
+        let bytes = match &loan {
+            Buffer::Loaned(l) => l.to_vec(),
+            Buffer::Loan(l) => l.as_slice().to_vec(),
+            Buffer::Sealed(s) => s.as_slice().to_vec(),
+        };
+        let sum = bytes.iter().chain(snap.as_slice()).map(|&b| b as u64).sum();
+        Ok((loan.len() as u64, tag, snap.len() as u64, sum))
+    }
 }
 
 /// Where the server runs, relative to the caller.
@@ -261,6 +278,16 @@ pub fn exercise(p: &ProbeClient, placement: Placement) {
     assert_eq!(back.is_local(), placement == Placement::Colocated);
     // (A door of ours sent to a remote server and returned to us in the
     // reply is exercised by `own_door_returned` in cross_process.rs.)
+
+    // Buffers by reference: a loan (a `Loaned` across domains, still our
+    // `Loan` co-located) and a sealed snapshot, around a plain value.
+    let mut loan = Loan::new(300_000).unwrap();
+    loan.as_mut_slice().fill(2);
+    let snap = Sealed::from_slice(&[3u8; 1000]).unwrap();
+    assert_eq!(
+        p.by_reference(Buffer::Loan(loan), 9, snap),
+        Ok((300_000, 9, 1000, 600_000 + 3000))
+    );
 
     // Size limits: the same errors in both placements, at the message
     // limit (data above the vanilla path's 5 KiB travel in bulk).
