@@ -10,3 +10,4 @@ pub mod harness;
 pub mod lrpc;
 pub mod payload;
 pub mod placement;
+pub mod plot;

@@ -52,6 +52,9 @@ struct Cli {
     /// Pin this process to CPU 0 and its child processes to CPU 1 (default: unpinned).
     #[arg(long)]
     pin: bool,
+    /// Write SVG charts of the bulk suite (latency and throughput against size) into DIR.
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
     /// Suites to run, in this order (default: all).
     #[arg(value_name = "SUITE", value_parser = PossibleValuesParser::new(SUITES.iter().map(|s| s.0)))]
     suites: Vec<String>,
@@ -120,6 +123,11 @@ fn parent_main(cli: Cli) -> anyhow::Result<bool> {
     print!("{}", report.table(&cfg));
     if let Some(path) = &cli.json {
         report.write_json(path).context("writing the JSON report")?;
+    }
+    if let Some(dir) = &cli.plots {
+        for p in lintel_bench::plot::write_bulk_charts(&report, dir)? {
+            eprintln!("chart: {}", p.display());
+        }
     }
     Ok(all_ok)
 }

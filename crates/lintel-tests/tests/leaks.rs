@@ -1,12 +1,14 @@
 //! Resource accounting across crashes and at scale. These tests count the
-//! descriptors and mappings of the whole test process, so they live in their
-//! own binary (no other tests' peers come and go meanwhile) and take turns.
+//! descriptors and shared-memory mappings of the whole test process, so
+//! they live in their own binary (no other tests' peers come and go
+//! meanwhile) and take turns. (Thread stacks and malloc arenas are not
+//! counted: the server pool may grow under load, up to its limit.)
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use lintel::{Buffer, CallError, Door, Loan, Reply, Request, Sealed};
-use lintel_tests::{eventually, fds_and_maps, m, Peer};
+use lintel_tests::{eventually, fds_and_maps, fds_and_shared_maps, m, Peer};
 
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -21,13 +23,27 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
 /// on the watcher thread, after the call that saw the death returned), or
 /// the last counts after [`WAIT`].
 fn settled_counts() -> (usize, usize) {
-    let mut last = fds_and_maps();
+    let mut last = fds_and_shared_maps();
     eventually(WAIT, || {
         std::thread::sleep(Duration::from_millis(50));
-        let prev = std::mem::replace(&mut last, fds_and_maps());
+        let prev = std::mem::replace(&mut last, fds_and_shared_maps());
         prev == last
     });
     last
+}
+
+fn maps() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    text.lines().map(str::to_string).collect()
+}
+
+/// The lines of `/proc/self/maps` now that were not in `before`.
+fn added_maps(before: &[String]) -> String {
+    maps()
+        .into_iter()
+        .filter(|l| !before.contains(l))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -45,17 +61,23 @@ fn repeated_crashes_leak_no_fds_or_mappings() {
     };
     round();
     let before = settled_counts();
+    let maps_before = maps();
     for _ in 0..10 {
         round();
     }
     // No growth. (Not equality: the million-doors test's peer may still be
     // tearing down when `before` is taken, and its mappings may go later.)
     let no_growth = || {
-        let now = fds_and_maps();
+        let now = fds_and_shared_maps();
         now.0 <= before.0 && now.1 <= before.1
     };
     let settled = eventually(WAIT, no_growth);
-    assert!(settled, "fds/maps before {before:?}, after {:?}", fds_and_maps());
+    assert!(
+        settled,
+        "fds/shared maps before {before:?}, after {:?}; mappings added:\n{}",
+        fds_and_shared_maps(),
+        added_maps(&maps_before)
+    );
     assert_eq!(lintel::introspect::tickets(), 0);
 }
 
@@ -117,13 +139,13 @@ fn peers_killed_with_buffers_in_flight_or_on_loan_leak_nothing() {
         round();
     }
     let no_growth = || {
-        let now = fds_and_maps();
+        let now = fds_and_shared_maps();
         now.0 <= before.0 && now.1 <= before.1
     };
     assert!(
         eventually(WAIT, no_growth),
-        "fds/maps before {before:?}, after {:?}",
-        fds_and_maps()
+        "fds/shared maps before {before:?}, after {:?}",
+        fds_and_shared_maps()
     );
 }
 

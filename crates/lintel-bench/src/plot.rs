@@ -1,0 +1,173 @@
+//! Charts of the `bulk` suite: latency and throughput against payload size, one line per path
+//! and baseline, written as SVG with `plotters` (`lintel-bench --plots DIR`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, ensure};
+use plotters::prelude::*;
+
+use crate::bulk::SIZES;
+use crate::harness::Report;
+
+/// The lines of both charts: (label, suite, case prefix, case suffix, colour).
+const SERIES: [(&str, &str, &str, &str, RGBColor); 8] = [
+    (
+        "echo, cross-process (copy path)",
+        "bulk",
+        "echo_",
+        "",
+        RGBColor(31, 119, 180),
+    ),
+    (
+        "echo, co-located",
+        "bulk",
+        "echo_",
+        "_colocated",
+        RGBColor(174, 199, 232),
+    ),
+    (
+        "loan handoff, cross-process",
+        "bulk",
+        "handoff_",
+        "",
+        RGBColor(44, 160, 44),
+    ),
+    (
+        "sealed snapshot, cross-process",
+        "bulk",
+        "sealed_",
+        "",
+        RGBColor(214, 39, 40),
+    ),
+    (
+        "sealed snapshot, co-located",
+        "bulk",
+        "sealed_",
+        "_colocated",
+        RGBColor(255, 152, 150),
+    ),
+    (
+        "memcpy (one copy, one process)",
+        "baseline",
+        "memcpy_",
+        "",
+        RGBColor(127, 127, 127),
+    ),
+    (
+        "echo over a Unix socket",
+        "baseline",
+        "uds_echo_",
+        "",
+        RGBColor(148, 103, 189),
+    ),
+    (
+        "loan handoff, co-located",
+        "bulk",
+        "handoff_",
+        "_colocated",
+        RGBColor(152, 223, 138),
+    ),
+];
+
+/// One series: (bytes, median ns) for each size the report has.
+fn points(report: &Report, suite: &str, prefix: &str, suffix: &str) -> Vec<(f64, f64)> {
+    SIZES
+        .iter()
+        .filter_map(|(name, bytes)| {
+            let r = report.lookup(suite, &format!("{prefix}{name}{suffix}"))?;
+            (r.median_ns > 0.0).then_some((*bytes as f64, r.median_ns))
+        })
+        .collect()
+}
+
+/// Writes `bulk-latency.svg` and `bulk-throughput.svg` into `dir`; the paths written.
+pub fn write_bulk_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let series: Vec<(&str, RGBColor, Vec<(f64, f64)>)> = SERIES
+        .iter()
+        .map(|(label, suite, pre, suf, colour)| (*label, *colour, points(report, suite, pre, suf)))
+        .filter(|s| !s.2.is_empty())
+        .collect();
+    ensure!(!series.is_empty(), "the report has no bulk cases to plot");
+    let latency = dir.join("bulk-latency.svg");
+    chart(
+        &latency,
+        "Latency against payload size (median)",
+        "latency (µs)",
+        &series,
+        |_, ns| ns / 1e3,
+    )?;
+    let throughput = dir.join("bulk-throughput.svg");
+    let moving: Vec<_> = series
+        .iter()
+        .filter(|s| !s.0.contains("handoff") && !s.0.contains("sealed"))
+        .cloned()
+        .collect();
+    chart(
+        &throughput,
+        "Throughput of the copying paths against payload size (median)",
+        "GB/s (payload bytes per second, each way)",
+        &moving,
+        |b, ns| b / ns,
+    )?;
+    Ok(vec![latency, throughput])
+}
+
+/// A log-log chart of `y(bytes, median_ns)` against bytes, one line per series.
+fn chart(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[(&str, RGBColor, Vec<(f64, f64)>)],
+    y: impl Fn(f64, f64) -> f64,
+) -> anyhow::Result<()> {
+    let values: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|&(b, ns)| y(b, ns)))
+        .collect();
+    let (lo, hi) = values
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = (lo / 2.0, hi * 2.0);
+    let (x0, x1) = (SIZES[0].1 as f64 / 1.5, SIZES[SIZES.len() - 1].1 as f64 * 1.5);
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d((x0..x1).log_scale(), (lo..hi).log_scale())?;
+    c.configure_mesh()
+        .x_desc("payload size")
+        .y_desc(y_label)
+        .x_label_formatter(&|b| size_label(*b))
+        .y_label_formatter(&|v| format!("{v:.3}"))
+        .draw()?;
+    for (label, colour, pts) in series {
+        let line: Vec<(f64, f64)> = pts.iter().map(|&(b, ns)| (b, y(b, ns))).collect();
+        let colour = *colour;
+        c.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        c.draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// `4 KiB`, `1 MiB`, …
+fn size_label(b: f64) -> String {
+    match b {
+        b if b >= (1u64 << 30) as f64 => format!("{:.0} GiB", b / (1u64 << 30) as f64),
+        b if b >= (1 << 20) as f64 => format!("{:.0} MiB", b / (1 << 20) as f64),
+        b if b >= 1024.0 => format!("{:.0} KiB", b / 1024.0),
+        b => format!("{b:.0} B"),
+    }
+}
