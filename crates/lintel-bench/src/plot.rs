@@ -69,6 +69,9 @@ const SERIES: [(&str, &str, &str, &str, RGBColor); 8] = [
     ),
 ];
 
+/// A line of a chart: its label, colour and (bytes, median ns) points.
+type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
+
 /// One series: (bytes, median ns) for each size the report has.
 fn points(report: &Report, suite: &str, prefix: &str, suffix: &str) -> Vec<(f64, f64)> {
     SIZES
@@ -83,7 +86,7 @@ fn points(report: &Report, suite: &str, prefix: &str, suffix: &str) -> Vec<(f64,
 /// Writes `bulk-latency.svg` and `bulk-throughput.svg` into `dir`; the paths written.
 pub fn write_bulk_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let series: Vec<(&str, RGBColor, Vec<(f64, f64)>)> = SERIES
+    let series: Vec<Series<'_>> = SERIES
         .iter()
         .map(|(label, suite, pre, suf, colour)| (*label, *colour, points(report, suite, pre, suf)))
         .filter(|s| !s.2.is_empty())
@@ -118,7 +121,7 @@ fn chart(
     path: &Path,
     title: &str,
     y_label: &str,
-    series: &[(&str, RGBColor, Vec<(f64, f64)>)],
+    series: &[Series<'_>],
     y: impl Fn(f64, f64) -> f64,
 ) -> anyhow::Result<()> {
     let values: Vec<f64> = series
@@ -137,12 +140,17 @@ fn chart(
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(64)
-        .build_cartesian_2d((x0..x1).log_scale(), (lo..hi).log_scale())?;
+        .build_cartesian_2d(
+            (x0..x1)
+                .log_scale()
+                .with_key_points(SIZES.iter().map(|s| s.1 as f64).collect::<Vec<_>>()),
+            (lo..hi).log_scale(),
+        )?;
     c.configure_mesh()
         .x_desc("payload size")
         .y_desc(y_label)
         .x_label_formatter(&|b| size_label(*b))
-        .y_label_formatter(&|v| format!("{v:.3}"))
+        .y_label_formatter(&|v| number_label(*v))
         .draw()?;
     for (label, colour, pts) in series {
         let line: Vec<(f64, f64)> = pts.iter().map(|&(b, ns)| (b, y(b, ns))).collect();
@@ -153,13 +161,22 @@ fn chart(
         c.draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
     root.present()
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// A tick value with as many digits as it needs.
+fn number_label(v: f64) -> String {
+    match v {
+        v if v >= 100.0 => format!("{v:.0}"),
+        v if v >= 1.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
+    }
 }
 
 /// `4 KiB`, `1 MiB`, …

@@ -37,6 +37,8 @@ pub(crate) struct DomainArgs {
     #[arg(long)]
     pub spin: Option<bool>,
     #[arg(long)]
+    pub max_message: Option<usize>,
+    #[arg(long)]
     pub root: Option<String>,
     #[arg(long)]
     pub supervisor: u32,
@@ -63,6 +65,10 @@ impl DomainArgs {
         if let Some(on) = self.spin {
             v.push("--spin".into());
             v.push(on.to_string());
+        }
+        if let Some(n) = self.max_message {
+            v.push("--max-message".into());
+            v.push(n.to_string());
         }
         if let Some(r) = &self.root {
             v.push("--root".into());
@@ -95,6 +101,9 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
     }
     if let Some(on) = args.spin {
         lintel::set_spin(on);
+    }
+    if let Some(n) = args.max_message {
+        lintel::set_max_message(n);
     }
 
     let stop = Arc::new((Mutex::new(false), Condvar::new()));

@@ -55,6 +55,7 @@
 //! [domain.store]           # one table per domain (process), started in file order
 //! services = ["kv", "log"] # registered services it hosts (at least one)
 //! max_threads = 8          # optional: its server-thread limit
+//! max_message = 67108864   # optional: its message limit in bytes (default 1 GiB)
 //! spin = "off"             # optional: "on"/"off" (or true/false): spin before sleeping
 //!
 //! [domain.front]
@@ -180,6 +181,9 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
                     }
                     if let Some(on) = d.spin {
                         settings.push(format!("spin {}", if on { "on" } else { "off" }));
+                    }
+                    if let Some(n) = d.max_message {
+                        settings.push(format!("max_message {n}"));
                     }
                     let settings = if settings.is_empty() {
                         String::new()

@@ -49,6 +49,8 @@ pub struct DomainSpec {
     pub max_threads: Option<usize>,
     /// Spin policy ([`lintel::set_spin`]); runtime default if `None`.
     pub spin: Option<bool>,
+    /// Message limit in bytes ([`lintel::set_max_message`]); runtime default if `None`.
+    pub max_message: Option<usize>,
 }
 
 impl Manifest {
@@ -151,6 +153,7 @@ struct RawDomain {
     services: Spanned<Vec<Spanned<String>>>,
     max_threads: Option<Spanned<i64>>,
     spin: Option<Spanned<Spin>>,
+    max_message: Option<Spanned<i64>>,
 }
 
 /// `spin = true | false | "on" | "off"`.
@@ -337,11 +340,25 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
                 Some(v as usize)
             }
         });
+        let max_message = d.max_message.as_ref().and_then(|n| {
+            let v = *n.get_ref();
+            let ceiling = u32::MAX as i64;
+            if !(1..=ceiling).contains(&v) {
+                diag.at(
+                    Some(n.span()),
+                    format!("max_message = {v} is out of range (1 to {ceiling} bytes)"),
+                );
+                None
+            } else {
+                Some(v as usize)
+            }
+        });
         domains.push(DomainSpec {
             name: name.clone(),
             services: d.services.get_ref().iter().map(|s| s.get_ref().clone()).collect(),
             max_threads,
             spin: d.spin.as_ref().map(|s| s.get_ref().0),
+            max_message,
         });
     }
 
@@ -438,7 +455,7 @@ mod tests {
     fn good_manifest() {
         let m = parse(
             "system = \"demo\"\nroot = \"shell\"\nsocket = \"/tmp/x.sock\"\n\
-             [domain.b]\nservices = [\"kv\"]\nmax_threads = 4\nspin = \"off\"\n\
+             [domain.b]\nservices = [\"kv\"]\nmax_threads = 4\nspin = \"off\"\nmax_message = 65536\n\
              [domain.a]\nservices = [\"clock\", \"shell\"]\nspin = true\n",
         )
         .unwrap();
@@ -449,6 +466,8 @@ mod tests {
         assert_eq!(names, ["b", "a"], "file order is kept");
         assert_eq!(m.domains[0].max_threads, Some(4));
         assert_eq!(m.domains[0].spin, Some(false));
+        assert_eq!(m.domains[0].max_message, Some(65536));
+        assert_eq!(m.domains[1].max_message, None);
         assert_eq!(m.domains[1].spin, Some(true));
         assert_eq!(m.domain_of("shell").unwrap().name, "a");
     }

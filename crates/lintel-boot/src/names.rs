@@ -509,12 +509,14 @@ mod tests {
                     services: vec!["kv".into()],
                     max_threads: None,
                     spin: None,
+                    max_message: None,
                 },
                 crate::DomainSpec {
                     name: "b".into(),
                     services: vec!["clock".into()],
                     max_threads: None,
                     spin: None,
+                    max_message: None,
                 },
             ],
         }

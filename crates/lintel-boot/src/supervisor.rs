@@ -106,6 +106,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             services: d.services.clone(),
             max_threads: d.max_threads,
             spin: d.spin,
+            max_message: d.max_message,
             root: manifest.root.clone(),
             supervisor: std::process::id(),
         };

@@ -87,10 +87,11 @@ fn pids_in(stderr: &str) -> Vec<u32> {
         .collect()
 }
 
-const COLOCATED: &str =
-    "root = \"driver\"\n[domain.all]\nservices = [\"driver\", \"greeter\", \"counter\"]\n";
+const COLOCATED: &str = "root = \"driver\"\n[domain.all]\nservices = [\"driver\", \"greeter\", \"counter\"]\n\
+    max_message = 65536\n";
 /// `greeter` starts first and waits in its lookup of `counter`.
 const ISOLATED: &str = "root = \"driver\"\n[domain.b]\nservices = [\"greeter\"]\nmax_threads = 4\nspin = \"off\"\n\
+    max_message = 65536\n\
     [domain.a]\nservices = [\"counter\"]\n\
     [domain.c]\nservices = [\"driver\"]\n";
 
@@ -144,7 +145,7 @@ fn check_prints_the_placement() {
     assert!(stdout.contains("system placed (socket "), "{stdout}");
     assert!(
         stdout.contains(
-            "domain b (max_threads 4, spin off): greeter\ndomain a: counter\ndomain c: driver\nroot driver"
+            "domain b (max_threads 4, spin off, max_message 65536): greeter\ndomain a: counter\ndomain c: driver\nroot driver"
         ),
         "{stdout}"
     );
@@ -160,6 +161,14 @@ fn colocated_and_isolated_give_the_same_answers() {
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
         assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
         assert!(stdout.contains("greet bob -> hello, bob (#2)"), "{stdout}");
+        // The greeter's domain allows 64 KiB (the manifest's max_message).
+        assert!(
+            stdout.contains(
+                "measure a long name -> arguments of 100001 bytes exceeds the 65536-byte message limit"
+            ),
+            "{stdout}"
+        );
+        assert!(stdout.contains("measure a 60000-byte name -> 60000"), "{stdout}");
         assert!(
             stdout.contains(&format!("local: driver->counter {local}")),
             "{stdout}"

@@ -41,6 +41,7 @@ fn greeter(ctx: &Context) -> Result<Door, BoxError> {
                     .data
                     .extend_from_slice(format!("hello, {name} (#{n})").as_bytes());
             }
+            Some((b'l', name)) => reply.data.extend_from_slice(name.len().to_string().as_bytes()),
             Some((b'w', _)) => reply
                 .data
                 .extend_from_slice(counter.is_local().to_string().as_bytes()),
@@ -69,6 +70,15 @@ fn driver(ctx: &Context) -> Result<(), BoxError> {
         let r = greeter.call_bytes(format!("g{name}").as_bytes())?;
         println!("greet {name} -> {}", String::from_utf8_lossy(&r));
     }
+    // Names above and below the greeter domain's message limit (64 KiB in
+    // the tests' manifests): the bulk path below it, a typed error above.
+    let long = [&b"l"[..], &[b'x'; 100_000]].concat();
+    match greeter.call_bytes(&long) {
+        Ok(r) => println!("measure a long name -> {}", String::from_utf8_lossy(&r)),
+        Err(e) => println!("measure a long name -> {e}"),
+    }
+    let r = greeter.call_bytes(&[&b"l"[..], &[b'y'; 60_000]].concat())?;
+    println!("measure a 60000-byte name -> {}", String::from_utf8_lossy(&r));
     println!("count +5 -> {}", add(&counter, 5)?);
     println!("local: driver->counter {}", counter.is_local());
     println!(
