@@ -146,6 +146,20 @@ impl Control {
                     Err(e) => return Err(Fault(100 + error_code(&e))),
                 }
             }
+            m::CALL_HELD_WITH_BUFFERS => {
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                let n = u64_arg(arg) as usize;
+                let bytes = crate::pattern(n);
+                let mut loan = Loan::new(n).map_err(|_| Fault(6))?;
+                loan.as_mut_slice().copy_from_slice(&bytes);
+                let sealed = Sealed::from_slice(&bytes).map_err(|_| Fault(6))?;
+                let bufs = vec![Buffer::Loan(loan), Buffer::Sealed(sealed)];
+                let mut r = Reply::new();
+                match d.call_with(&bytes, &[], bufs, &mut r) {
+                    Ok(()) => reply.data.extend_from_slice(&r.data),
+                    Err(e) => return Err(Fault(100 + error_code(&e))),
+                }
+            }
             m::CALL_HELD_PARALLEL => {
                 let (&n, inner) = arg.split_first().ok_or(Fault(1))?;
                 let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;

@@ -64,6 +64,10 @@ pub mod m {
     pub const RETURN_SEALED: u8 = 32;
     /// Returns a loan of the server's pool holding `pattern(arg)`.
     pub const RETURN_LOAN: u8 = 33;
+    /// Calls the first held door with `arg` (u64 n) bytes of data (the
+    /// bulk path), a loan and a sealed snapshot of `pattern(n)`; returns
+    /// what that call returned.
+    pub const CALL_HELD_WITH_BUFFERS: u8 = 34;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -149,6 +149,54 @@ fn peers_killed_with_buffers_in_flight_or_on_loan_leak_nothing() {
     );
 }
 
+/// The other way round: a peer that called us with bulk data, a loan and a
+/// sealed snapshot, which we keep, is killed. Its loan stays readable
+/// while we hold it; once we drop what we kept, nothing of it is left
+/// here (its call area, bulk segment, pool and snapshot mappings go).
+#[test]
+fn a_caller_killed_after_lending_to_us_leaves_nothing_once_we_drop_its_buffers() {
+    let _alone = alone();
+    let kept = std::sync::Arc::new(Mutex::new(Vec::<Buffer>::new()));
+    let keeper = {
+        let kept = kept.clone();
+        Door::create(0, move |req: Request<'_>, reply: &mut Reply| {
+            reply
+                .data
+                .extend_from_slice(&(req.data.len() as u64).to_le_bytes());
+            kept.lock().unwrap().extend(req.buffers);
+            Ok(())
+        })
+    };
+    let round = || {
+        let mut p = Peer::start("plain");
+        p.call(m::HOLD, b"", std::slice::from_ref(&keeper)).unwrap();
+        let n = 200_000u64;
+        let r = p.call(m::CALL_HELD_WITH_BUFFERS, &n.to_le_bytes(), &[]).unwrap();
+        assert_eq!(r.data, n.to_le_bytes(), "the bulk data reached us");
+        p.kill();
+        let bufs = std::mem::take(&mut *kept.lock().unwrap());
+        assert_eq!(bufs.len(), 2);
+        for b in &bufs {
+            assert_eq!(lintel_tests::buffer_bytes(b), lintel_tests::pattern(n as usize));
+        }
+        drop(bufs);
+    };
+    round();
+    let before = settled_counts();
+    for _ in 0..8 {
+        round();
+    }
+    let no_growth = || {
+        let now = fds_and_shared_maps();
+        now.0 <= before.0 && now.1 <= before.1
+    };
+    assert!(
+        eventually(WAIT, no_growth),
+        "fds/shared maps before {before:?}, after {:?}",
+        fds_and_shared_maps()
+    );
+}
+
 #[test]
 fn a_million_doors_in_one_domain_without_a_million_fds() {
     let _alone = alone();

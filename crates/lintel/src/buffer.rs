@@ -287,15 +287,22 @@ impl std::fmt::Debug for Loan {
 
 impl Loan {
     /// A loan of `len` bytes (its contents are whatever the pool held).
-    /// Fails with [`CallError::TooLarge`] above the pool's free space.
+    ///
+    /// When the pool is full of loans not yet returned, this waits for
+    /// returns (reading them off the connections itself, so a busy watcher
+    /// thread does not hold them up) until the thread's deadline, or at most
+    /// [`LOAN_WAIT`]; then it fails with [`CallError::NoLoanSpace`].
     pub fn new(len: usize) -> Result<Loan, CallError> {
         let pool = pool()?;
         let size = pages(len);
-        let off = pool.ranges.lock().take(size).ok_or(CallError::TooLarge {
-            what: "loan",
-            len,
-            max: POOL_SIZE,
-        })?;
+        if size > POOL_SIZE {
+            return Err(CallError::NoLoanSpace { len, pool: POOL_SIZE });
+        }
+        let taken = pool.ranges.lock().take(size); // the lock is let go here
+        let off = match taken {
+            Some(off) => off,
+            None => wait_for_room(pool, size, len)?,
+        };
         let view = Bulk::range(pool.map.clone(), off, size).expect("a pool range is in the pool");
         Ok(Loan {
             view,
@@ -358,10 +365,42 @@ impl Drop for Loan {
     }
 }
 
+/// Longest a new loan waits for loans to come back to a full pool.
+pub const LOAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The pool has no room for `size` bytes: take in the returns the peers
+/// have sent (pumping their connections), yielding the CPU between tries
+/// so their threads can send them, until there is room or time is up.
+#[cold]
+fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallError> {
+    let due = crate::deadline::current();
+    let end = std::time::Instant::now() + LOAN_WAIT;
+    let domain = crate::domain::get();
+    loop {
+        let lenders: Vec<u64> = pool.out.lock().keys().copied().collect();
+        for id in lenders {
+            if let Some(conn) = domain.conn_by_id(id) {
+                conn.pump();
+            }
+        }
+        let taken = pool.ranges.lock().take(size);
+        if let Some(off) = taken {
+            return Ok(off);
+        }
+        if crate::deadline::passed(due) {
+            return Err(CallError::TimedOut);
+        }
+        if std::time::Instant::now() >= end {
+            return Err(CallError::NoLoanSpace { len, pool: POOL_SIZE });
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
 /// Loans lent over connection `conn` came back: `(offset, length)` as the
 /// peer says, honoured only for loans lent to it.
 pub(crate) fn returned(conn: u64, loans: &[(u64, u32)]) {
-    let Ok(pool) = pool() else { return };
+    let Some(Ok(pool)) = POOL.get() else { return }; // nothing lent: nothing to return
     let mut out = pool.out.lock();
     let Some(lent) = out.get_mut(&conn) else { return };
     let mut ranges = pool.ranges.lock();
@@ -667,6 +706,18 @@ mod tests {
         assert_eq!(
             Sealed::map(fd, 101).unwrap_err(),
             "sealed buffer is shorter than its descriptor says"
+        );
+    }
+
+    #[test]
+    fn a_loan_larger_than_the_pool_is_refused_at_once() {
+        let e = Loan::new(POOL_SIZE + 1).unwrap_err();
+        assert_eq!(
+            e,
+            CallError::NoLoanSpace {
+                len: POOL_SIZE + 1,
+                pool: POOL_SIZE
+            }
         );
     }
 

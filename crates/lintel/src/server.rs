@@ -466,10 +466,10 @@ fn trim(w: &Work, bufs: &mut Buffers) {
     if bufs.reply.data.len() > DATA_CAP {
         w.area.bulk[w.slot as usize].lock().out.trim();
     }
-    if bufs.args.capacity() > crate::bulk::KEEP_MAX {
+    if !crate::bulk::kept_buffer(bufs.args.capacity()) {
         bufs.args = Vec::with_capacity(DATA_CAP);
     }
-    if bufs.reply.data.capacity() > crate::bulk::KEEP_MAX {
+    if !crate::bulk::kept_buffer(bufs.reply.data.capacity()) {
         bufs.reply.data = Vec::new();
     }
 }

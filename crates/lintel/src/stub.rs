@@ -608,6 +608,11 @@ impl Wire for CallError {
                 w.bytes(&[11]);
                 w.len_bytes(m.as_bytes());
             }
+            CallError::NoLoanSpace { len, pool } => {
+                w.bytes(&[12]);
+                len.encode(w);
+                pool.encode(w);
+            }
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -631,6 +636,10 @@ impl Wire for CallError {
             9 => CallError::TimedOut,
             10 => CallError::Cancelled,
             11 => CallError::Unpassable(static_str(r.str()?)),
+            12 => CallError::NoLoanSpace {
+                len: usize::decode(r)?,
+                pool: usize::decode(r)?,
+            },
             _ => return Err(WireError("invalid CallError tag")),
         })
     }
@@ -722,10 +731,10 @@ fn put_scratch(mut s: Scratch) {
     s.reply.doors.clear();
     s.reply.buffers.clear();
     // Keep buffers of call size; a bulk call's are given back.
-    if s.args.capacity() > crate::bulk::KEEP_MAX {
+    if !crate::bulk::kept_buffer(s.args.capacity()) {
         s.args = Vec::new();
     }
-    if s.reply.data.capacity() > crate::bulk::KEEP_MAX {
+    if !crate::bulk::kept_buffer(s.reply.data.capacity()) {
         s.reply.data = Vec::new();
     }
     SCRATCH.with(|p| {

@@ -376,6 +376,32 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
+    /// Map `len` bytes of `fd` shared, writable or not, with every page
+    /// made at once (`MAP_POPULATE`): for a bulk segment about to be
+    /// written or read whole, where faulting page by page costs several
+    /// times more. The file must be sealed against shrinking below `len`.
+    pub fn map_populated(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Mapping> {
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
+        // SAFETY: as for `map`: a fresh mapping aliases nothing, and the
+        // sealed file backs every page of it.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                MapFlags::SHARED | MapFlags::POPULATE,
+                fd,
+                0,
+            )?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
     /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,
     /// checked by [`check_segment`] to be sealed at `len` bytes or more).
     pub fn map_read(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
