@@ -109,6 +109,9 @@ pub const WIRE_BUF: usize = 16;
 /// Buffer descriptor kinds.
 pub const BUF_SEALED: u32 = 1;
 pub const BUF_LOAN: u32 = 2;
+/// In a reply: a loan of the caller's pool that the call's handler let go
+/// of, given back with the reply (length, offset), not a buffer passed.
+pub const BUF_RETURNED: u32 = 3;
 
 const _: () = assert!(OFF_BUFS + MAX_BUFFERS * WIRE_BUF <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);

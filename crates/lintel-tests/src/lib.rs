@@ -148,6 +148,13 @@ impl Drop for Peer {
     }
 }
 
+/// Call method `m` passing `buffers` by reference.
+pub fn call_with(door: &Door, m: u8, arg: &[u8], buffers: Vec<lintel::Buffer>) -> Result<Reply, CallError> {
+    let mut reply = Reply::new();
+    door.call_with(&[&[m][..], arg].concat(), &[], buffers, &mut reply)?;
+    Ok(reply)
+}
+
 pub fn call(door: &Door, m: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
     let mut data = vec![m];
     data.extend_from_slice(arg);

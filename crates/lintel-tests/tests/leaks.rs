@@ -197,6 +197,22 @@ fn a_caller_killed_after_lending_to_us_leaves_nothing_once_we_drop_its_buffers()
     );
 }
 
+/// A loan the handler lets go of comes back with the reply: the pool has
+/// it again the moment the call returns, so a caller handing off loan
+/// after loan never waits for returns (and never finds its pool full).
+#[test]
+fn a_loan_the_handler_drops_comes_back_with_the_reply() {
+    let _alone = alone();
+    let p = Peer::start("plain");
+    for i in 0..300 {
+        let mut l = Loan::new(16 << 20).unwrap();
+        l.as_mut_slice()[0] = i as u8;
+        let r = lintel_tests::call_with(&p.ctl, m::BUFFERS_INFO, b"", vec![Buffer::Loan(l)]).unwrap();
+        assert_eq!(r.data.len(), 24, "one buffer described");
+        assert_eq!(lintel::buffer::lent_bytes(), 0, "call {i}: the loan is still out");
+    }
+}
+
 #[test]
 fn a_million_doors_in_one_domain_without_a_million_fds() {
     let _alone = alone();

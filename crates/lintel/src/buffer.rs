@@ -479,10 +479,64 @@ impl Loaned {
 
 impl Drop for Loaned {
     fn drop(&mut self) {
-        if let Some(conn) = self.conn.upgrade()
-            && conn.return_loan(self.off, self.len as u32)
-        {
+        let Some(conn) = self.conn.upgrade() else { return };
+        // Let go of during a call from its lender: it rides back with the
+        // reply (no message, no wait for the watcher threads).
+        if SERVING.get() == conn.id {
+            RETURNS.with_borrow_mut(|r| r.push((self.off, self.len as u32)));
+            return;
+        }
+        if conn.return_loan(self.off, self.len as u32) {
             conn.domain.releases_queued(&conn);
+        }
+    }
+}
+
+thread_local! {
+    /// The connection whose call this thread is serving (0: none).
+    static SERVING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Loans of that caller's pool let go of during the call.
+    static RETURNS: std::cell::RefCell<Vec<(u64, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// This thread serves a call from `conn` until the guard drops: loans of
+/// the caller's let go of meanwhile are kept for the reply ([`take_returns`]).
+pub(crate) fn serving(conn: u64) -> impl Drop {
+    struct Serving;
+    impl Drop for Serving {
+        fn drop(&mut self) {
+            SERVING.set(0);
+        }
+    }
+    SERVING.set(conn);
+    Serving
+}
+
+/// The caller's loans let go of during the call just served.
+pub(crate) fn take_returns() -> Vec<(u64, u32)> {
+    RETURNS.with_borrow_mut(std::mem::take)
+}
+
+/// Write `returns` as [`BUF_RETURNED`] descriptors after the `first`
+/// buffers of a reply in `slot`, as many as fit; the rest go back by
+/// message. Returns how many were written.
+pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns: &[(u64, u32)]) -> usize {
+    let room = MAX_BUFFERS.saturating_sub(first).min(returns.len());
+    for (i, &(off, len)) in returns[..room].iter().enumerate() {
+        let at = OFF_BUFS + (first + i) * WIRE_BUF;
+        slot.set(at, BUF_RETURNED);
+        slot.set(at + 4, len);
+        slot.set64(at + 8, off);
+    }
+    send_returns(conn, &returns[room..]);
+    room
+}
+
+/// Send `returns` by message (batched by the watcher thread).
+pub(crate) fn send_returns(conn: &Arc<Conn>, returns: &[(u64, u32)]) {
+    for &(off, len) in returns {
+        if conn.return_loan(off, len) {
+            conn.domain.releases_queued(conn);
         }
     }
 }
@@ -610,6 +664,8 @@ pub(crate) fn receive(
                 Ok(l) => made[i] = Some(Buffer::Loaned(l)),
                 Err(e) => error = error.or(Some(e)),
             }
+        } else if kind == BUF_RETURNED && !request {
+            returned(conn.id, &[(off, len as u32)]); // honoured only if lent to this peer
         } else if kind != BUF_SEALED {
             error = error.or(Some(CallError::BadMessage("unknown buffer kind")));
         }

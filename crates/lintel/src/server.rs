@@ -403,6 +403,7 @@ fn finish_slow(
 ) {
     if w.conn.is_dead() {
         bufs.reply.clear();
+        drop(buffer::take_returns()); // its lender is gone too
         return; // the caller is gone: the reply is discarded
     }
     let reply = &bufs.reply;
@@ -435,6 +436,17 @@ fn finish_slow(
         // The next request clears `out_bufs` (not the fast path, which
         // leaves it alone) so the caller never reads it stale.
         w.area.slots[w.slot as usize].has_pinned.store(true, Relaxed);
+    }
+    // Loans of the caller's that the handler let go of ride back with the
+    // reply (by message if the call failed).
+    let returns = buffer::take_returns();
+    if !returns.is_empty() {
+        if result.is_ok() {
+            nbufs += buffer::write_returns(&w.conn, slot, nbufs as usize, &returns) as u32;
+            w.area.slots[w.slot as usize].has_pinned.store(true, Relaxed);
+        } else {
+            buffer::send_returns(&w.conn, &returns);
+        }
     }
     slot.set(OFF_OUT_BUFS, if result.is_ok() { nbufs } else { 0 });
     match result {
@@ -567,6 +579,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         doors,
         buffers,
     };
+    let _serving = buffer::serving(w.conn.id);
     core.invoke(req, reply).map_err(Failure::taken)
 }
 
