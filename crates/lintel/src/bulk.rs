@@ -21,8 +21,9 @@
 //! [`KEEP_MAX`] (256 MiB); a larger one is dropped by both after the call
 //! that used it, by the same rule, so the next such call makes a fresh one
 //! (and pays for fresh pages). Both sides' segments go with their
-//! connection. Segments are mapped with `MAP_POPULATE`: made whole at once
-//! rather than faulted page by page.
+//! connection. The writer maps its segment with `MAP_POPULATE` (made whole
+//! at once rather than faulted page by page); the reader does not (a hostile
+//! writer's segment may be huge and sparse).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -54,7 +55,7 @@ impl Outbox {
             self.seg = None;
             let size = abi::segment_size(len);
             let fd = sys::sealed_memfd("lintel-bulk", size)?;
-            let map = Mapping::map_populated(fd.as_fd(), size, true)?;
+            let map = Mapping::map_populated(fd.as_fd(), size)?;
             self.generation = next_generation(self.generation);
             self.seg = Some((fd, Bulk::new(map)));
         }
@@ -122,7 +123,9 @@ impl Inbox {
         self.seg = None;
         let size = sys::check_segment(fd.as_fd())?;
         let len = size.min(abi::segment_size(max));
-        let map = Mapping::map_populated(fd.as_fd(), len, false).map_err(|_| "cannot map bulk segment")?;
+        // Not populated: a hostile writer's huge sparse segment must cost
+        // address space, not the work of mapping every page of it.
+        let map = Mapping::map_read(fd.as_fd(), len).map_err(|_| "cannot map bulk segment")?;
         self.generation = g;
         self.seg = Some(Bulk::new(map));
         Ok(())

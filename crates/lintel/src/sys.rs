@@ -376,16 +376,12 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    /// Map `len` bytes of `fd` shared, writable or not, with every page
-    /// made at once (`MAP_POPULATE`): for a bulk segment about to be
-    /// written or read whole, where faulting page by page costs several
-    /// times more. The file must be sealed against shrinking below `len`.
-    pub fn map_populated(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Mapping> {
-        let prot = if writable {
-            ProtFlags::READ | ProtFlags::WRITE
-        } else {
-            ProtFlags::READ
-        };
+    /// Map `len` bytes of `fd` shared and writable, with every page made at
+    /// once (`MAP_POPULATE`): for our own bulk segment, about to be written,
+    /// where faulting page by page costs several times more. The file must
+    /// be sealed against shrinking below `len`.
+    pub fn map_populated(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
         // SAFETY: as for `map`: a fresh mapping aliases nothing, and the
         // sealed file backs every page of it.
         let ptr = unsafe {
