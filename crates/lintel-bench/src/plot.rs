@@ -97,6 +97,7 @@ pub fn write_bulk_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<Path
         &latency,
         "Latency against payload size (median)",
         "latency (µs)",
+        SeriesLabelPosition::UpperLeft,
         &series,
         |_, ns| ns / 1e3,
     )?;
@@ -110,6 +111,7 @@ pub fn write_bulk_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<Path
         &throughput,
         "Throughput of the copying paths against payload size (median)",
         "GB/s (payload bytes per second, each way)",
+        SeriesLabelPosition::LowerRight,
         &moving,
         |b, ns| b / ns,
     )?;
@@ -121,6 +123,7 @@ fn chart(
     path: &Path,
     title: &str,
     y_label: &str,
+    legend: SeriesLabelPosition,
     series: &[Series<'_>],
     y: impl Fn(f64, f64) -> f64,
 ) -> anyhow::Result<()> {
@@ -161,7 +164,7 @@ fn chart(
         c.draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(legend)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;

@@ -112,7 +112,16 @@ use proc_macro::TokenStream;
 /// after checking the sizes the remote path would send so that too-large
 /// data fails the same way. Otherwise the arguments are encoded into a
 /// per-thread buffer and sent with `Door::call` (the fast path when they fit
-/// in 16 bytes with no doors, the vanilla path up to 5 KiB).
+/// in 16 bytes with no doors, the vanilla path up to 5 KiB, the bulk path
+/// beyond, up to the domain's message limit).
+///
+/// # Buffers by reference
+///
+/// A by-value parameter marked `#[buffer]` whose type implements
+/// `lintel::stub::Passed` (`lintel::Buffer`, `lintel::Sealed`) is passed by
+/// reference, not copied: `fn scan(&self, #[buffer] image: lintel::Sealed)
+/// -> Result<u64, E>`. A loan travels as a `lintel::Buffer` (the server
+/// sees `Buffer::Loaned` across domains, `Buffer::Loan` co-located).
 #[proc_macro_attribute]
 pub fn interface(attr: TokenStream, item: TokenStream) -> TokenStream {
     interface::expand(attr.into(), item.into())

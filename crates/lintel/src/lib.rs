@@ -12,8 +12,11 @@
 //! Calls take the cheapest path that is correct: a direct call when the
 //! door is served in the caller's own domain; across processes, a slot in
 //! shared memory per client thread with a server thread bound to it (spin,
-//! then futex), carrying up to 16 bytes inline (fast path) or 5 KiB and up
-//! to 64 doors (vanilla path).
+//! then futex), carrying up to 16 bytes inline (fast path), 5 KiB and up
+//! to 64 doors (vanilla path), or more through per-slot bulk segments, up
+//! to the domain's message limit ([`max_message`], default 1 GiB). Data
+//! that should not be copied goes by reference ([`buffer`]): shared loans
+//! and sealed snapshots.
 //!
 //! ```
 //! use lintel::{Door, Reply, Request};
@@ -44,8 +47,10 @@
 //!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
 //!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
 //!    over the memory so loom model-checks the same code), the reference
-//!    count of `door::DoorCore`, `conn::Parked` (tickets ahead of their call)
-//!    and the [`deadline`] arithmetic. They depend on layers 1 and 2 only.
+//!    count of `door::DoorCore`, `conn::Parked` (tickets ahead of their call),
+//!    `bulk` (a slot's segments: sizing, generations, checks), the loan
+//!    pool's ranges in [`buffer`], and the [`deadline`] arithmetic. They
+//!    depend on layers 1 and 2 only.
 //! 4. **The runtime**: `domain` (the process-wide state and its watcher and
 //!    unreferenced threads), `conn`, `channel` (calling), `server` and
 //!    `pool` (serving), `transfer` (doors in transit). These know each other.
@@ -55,8 +60,8 @@
 //!    settings, [`pool::stats`]), in the worker threads the runtime starts,
 //!    and where an alert is forwarded to the call a thread is in.
 //!
-//! The public API sits on top: [`Door`], [`boot`], [`stub`], [`shuttle`],
-//! [`deadline`], [`stats`], [`pool`] and [`introspect`].
+//! The public API sits on top: [`Door`], [`buffer`], [`boot`], [`stub`],
+//! [`shuttle`], [`deadline`], [`stats`], [`pool`] and [`introspect`].
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
