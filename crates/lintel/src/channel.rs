@@ -215,7 +215,7 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     }
 
     let h = ReplyHeader::read(slot);
-    if h.status != ST_OK || h.out_len as usize > INLINE || h.out_doors != 0 || h.out_bufs != 0 {
+    if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
         let r = take_reply(lease, &rd.conn, seq, h, &[], reply, false);
         let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
         lease.counters.call(Path::Fast, data.len(), 0, result);
@@ -433,12 +433,13 @@ fn take_bulk_reply(
 ) -> Result<(), CallError> {
     let index = lease.claim.index;
     let mut bulk = lease.area.bulk[index as usize].lock();
-    if !bulk.inb.has(h.out_seg) {
+    let generation = ReplyHeader::segment(&lease.slot);
+    if !bulk.inb.has(generation) {
         let fd = conn
-            .take_segment(false, index, h.out_seg)
+            .take_segment(false, index, generation)
             .ok_or(CallError::BadMessage("bulk segment missing"))?;
         bulk.inb
-            .accept(h.out_seg, fd, crate::settings::max_message())
+            .accept(generation, fd, crate::settings::max_message())
             .map_err(CallError::BadMessage)?;
     }
     let r = bulk.inb.read_into(h.out_len as usize, &mut reply.data);

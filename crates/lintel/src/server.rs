@@ -542,7 +542,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         let (a, r) = (args.as_ptr() as usize, bufs.reply.data.as_ptr() as usize);
         skip = r.wrapping_sub(a).wrapping_sub(2048) % 4096;
         args.resize(skip, 0);
-        take_bulk_args(w, req, args).map_err(|e| {
+        take_bulk_args(w, slot, req, args).map_err(|e| {
             if in_doors > 0 {
                 transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
             }
@@ -586,14 +586,20 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
 /// Copy arguments larger than the data region out of the caller's bulk
 /// segment for the slot, mapping the segment first if the request names a
 /// new one. (`in_len` was checked against the limit already.)
-fn take_bulk_args(w: &Work, req: &RequestHeader, args: &mut Vec<u8>) -> Result<(), &'static str> {
+fn take_bulk_args(
+    w: &Work,
+    slot: &Slot,
+    req: &RequestHeader,
+    args: &mut Vec<u8>,
+) -> Result<(), &'static str> {
     let mut bulk = w.area.bulk[w.slot as usize].lock();
-    if !bulk.inb.has(req.in_seg) {
+    let generation = RequestHeader::segment(slot);
+    if !bulk.inb.has(generation) {
         let fd = w
             .conn
-            .take_segment(true, w.slot, req.in_seg)
+            .take_segment(true, w.slot, generation)
             .ok_or("bulk segment missing")?;
-        bulk.inb.accept(req.in_seg, fd, crate::settings::max_message())?;
+        bulk.inb.accept(generation, fd, crate::settings::max_message())?;
     }
     let r = bulk.inb.read_into(req.in_len as usize, args);
     bulk.inb.trim();

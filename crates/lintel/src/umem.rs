@@ -42,9 +42,6 @@ pub struct RequestHeader {
     pub flags: u32,
     pub in_len: u32,
     pub in_doors: u32,
-    /// Generation of the caller's bulk segment holding the arguments
-    /// (meaningful when `in_len` exceeds [`DATA_CAP`]).
-    pub in_seg: u32,
     pub in_bufs: u32,
     pub deadline: u64,
 }
@@ -59,10 +56,26 @@ impl RequestHeader {
             flags,
             in_len: w(OFF_IN_LEN),
             in_doors: w(OFF_IN_DOORS),
-            in_seg: w(OFF_IN_SEG),
             in_bufs: if flags & FLAG_BUFS != 0 { w(OFF_IN_BUFS) } else { 0 },
             deadline: slot.get64(OFF_DEADLINE),
         }
+    }
+}
+
+impl RequestHeader {
+    /// Generation of the caller's bulk segment holding the arguments, read
+    /// once by the bulk path (meaningful when `in_len` exceeds [`DATA_CAP`];
+    /// not part of the header the fast path reads).
+    pub fn segment(slot: &Slot) -> u32 {
+        slot.word(OFF_IN_SEG).load(Relaxed)
+    }
+}
+
+impl ReplyHeader {
+    /// Generation of the server's bulk segment holding the results, read
+    /// once by the bulk path (meaningful when `out_len` exceeds [`DATA_CAP`]).
+    pub fn segment(slot: &Slot) -> u32 {
+        slot.word(OFF_OUT_SEG).load(Relaxed)
     }
 }
 
@@ -72,9 +85,6 @@ pub struct ReplyHeader {
     pub status: u32,
     pub out_len: u32,
     pub out_doors: u32,
-    /// Generation of the server's bulk segment holding the results
-    /// (meaningful when `out_len` exceeds [`DATA_CAP`]).
-    pub out_seg: u32,
     pub out_bufs: u32,
 }
 
@@ -86,7 +96,6 @@ impl ReplyHeader {
             status: w(OFF_STATUS),
             out_len: w(OFF_OUT_LEN),
             out_doors: w(OFF_OUT_DOORS),
-            out_seg: w(OFF_OUT_SEG),
             out_bufs: w(OFF_OUT_BUFS),
         }
     }
