@@ -21,9 +21,10 @@
 //! [`KEEP_MAX`] (256 MiB); a larger one is dropped by both after the call
 //! that used it, by the same rule, so the next such call makes a fresh one
 //! (and pays for fresh pages). Both sides' segments go with their
-//! connection. The writer maps its segment with `MAP_POPULATE` (made whole
-//! at once rather than faulted page by page); the reader does not (a hostile
-//! writer's segment may be huge and sparse).
+//! connection. The writer makes the pages a call reaches at once
+//! (`MADV_POPULATE_WRITE`) rather than faulting them one by one, and only
+//! those (a segment is rounded up to a power of two); the reader maps
+//! lazily (a hostile writer's segment may be huge and sparse).
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -44,6 +45,8 @@ pub const KEEP_MAX: usize = 256 << 20;
 pub(crate) struct Outbox {
     generation: u32,
     seg: Option<(OwnedFd, Bulk)>,
+    /// Bytes of the segment whose pages have been made (see `write`).
+    populated: usize,
 }
 
 impl Outbox {
@@ -55,17 +58,23 @@ impl Outbox {
             self.seg = None;
             let size = abi::segment_size(len);
             let fd = sys::sealed_memfd("lintel-bulk", size)?;
-            let map = Mapping::map_populated(fd.as_fd(), size)?;
+            let map = Mapping::map(fd.as_fd(), size)?;
             self.generation = next_generation(self.generation);
             self.seg = Some((fd, Bulk::new(map)));
+            self.populated = 0;
         }
         let (fd, _) = self.seg.as_ref().expect("made above");
         Ok((self.generation, (!fits).then(|| fd.as_fd())))
     }
 
-    /// Copy `data` into the segment [`prepare`](Self::prepare) made room in.
-    pub fn write(&self, data: &[u8]) {
+    /// Copy `data` into the segment [`prepare`](Self::prepare) made room in,
+    /// making its pages at once the first time a call reaches them.
+    pub fn write(&mut self, data: &[u8]) {
         let (_, bulk) = self.seg.as_ref().expect("prepared before writing");
+        if data.len() > self.populated {
+            bulk.populate_write(self.populated, data.len() - self.populated);
+            self.populated = data.len();
+        }
         bulk.write(data);
     }
 

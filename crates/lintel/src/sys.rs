@@ -376,26 +376,27 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    /// Map `len` bytes of `fd` shared and writable, with every page made at
-    /// once (`MAP_POPULATE`): for our own bulk segment, about to be written,
-    /// where faulting page by page costs several times more. The file must
-    /// be sealed against shrinking below `len`.
-    pub fn map_populated(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        let prot = ProtFlags::READ | ProtFlags::WRITE;
-        // SAFETY: as for `map`: a fresh mapping aliases nothing, and the
-        // sealed file backs every page of it.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                MapFlags::SHARED | MapFlags::POPULATE,
-                fd,
-                0,
-            )?
+    /// Make the pages of `[off, off + len)` at once, for writing
+    /// (`MADV_POPULATE_WRITE`): for our own bulk segment, about to be
+    /// written, where faulting page by page costs several times more. Only
+    /// what a call uses is made (a segment is rounded up to a power of two).
+    /// Best effort: an older kernel just faults the pages as they come.
+    pub fn populate_write(&self, off: usize, len: usize) {
+        let start = off / 4096 * 4096;
+        let end = (off + len).div_ceil(4096) * 4096;
+        if end <= start || end > self.len {
+            return;
+        }
+        // SAFETY: the range lies inside this live mapping (checked above);
+        // populating changes no contents (shmem pages start zeroed and are
+        // written only by us), only when the pages are made.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                self.ptr.as_ptr().add(start).cast(),
+                end - start,
+                rustix::mm::Advice::LinuxPopulateWrite,
+            )
         };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
     }
 
     /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,

@@ -300,6 +300,12 @@ impl Bulk {
         unsafe { std::slice::from_raw_parts(self.base() as *const AtomicU64, n) }
     }
 
+    /// Make the view's pages in `[off, off + len)` at once, for writing
+    /// (best effort; see [`Mapping::populate_write`]).
+    pub fn populate_write(&self, off: usize, len: usize) {
+        self.map.populate_write(self.off + off, len);
+    }
+
     /// Byte `i` of the view, read once.
     pub fn byte(&self, i: usize) -> u8 {
         assert!(i < self.len, "bulk access beyond the segment");
