@@ -2,7 +2,8 @@
 # The main job: boot the example system in both placements, drive it with
 # the same script, print its call statistics while it runs, then measure the
 # placement table (INKS Table 3 through generated stubs) beside the door
-# benchmarks and their baselines. Pass --quick for a short run.
+# benchmarks and their baselines, and the bulk paths against memcpy and a
+# Unix socket (with SVG charts). Pass --quick for a short run.
 set -euo pipefail
 cd "$(dirname "$0")"
 quick=()
@@ -27,5 +28,5 @@ for placement in colocated isolated; do
     echo quit; } | "$bin/kv-system" boot "$manifest"
   echo
 done
-echo "== lintel-bench: baselines, doors, placement, LRPC curves (JSON lines in bench.jsonl)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl baseline door placement lrpc
+echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data (JSON lines in bench.jsonl, charts in target/plots)"
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk
