@@ -32,6 +32,19 @@ fn settled_counts() -> (usize, usize) {
     last
 }
 
+/// Descriptors and shared mappings come back to `before` (or below).
+fn assert_no_growth(before: (usize, usize)) {
+    let no_growth = || {
+        let now = fds_and_shared_maps();
+        now.0 <= before.0 && now.1 <= before.1
+    };
+    assert!(
+        eventually(WAIT, no_growth),
+        "fds/shared maps before {before:?}, after {:?}",
+        fds_and_shared_maps()
+    );
+}
+
 fn maps() -> Vec<String> {
     let text = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     text.lines().map(str::to_string).collect()
@@ -138,15 +151,7 @@ fn peers_killed_with_buffers_in_flight_or_on_loan_leak_nothing() {
     for _ in 0..8 {
         round();
     }
-    let no_growth = || {
-        let now = fds_and_shared_maps();
-        now.0 <= before.0 && now.1 <= before.1
-    };
-    assert!(
-        eventually(WAIT, no_growth),
-        "fds/shared maps before {before:?}, after {:?}",
-        fds_and_shared_maps()
-    );
+    assert_no_growth(before);
 }
 
 /// The other way round: a peer that called us with bulk data, a loan and a
@@ -186,15 +191,7 @@ fn a_caller_killed_after_lending_to_us_leaves_nothing_once_we_drop_its_buffers()
     for _ in 0..8 {
         round();
     }
-    let no_growth = || {
-        let now = fds_and_shared_maps();
-        now.0 <= before.0 && now.1 <= before.1
-    };
-    assert!(
-        eventually(WAIT, no_growth),
-        "fds/shared maps before {before:?}, after {:?}",
-        fds_and_shared_maps()
-    );
+    assert_no_growth(before);
 }
 
 /// A loan the handler lets go of comes back with the reply: the pool has

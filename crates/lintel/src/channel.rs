@@ -133,12 +133,9 @@ thread_local! {
 /// Call a door served by another domain.
 #[inline]
 pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-    let lease = match LAST.take() {
-        Some(l) if Arc::ptr_eq(&l.conn, &rd.conn) && l.area.leases.begin(l.claim) => l,
-        last => match lease(&rd.conn, last) {
-            Ok(lease) => lease,
-            Err(e) => return refused(data, doors, e),
-        },
+    let lease = match begin(&rd.conn) {
+        Ok(lease) => lease,
+        Err(e) => return refused(data, doors, e),
     };
     let fast = data.len() <= INLINE && doors.is_empty() && !lease.settings.force_vanilla.load(Relaxed);
     let r = if fast {
@@ -158,16 +155,23 @@ pub(crate) fn call_with(
     buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    let lease = match LAST.take() {
-        Some(l) if Arc::ptr_eq(&l.conn, &rd.conn) && l.area.leases.begin(l.claim) => l,
-        last => match lease(&rd.conn, last) {
-            Ok(lease) => lease,
-            Err(e) => return refused(data, doors, e),
-        },
+    let lease = match begin(&rd.conn) {
+        Ok(lease) => lease,
+        Err(e) => return refused(data, doors, e),
     };
     let r = call_vanilla(&lease, rd, data, doors, buffers, reply);
     end_call(lease);
     r
+}
+
+/// This thread's lease on `conn`, busy for one call: the last call's when
+/// it was on `conn` and is still ours (the common case), else [`lease`].
+#[inline]
+fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+    match LAST.take() {
+        Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(l.claim) => Ok(l),
+        last => lease(conn, last),
+    }
 }
 
 /// The call on `lease` is over: keep the lease for the next one, unless it
@@ -317,22 +321,7 @@ fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32
         return Ok(0);
     }
     let mut bulk = lease.area.bulk[index as usize].lock();
-    let (generation, fresh) = bulk
-        .out
-        .prepare(data.len())
-        .map_err(|e| CallError::Local(e.to_string()))?;
-    if let Some(fd) = fresh {
-        let msg = Ctl::Segment {
-            request: true,
-            slot: index,
-            generation,
-        };
-        if !conn.send(&msg, &[fd]) {
-            return Err(CallError::PeerDied);
-        }
-    }
-    bulk.out.write(data);
-    Ok(generation)
+    conn.put_bulk(&mut bulk.out, true, index, data)
 }
 
 /// Publish the request posted in `slot` and make sure a server thread will

@@ -19,6 +19,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::abi;
 use crate::abi::wire::{self, Ctl, WireDoor};
+use crate::bulk::Outbox;
 use crate::channel::OutArea;
 use crate::door::DoorCore;
 use crate::error::CallError;
@@ -363,6 +364,33 @@ impl Conn {
         }
         self.pump();
         take()
+    }
+
+    /// Put `data` in our bulk segment `out` for `slot` (a request's if
+    /// `request`, else a reply's), sending the segment first if it is new;
+    /// the generation to name in the header.
+    pub fn put_bulk(
+        &self,
+        out: &mut Outbox,
+        request: bool,
+        slot: u32,
+        data: &[u8],
+    ) -> Result<u32, CallError> {
+        let (generation, fresh) = out
+            .prepare(data.len())
+            .map_err(|e| CallError::Local(e.to_string()))?;
+        if let Some(fd) = fresh {
+            let msg = Ctl::Segment {
+                request,
+                slot,
+                generation,
+            };
+            if !self.send(&msg, &[fd]) {
+                return Err(CallError::PeerDied);
+            }
+        }
+        out.write(data);
+        Ok(generation)
     }
 
     /// Sealed snapshots' memfds sent for a call (`request`) or reply on

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::abi::wire::Ctl;
 use crate::abi::*;
 use crate::buffer;
 use crate::bulk::SlotBulk;
@@ -611,22 +610,7 @@ fn take_bulk_args(
 /// generation to name in the reply.
 fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
     let mut bulk = w.area.bulk[w.slot as usize].lock();
-    let (generation, fresh) = bulk
-        .out
-        .prepare(data.len())
-        .map_err(|e| CallError::Local(e.to_string()))?;
-    if let Some(fd) = fresh {
-        let msg = Ctl::Segment {
-            request: false,
-            slot: w.slot,
-            generation,
-        };
-        if !w.conn.send(&msg, &[fd]) {
-            return Err(CallError::PeerDied);
-        }
-    }
-    bulk.out.write(data);
-    Ok(generation)
+    w.conn.put_bulk(&mut bulk.out, false, w.slot, data)
 }
 
 /// The checks a request passes before anything it carries is touched: its
