@@ -23,7 +23,10 @@
 //!
 //! A buffer passed in a call is gone from the caller whether or not the
 //! call succeeds (a loan comes back to the pool once the receiver drops
-//! it, or its domain dies). A `Loaned` cannot be passed on: copy it into a
+//! it, or its domain dies). A loan the receiver lets go of while serving
+//! its lender's call comes back in that call's reply, so the lender's pool
+//! has it again the moment the call returns; one kept and dropped later
+//! goes back by message, batched with door releases. A `Loaned` cannot be passed on: copy it into a
 //! loan of your own.
 //!
 //! ```
