@@ -102,6 +102,42 @@ impl WireDoor {
     }
 }
 
+/// A buffer as it travels: its kind ([`abi::BUF_SEALED`], [`abi::BUF_LOAN`],
+/// [`abi::BUF_RETURNED`]), its length, and for a loan its offset in the
+/// lender's pool. Written at [`abi::OFF_BUFS`] + i × [`abi::WIRE_BUF`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireBuf {
+    pub kind: u32,
+    pub len: u32,
+    pub off: u64,
+}
+
+impl WireBuf {
+    pub fn to_bytes(self) -> [u8; abi::WIRE_BUF] {
+        let mut b = [0u8; abi::WIRE_BUF];
+        b[0..4].copy_from_slice(&self.kind.to_le_bytes());
+        b[4..8].copy_from_slice(&self.len.to_le_bytes());
+        b[8..16].copy_from_slice(&self.off.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; abi::WIRE_BUF]) -> WireBuf {
+        let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut off = [0u8; 8];
+        off.copy_from_slice(&b[8..16]);
+        WireBuf {
+            kind: w(0),
+            len: w(4),
+            off: u64::from_le_bytes(off),
+        }
+    }
+
+    /// Where descriptor `i` sits in a slot.
+    pub fn offset(i: usize) -> usize {
+        abi::OFF_BUFS + i * abi::WIRE_BUF
+    }
+}
+
 /// A message as it is sent.
 pub fn encode(msg: &Ctl) -> Vec<u8> {
     postcard::to_allocvec(msg).unwrap_or_default()
@@ -136,6 +172,16 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn buffer_descriptors_round_trip() {
+        let d = WireBuf {
+            kind: abi::BUF_LOAN,
+            len: 7,
+            off: 1 << 33,
+        };
+        assert_eq!(WireBuf::from_bytes(&d.to_bytes()), d);
     }
 
     #[test]

@@ -32,16 +32,26 @@ fn settled_counts() -> (usize, usize) {
     last
 }
 
-/// Descriptors and shared mappings come back to `before` (or below).
-fn assert_no_growth(before: (usize, usize)) {
+/// Run `round` once to warm up, then `n` times more: descriptors and
+/// shared mappings must come back to where they were after the first (or
+/// below: another test's peer may still be tearing down when they are
+/// counted). A failure lists the mappings that appeared.
+fn rounds_leave_nothing(n: usize, round: impl Fn()) {
+    round();
+    let before = settled_counts();
+    let maps_before = maps();
+    for _ in 0..n {
+        round();
+    }
     let no_growth = || {
         let now = fds_and_shared_maps();
         now.0 <= before.0 && now.1 <= before.1
     };
     assert!(
         eventually(WAIT, no_growth),
-        "fds/shared maps before {before:?}, after {:?}",
-        fds_and_shared_maps()
+        "fds/shared maps before {before:?}, after {:?}; mappings added:\n{}",
+        fds_and_shared_maps(),
+        added_maps(&maps_before)
     );
 }
 
@@ -72,25 +82,7 @@ fn repeated_crashes_leak_no_fds_or_mappings() {
         p.kill();
         assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::PeerDied);
     };
-    round();
-    let before = settled_counts();
-    let maps_before = maps();
-    for _ in 0..10 {
-        round();
-    }
-    // No growth. (Not equality: the million-doors test's peer may still be
-    // tearing down when `before` is taken, and its mappings may go later.)
-    let no_growth = || {
-        let now = fds_and_shared_maps();
-        now.0 <= before.0 && now.1 <= before.1
-    };
-    let settled = eventually(WAIT, no_growth);
-    assert!(
-        settled,
-        "fds/shared maps before {before:?}, after {:?}; mappings added:\n{}",
-        fds_and_shared_maps(),
-        added_maps(&maps_before)
-    );
+    rounds_leave_nothing(10, round);
     assert_eq!(lintel::introspect::tickets(), 0);
 }
 
@@ -146,12 +138,7 @@ fn peers_killed_with_buffers_in_flight_or_on_loan_leak_nothing() {
             lintel::buffer::lent_bytes()
         );
     };
-    round();
-    let before = settled_counts();
-    for _ in 0..8 {
-        round();
-    }
-    assert_no_growth(before);
+    rounds_leave_nothing(8, round);
 }
 
 /// The other way round: a peer that called us with bulk data, a loan and a
@@ -186,12 +173,7 @@ fn a_caller_killed_after_lending_to_us_leaves_nothing_once_we_drop_its_buffers()
         }
         drop(bufs);
     };
-    round();
-    let before = settled_counts();
-    for _ in 0..8 {
-        round();
-    }
-    assert_no_growth(before);
+    rounds_leave_nothing(8, round);
 }
 
 /// A loan the handler lets go of comes back with the reply: the pool has

@@ -53,7 +53,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::abi::wire::Ctl;
+use crate::abi::wire::{Ctl, WireBuf};
 use crate::abi::*;
 use crate::conn::Conn;
 use crate::error::CallError;
@@ -526,10 +526,12 @@ pub(crate) fn take_returns() -> Vec<(u64, u32)> {
 pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns: &[(u64, u32)]) -> usize {
     let room = MAX_BUFFERS.saturating_sub(first).min(returns.len());
     for (i, &(off, len)) in returns[..room].iter().enumerate() {
-        let at = OFF_BUFS + (first + i) * WIRE_BUF;
-        slot.set(at, BUF_RETURNED);
-        slot.set(at + 4, len);
-        slot.set64(at + 8, off);
+        let d = WireBuf {
+            kind: BUF_RETURNED,
+            len,
+            off,
+        };
+        slot.write(WireBuf::offset(first + i), &d.to_bytes());
     }
     send_returns(conn, &returns[room..]);
     room
@@ -605,25 +607,27 @@ pub(crate) fn send(
     drop(sealed);
     let mut lent = Vec::new();
     for (i, b) in bufs.into_iter().enumerate() {
-        let at = OFF_BUFS + i * WIRE_BUF;
-        match b {
-            Buffer::Sealed(s) => {
-                slot.set(at, BUF_SEALED);
-                slot.set(at + 4, s.len as u32);
-                slot.set64(at + 8, 0);
-            }
+        let d = match b {
+            Buffer::Sealed(s) => WireBuf {
+                kind: BUF_SEALED,
+                len: s.len as u32,
+                off: 0,
+            },
             Buffer::Loan(l) => {
                 if !conn.lend_pool(|| pool().map(|p| p.fd.as_fd())) {
                     return Err(CallError::PeerDied);
                 }
                 let (off, len) = l.lend(conn);
                 lent.push(off as u64);
-                slot.set(at, BUF_LOAN);
-                slot.set(at + 4, len as u32);
-                slot.set64(at + 8, off as u64);
+                WireBuf {
+                    kind: BUF_LOAN,
+                    len: len as u32,
+                    off: off as u64,
+                }
             }
             Buffer::Loaned(_) => unreachable!("refused above"),
-        }
+        };
+        slot.write(WireBuf::offset(i), &d.to_bytes());
     }
     Ok(lent)
 }
@@ -651,12 +655,10 @@ pub(crate) fn receive(
     }
     let descs: Vec<(u32, usize, u64)> = (0..n)
         .map(|i| {
-            let at = OFF_BUFS + i * WIRE_BUF;
             let mut b = [0u8; WIRE_BUF];
-            slot.read(at, &mut b);
-            let w = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-            let off = u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes"));
-            (w(0), w(4) as usize, off)
+            slot.read(WireBuf::offset(i), &mut b);
+            let d = WireBuf::from_bytes(&b);
+            (d.kind, d.len as usize, d.off)
         })
         .collect();
     let mut made: Vec<Option<Buffer>> = (0..n).map(|_| None).collect();

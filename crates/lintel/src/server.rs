@@ -432,9 +432,6 @@ fn finish_slow(
         result = buffer::send(&w.conn, out, slot, false, w.slot, seq)
             .map(drop)
             .map_err(Failure::taken);
-        // The next request clears `out_bufs` (not the fast path, which
-        // leaves it alone) so the caller never reads it stale.
-        w.area.slots[w.slot as usize].has_pinned.store(true, Relaxed);
     }
     // Loans of the caller's that the handler let go of ride back with the
     // reply (by message if the call failed).
@@ -442,7 +439,6 @@ fn finish_slow(
     if !returns.is_empty() {
         if result.is_ok() {
             nbufs += buffer::write_returns(&w.conn, slot, nbufs as usize, &returns) as u32;
-            w.area.slots[w.slot as usize].has_pinned.store(true, Relaxed);
         } else {
             buffer::send_returns(&w.conn, &returns);
         }

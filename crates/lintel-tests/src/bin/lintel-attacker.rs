@@ -1272,7 +1272,9 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     }
 
     // Buffers: a sealed snapshot that is not sealed.
-    let descs = |f: &Forger<'_>, ds: &[[u32; 4]]| {
+    use lintel::abi::wire::WireBuf;
+    let d = |kind: u32, len: u32, off: u64| WireBuf { kind, len, off };
+    let descs = |f: &Forger<'_>, ds: &[WireBuf]| {
         let a = f.area;
         a.put(f.off(OFF_FLAGS), FLAG_BUFS);
         a.put(f.off(OFF_IN_LEN), 1);
@@ -1280,9 +1282,7 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
         a.put(f.off(OFF_IN_DOORS), 0);
         a.put(f.off(OFF_IN_BUFS), ds.len() as u32);
         for (i, d) in ds.iter().enumerate() {
-            for (j, &w) in d.iter().enumerate() {
-                a.put(f.off(OFF_BUFS + i * WIRE_BUF + 4 * j), w);
-            }
+            a.put_bytes(f.off(WireBuf::offset(i)), &d.to_bytes());
         }
     };
     let buffers_msg = |seq: u32| {
@@ -1294,23 +1294,23 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     };
     let writable = memfd(4096, resize);
     send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[writable.as_fd()]);
-    descs(&f, &[[BUF_SEALED, 4096, 0, 0]]);
+    descs(&f, &[d(BUF_SEALED, 4096, 0)]);
     expect("snapshot not sealed against writing", &mut f, bad);
     // A snapshot whose descriptor claims more than the file holds.
     let sealed = memfd(4096, resize | SealFlags::WRITE);
     send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[sealed.as_fd()]);
-    descs(&f, &[[BUF_SEALED, 8192, 0, 0]]);
+    descs(&f, &[d(BUF_SEALED, 8192, 0)]);
     expect("snapshot shorter than its descriptor", &mut f, bad);
     // Sealed buffers named but never sent.
-    descs(&f, &[[BUF_SEALED, 10, 0, 0]]);
+    descs(&f, &[d(BUF_SEALED, 10, 0)]);
     expect("snapshot never sent", &mut f, bad);
     // A loan before any pool was sent.
-    descs(&f, &[[BUF_LOAN, 10, 0, 0]]);
+    descs(&f, &[d(BUF_LOAN, 10, 0)]);
     expect("loan without a pool", &mut f, bad);
     // Unknown kinds, too many buffers.
-    descs(&f, &[[99, 10, 0, 0]]);
+    descs(&f, &[d(99, 10, 0)]);
     expect("unknown buffer kind", &mut f, bad);
-    descs(&f, &vec![[BUF_LOAN, 1, 0, 0]; MAX_BUFFERS + 1]);
+    descs(&f, &vec![d(BUF_LOAN, 1, 0); MAX_BUFFERS + 1]);
     expect("too many buffers", &mut f, bad);
     // A pool (sealed, 1 MiB), then loans outside it or misaligned, then an
     // honest loan whose bytes we scribble while the victim copies them.
@@ -1321,13 +1321,13 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
         &lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Pool),
         &[pool.as_fd()],
     );
-    descs(&f, &[[BUF_LOAN, 4096, 1 << 20, 0]]);
+    descs(&f, &[d(BUF_LOAN, 4096, 1 << 20)]);
     expect("loan past the pool", &mut f, bad);
-    descs(&f, &[[BUF_LOAN, 8192, (1 << 20) - 4096, 0]]);
+    descs(&f, &[d(BUF_LOAN, 8192, (1 << 20) - 4096)]);
     expect("loan running off the pool", &mut f, bad);
-    descs(&f, &[[BUF_LOAN, 100, 12, 0]]);
+    descs(&f, &[d(BUF_LOAN, 100, 12)]);
     expect("misaligned loan", &mut f, bad);
-    descs(&f, &[[BUF_LOAN, 4096, 0, 1]]);
+    descs(&f, &[d(BUF_LOAN, 4096, 1 << 32)]);
     expect("loan offset above 4 GiB", &mut f, bad);
     let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
@@ -1341,7 +1341,7 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
             }
         });
         for _ in 0..20 {
-            descs(&f, &[[BUF_LOAN, 256 << 10, 0, 0]]);
+            descs(&f, &[d(BUF_LOAN, 256 << 10, 0)]);
             expect("honest loan, scribbled", &mut f, ok);
         }
         stop.store(true, Relaxed);
