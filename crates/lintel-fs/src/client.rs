@@ -1,0 +1,393 @@
+//! The client library: [`Fs`] for an export's namespace, [`File`] for an
+//! open file, with the `std::io` traits a Rust program expects.
+//!
+//! Every operation is one call on the export's or the file's door (the
+//! copy path: CHORUS's `sgRead`/`sgWrite`); data above the vanilla path's
+//! size goes through lintel's bulk segments without the caller asking.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use lintel::Door;
+use parking_lot::Mutex;
+use rustix::fs::OFlags;
+
+use crate::FsError;
+use crate::proto::{DirEntry, Export, ExportClient, MAX_IO, OpenFile, OpenFileClient, Stat, Whence};
+
+/// An exported directory, reached through its door.
+///
+/// ```no_run
+/// # fn demo(door: lintel::Door) -> Result<(), lintel_fs::FsError> {
+/// use std::io::{Read, Write};
+/// let fs = lintel_fs::Fs::from_door(door);
+/// fs.create_dir("notes", 0o755)?;
+/// let mut f = fs.create("notes/today")?;
+/// f.write_all(b"hello").map_err(|e| lintel_fs::FsError::Invalid(e.to_string()))?;
+/// assert_eq!(fs.read("notes/today")?, b"hello");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Fs {
+    export: ExportClient,
+}
+
+impl Fs {
+    /// The export behind `door` (a door the file service made with
+    /// [`crate::Service::into_door`], here or in another domain).
+    pub fn from_door(door: Door) -> Fs {
+        Fs {
+            export: ExportClient::from_door(door),
+        }
+    }
+
+    /// The export's door, to pass to another domain.
+    pub fn door(&self) -> &Door {
+        self.export.door()
+    }
+
+    /// Open `path` for reading.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<File, FsError> {
+        self.open_with(path, OpenOptions::new().read(true))
+    }
+
+    /// Create `path` (or truncate it) for writing.
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<File, FsError> {
+        self.open_with(path, OpenOptions::new().write(true).create(true).truncate(true))
+    }
+
+    /// Open `path` as `options` say.
+    pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
+        let file = self.export.open(bytes(&path), options.flags()?, options.mode)?;
+        Ok(File::from_client(file))
+    }
+
+    /// Metadata of `path`, following symlinks.
+    pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
+        self.export.stat(bytes(&path), true)
+    }
+
+    /// Metadata of `path` itself, even if it is a symlink.
+    pub fn symlink_stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
+        self.export.stat(bytes(&path), false)
+    }
+
+    /// The entries of the directory `path` (without `.` and `..`).
+    pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>, FsError> {
+        self.export.list(bytes(&path))
+    }
+
+    pub fn create_dir(&self, path: impl AsRef<Path>, mode: u32) -> Result<(), FsError> {
+        self.export.mkdir(bytes(&path), mode)
+    }
+
+    pub fn remove_dir(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
+        self.export.rmdir(bytes(&path))
+    }
+
+    pub fn remove_file(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
+        self.export.unlink(bytes(&path))
+    }
+
+    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
+        self.export.rename(bytes(&from), bytes(&to))
+    }
+
+    /// Whether the export refuses every change.
+    pub fn is_read_only(&self) -> Result<bool, FsError> {
+        self.export.read_only()
+    }
+
+    /// The whole of the file at `path`.
+    pub fn read(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
+        let f = self.open(path)?;
+        let mut all = Vec::new();
+        let mut chunk = Vec::new();
+        loop {
+            f.file.read(MAX_IO, &mut chunk)?;
+            if chunk.is_empty() {
+                return Ok(all);
+            }
+            all.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Make `path` hold exactly `data`.
+    pub fn write(&self, path: impl AsRef<Path>, data: &[u8]) -> Result<(), FsError> {
+        let f = self.create(path)?;
+        let mut at = 0;
+        while at < data.len() {
+            let n = f.file.write(&data[at..])? as usize;
+            if n == 0 {
+                return Err(rustix::io::Errno::NOSPC.into());
+            }
+            at += n;
+        }
+        f.close()
+    }
+}
+
+fn bytes(path: &impl AsRef<Path>) -> &[u8] {
+    path.as_ref().as_os_str().as_bytes()
+}
+
+/// How to open a file: the choices of [`std::fs::OpenOptions`], and Linux
+/// flags for the rest.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    read: bool,
+    write: bool,
+    append: bool,
+    truncate: bool,
+    create: bool,
+    create_new: bool,
+    custom: u32,
+    mode: u32,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// Nothing chosen yet; files are created with mode `0o666` (before the
+    /// service's umask).
+    pub fn new() -> OpenOptions {
+        OpenOptions {
+            read: false,
+            write: false,
+            append: false,
+            truncate: false,
+            create: false,
+            create_new: false,
+            custom: 0,
+            mode: 0o666,
+        }
+    }
+    pub fn read(&mut self, yes: bool) -> &mut Self {
+        self.read = yes;
+        self
+    }
+    pub fn write(&mut self, yes: bool) -> &mut Self {
+        self.write = yes;
+        self
+    }
+    /// Every write goes to the end (`O_APPEND`); implies writing.
+    pub fn append(&mut self, yes: bool) -> &mut Self {
+        self.append = yes;
+        self
+    }
+    pub fn truncate(&mut self, yes: bool) -> &mut Self {
+        self.truncate = yes;
+        self
+    }
+    pub fn create(&mut self, yes: bool) -> &mut Self {
+        self.create = yes;
+        self
+    }
+    /// Create, and fail with `EEXIST` if the file exists (`O_EXCL`).
+    pub fn create_new(&mut self, yes: bool) -> &mut Self {
+        self.create_new = yes;
+        self
+    }
+    /// Permission bits for a created file.
+    pub fn mode(&mut self, mode: u32) -> &mut Self {
+        self.mode = mode;
+        self
+    }
+    /// More Linux `open(2)` flags (`O_DIRECTORY`, `O_NOFOLLOW`, `O_SYNC`, …).
+    pub fn custom_flags(&mut self, flags: u32) -> &mut Self {
+        self.custom = flags;
+        self
+    }
+
+    /// The `open(2)` flags these options stand for.
+    pub fn flags(&self) -> Result<u32, FsError> {
+        let writes = self.write || self.append;
+        let mut f = match (self.read, writes) {
+            (true, false) => OFlags::RDONLY,
+            (false, true) => OFlags::WRONLY,
+            (true, true) => OFlags::RDWR,
+            (false, false) => return Err(FsError::Invalid("neither read nor write".into())),
+        };
+        let creates = self.create || self.create_new;
+        if (self.truncate || creates) && !writes {
+            return Err(FsError::Invalid("create or truncate without write".into()));
+        }
+        f.set(OFlags::APPEND, self.append);
+        f.set(OFlags::TRUNC, self.truncate);
+        f.set(OFlags::CREATE, creates);
+        f.set(OFlags::EXCL, self.create_new);
+        Ok(f.bits() | self.custom)
+    }
+}
+
+/// An open file of an export. Its door may be handed to other domains
+/// ([`File::door`], [`File::from_door`]): all holders share one offset.
+pub struct File {
+    file: OpenFileClient,
+    /// Where replies land before they are copied to the caller's buffer.
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl File {
+    fn from_client(file: OpenFileClient) -> File {
+        File {
+            file,
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The open file behind `door` (one passed from another domain).
+    pub fn from_door(door: Door) -> File {
+        File::from_client(OpenFileClient::from_door(door))
+    }
+
+    /// This open file's door: whoever holds it shares the offset.
+    pub fn door(&self) -> &Door {
+        self.file.door()
+    }
+
+    /// A second handle on the same open file (as `dup(2)` makes).
+    pub fn try_clone(&self) -> File {
+        File::from_client(self.file.clone())
+    }
+
+    /// Read at the shared offset into `buf`; 0 at the end of the file.
+    pub fn read_shared(&self, buf: &mut [u8]) -> Result<usize, FsError> {
+        let mut scratch = self.scratch.lock();
+        self.file.read(io_len(buf.len()), &mut scratch)?;
+        Ok(copy_out(&scratch, buf))
+    }
+
+    /// Write at the shared offset (at the end, if opened to append).
+    pub fn write_shared(&self, buf: &[u8]) -> Result<usize, FsError> {
+        let n = self.file.write(&buf[..io_len(buf.len()) as usize])?;
+        Ok(n as usize)
+    }
+
+    /// Read at `at`, leaving the offset alone.
+    pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+        let mut scratch = self.scratch.lock();
+        self.file.read_at(at, io_len(buf.len()), &mut scratch)?;
+        Ok(copy_out(&scratch, buf))
+    }
+
+    /// Write at `at`, leaving the offset alone.
+    pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
+        let n = self.file.write_at(at, &buf[..io_len(buf.len()) as usize])?;
+        Ok(n as usize)
+    }
+
+    pub fn metadata(&self) -> Result<Stat, FsError> {
+        self.file.stat()
+    }
+
+    /// Truncate or extend the file to `len` bytes.
+    pub fn set_len(&self, len: u64) -> Result<(), FsError> {
+        self.file.truncate(len)
+    }
+
+    /// Data and metadata on the host's storage (`fsync`).
+    pub fn sync_all(&self) -> Result<(), FsError> {
+        self.file.sync(false)
+    }
+
+    /// Data on the host's storage (`fdatasync`).
+    pub fn sync_data(&self) -> Result<(), FsError> {
+        self.file.sync(true)
+    }
+
+    /// The entries of an open directory.
+    pub fn read_dir(&self) -> Result<Vec<DirEntry>, FsError> {
+        self.file.list()
+    }
+
+    /// Close this handle, reporting what dropping it would not: a write
+    /// the service could not complete for it.
+    pub fn close(self) -> Result<(), FsError> {
+        self.file.close()
+    }
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File").field("door", self.door()).finish()
+    }
+}
+
+fn io_len(len: usize) -> u32 {
+    len.min(MAX_IO as usize) as u32
+}
+
+fn copy_out(from: &[u8], to: &mut [u8]) -> usize {
+    let n = from.len().min(to.len());
+    to[..n].copy_from_slice(&from[..n]);
+    n
+}
+
+impl std::io::Read for File {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Ok(self.read_shared(buf)?)
+    }
+}
+
+impl std::io::Write for File {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(self.write_shared(buf)?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Seek for File {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        let (whence, delta) = match pos {
+            std::io::SeekFrom::Start(at) => {
+                let at = i64::try_from(at).map_err(|_| FsError::Invalid(format!("seek to {at}")))?;
+                (Whence::Start, at)
+            }
+            std::io::SeekFrom::Current(d) => (Whence::Current, d),
+            std::io::SeekFrom::End(d) => (Whence::End, d),
+        };
+        Ok(self.file.seek(whence, delta)?)
+    }
+}
+
+impl std::os::unix::fs::FileExt for File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        Ok(File::read_at(self, buf, offset)?)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<usize> {
+        Ok(File::write_at(self, buf, offset)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_become_the_flags_linux_expects() {
+        let o = |f: &dyn Fn(&mut OpenOptions) -> &mut OpenOptions| f(&mut OpenOptions::new()).flags();
+        assert_eq!(o(&|o| o.read(true)), Ok(0));
+        assert_eq!(o(&|o| o.write(true)), Ok(0o1));
+        assert_eq!(o(&|o| o.read(true).write(true)), Ok(0o2));
+        assert_eq!(
+            o(&|o| o.write(true).create(true).truncate(true)),
+            Ok(0o1 | 0o100 | 0o1000)
+        );
+        assert_eq!(o(&|o| o.append(true)), Ok(0o1 | 0o2000));
+        assert_eq!(o(&|o| o.write(true).create_new(true)), Ok(0o1 | 0o100 | 0o200));
+        assert!(matches!(o(&|o| o), Err(FsError::Invalid(_))));
+        assert!(matches!(
+            o(&|o| o.read(true).truncate(true)),
+            Err(FsError::Invalid(_))
+        ));
+    }
+}

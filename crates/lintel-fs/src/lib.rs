@@ -1,0 +1,39 @@
+//! lintel-fs: a file service that exports one host directory through
+//! doors, and the client library that reads and writes it.
+//!
+//! The service ([`Service`]) is an ordinary lintel service: a manifest
+//! places it in its own domain or in its clients' (`lintel_fs::register`
+//! binds it by name in a `lintel_boot` registry), and a client holding its
+//! door ([`Fs`]) opens files ([`File`]) wherever it runs. Nothing a client
+//! sends reaches outside the exported root; an export can be read-only.
+//! Errors are [`FsError`]s, each with the errno a Unix program expects.
+//!
+//! ```
+//! use std::io::{Read, Seek, SeekFrom, Write};
+//! let dir = std::env::temp_dir().join(format!("lintel-fs-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let fs = lintel_fs::Fs::from_door(lintel_fs::Service::new(&dir, false).unwrap().into_door());
+//!
+//! let rw = lintel_fs::OpenOptions::new().read(true).write(true).create(true).clone();
+//! let mut f = fs.open_with("hello.txt", &rw).unwrap();
+//! f.write_all(b"hello, world").unwrap();
+//! f.seek(SeekFrom::Start(7)).unwrap();
+//! let mut s = String::new();
+//! f.read_to_string(&mut s).unwrap();
+//! assert_eq!(s, "world");
+//! assert_eq!(fs.stat("hello.txt").unwrap().size, 12);
+//! assert_eq!(fs.open("../x").unwrap_err().errno(), 18); // EXDEV: outside the export
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! ```
+#![forbid(unsafe_code)]
+
+mod client;
+mod error;
+mod path;
+pub mod proto;
+mod service;
+
+pub use client::{File, Fs, OpenOptions};
+pub use error::FsError;
+pub use proto::{DirEntry, Kind, Stat, Timespec};
+pub use service::Service;

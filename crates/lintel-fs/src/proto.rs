@@ -1,0 +1,155 @@
+//! The file service's two interfaces and the values they carry.
+//!
+//! [`Export`] is the door to an exported directory: it opens files
+//! (returning one [`OpenFile`] door per open) and changes the namespace.
+//! [`OpenFile`] is the door to one open file description: the offset is
+//! the service's, so every holder of the door shares it, as Unix processes
+//! share an offset after `fork`. Paths are bytes (Linux names need not be
+//! UTF-8), relative to the export's root.
+
+use lintel::stub::Wire;
+
+use crate::FsError;
+
+/// Most bytes one `read` or `write` call moves; longer requests are short
+/// reads and writes, as a Unix program must expect anyway.
+pub const MAX_IO: u32 = 16 << 20;
+
+/// A time stamp: seconds and nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Timespec {
+    /// Seconds since 1970-01-01 UTC.
+    pub sec: i64,
+    /// Nanoseconds within the second.
+    pub nsec: u32,
+}
+
+/// A file's metadata, field for field what `stat(2)` reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Stat {
+    /// Device of the host file system.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Type and permission bits (`S_IFMT`, `0o7777`).
+    pub mode: u32,
+    /// Hard links.
+    pub nlink: u64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device, for device files.
+    pub rdev: u64,
+    /// Length in bytes.
+    pub size: u64,
+    /// Preferred I/O size.
+    pub blksize: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last change of the contents.
+    pub mtime: Timespec,
+    /// Last change of the metadata.
+    pub ctime: Timespec,
+}
+
+/// `S_IFMT` and the type values this crate tests for.
+const S_IFMT: u32 = 0o170000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
+const S_IFLNK: u32 = 0o120000;
+
+impl Stat {
+    /// A directory?
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    /// A regular file?
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+    /// A symbolic link (only from a `stat` that does not follow links)?
+    pub fn is_symlink(&self) -> bool {
+        self.mode & S_IFMT == S_IFLNK
+    }
+}
+
+/// What kind of file a directory entry names (`d_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    /// A device, FIFO, socket, or a type the host did not report.
+    Other,
+}
+
+/// One entry of a directory (never `.` or `..`).
+#[derive(Debug, Clone, PartialEq, Eq, Wire)]
+pub struct DirEntry {
+    /// The name, as bytes.
+    pub name: Vec<u8>,
+    /// Inode number.
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+/// Where a seek counts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum Whence {
+    Start,
+    Current,
+    End,
+}
+
+/// An exported directory.
+#[lintel::interface]
+pub trait Export {
+    /// Open `path` with Linux `open(2)` flags (`O_RDONLY`, `O_WRONLY`,
+    /// `O_RDWR`, `O_CREAT`, `O_EXCL`, `O_TRUNC`, `O_APPEND`,
+    /// `O_DIRECTORY`, `O_NOFOLLOW`, `O_SYNC`, `O_DSYNC`, `O_NOATIME`;
+    /// `O_CLOEXEC`, `O_NONBLOCK`, `O_NOCTTY` and `O_LARGEFILE` are
+    /// accepted and mean nothing here). `mode` is used when creating.
+    fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError>;
+    /// Metadata of `path`; of a symlink itself when `follow` is false.
+    fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError>;
+    /// The entries of the directory `path`.
+    fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError>;
+    fn mkdir(&self, path: &[u8], mode: u32) -> Result<(), FsError>;
+    fn rmdir(&self, path: &[u8]) -> Result<(), FsError>;
+    fn unlink(&self, path: &[u8]) -> Result<(), FsError>;
+    fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
+    /// Whether the export refuses every change.
+    fn read_only(&self) -> Result<bool, FsError>;
+}
+
+/// One open file description.
+#[lintel::interface]
+pub trait OpenFile {
+    /// Up to `len` bytes (at most [`MAX_IO`]) at the shared offset, which
+    /// advances past them. Fewer bytes, or none, at the end of the file.
+    fn read(&self, len: u32, data: &mut Vec<u8>) -> Result<(), FsError>;
+    /// Write at the shared offset (at the end, if opened `O_APPEND`),
+    /// advancing it; returns the bytes written.
+    fn write(&self, data: &[u8]) -> Result<u64, FsError>;
+    /// Up to `len` bytes at `at`; the offset does not move.
+    fn read_at(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<(), FsError>;
+    /// Write at `at` (Linux appends instead if opened `O_APPEND`); the
+    /// offset does not move.
+    fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError>;
+    /// Move the shared offset; returns it.
+    fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
+    fn stat(&self) -> Result<Stat, FsError>;
+    fn truncate(&self, len: u64) -> Result<(), FsError>;
+    /// `fsync` (or `fdatasync` when `data_only`): the data is on the host
+    /// file system's storage when this returns.
+    fn sync(&self, data_only: bool) -> Result<(), FsError>;
+    /// The caller is done with the file: anything it left to write back
+    /// is written, and a write error not yet reported is reported. Other
+    /// holders of the door are unaffected.
+    fn close(&self) -> Result<(), FsError>;
+    /// The entries of an open directory.
+    fn list(&self) -> Result<Vec<DirEntry>, FsError>;
+}

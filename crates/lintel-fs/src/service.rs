@@ -1,0 +1,350 @@
+//! The file service: one host directory, exported through doors.
+//!
+//! Every path a client sends is resolved by the kernel beneath the export's
+//! root (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), so `..`,
+//! absolute paths and symlinks that leave the root fail with
+//! [`FsError::Escapes`], and so do races that rename a directory out from
+//! under a lookup: the kernel checks the whole walk, not a string. Calls
+//! that act on a name in a directory (`mkdir`, `unlink`, `rename`, …)
+//! resolve the parent beneath the root and then act on one name in it.
+//!
+//! Each open is a host file description of the service's and a door of its
+//! own ([`OpenFileServer`]); the door's holders share its offset. The
+//! service keeps the offset itself and reads and writes with `pread` and
+//! `pwrite` under the open's lock, so concurrent `read`s through one door
+//! each get their own bytes, as they would on one Unix file description.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use lintel::Door;
+use parking_lot::Mutex;
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::FsError;
+use crate::path;
+use crate::proto::{
+    DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer, Stat, Timespec,
+    Whence,
+};
+
+/// The open flags a client may pass; the service adds `O_CLOEXEC`.
+const CLIENT_FLAGS: OFlags = OFlags::ACCMODE
+    .union(OFlags::CREATE)
+    .union(OFlags::EXCL)
+    .union(OFlags::TRUNC)
+    .union(OFlags::APPEND)
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::SYNC)
+    .union(OFlags::DSYNC)
+    .union(OFlags::NOATIME)
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::NOCTTY)
+    .union(OFlags::LARGEFILE);
+
+/// How often a lookup that raced a rename (`EAGAIN` from `openat2`) is
+/// tried again before the error is returned.
+const RACE_RETRIES: usize = 16;
+
+/// An exported directory.
+pub struct Service {
+    root: OwnedFd,
+    read_only: bool,
+}
+
+impl Service {
+    /// Export the directory at `root`, read-only if `read_only`.
+    pub fn new(root: impl AsRef<Path>, read_only: bool) -> std::io::Result<Service> {
+        let root = rustix::fs::open(
+            root.as_ref(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Service { root, read_only })
+    }
+
+    /// The door to this export; hand it to clients ([`crate::Fs::from_door`]).
+    pub fn into_door(self) -> Door {
+        ExportServer::door(self)
+    }
+
+    /// Resolve `path` beneath the root and open it.
+    fn resolve(&self, path: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, FsError> {
+        let path = path::check(path)?;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        let mut tries = 0;
+        loop {
+            match rustix::fs::openat2(&self.root, path, flags | OFlags::CLOEXEC, mode, resolve) {
+                Ok(fd) => return Ok(fd),
+                Err(Errno::XDEV) => return Err(path::escapes(path)),
+                Err(Errno::AGAIN) if tries < RACE_RETRIES => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The parent directory of `path`, resolved beneath the root, and the
+    /// last name in it.
+    fn parent<'p>(&self, path: &'p [u8]) -> Result<(OwnedFd, &'p [u8]), FsError> {
+        let (parent, name) = path::split(path)?;
+        let dir = self.resolve(parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+        Ok((dir, name))
+    }
+
+    fn writable(&self) -> Result<(), FsError> {
+        if self.read_only {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Export for Service {
+    fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError> {
+        let flags = OFlags::from_bits(flags)
+            .filter(|f| CLIENT_FLAGS.contains(*f))
+            .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
+        let access = flags & OFlags::ACCMODE;
+        if access == OFlags::ACCMODE {
+            return Err(FsError::Invalid("access mode O_ACCMODE".into()));
+        }
+        let writes = access != OFlags::RDONLY || flags.contains(OFlags::TRUNC);
+        if self.read_only && writes {
+            return Err(FsError::ReadOnly);
+        }
+        // A read-only export creates nothing: an existing file opens, a
+        // missing one is EROFS, as Linux answers on a read-only mount.
+        let (flags, create_refused) = if self.read_only && flags.contains(OFlags::CREATE) {
+            (flags - OFlags::CREATE - OFlags::EXCL, true)
+        } else {
+            (flags, false)
+        };
+        // openat2 refuses a mode unless it creates.
+        let mode = if flags.contains(OFlags::CREATE) {
+            Mode::from_bits_truncate(mode & 0o7777)
+        } else {
+            Mode::empty()
+        };
+        let fd = match self.resolve(path, flags - OFlags::CLOEXEC, mode) {
+            Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
+                return Err(FsError::ReadOnly);
+            }
+            other => other?,
+        };
+        let open = Opened {
+            fd,
+            append: flags.contains(OFlags::APPEND),
+            offset: Mutex::new(0),
+        };
+        Ok(OpenFileServer::serve(open))
+    }
+
+    fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
+        let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
+        let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
+        stat_of(&fd)
+    }
+
+    fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError> {
+        let fd = self.resolve(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
+        list_of(&fd)
+    }
+
+    fn mkdir(&self, path: &[u8], mode: u32) -> Result<(), FsError> {
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        rustix::fs::mkdirat(&dir, name, Mode::from_bits_truncate(mode & 0o7777))?;
+        Ok(())
+    }
+
+    fn rmdir(&self, path: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?;
+        Ok(())
+    }
+
+    fn unlink(&self, path: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+        Ok(())
+    }
+
+    fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        let (from_dir, from_name) = self.parent(from)?;
+        let (to_dir, to_name) = self.parent(to)?;
+        rustix::fs::renameat(&from_dir, from_name, &to_dir, to_name)?;
+        Ok(())
+    }
+
+    fn read_only(&self) -> Result<bool, FsError> {
+        Ok(self.read_only)
+    }
+}
+
+/// One open file description: the host's, plus the offset its door's
+/// holders share.
+struct Opened {
+    fd: OwnedFd,
+    append: bool,
+    offset: Mutex<u64>,
+}
+
+impl Opened {
+    fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
+        let len = len.min(MAX_IO) as usize;
+        data.clear();
+        data.reserve(len);
+        let n = rustix::io::pread(&self.fd, rustix::buffer::spare_capacity(data), at)?;
+        Ok(n)
+    }
+
+    /// Write all of `data` at `at` (or at the end, if appending); the
+    /// bytes written, which are fewer only if an error stopped it.
+    fn write_all(&self, mut at: u64, data: &[u8]) -> Result<u64, FsError> {
+        let data = &data[..data.len().min(MAX_IO as usize)];
+        let mut done = 0;
+        while done < data.len() {
+            let r = if self.append {
+                rustix::io::write(&self.fd, &data[done..])
+            } else {
+                rustix::io::pwrite(&self.fd, &data[done..], at)
+            };
+            match r {
+                Ok(0) => break,
+                Ok(n) => {
+                    done += n;
+                    at += n as u64;
+                }
+                Err(Errno::INTR) => continue,
+                Err(e) if done == 0 => return Err(e.into()),
+                Err(_) => break,
+            }
+        }
+        Ok(done as u64)
+    }
+}
+
+impl OpenFile for Opened {
+    fn read(&self, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
+        let mut offset = self.offset.lock();
+        let n = self.read_into(*offset, len, data)?;
+        *offset += n as u64;
+        Ok(())
+    }
+
+    fn write(&self, data: &[u8]) -> Result<u64, FsError> {
+        let mut offset = self.offset.lock();
+        let n = self.write_all(*offset, data)?;
+        *offset = if self.append {
+            rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
+        } else {
+            *offset + n
+        };
+        Ok(n)
+    }
+
+    fn read_at(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
+        self.read_into(at, len, data).map(drop)
+    }
+
+    fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
+        self.write_all(at, data)
+    }
+
+    fn seek(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
+        let mut offset = self.offset.lock();
+        let base = match whence {
+            Whence::Start => 0,
+            Whence::Current => *offset,
+            Whence::End => stat_of(&self.fd)?.size,
+        };
+        let to = base
+            .checked_add_signed(delta)
+            .filter(|&to| to <= i64::MAX as u64)
+            .ok_or_else(|| FsError::Invalid(format!("seek to {base} + {delta}")))?;
+        *offset = to;
+        Ok(to)
+    }
+
+    fn stat(&self) -> Result<Stat, FsError> {
+        stat_of(&self.fd)
+    }
+
+    fn truncate(&self, len: u64) -> Result<(), FsError> {
+        rustix::fs::ftruncate(&self.fd, len)?;
+        Ok(())
+    }
+
+    fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        if data_only {
+            rustix::fs::fdatasync(&self.fd)?;
+        } else {
+            rustix::fs::fsync(&self.fd)?;
+        }
+        Ok(())
+    }
+
+    fn close(&self) -> Result<(), FsError> {
+        // The copy path writes through to the host at once: nothing is
+        // held back for a holder, so there is nothing to write back here.
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<DirEntry>, FsError> {
+        list_of(&self.fd)
+    }
+}
+
+fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
+    let s = rustix::fs::fstat(fd)?;
+    let time = |sec: i64, nsec: u64| Timespec {
+        sec,
+        nsec: nsec as u32,
+    };
+    Ok(Stat {
+        dev: s.st_dev,
+        ino: s.st_ino,
+        mode: s.st_mode,
+        nlink: s.st_nlink,
+        uid: s.st_uid,
+        gid: s.st_gid,
+        rdev: s.st_rdev,
+        size: s.st_size as u64,
+        blksize: s.st_blksize as u64,
+        blocks: s.st_blocks as u64,
+        atime: time(s.st_atime as i64, s.st_atime_nsec as u64),
+        mtime: time(s.st_mtime as i64, s.st_mtime_nsec as u64),
+        ctime: time(s.st_ctime as i64, s.st_ctime_nsec as u64),
+    })
+}
+
+fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {
+    use rustix::fs::FileType;
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(fd)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::RegularFile => Kind::File,
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        };
+        out.push(DirEntry {
+            name: name.to_vec(),
+            ino: entry.ino(),
+            kind,
+        });
+    }
+    Ok(out)
+}
