@@ -42,6 +42,13 @@ pub(crate) struct DomainArgs {
     pub root: Option<String>,
     #[arg(long)]
     pub supervisor: u32,
+    /// `SERVICE:KEY=VALUE`, one per setting of this domain's services (a
+    /// service name has no `:`).
+    #[arg(long = "setting")]
+    pub settings: Vec<String>,
+    /// The manifest's directory.
+    #[arg(long)]
+    pub base: std::path::PathBuf,
 }
 
 impl DomainArgs {
@@ -74,6 +81,12 @@ impl DomainArgs {
             v.push("--root".into());
             v.push(r.clone());
         }
+        for s in &self.settings {
+            v.push("--setting".into());
+            v.push(s.clone());
+        }
+        v.push("--base".into());
+        v.push(self.base.display().to_string());
         v
     }
 }
@@ -139,6 +152,16 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
         domain: args.domain.clone(),
         service: service.to_string(),
         names: names.clone(),
+        settings: args
+            .settings
+            .iter()
+            .filter_map(|s| {
+                let (svc, rest) = s.split_once(':')?;
+                let (key, value) = rest.split_once('=').filter(|_| svc == service)?;
+                Some((key.to_string(), value.to_string()))
+            })
+            .collect(),
+        base: args.base.clone(),
     };
 
     // Build every service on its own thread: a factory that looks up a

@@ -3,7 +3,7 @@
 //! [`Registry`] before any process starts, so that a placement mistake is a
 //! message naming the line, never a half-started system.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,13 @@ pub struct Manifest {
     pub socket: PathBuf,
     /// Domains in the order the file lists them (and they are started).
     pub domains: Vec<DomainSpec>,
+    /// Each service's settings (`[service.NAME]` tables), as strings, by
+    /// service name; a service reads its own with
+    /// [`Context::setting`](crate::Context::setting).
+    pub settings: BTreeMap<String, BTreeMap<String, String>>,
+    /// The manifest's directory: relative path settings are resolved
+    /// against it ([`Context::setting_path`](crate::Context::setting_path)).
+    pub dir: PathBuf,
 }
 
 /// One domain of a [`Manifest`].
@@ -145,6 +152,8 @@ struct RawManifest {
     socket: Option<Spanned<String>>,
     #[serde(default)]
     domain: HashMap<Spanned<String>, RawDomain>,
+    #[serde(default)]
+    service: HashMap<Spanned<String>, HashMap<Spanned<String>, Spanned<toml::Value>>>,
 }
 
 #[derive(Deserialize)]
@@ -405,11 +414,50 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         None => default_socket(&system),
     };
 
+    let mut settings = BTreeMap::new();
+    let mut raw_settings: Vec<_> = raw.service.iter().collect();
+    raw_settings.sort_by_key(|(k, _)| k.span().start);
+    for (svc, table) in raw_settings {
+        if !placed.contains_key(svc.get_ref().as_str()) {
+            diag.at(
+                Some(svc.span()),
+                format!("settings for service `{}`, which no domain places", svc.get_ref()),
+            );
+        }
+        let mut values = BTreeMap::new();
+        for (key, value) in table {
+            let text = match value.get_ref() {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                _ => {
+                    diag.at(
+                        Some(value.span()),
+                        format!("setting `{}` must be a string, number or boolean", key.get_ref()),
+                    );
+                    continue;
+                }
+            };
+            values.insert(key.get_ref().clone(), text);
+        }
+        settings.insert(svc.get_ref().clone(), values);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let dir = std::path::absolute(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .unwrap_or_else(|_| dir.to_path_buf());
+
     Manifest {
         system,
         root,
         socket,
         domains,
+        settings,
+        dir,
     }
 }
 
@@ -470,6 +518,30 @@ mod tests {
         assert_eq!(m.domains[1].max_message, None);
         assert_eq!(m.domains[1].spin, Some(true));
         assert_eq!(m.domain_of("shell").unwrap().name, "a");
+    }
+
+    #[test]
+    fn service_settings_reach_their_service_as_text() {
+        let m = parse(
+            "[domain.a]\nservices = [\"kv\"]\n\
+             [service.kv]\nroot = \"data\"\nread_only = true\nsize = 64\n",
+        )
+        .unwrap();
+        let kv = &m.settings["kv"];
+        assert_eq!(kv["root"], "data");
+        assert_eq!(kv["read_only"], "true");
+        assert_eq!(kv["size"], "64");
+        assert!(m.dir.is_absolute(), "{:?}", m.dir);
+        let s = refused("[domain.a]\nservices = [\"kv\"]\n[service.clock]\nx = 1\n");
+        assert!(
+            s.contains("m.toml:3:10: settings for service `clock`, which no domain places"),
+            "{s}"
+        );
+        let s = refused("[domain.a]\nservices = [\"kv\"]\n[service.kv]\nx = [1]\n");
+        assert!(
+            s.contains("m.toml:4:5: setting `x` must be a string, number or boolean"),
+            "{s}"
+        );
     }
 
     #[test]

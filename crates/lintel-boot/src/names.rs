@@ -503,6 +503,8 @@ mod tests {
             system: "t".into(),
             root: None,
             socket: "/tmp/unused".into(),
+            settings: Default::default(),
+            dir: "/tmp".into(),
             domains: vec![
                 crate::DomainSpec {
                     name: "a".into(),

@@ -115,6 +115,8 @@ pub struct Context {
     pub(crate) domain: String,
     pub(crate) service: String,
     pub(crate) names: Names,
+    pub(crate) settings: std::collections::BTreeMap<String, String>,
+    pub(crate) base: std::path::PathBuf,
 }
 
 impl Context {
@@ -147,6 +149,18 @@ impl Context {
     /// Like [`Context::lookup`] with another bound on the wait.
     pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
         self.names.lookup_within(name, wait)
+    }
+
+    /// This service's setting `key`, from the manifest's `[service.NAME]`
+    /// table (numbers and booleans as their text).
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings.get(key).map(String::as_str)
+    }
+
+    /// Setting `key` as a path; a relative one is taken from the
+    /// manifest's directory.
+    pub fn setting_path(&self, key: &str) -> Option<std::path::PathBuf> {
+        self.setting(key).map(|p| self.base.join(p))
     }
 
     /// The name service itself, e.g. to bind more names or list them.

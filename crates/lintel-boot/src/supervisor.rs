@@ -109,6 +109,13 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             max_message: d.max_message,
             root: manifest.root.clone(),
             supervisor: std::process::id(),
+            settings: d
+                .services
+                .iter()
+                .filter_map(|svc| Some((svc, manifest.settings.get(svc)?)))
+                .flat_map(|(svc, kv)| kv.iter().map(move |(k, v)| format!("{svc}:{k}={v}")))
+                .collect(),
+            base: manifest.dir.clone(),
         };
         let mut cmd = Command::new(&exe);
         cmd.arg(DOMAIN_COMMAND).args(args.to_args());

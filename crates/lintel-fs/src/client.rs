@@ -268,6 +268,19 @@ impl File {
         Ok(n as usize)
     }
 
+    /// Move the shared offset; returns it.
+    pub fn seek_shared(&self, pos: std::io::SeekFrom) -> Result<u64, FsError> {
+        let (whence, delta) = match pos {
+            std::io::SeekFrom::Start(at) => {
+                let at = i64::try_from(at).map_err(|_| FsError::Invalid(format!("seek to {at}")))?;
+                (Whence::Start, at)
+            }
+            std::io::SeekFrom::Current(d) => (Whence::Current, d),
+            std::io::SeekFrom::End(d) => (Whence::End, d),
+        };
+        self.file.seek(whence, delta)
+    }
+
     /// Read at `at`, leaving the offset alone.
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
         let mut scratch = self.scratch.lock();
@@ -346,15 +359,29 @@ impl std::io::Write for File {
 
 impl std::io::Seek for File {
     fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        let (whence, delta) = match pos {
-            std::io::SeekFrom::Start(at) => {
-                let at = i64::try_from(at).map_err(|_| FsError::Invalid(format!("seek to {at}")))?;
-                (Whence::Start, at)
-            }
-            std::io::SeekFrom::Current(d) => (Whence::Current, d),
-            std::io::SeekFrom::End(d) => (Whence::End, d),
-        };
-        Ok(self.file.seek(whence, delta)?)
+        Ok(self.seek_shared(pos)?)
+    }
+}
+
+impl std::io::Read for &File {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Ok(self.read_shared(buf)?)
+    }
+}
+
+impl std::io::Write for &File {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(self.write_shared(buf)?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Seek for &File {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        Ok(self.seek_shared(pos)?)
     }
 }
 

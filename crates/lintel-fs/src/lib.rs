@@ -2,9 +2,10 @@
 //! doors, and the client library that reads and writes it.
 //!
 //! The service ([`Service`]) is an ordinary lintel service: a manifest
-//! places it in its own domain or in its clients' (`lintel_fs::register`
-//! binds it by name in a `lintel_boot` registry), and a client holding its
-//! door ([`Fs`]) opens files ([`File`]) wherever it runs. Nothing a client
+//! places it in its own domain or in its clients' ([`register`] adds it to
+//! a `lintel_boot` registry, configured by the manifest's
+//! `[service.NAME]` table), and a client holding its door ([`Fs`]) opens
+//! files ([`File`]) wherever it runs. Nothing a client
 //! sends reaches outside the exported root; an export can be read-only.
 //! Errors are [`FsError`]s, each with the errno a Unix program expects.
 //!
@@ -37,3 +38,35 @@ pub use client::{File, Fs, OpenOptions};
 pub use error::FsError;
 pub use proto::{DirEntry, Kind, Stat, Timespec};
 pub use service::Service;
+
+/// Register the file service as `name` in a `lintel_boot` registry. The
+/// manifest configures it in `[service.NAME]`: `root`, the directory to
+/// export (relative to the manifest's directory), and `read_only`
+/// (default `false`).
+///
+/// ```toml
+/// [domain.files]
+/// services = ["fs"]
+///
+/// [service.fs]
+/// root = "data"
+/// read_only = false
+/// ```
+pub fn register(registry: &mut lintel_boot::Registry, name: &str) {
+    registry.service(name, |ctx| {
+        let root = ctx.setting_path("root").ok_or_else(|| {
+            format!(
+                "service `{}` needs a `root` setting: the directory to export",
+                ctx.service()
+            )
+        })?;
+        let read_only = match ctx.setting("read_only") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(v) => return Err(format!("read_only = {v}: expected true or false").into()),
+        };
+        let service =
+            Service::new(&root, read_only).map_err(|e| format!("cannot export {}: {e}", root.display()))?;
+        Ok(service.into_door())
+    });
+}

@@ -77,7 +77,7 @@ impl Stat {
 }
 
 /// What kind of file a directory entry names (`d_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Wire)]
 pub enum Kind {
     File,
     Dir,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use lintel::{CallError, Door, Reply};
 
 pub mod control;
+pub mod fs;
 
 /// Methods of the peer's control door (first byte of the arguments).
 pub mod m {

@@ -1,0 +1,104 @@
+//! The file-service tests' peers: a service domain, and client domains
+//! that the test drives through a door of their own ([`FsPeer`]), so that
+//! several processes can use one export, or one open file, in the order a
+//! test chooses.
+
+use std::path::Path;
+use std::process::{Child, Command};
+
+use lintel::Door;
+use lintel_fs::{Fs, FsError, Stat};
+
+/// What a client process does on the test's behalf, with the export door
+/// it was given at start and the files it opened or was handed (numbered
+/// from 0 in the order they came).
+#[lintel::interface]
+pub trait FsPeer {
+    /// Open `path` with `open(2)` flags; the file's number.
+    fn open(&self, path: Vec<u8>, flags: u32) -> Result<u32, FsError>;
+    /// Keep an open file's door passed by the test; the file's number.
+    fn adopt(&self, file: Door) -> Result<u32, FsError>;
+    fn read(&self, file: u32, len: u32, out: &mut Vec<u8>) -> Result<(), FsError>;
+    fn write(&self, file: u32, data: &[u8]) -> Result<u64, FsError>;
+    fn read_at(&self, file: u32, at: u64, len: u32, out: &mut Vec<u8>) -> Result<(), FsError>;
+    fn write_at(&self, file: u32, at: u64, data: &[u8]) -> Result<u64, FsError>;
+    /// `whence`: 0 start, 1 current, 2 end.
+    fn seek(&self, file: u32, whence: u8, delta: i64) -> Result<u64, FsError>;
+    fn stat(&self, file: u32) -> Result<Stat, FsError>;
+    fn truncate(&self, file: u32, len: u64) -> Result<(), FsError>;
+    fn sync(&self, file: u32) -> Result<(), FsError>;
+    /// Write `data` at the shared offset `times` times, from a thread of
+    /// its own, returning at once (for killing a client mid-write).
+    fn write_in_background(&self, file: u32, data: Vec<u8>, times: u32) -> Result<(), FsError>;
+}
+
+/// A process serving an export of `root`; killed when dropped.
+pub struct FsService {
+    pub child: Child,
+    pub fs: Fs,
+}
+
+impl FsService {
+    pub fn start(root: &Path, read_only: bool) -> FsService {
+        let mut cmd = Command::new(crate::bin_path("lintel-fs-peer"));
+        cmd.arg("serve").arg(root);
+        if read_only {
+            cmd.arg("read-only");
+        }
+        let s = lintel::boot::spawn(&mut cmd, &[]).expect("spawn the file service");
+        let door = s.doors.into_iter().next().expect("the service offers its export");
+        FsService {
+            child: s.child,
+            fs: Fs::from_door(door),
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for FsService {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A client process holding `export`; killed when dropped.
+pub struct FsClientPeer {
+    pub child: Child,
+    pub peer: FsPeerClient,
+}
+
+impl FsClientPeer {
+    pub fn start(export: &Door) -> FsClientPeer {
+        let mut cmd = Command::new(crate::bin_path("lintel-fs-peer"));
+        cmd.arg("client");
+        let s = lintel::boot::spawn(&mut cmd, std::slice::from_ref(export)).expect("spawn a client");
+        let door = s
+            .doors
+            .into_iter()
+            .next()
+            .expect("the client offers its control door");
+        FsClientPeer {
+            child: s.child,
+            peer: FsPeerClient::from_door(door),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for FsClientPeer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

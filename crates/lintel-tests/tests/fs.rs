@@ -1,0 +1,456 @@
+//! The file service, tried as a user would: an export served by another
+//! process (and, where placement should not matter, by this one), used by
+//! this process and by client processes.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use lintel_fs::{Fs, FsError, Kind, OpenOptions};
+use lintel_tests::fs::{FsClientPeer, FsPeer, FsService};
+
+const ENOENT: i32 = 2;
+const EBADF: i32 = 9;
+const EEXIST: i32 = 17;
+const EXDEV: i32 = 18;
+const ENOTDIR: i32 = 20;
+const EISDIR: i32 = 21;
+const EINVAL: i32 = 22;
+const EROFS: i32 = 30;
+const ENOTEMPTY: i32 = 39;
+const EIO: i32 = 5;
+
+const O_RDONLY: u32 = 0;
+const O_WRONLY: u32 = 1;
+const O_RDWR: u32 = 2;
+const O_CREAT: u32 = 0o100;
+const O_APPEND: u32 = 0o2000;
+
+fn errno<T>(r: Result<T, FsError>) -> i32 {
+    r.map(drop).unwrap_err().errno()
+}
+
+fn rw() -> OpenOptions {
+    OpenOptions::new().read(true).write(true).create(true).clone()
+}
+
+/// Run `f` against an export of a fresh directory served by this process
+/// and by another one.
+fn both_placements(f: impl Fn(&Fs, &Path)) {
+    let dir = tempfile::tempdir().unwrap();
+    let local = Fs::from_door(lintel_fs::Service::new(dir.path(), false).unwrap().into_door());
+    assert!(local.door().is_local());
+    f(&local, dir.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    let remote = FsService::start(dir.path(), false);
+    assert!(!remote.fs.door().is_local());
+    f(&remote.fs, dir.path());
+}
+
+#[test]
+fn files_and_directories_work_as_on_the_host() {
+    both_placements(|fs, root| {
+        fs.create_dir("d", 0o755).unwrap();
+        let mut f = fs.open_with("d/a.txt", &rw()).unwrap();
+        f.write_all(b"hello, world").unwrap();
+        assert_eq!(std::fs::read(root.join("d/a.txt")).unwrap(), b"hello, world");
+        assert_eq!(f.seek(SeekFrom::Start(7)).unwrap(), 7);
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "world");
+        assert_eq!(f.seek(SeekFrom::End(-5)).unwrap(), 7);
+        assert_eq!(f.seek(SeekFrom::Current(2)).unwrap(), 9);
+
+        let mut buf = [0u8; 5];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 5);
+        assert_eq!(&buf, b"hello");
+        assert_eq!(f.write_at(b"HELLO", 0).unwrap(), 5);
+        assert_eq!(
+            f.stream_position().unwrap(),
+            9,
+            "positional I/O leaves the offset"
+        );
+
+        let st = f.metadata().unwrap();
+        let host = std::fs::metadata(root.join("d/a.txt")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((st.size, st.ino, st.mode), (12, host.ino(), host.mode()));
+        assert!(st.is_file() && !st.is_dir());
+
+        f.set_len(5).unwrap();
+        assert_eq!(fs.stat("d/a.txt").unwrap().size, 5);
+        f.set_len(4096).unwrap();
+        assert_eq!(std::fs::metadata(root.join("d/a.txt")).unwrap().len(), 4096);
+        f.sync_all().unwrap();
+        f.sync_data().unwrap();
+        f.close().unwrap();
+
+        fs.rename("d/a.txt", "d/b.txt").unwrap();
+        std::os::unix::fs::symlink("b.txt", root.join("d/link")).unwrap();
+        let mut names: Vec<_> = fs
+            .read_dir("d")
+            .unwrap()
+            .into_iter()
+            .map(|e| (String::from_utf8(e.name).unwrap(), e.kind))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [("b.txt".into(), Kind::File), ("link".into(), Kind::Symlink)]
+        );
+        assert!(fs.symlink_stat("d/link").unwrap().is_symlink());
+        assert_eq!(
+            fs.stat("d/link").unwrap().size,
+            4096,
+            "stat follows links inside the export"
+        );
+        let dirf = fs
+            .open_with("d", OpenOptions::new().read(true).custom_flags(0o200000))
+            .unwrap();
+        assert_eq!(dirf.read_dir().unwrap().len(), 2);
+        assert!(fs.stat("d").unwrap().is_dir());
+
+        fs.remove_file("d/link").unwrap();
+        fs.remove_file("d/b.txt").unwrap();
+        fs.remove_dir("d").unwrap();
+        assert!(!root.join("d").exists());
+
+        // Names need not be UTF-8.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        fs.write(odd, b"x").unwrap();
+        assert_eq!(std::fs::read(root.join(odd)).unwrap(), b"x");
+        assert_eq!(fs.read_dir(".").unwrap()[0].name, b"caf\xe9");
+    });
+}
+
+#[test]
+fn data_of_any_size_goes_through_whole() {
+    both_placements(|fs, _| {
+        let big: Vec<u8> = (0..(40 << 20) + 123).map(|i: u32| (i % 251) as u8).collect();
+        fs.write("big", &big).unwrap();
+        assert_eq!(fs.read("big").unwrap(), big);
+        let f = fs.open("big").unwrap();
+        let mut part = vec![0u8; 3 << 20];
+        assert_eq!(f.read_at(&mut part, 1 << 20).unwrap(), 3 << 20);
+        assert_eq!(part, big[1 << 20..4 << 20]);
+        // One call moves at most MAX_IO: a short read, as Unix allows.
+        let mut all = vec![0u8; big.len()];
+        let n = f.read_at(&mut all, 0).unwrap();
+        assert_eq!(n, lintel_fs::proto::MAX_IO as usize);
+        assert_eq!(all[..n], big[..n]);
+    });
+}
+
+#[test]
+fn errors_carry_the_errno_a_unix_program_expects() {
+    both_placements(|fs, root| {
+        std::fs::create_dir(root.join("full")).unwrap();
+        std::fs::write(root.join("full/f"), b"x").unwrap();
+        assert_eq!(errno(fs.open("missing")), ENOENT);
+        assert_eq!(errno(fs.open("")), ENOENT);
+        assert_eq!(
+            errno(fs.open_with("full/f", OpenOptions::new().write(true).create_new(true))),
+            EEXIST
+        );
+        assert_eq!(errno(fs.open("full/f/x")), ENOTDIR);
+        assert_eq!(
+            errno(fs.open_with("full", OpenOptions::new().write(true))),
+            EISDIR
+        );
+        assert_eq!(errno(fs.remove_dir("full")), ENOTEMPTY);
+        assert_eq!(errno(fs.remove_file("full")), EISDIR);
+        assert_eq!(errno(fs.create_dir("full", 0o755)), EEXIST);
+        assert_eq!(errno(fs.remove_dir(".")), EINVAL);
+        assert_eq!(errno(fs.open("a\0b")), EINVAL);
+        // O_PATH (0o10000000) and O_TMPFILE are not for clients.
+        assert_eq!(
+            errno(fs.open_with("full", OpenOptions::new().read(true).custom_flags(0o10000000))),
+            EINVAL
+        );
+        assert_eq!(
+            errno(fs.open_with("full", OpenOptions::new().read(true).custom_flags(0o20200000))),
+            EINVAL
+        );
+        let ro = fs.open("full/f").unwrap();
+        assert_eq!(errno(ro.write_shared(b"y")), EBADF);
+        let mut buf = [0u8; 1];
+        let wo = fs.open_with("full/f", OpenOptions::new().write(true)).unwrap();
+        assert_eq!(errno(wo.read_shared(&mut buf)), EBADF);
+        assert_eq!(errno(ro.seek_shared(SeekFrom::Current(-1))), EINVAL);
+        // std::io sees the same errno.
+        let e = (&ro).write(b"y").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(EBADF));
+    });
+}
+
+#[test]
+fn nothing_outside_the_export_is_reached() {
+    both_placements(|fs, root| {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"SECRET").unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.join("abs")).unwrap();
+        let rel = Path::new("../".repeat(root.components().count()).as_str())
+            .join(outside.path().strip_prefix("/").unwrap())
+            .join("secret");
+        std::os::unix::fs::symlink(&rel, root.join("d/rel")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("outdir")).unwrap();
+        assert_eq!(
+            std::fs::read(root.join("d/rel")).unwrap(),
+            b"SECRET",
+            "the links do lead out"
+        );
+
+        let escapes = |r: Result<(), FsError>, what: &str| {
+            let e = r.unwrap_err();
+            assert!(matches!(e, FsError::Escapes { .. }), "{what}: {e:?}");
+            assert_eq!(e.errno(), EXDEV, "{what}");
+        };
+        let outside_name = outside.path().join("secret");
+        for path in [
+            "..".to_string(),
+            "../x".into(),
+            "d/../../x".into(),
+            outside_name.display().to_string(),
+            "abs".into(),
+            "d/rel".into(),
+            "outdir/secret".into(),
+        ] {
+            escapes(fs.open(&path).map(drop), &format!("open {path}"));
+            escapes(fs.stat(&path).map(drop), &format!("stat {path}"));
+        }
+        escapes(fs.read_dir("outdir").map(drop), "list outdir");
+        escapes(fs.create_dir("outdir/new", 0o755), "mkdir outdir/new");
+        escapes(fs.remove_file("outdir/secret"), "unlink outdir/secret");
+        escapes(fs.rename("d/x", "../x"), "rename out");
+        escapes(fs.rename("outdir/secret", "stolen"), "rename in");
+        escapes(fs.write("../planted", b"x"), "create outside");
+        // The links themselves may be looked at and removed.
+        assert!(fs.symlink_stat("abs").unwrap().is_symlink());
+        fs.remove_file("abs").unwrap();
+        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"SECRET");
+        assert!(!outside.path().parent().unwrap().join("planted").exists());
+    });
+}
+
+/// A host thread swaps an inside directory for a symlink that leads out,
+/// and moves a directory out of the export and back, while the client opens
+/// paths through them: it reads inside data or gets an error, never the
+/// outside file.
+#[test]
+fn races_on_the_path_never_lead_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"SECRET").unwrap();
+    std::fs::create_dir_all(outside.path().join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::write(root.join("d/secret"), b"inside").unwrap();
+    std::fs::create_dir_all(root.join("m/deeper")).unwrap();
+    let svc = FsService::start(&root, false);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (root, out, stop) = (root.clone(), outside.path().to_path_buf(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::rename(root.join("d"), root.join("d.away")).unwrap();
+                std::os::unix::fs::symlink(&out, root.join("d")).unwrap();
+                std::fs::remove_file(root.join("d")).unwrap();
+                std::fs::rename(root.join("d.away"), root.join("d")).unwrap();
+                // A directory leaves the export while a lookup is in it.
+                std::fs::rename(root.join("m"), out.join("m")).unwrap();
+                std::fs::rename(out.join("m"), root.join("m")).unwrap();
+            }
+        })
+    };
+    let end = Instant::now() + Duration::from_millis(1500);
+    let (mut inside, mut refused) = (0, 0);
+    while Instant::now() < end {
+        match svc.fs.read("d/secret") {
+            Ok(data) => {
+                assert_eq!(data, b"inside", "read through a swapped path");
+                inside += 1;
+            }
+            Err(_) => refused += 1,
+        }
+        // From inside the moving directory, `..` twice leads to the
+        // outside directory while it is away.
+        if let Ok(data) = svc.fs.read("m/deeper/../../secret") {
+            panic!("read {data:?} through a directory moved out");
+        }
+        if let Ok(data) = svc.fs.read("m/deeper/../../d/secret") {
+            assert_eq!(data, b"inside");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(inside > 0, "some reads went through ({refused} refused)");
+}
+
+#[test]
+fn a_read_only_export_refuses_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"data").unwrap();
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    let svc = FsService::start(dir.path(), true);
+    let fs = &svc.fs;
+    assert!(fs.is_read_only().unwrap());
+    assert_eq!(fs.read("f").unwrap(), b"data");
+    let erofs = |r: Result<(), FsError>| assert_eq!(r.unwrap_err().errno(), EROFS);
+    erofs(fs.open_with("f", OpenOptions::new().write(true)).map(drop));
+    erofs(
+        fs.open_with("f", OpenOptions::new().read(true).write(true))
+            .map(drop),
+    );
+    erofs(fs.open_with("f", OpenOptions::new().append(true)).map(drop));
+    erofs(
+        fs.open_with("new", OpenOptions::new().write(true).create(true))
+            .map(drop),
+    );
+    erofs(fs.create_dir("e", 0o755));
+    erofs(fs.remove_dir("d"));
+    erofs(fs.remove_file("f"));
+    erofs(fs.rename("f", "g"));
+    assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"data");
+    assert!(!dir.path().join("new").exists());
+}
+
+/// Every holder of one open file's door shares its offset, as processes
+/// do after `fork`; separate opens have their own.
+#[test]
+fn holders_of_one_open_file_share_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..=255).collect();
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let a = FsClientPeer::start(svc.fs.door());
+    let b = FsClientPeer::start(svc.fs.door());
+    let mine = svc.fs.open("f").unwrap();
+    let fa = a.peer.adopt(mine.door().clone()).unwrap();
+    let fb = b.peer.adopt(mine.door().clone()).unwrap();
+    let mut got = Vec::new();
+    for i in 0..8 {
+        let mut out = Vec::new();
+        let peer = if i % 2 == 0 { &a.peer } else { &b.peer };
+        peer.read(if i % 2 == 0 { fa } else { fb }, 16, &mut out).unwrap();
+        got.extend_from_slice(&out);
+        let mut buf = [0u8; 16];
+        assert_eq!(mine.read_shared(&mut buf).unwrap(), 16);
+        got.extend_from_slice(&buf);
+    }
+    assert_eq!(got, data, "the three holders read on from one offset");
+    assert_eq!(a.peer.seek(fa, 0, 100).unwrap(), 100);
+    let mut out = Vec::new();
+    b.peer.read(fb, 4, &mut out).unwrap();
+    assert_eq!(out, [100, 101, 102, 103], "a seek by one holder moves the others");
+
+    // A separate open has an offset of its own.
+    let own = a.peer.open(b"f".to_vec(), O_RDONLY).unwrap();
+    a.peer.read(own, 4, &mut out).unwrap();
+    assert_eq!(out, [0, 1, 2, 3]);
+}
+
+/// Clients in other processes see each other's writes at once, appends
+/// from several land whole and in some order, and a truncate is seen by
+/// all.
+#[test]
+fn writes_by_one_client_are_seen_by_every_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let peers: Vec<_> = (0..3).map(|_| FsClientPeer::start(svc.fs.door())).collect();
+    let files: Vec<_> = peers
+        .iter()
+        .map(|p| p.peer.open(b"shared".to_vec(), O_RDWR | O_CREAT).unwrap())
+        .collect();
+    peers[0].peer.write_at(files[0], 1000, b"written by 0").unwrap();
+    for (p, &f) in peers.iter().zip(&files).skip(1) {
+        let mut out = Vec::new();
+        p.peer.read_at(f, 1000, 12, &mut out).unwrap();
+        assert_eq!(out, b"written by 0");
+        assert_eq!(
+            p.peer.stat(f).unwrap().size,
+            1012,
+            "a write past the end extends the size"
+        );
+    }
+    peers[2].peer.truncate(files[2], 10).unwrap();
+    for (p, &f) in peers.iter().zip(&files) {
+        assert_eq!(p.peer.stat(f).unwrap().size, 10, "a truncate is seen by all");
+        let mut out = Vec::new();
+        p.peer.read_at(f, 1000, 12, &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    // O_APPEND from every client: each record lands whole, none is lost.
+    let appends: Vec<_> = peers
+        .iter()
+        .map(|p| {
+            p.peer
+                .open(b"log".to_vec(), O_WRONLY | O_CREAT | O_APPEND)
+                .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, (p, &f)) in peers.iter().zip(&appends).enumerate() {
+            s.spawn(move || {
+                for j in 0..50 {
+                    let rec = format!("[{i}:{j:02}]");
+                    assert_eq!(p.peer.write(f, rec.as_bytes()).unwrap(), 6);
+                }
+            });
+        }
+    });
+    let log = String::from_utf8(std::fs::read(dir.path().join("log")).unwrap()).unwrap();
+    assert_eq!(log.len(), 3 * 50 * 6);
+    for i in 0..3 {
+        let mine: Vec<_> = log
+            .match_indices(&format!("[{i}:"))
+            .map(|(at, _)| &log[at..at + 6])
+            .collect();
+        let want: Vec<_> = (0..50).map(|j| format!("[{i}:{j:02}]")).collect();
+        assert_eq!(mine, want, "client {i}'s records, whole and in order");
+    }
+}
+
+/// A client killed while it writes leaves a file whose size and contents
+/// the other clients agree on; a killed service fails its clients' calls
+/// with an error at once.
+#[test]
+fn a_killed_client_or_service_leaves_the_others_consistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut svc = FsService::start(dir.path(), false);
+    let mut writer = FsClientPeer::start(svc.fs.door());
+    let reader = FsClientPeer::start(svc.fs.door());
+    let fw = writer
+        .peer
+        .open(b"f".to_vec(), O_WRONLY | O_CREAT | O_APPEND)
+        .unwrap();
+    let fr = reader.peer.open(b"f".to_vec(), O_RDONLY).unwrap();
+    let record = vec![b'r'; 1 << 20];
+    writer.peer.write_in_background(fw, record, 1000).unwrap();
+    assert!(lintel_tests::eventually(Duration::from_secs(10), || {
+        reader.peer.stat(fr).unwrap().size >= 4 << 20
+    }));
+    writer.kill();
+    let size = reader.peer.stat(fr).unwrap().size;
+    assert_eq!(size, std::fs::metadata(dir.path().join("f")).unwrap().len());
+    let mut out = Vec::new();
+    reader.peer.read_at(fr, 0, 4 << 20, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == b'r'), "no zeros where data was");
+    assert_eq!(svc.fs.stat("f").unwrap().size, size, "the service goes on");
+
+    let mine = svc.fs.open("f").unwrap();
+    svc.kill();
+    let start = Instant::now();
+    let e = mine.read_at(&mut [0u8; 10], 0).unwrap_err();
+    assert_eq!(e.errno(), EIO, "{e}");
+    assert!(matches!(e, FsError::Stub(_)), "{e:?}");
+    let e = reader.peer.read(fr, 10, &mut out).unwrap_err();
+    assert_eq!(e.errno(), EIO, "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "no call waits on a dead service"
+    );
+}
