@@ -112,6 +112,9 @@ pub const BUF_LOAN: u32 = 2;
 /// In a reply: a loan of the caller's pool that the call's handler let go
 /// of, given back with the reply (length, offset), not a buffer passed.
 pub const BUF_RETURNED: u32 = 3;
+/// A file descriptor passed as is (length and offset 0); it travels with
+/// the sealed snapshots' memfds, in descriptor order.
+pub const BUF_FD: u32 = 4;
 
 const _: () = assert!(OFF_BUFS + MAX_BUFFERS * WIRE_BUF <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);

@@ -103,7 +103,7 @@ impl WireDoor {
 }
 
 /// A buffer as it travels: its kind ([`abi::BUF_SEALED`], [`abi::BUF_LOAN`],
-/// [`abi::BUF_RETURNED`]), its length, and for a loan its offset in the
+/// [`abi::BUF_RETURNED`], [`abi::BUF_FD`]), its length, and for a loan its offset in the
 /// lender's pool. Written at [`abi::OFF_BUFS`] + i × [`abi::WIRE_BUF`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WireBuf {

@@ -70,7 +70,7 @@ fn doors() -> Vec<Door> {
             Some(Buffer::Loaned(l)) => (l.get(0), l.len().checked_sub(1).and_then(|i| l.get(i))),
             Some(Buffer::Loan(l)) => (l.as_slice().first().copied(), l.as_slice().last().copied()),
             Some(Buffer::Sealed(s)) => (s.as_slice().first().copied(), s.as_slice().last().copied()),
-            None => (None, None),
+            Some(Buffer::Fd(_)) | None => (None, None),
         };
         reply.data.extend([first.ok_or(Fault(1))?, last.ok_or(Fault(1))?]);
         Ok(())

@@ -209,7 +209,7 @@ fn method(f: &mut TraitItemFn) -> syn::Result<Method> {
             (_, Some(a), _) => {
                 return err(
                     a,
-                    "`#[buffer]` applies only to a parameter passed by value whose type implements `lintel::stub::Passed` (`lintel::Buffer` or `lintel::Sealed`)",
+                    "`#[buffer]` applies only to a parameter passed by value whose type implements `lintel::stub::Passed` (`lintel::Buffer`, `lintel::Sealed` or `std::os::fd::OwnedFd`)",
                 );
             }
         };
@@ -487,9 +487,7 @@ fn generate(tr: &ItemTrait, methods: &[Method]) -> TokenStream {
                 req: #lt::Request<'_>,
                 reply: &mut #lt::Reply,
             ) -> ::core::result::Result<(), #lt::Fault> {
-                let (method, mut r) = #st::request(req.data, &req.doors)?;
-                #[allow(unused_mut)]
-                let mut __bufs = req.buffers.into_iter();
+                let (method, mut r) = #st::request(req.data, &req.doors, req.buffers)?;
                 match method {
                     #(#dispatch_arms)*
                     _ => ::core::result::Result::Err(#st::unknown_method()),
@@ -534,12 +532,11 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
     let mut enc = Vec::new(); // remote: encode the arguments
     let mut dec = Vec::new(); // remote: decode buffers from the reply
     let mut clear = Vec::new(); // co-located: out buffers of a result too large to send
-    let mut pass = Vec::new(); // remote: buffers passed by reference
     for (k, a) in m.params.iter().zip(&args) {
         match k {
             Kind::Buffer(t) => {
                 decl.push(quote!(#a: #t));
-                pass.push(quote!(__call.buffer(<#t as #st::Passed>::into_buffer(#a));));
+                enc.push(quote!(__w.buffer(<#t as #st::Passed>::into_buffer(#a));));
             }
             Kind::Value(t) => {
                 decl.push(quote!(#a: #t));
@@ -658,7 +655,6 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
                 let mut __w = __call.writer();
                 #(#enc)*
             }
-            #(#pass)*
             let __reply = __call.send(&self.door).and_then(|__r| {
                 #st::decode_reply(&METHOD, __r, |__r| {
                     let __v = #st::decode_result::<#ok, #e>(__r)?;
@@ -692,7 +688,7 @@ fn dispatch_arm(m: &Method, tname: &Ident) -> TokenStream {
                 call_args.push(quote!(#a));
             }
             Kind::Buffer(t) => {
-                dec.push(quote!(let #a = #st::next_buffer::<#t>(&mut __bufs).map_err(#st::bad_request)?;));
+                dec.push(quote!(let #a = #st::next_buffer::<#t>(&mut r).map_err(#st::bad_request)?;));
                 call_args.push(quote!(#a));
             }
             Kind::Bytes => {
@@ -725,7 +721,6 @@ fn dispatch_arm(m: &Method, tname: &Ident) -> TokenStream {
         #number => {
             #(#dec)*
             r.finish().map_err(#st::bad_request)?;
-            #st::no_more_buffers(&mut __bufs).map_err(#st::bad_request)?;
             let __res = <dyn #tname + ::core::marker::Send + ::core::marker::Sync as #tname>::#name(&*self.imp, #(#call_args),*);
             #st::encode_result(&__res, reply);
             #(#outs)*

@@ -50,7 +50,7 @@ fn method_numbers_are_fnv1a_of_names() {
     for (name, num) in ProbeServer::METHODS {
         assert_eq!(*num, lintel::stub::method_number(name));
     }
-    assert_eq!(ProbeServer::METHODS.len(), 17);
+    assert_eq!(ProbeServer::METHODS.len(), 18);
     assert_eq!(ProbeClient::INTERFACE, "Probe");
     // The methods both versions have share their numbers.
     assert!(

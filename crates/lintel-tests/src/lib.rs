@@ -233,5 +233,13 @@ pub fn buffer_bytes(b: &lintel::Buffer) -> Vec<u8> {
         lintel::Buffer::Sealed(s) => s.as_slice().to_vec(),
         lintel::Buffer::Loan(l) => l.as_slice().to_vec(),
         lintel::Buffer::Loaned(l) => l.to_vec(),
+        lintel::Buffer::Fd(fd) => {
+            let mut all = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n @ 1..) = rustix::io::pread(fd, &mut chunk, all.len() as u64) {
+                all.extend_from_slice(&chunk[..n]);
+            }
+            all
+        }
     }
 }

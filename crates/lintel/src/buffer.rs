@@ -3,7 +3,9 @@
 //! A call copies its bytes (`data`, any size up to the message limit). For
 //! data that should not be copied, a call can also carry [`Buffer`]s
 //! ([`Door::call_with`](crate::Door::call_with), [`Request::buffers`](crate::Request),
-//! [`Reply::buffers`](crate::Reply)), of two kinds:
+//! [`Reply::buffers`](crate::Reply)), of two kinds, beside plain file
+//! descriptors ([`Buffer::Fd`], which is how a service hands out shared
+//! memory or an event to its client; the stubs pass `OwnedFd` values):
 //!
 //! - **[`Sealed`] snapshots**: a memfd its writer fills, then seals against
 //!   writing ([`SealedWriter::seal`]). Nobody, not even the writer, can
@@ -69,6 +71,11 @@ pub enum Buffer {
     Loan(Loan),
     /// A loan of a peer's pool, received (untrusted bytes).
     Loaned(Loaned),
+    /// A file descriptor, passed as is (as a Solaris door passes
+    /// `DOOR_DESCRIPTOR`): the receiver gets its own descriptor for the
+    /// same open file. The runtime never reads, maps or waits on one it
+    /// receives; what it is, is the receiver's to check.
+    Fd(OwnedFd),
 }
 
 impl Buffer {
@@ -78,6 +85,7 @@ impl Buffer {
             Buffer::Sealed(s) => s.len(),
             Buffer::Loan(l) => l.len(),
             Buffer::Loaned(l) => l.len(),
+            Buffer::Fd(_) => 0,
         }
     }
 
@@ -589,6 +597,7 @@ pub(crate) fn send(
         .iter()
         .filter_map(|b| match b {
             Buffer::Sealed(s) => Some(s.fd.as_fd()),
+            Buffer::Fd(fd) => Some(fd.as_fd()),
             _ => None,
         })
         .collect();
@@ -625,6 +634,11 @@ pub(crate) fn send(
                     off: off as u64,
                 }
             }
+            Buffer::Fd(_) => WireBuf {
+                kind: BUF_FD,
+                len: 0,
+                off: 0,
+            },
             Buffer::Loaned(_) => unreachable!("refused above"),
         };
         slot.write(WireBuf::offset(i), &d.to_bytes());
@@ -671,21 +685,32 @@ pub(crate) fn receive(
             }
         } else if kind == BUF_RETURNED && !request {
             returned(conn.id, &[(off, len as u32)]); // honoured only if lent to this peer
-        } else if kind != BUF_SEALED {
+        } else if kind == BUF_FD && (len, off) != (0, 0) {
+            error = error.or(Some(CallError::BadMessage("a descriptor buffer with a length")));
+        } else if kind != BUF_SEALED && kind != BUF_FD {
             error = error.or(Some(CallError::BadMessage("unknown buffer kind")));
         }
     }
-    let sealed = descs.iter().filter(|d| d.0 == BUF_SEALED).count();
+    let with_fd = |kind: u32| kind == BUF_SEALED || kind == BUF_FD;
+    let sealed = descs.iter().filter(|d| with_fd(d.0)).count();
     if sealed > 0 {
         let fds = conn
             .take_buffer_fds(request, index, seq)
             .filter(|f| f.len() == sealed);
         match fds {
-            None => error = error.or(Some(CallError::BadMessage("sealed buffers missing"))),
+            None => {
+                error = error.or(Some(CallError::BadMessage(
+                    "sealed buffers or descriptors missing",
+                )))
+            }
             Some(fds) => {
                 let mut fds = fds.into_iter();
-                for (i, d) in descs.iter().enumerate().filter(|(_, d)| d.0 == BUF_SEALED) {
+                for (i, d) in descs.iter().enumerate().filter(|(_, d)| with_fd(d.0)) {
                     let fd = fds.next().expect("counted above");
+                    if d.0 == BUF_FD {
+                        made[i] = Some(Buffer::Fd(fd));
+                        continue;
+                    }
                     match Sealed::map(fd, d.1) {
                         Ok(s) => made[i] = Some(Buffer::Sealed(s)),
                         Err(e) => error = error.or(Some(CallError::BadMessage(e))),

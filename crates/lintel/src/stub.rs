@@ -169,8 +169,8 @@ pub trait Wire: Sized {
     }
 }
 
-/// Where [`Wire::encode`] writes: a call's bytes and doors, or a counter
-/// that only measures (for the co-located path's size checks).
+/// Where [`Wire::encode`] writes: a call's bytes, doors and buffers, or a
+/// counter that only measures (for the co-located path's size checks).
 pub struct Writer<'a> {
     sink: Sink<'a>,
 }
@@ -179,6 +179,7 @@ enum Sink<'a> {
     Buf {
         data: &'a mut Vec<u8>,
         doors: &'a mut Vec<Door>,
+        buffers: Option<&'a mut Vec<crate::Buffer>>,
     },
     Count {
         bytes: usize,
@@ -190,7 +191,27 @@ impl<'a> Writer<'a> {
     /// A writer appending to `data` and `doors`.
     pub fn new(data: &'a mut Vec<u8>, doors: &'a mut Vec<Door>) -> Writer<'a> {
         Writer {
-            sink: Sink::Buf { data, doors },
+            sink: Sink::Buf {
+                data,
+                doors,
+                buffers: None,
+            },
+        }
+    }
+
+    /// A writer that also passes buffers (file descriptors, `#[buffer]`
+    /// parameters) by reference, appending them to `buffers`.
+    pub fn with_buffers(
+        data: &'a mut Vec<u8>,
+        doors: &'a mut Vec<Door>,
+        buffers: &'a mut Vec<crate::Buffer>,
+    ) -> Writer<'a> {
+        Writer {
+            sink: Sink::Buf {
+                data,
+                doors,
+                buffers: Some(buffers),
+            },
         }
     }
 
@@ -205,7 +226,7 @@ impl<'a> Writer<'a> {
     fn counted(&self) -> (usize, usize) {
         match &self.sink {
             Sink::Count { bytes, doors } => (*bytes, *doors),
-            Sink::Buf { data, doors } => (data.len(), doors.len()),
+            Sink::Buf { data, doors, .. } => (data.len(), doors.len()),
         }
     }
 
@@ -240,18 +261,42 @@ impl<'a> Writer<'a> {
             Sink::Count { doors, .. } => *doors += 1,
         }
     }
+
+    /// Pass `b` by reference. A writer made without buffers
+    /// ([`Writer::new`]) drops it, and the reader then finds it missing;
+    /// the stubs' writers always have them.
+    #[inline]
+    pub fn buffer(&mut self, b: crate::Buffer) {
+        if let Sink::Buf {
+            buffers: Some(buffers),
+            ..
+        } = &mut self.sink
+        {
+            buffers.push(b);
+        }
+    }
 }
 
-/// Reads a call's bytes and doors from the front.
+/// Reads a call's bytes, doors and buffers from the front.
 pub struct Reader<'a> {
     data: &'a [u8],
     doors: &'a [Door],
+    buffers: std::vec::IntoIter<crate::Buffer>,
 }
 
 impl<'a> Reader<'a> {
     /// Read `data` and `doors` from the front.
     pub fn new(data: &'a [u8], doors: &'a [Door]) -> Reader<'a> {
-        Reader { data, doors }
+        Reader::with_buffers(data, doors, Vec::new())
+    }
+
+    /// Read `data`, `doors` and the `buffers` passed by reference.
+    pub fn with_buffers(data: &'a [u8], doors: &'a [Door], buffers: Vec<crate::Buffer>) -> Reader<'a> {
+        Reader {
+            data,
+            doors,
+            buffers: buffers.into_iter(),
+        }
     }
 
     /// Bytes not read yet.
@@ -306,7 +351,13 @@ impl<'a> Reader<'a> {
         Ok(first.clone())
     }
 
-    /// Everything must have been read: no bytes or doors left over.
+    /// The next buffer passed by reference.
+    #[inline]
+    pub fn buffer(&mut self) -> Result<crate::Buffer, WireError> {
+        self.buffers.next().ok_or(WireError("missing buffer"))
+    }
+
+    /// Everything must have been read: no bytes, doors or buffers left over.
     #[inline]
     pub fn finish(&self) -> Result<(), WireError> {
         if !self.data.is_empty() {
@@ -314,6 +365,9 @@ impl<'a> Reader<'a> {
         }
         if !self.doors.is_empty() {
             return Err(WireError("extra doors"));
+        }
+        if self.buffers.len() != 0 {
+            return Err(WireError("extra buffers"));
         }
         Ok(())
     }
@@ -805,7 +859,7 @@ impl Call {
     #[inline]
     pub fn writer(&mut self) -> Writer<'_> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        Writer::new(&mut s.args, &mut s.doors)
+        Writer::with_buffers(&mut s.args, &mut s.doors, &mut s.buffers)
     }
 
     /// Pass `b` by reference with the call (a `#[buffer]` parameter).
@@ -826,7 +880,8 @@ impl Call {
         r.map_err(|e| self.m.error(e))?;
         // Drop our clones of the argument doors now, not at the next call.
         s.doors.clear();
-        Ok(Reader::new(&s.reply.data, &s.reply.doors))
+        let buffers = std::mem::take(&mut s.reply.buffers);
+        Ok(Reader::with_buffers(&s.reply.data, &s.reply.doors, buffers))
     }
 }
 
@@ -937,8 +992,12 @@ pub fn local_outcome<T, E: From<StubError>>(
 
 /// Split a request into its method number and the rest.
 #[inline]
-pub fn request<'a>(data: &'a [u8], doors: &'a [Door]) -> Result<(u32, Reader<'a>), Fault> {
-    let mut r = Reader::new(data, doors);
+pub fn request<'a>(
+    data: &'a [u8],
+    doors: &'a [Door],
+    buffers: Vec<crate::Buffer>,
+) -> Result<(u32, Reader<'a>), Fault> {
+    let mut r = Reader::with_buffers(data, doors, buffers);
     let m = r.array().map_err(|_| Fault(FAULT_BAD_REQUEST))?;
     Ok((u32::from_le_bytes(m), r))
 }
@@ -978,16 +1037,35 @@ impl Passed for crate::Sealed {
 
 /// The next buffer passed with a request, as a `#[buffer]` parameter.
 #[inline]
-pub fn next_buffer<T: Passed>(it: &mut std::vec::IntoIter<crate::Buffer>) -> Result<T, WireError> {
-    T::from_buffer(it.next().ok_or(WireError("missing buffer"))?)
+pub fn next_buffer<T: Passed>(r: &mut Reader<'_>) -> Result<T, WireError> {
+    T::from_buffer(r.buffer()?)
 }
 
-/// Every buffer passed must have been taken by a parameter.
-#[inline]
-pub fn no_more_buffers(it: &mut std::vec::IntoIter<crate::Buffer>) -> Result<(), WireError> {
-    match it.next() {
-        None => Ok(()),
-        Some(_) => Err(WireError("extra buffers")),
+impl Passed for std::os::fd::OwnedFd {
+    fn into_buffer(self) -> crate::Buffer {
+        crate::Buffer::Fd(self)
+    }
+    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+        match b {
+            crate::Buffer::Fd(fd) => Ok(fd),
+            _ => Err(WireError("a file descriptor was expected")),
+        }
+    }
+}
+
+/// A file descriptor crosses a door as a [`crate::Buffer::Fd`]: the
+/// receiver gets its own descriptor for the same open file. Encoding
+/// duplicates it (the sender keeps its own); a duplicate that fails (the
+/// process is out of descriptors) goes missing, and the call fails to
+/// decode. Co-located calls move it without duplicating.
+impl Wire for std::os::fd::OwnedFd {
+    fn encode(&self, w: &mut Writer<'_>) {
+        if let Ok(fd) = self.try_clone() {
+            w.buffer(crate::Buffer::Fd(fd));
+        }
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        <Self as Passed>::from_buffer(r.buffer()?)
     }
 }
 
@@ -1006,7 +1084,11 @@ pub fn unknown_method() -> Fault {
 /// Write a method's result into the reply.
 #[inline]
 pub fn encode_result<T: Wire, E: Wire>(r: &Result<T, E>, reply: &mut Reply) {
-    r.encode(&mut Writer::new(&mut reply.data, &mut reply.doors));
+    r.encode(&mut Writer::with_buffers(
+        &mut reply.data,
+        &mut reply.doors,
+        &mut reply.buffers,
+    ));
 }
 
 /// Append an out or in-out buffer to the reply.

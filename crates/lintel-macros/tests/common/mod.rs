@@ -7,6 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use lintel::stub::{StubError, Wire};
+use std::os::fd::OwnedFd;
+
 use lintel::{Buffer, CallError, Door, Loan, Sealed};
 
 #[derive(Debug, Clone, PartialEq, Wire)]
@@ -66,6 +68,10 @@ pub trait Probe {
         tag: u8,
         #[buffer] snap: Sealed,
     ) -> Result<(u64, u8, u64, u64), ProbeError>;
+    /// File descriptors both ways: appends `!` to `file`, returns a new
+    /// file holding its bytes reversed, and the bytes of `extra` (passed
+    /// as a `#[buffer]` parameter).
+    fn descriptors(&self, file: OwnedFd, #[buffer] extra: OwnedFd) -> Result<(OwnedFd, Vec<u8>), ProbeError>;
 }
 
 #[lintel::interface]
@@ -171,15 +177,40 @@ impl Probe for ProbeImpl {
     fn pid(&self) -> Result<u32, ProbeError> {
         Ok(std::process::id())
     }
+    fn descriptors(&self, file: OwnedFd, extra: OwnedFd) -> Result<(OwnedFd, Vec<u8>), ProbeError> {
+        let mut bytes = file_bytes(&file);
+        rustix::io::pwrite(&file, b"!", bytes.len() as u64)
+            .map_err(|e| ProbeError::Refused(e.to_string()))?;
+        bytes.reverse();
+        Ok((file_with(&bytes), file_bytes(&extra)))
+    }
     fn by_reference(&self, loan: Buffer, tag: u8, snap: Sealed) -> Result<(u64, u8, u64, u64), ProbeError> {
         let bytes = match &loan {
             Buffer::Loaned(l) => l.to_vec(),
             Buffer::Loan(l) => l.as_slice().to_vec(),
             Buffer::Sealed(s) => s.as_slice().to_vec(),
+            Buffer::Fd(_) => return Err(ProbeError::Refused("a descriptor".into())),
         };
         let sum = bytes.iter().chain(snap.as_slice()).map(|&b| b as u64).sum();
         Ok((loan.len() as u64, tag, snap.len() as u64, sum))
     }
+}
+
+/// All of a file's bytes, read from its start.
+pub fn file_bytes(fd: &OwnedFd) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut chunk = [0u8; 256];
+    while let Ok(n @ 1..) = rustix::io::pread(fd, &mut chunk, all.len() as u64) {
+        all.extend_from_slice(&chunk[..n]);
+    }
+    all
+}
+
+/// A memfd holding `bytes`.
+pub fn file_with(bytes: &[u8]) -> OwnedFd {
+    let fd = rustix::fs::memfd_create("probe", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::io::pwrite(&fd, bytes, 0).unwrap();
+    fd
 }
 
 /// Where the server runs, relative to the caller.
@@ -288,6 +319,16 @@ pub fn exercise(p: &ProbeClient, placement: Placement) {
         p.by_reference(Buffer::Loan(loan), 9, snap),
         Ok((300_000, 9, 1000, 600_000 + 3000))
     );
+
+    // File descriptors, as arguments and in results, by value and as a
+    // `#[buffer]` parameter: the receiver's descriptor names the same file.
+    let file = file_with(b"abc");
+    let (rev, extra) = p
+        .descriptors(file.try_clone().unwrap(), file_with(b"xyz"))
+        .unwrap();
+    assert_eq!(file_bytes(&rev), b"cba");
+    assert_eq!(extra, b"xyz");
+    assert_eq!(file_bytes(&file), b"abc!", "the server wrote to our file");
 
     // Size limits: the same errors in both placements, at the message
     // limit (data above the vanilla path's 5 KiB travel in bulk).

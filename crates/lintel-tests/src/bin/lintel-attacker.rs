@@ -1307,6 +1307,20 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     // A loan before any pool was sent.
     descs(&f, &[d(BUF_LOAN, 10, 0)]);
     expect("loan without a pool", &mut f, bad);
+    // Descriptors: named but never sent, one sent for two named, one with
+    // a length; then an honest one (a pipe: the victim must not read it).
+    descs(&f, &[d(BUF_FD, 0, 0)]);
+    expect("descriptor never sent", &mut f, bad);
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().expect("pipe");
+    send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[pipe_r.as_fd()]);
+    descs(&f, &[d(BUF_FD, 0, 0), d(BUF_FD, 0, 0)]);
+    expect("two descriptors named, one sent", &mut f, bad);
+    send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[pipe_r.as_fd()]);
+    descs(&f, &[d(BUF_FD, 4096, 0)]);
+    expect("descriptor with a length", &mut f, bad);
+    send(sock, &buffers_msg(f.seq.wrapping_add(1)), &[pipe_r.as_fd()]);
+    descs(&f, &[d(BUF_FD, 0, 0)]);
+    expect("honest descriptor", &mut f, ok);
     // Unknown kinds, too many buffers.
     descs(&f, &[d(99, 10, 0)]);
     expect("unknown buffer kind", &mut f, bad);
