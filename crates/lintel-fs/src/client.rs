@@ -1,19 +1,45 @@
 //! The client library: [`Fs`] for an export's namespace, [`File`] for an
 //! open file, with the `std::io` traits a Rust program expects.
 //!
-//! Every operation is one call on the export's or the file's door (the
-//! copy path: CHORUS's `sgRead`/`sgWrite`); data above the vanilla path's
-//! size goes through lintel's bulk segments without the caller asking.
+//! A [`File`] picks its path per call ([`IoPath`]):
+//! - **mapped** (Mach's mapped files): reads, writes, seeks and `stat` of
+//!   a regular file opened for reading go through a window of the file's
+//!   pages mapped into this process, guarded by a token in a page shared
+//!   with the service ([`crate::mapped`]); no call while the window covers
+//!   the access and the token is here;
+//! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
+//!   data above the vanilla path's size through lintel's bulk segments;
+//!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
+//!   mapped, and whenever the mapped path is unavailable.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use lintel::Door;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
 use crate::FsError;
+use crate::mapped::{Mapped, MappedSession};
 use crate::proto::{DirEntry, Export, ExportClient, MAX_IO, OpenFile, OpenFileClient, Stat, Whence};
+
+/// Reads and writes up to this many bytes take the mapped path (when the
+/// file is mapped); larger ones move in one call on the copy path.
+pub const MAPPED_MAX: usize = 1 << 20;
+
+/// Which path a file's reads and writes take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoPath {
+    /// Mapped for calls up to [`MAPPED_MAX`] bytes when the file can be
+    /// mapped, copy otherwise.
+    #[default]
+    Auto,
+    /// Always one call on the file's door.
+    Copy,
+    /// Mapped whenever the file can be mapped, at any size.
+    Mapped,
+}
 
 /// An exported directory, reached through its door.
 ///
@@ -30,6 +56,9 @@ use crate::proto::{DirEntry, Export, ExportClient, MAX_IO, OpenFile, OpenFileCli
 #[derive(Clone)]
 pub struct Fs {
     export: ExportClient,
+    /// This process's mapped-window session with the export, made on the
+    /// first open that maps.
+    session: Arc<OnceLock<Option<Arc<MappedSession>>>>,
 }
 
 impl Fs {
@@ -38,6 +67,7 @@ impl Fs {
     pub fn from_door(door: Door) -> Fs {
         Fs {
             export: ExportClient::from_door(door),
+            session: Arc::new(OnceLock::new()),
         }
     }
 
@@ -58,8 +88,21 @@ impl Fs {
 
     /// Open `path` as `options` say.
     pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
-        let file = self.export.open(bytes(&path), options.flags()?, options.mode)?;
-        Ok(File::from_client(file))
+        let flags = options.flags()?;
+        let file = self.export.open(bytes(&path), flags, options.mode)?;
+        let mut f = File::from_client(file);
+        f.path = options.path;
+        f.append = options.append;
+        let readable = flags & 3 != 1;
+        if options.path != IoPath::Copy
+            && readable
+            && let Some(session) = MappedSession::get(&self.session, &self.export)
+        {
+            // Directories and other files that cannot map stay on the
+            // copy path.
+            f.mapped = Mapped::attach(&session, &f.file).ok().map(Arc::new);
+        }
+        Ok(f)
     }
 
     /// Metadata of `path`, following symlinks.
@@ -143,6 +186,7 @@ pub struct OpenOptions {
     create_new: bool,
     custom: u32,
     mode: u32,
+    path: IoPath,
 }
 
 impl Default for OpenOptions {
@@ -164,7 +208,13 @@ impl OpenOptions {
             create_new: false,
             custom: 0,
             mode: 0o666,
+            path: IoPath::Auto,
         }
+    }
+    /// Which path reads and writes take (default [`IoPath::Auto`]).
+    pub fn io_path(&mut self, path: IoPath) -> &mut Self {
+        self.path = path;
+        self
     }
     pub fn read(&mut self, yes: bool) -> &mut Self {
         self.read = yes;
@@ -230,6 +280,9 @@ pub struct File {
     file: OpenFileClient,
     /// Where replies land before they are copied to the caller's buffer.
     scratch: Mutex<Vec<u8>>,
+    mapped: Option<Arc<Mapped>>,
+    path: IoPath,
+    append: bool,
 }
 
 impl File {
@@ -237,10 +290,25 @@ impl File {
         File {
             file,
             scratch: Mutex::new(Vec::new()),
+            mapped: None,
+            path: IoPath::Auto,
+            append: false,
         }
     }
 
-    /// The open file behind `door` (one passed from another domain).
+    /// Whether this handle reads and writes through a mapped window.
+    pub fn is_mapped(&self) -> bool {
+        self.mapped.is_some()
+    }
+
+    /// The mapping, if this call of `len` bytes should take it.
+    fn mapped_for(&self, len: usize) -> Option<&Mapped> {
+        let m = self.mapped.as_deref()?;
+        (len <= MAPPED_MAX || self.path == IoPath::Mapped).then_some(m)
+    }
+
+    /// The open file behind `door` (one passed from another domain); it
+    /// takes the copy path.
     pub fn from_door(door: Door) -> File {
         File::from_client(OpenFileClient::from_door(door))
     }
@@ -252,11 +320,20 @@ impl File {
 
     /// A second handle on the same open file (as `dup(2)` makes).
     pub fn try_clone(&self) -> File {
-        File::from_client(self.file.clone())
+        let mut f = File::from_client(self.file.clone());
+        f.mapped = self.mapped.clone();
+        f.path = self.path;
+        f.append = self.append;
+        f
     }
 
     /// Read at the shared offset into `buf`; 0 at the end of the file.
     pub fn read_shared(&self, buf: &mut [u8]) -> Result<usize, FsError> {
+        if let Some(m) = self.mapped_for(buf.len())
+            && let Some(n) = m.read(None, buf)?
+        {
+            return Ok(n);
+        }
         let mut scratch = self.scratch.lock();
         self.file.read(io_len(buf.len()), &mut scratch)?;
         Ok(copy_out(&scratch, buf))
@@ -264,6 +341,11 @@ impl File {
 
     /// Write at the shared offset (at the end, if opened to append).
     pub fn write_shared(&self, buf: &[u8]) -> Result<usize, FsError> {
+        if let Some(m) = self.mapped_for(buf.len())
+            && let Some(n) = m.write(None, buf, self.append)?
+        {
+            return Ok(n);
+        }
         let n = self.file.write(&buf[..io_len(buf.len()) as usize])?;
         Ok(n as usize)
     }
@@ -278,11 +360,21 @@ impl File {
             std::io::SeekFrom::Current(d) => (Whence::Current, d),
             std::io::SeekFrom::End(d) => (Whence::End, d),
         };
+        if let Some(m) = &self.mapped
+            && let Some(to) = m.seek(whence, delta)?
+        {
+            return Ok(to);
+        }
         self.file.seek(whence, delta)
     }
 
     /// Read at `at`, leaving the offset alone.
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+        if let Some(m) = self.mapped_for(buf.len())
+            && let Some(n) = m.read(Some(at), buf)?
+        {
+            return Ok(n);
+        }
         let mut scratch = self.scratch.lock();
         self.file.read_at(at, io_len(buf.len()), &mut scratch)?;
         Ok(copy_out(&scratch, buf))
@@ -290,11 +382,23 @@ impl File {
 
     /// Write at `at`, leaving the offset alone.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
+        if let Some(m) = self.mapped_for(buf.len())
+            && let Some(n) = m.write(Some(at), buf, self.append)?
+        {
+            return Ok(n);
+        }
         let n = self.file.write_at(at, &buf[..io_len(buf.len()) as usize])?;
         Ok(n as usize)
     }
 
+    /// The file's metadata; from the shared page, without a call, while
+    /// this process holds the file's token.
     pub fn metadata(&self) -> Result<Stat, FsError> {
+        if let Some(m) = &self.mapped
+            && let Some(st) = m.stat()?
+        {
+            return Ok(st);
+        }
         self.file.stat()
     }
 
@@ -320,7 +424,9 @@ impl File {
 
     /// Close this handle, reporting what dropping it would not: a write
     /// the service could not complete for it.
-    pub fn close(self) -> Result<(), FsError> {
+    pub fn close(mut self) -> Result<(), FsError> {
+        // The token goes back first (with what we wrote through the window).
+        drop(self.mapped.take());
         self.file.close()
     }
 }

@@ -58,6 +58,14 @@ impl From<rustix::io::Errno> for FsError {
     }
 }
 
+impl From<std::io::Error> for FsError {
+    fn from(e: std::io::Error) -> Self {
+        FsError::Os {
+            errno: e.raw_os_error().unwrap_or(rustix::io::Errno::IO.raw_os_error()),
+        }
+    }
+}
+
 impl From<FsError> for std::io::Error {
     fn from(e: FsError) -> Self {
         match e {

@@ -31,18 +31,20 @@
 
 mod client;
 mod error;
+pub mod mapped;
+mod node;
 mod path;
 pub mod proto;
 mod service;
-#[allow(dead_code)] // used by the mapped path, which lands next
+mod session;
 mod shm;
-#[allow(dead_code)]
+mod token;
 mod uffd;
 
-pub use client::{File, Fs, OpenOptions};
+pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};
 pub use error::FsError;
 pub use proto::{DirEntry, Kind, Stat, Timespec};
-pub use service::Service;
+pub use service::{LOCK_TIMEOUT, Service};
 
 /// Register the file service as `name` in a `lintel_boot` registry. The
 /// manifest configures it in `[service.NAME]`: `root`, the directory to
@@ -74,4 +76,17 @@ pub fn register(registry: &mut lintel_boot::Registry, name: &str) {
             Service::new(&root, read_only).map_err(|e| format!("cannot export {}: {e}", root.display()))?;
         Ok(service.into_door())
     });
+}
+
+/// Poll `f` for up to 10 s (tests only).
+#[cfg(test)]
+pub(crate) fn test_eventually(mut f: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    false
 }

@@ -7,6 +7,9 @@
 //! share an offset after `fork`. Paths are bytes (Linux names need not be
 //! UTF-8), relative to the export's root.
 
+use std::os::fd::OwnedFd;
+
+use lintel::Door;
 use lintel::stub::Wire;
 
 use crate::FsError;
@@ -123,6 +126,35 @@ pub trait Export {
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// Whether the export refuses every change.
     fn read_only(&self) -> Result<bool, FsError>;
+    /// Start a session for mapped windows: the caller's userfaultfd (the
+    /// service pages the caller's windows through it) and an eventfd the
+    /// service signals if it evicts the session. Returns the session's
+    /// door and its shared page (a memfd of [`crate::token::PAGE_LEN`]
+    /// bytes, sealed against resizing).
+    fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError>;
+}
+
+/// A client process's mapped windows on one export: descriptors in the
+/// shared page, one per open file it maps, each with its token.
+#[lintel::interface]
+pub trait Session {
+    /// Give `file` (an open-file door of this export, regular and
+    /// readable) a descriptor. Returns the descriptor's number, the file's
+    /// cache (a memfd, read-only unless the file was opened for writing),
+    /// the bytes to map of it, and whether the mapping may be written.
+    fn attach(&self, file: Door) -> Result<(u32, OwnedFd, u64, bool), FsError>;
+    /// The client mapped the cache at `base` and registered the mapping
+    /// with its userfaultfd.
+    fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError>;
+    /// Grant the descriptor the file's token (taking it from whoever has it).
+    fn acquire(&self, slot: u32) -> Result<(), FsError>;
+    /// Move the window to the `len`-byte aligned range holding `at`, with
+    /// its pages mapped in the client: the caller holds the token active.
+    /// Returns the window (offset, length).
+    fn window(&self, slot: u32, at: u64, len: u64) -> Result<(u64, u64), FsError>;
+    /// The client is done with the descriptor: the token comes back (what
+    /// it wrote is written to the file) and the number is free again.
+    fn detach(&self, slot: u32) -> Result<(), FsError>;
 }
 
 /// One open file description.

@@ -9,13 +9,21 @@
 //! resolve the parent beneath the root and then act on one name in it.
 //!
 //! Each open is a host file description of the service's and a door of its
-//! own ([`OpenFileServer`]); the door's holders share its offset. The
-//! service keeps the offset itself and reads and writes with `pread` and
-//! `pwrite` under the open's lock, so concurrent `read`s through one door
-//! each get their own bytes, as they would on one Unix file description.
+//! own ([`OpenFileServer`]), whose datum names it; the door's holders share
+//! its offset. The service keeps the offset itself and reads and writes
+//! with `pread` and `pwrite` under the open's lock, so concurrent `read`s
+//! through one door each get their own bytes, as they would on one Unix
+//! file description. Opens of one file share a [`Node`]: its token and
+//! its page cache for mapped windows ([`crate::session`]); every call here
+//! first takes the token back from any client that holds it, so the host
+//! file is current for the copy path.
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -23,10 +31,11 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::FsError;
+use crate::node::Node;
 use crate::path;
 use crate::proto::{
-    DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer, Stat, Timespec,
-    Whence,
+    DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer, SessionClient,
+    Stat, Timespec, Whence,
 };
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
@@ -49,10 +58,25 @@ const CLIENT_FLAGS: OFlags = OFlags::ACCMODE
 /// tried again before the error is returned.
 const RACE_RETRIES: usize = 16;
 
+/// How long the service waits for a client to let go of its share lock or
+/// give back an active token before it evicts the client.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// An exported directory.
 pub struct Service {
+    inner: Arc<Inner>,
+}
+
+/// The export's state, shared by its doors.
+pub(crate) struct Inner {
     root: OwnedFd,
     read_only: bool,
+    pub(crate) timeout: Duration,
+    /// Every open file, by its door's datum.
+    opens: Mutex<HashMap<u64, Weak<Opened>>>,
+    /// Every file with an open, by (device, inode).
+    nodes: Mutex<HashMap<(u64, u64), Weak<Node>>>,
+    next_open: AtomicU64,
 }
 
 impl Service {
@@ -63,12 +87,67 @@ impl Service {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Service { root, read_only })
+        Ok(Service {
+            inner: Arc::new(Inner {
+                root,
+                read_only,
+                timeout: LOCK_TIMEOUT,
+                opens: Mutex::new(HashMap::new()),
+                nodes: Mutex::new(HashMap::new()),
+                next_open: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// Evict a client that holds its share lock, or keeps its token active
+    /// after being asked for it, longer than `timeout` (default
+    /// [`LOCK_TIMEOUT`]).
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Service {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.timeout = timeout;
+        }
+        self
     }
 
     /// The door to this export; hand it to clients ([`crate::Fs::from_door`]).
     pub fn into_door(self) -> Door {
-        ExportServer::door(self)
+        ExportServer::door(ExportImpl(self.inner))
+    }
+}
+
+/// The export's door implementation.
+struct ExportImpl(Arc<Inner>);
+
+impl std::ops::Deref for ExportImpl {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+impl Inner {
+    pub(crate) fn open_by_id(&self, id: u64) -> Option<Arc<Opened>> {
+        self.opens.lock().get(&id)?.upgrade()
+    }
+
+    fn node(&self, key: (u64, u64)) -> Arc<Node> {
+        let mut nodes = self.nodes.lock();
+        if let Some(n) = nodes.get(&key).and_then(Weak::upgrade) {
+            return n;
+        }
+        nodes.retain(|_, n| n.strong_count() > 0);
+        let n = Arc::new(Node::new());
+        nodes.insert(key, Arc::downgrade(&n));
+        n
+    }
+
+    /// The file `key`'s node if it is open, its token taken back (so the
+    /// host's metadata is current).
+    fn settle_key(&self, key: (u64, u64)) {
+        let node = self.nodes.lock().get(&key).and_then(Weak::upgrade);
+        if let Some(n) = node {
+            drop(n.settle(Instant::now() + self.timeout));
+        }
     }
 
     /// Resolve `path` beneath the root and open it.
@@ -103,7 +182,7 @@ impl Service {
     }
 }
 
-impl Export for Service {
+impl Export for ExportImpl {
     fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError> {
         let flags = OFlags::from_bits(flags)
             .filter(|f| CLIENT_FLAGS.contains(*f))
@@ -135,17 +214,40 @@ impl Export for Service {
             }
             other => other?,
         };
-        let open = Opened {
+        let st = rustix::fs::fstat(&fd)?;
+        let node = self.node((st.st_dev, st.st_ino));
+        if flags.contains(OFlags::TRUNC) {
+            // Truncated by the open itself: cached pages are stale.
+            let _guard = node.settle(Instant::now() + self.timeout);
+            node.truncate_cache(0);
+        }
+        let id = self.next_open.fetch_add(1, SeqCst);
+        let open = Arc::new(Opened {
             fd,
+            node,
             append: flags.contains(OFlags::APPEND),
+            readable: access != OFlags::WRONLY,
+            writable: access != OFlags::RDONLY,
+            regular: rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile,
+            timeout: self.timeout,
             offset: Mutex::new(0),
-        };
-        Ok(OpenFileServer::serve(open))
+            revoked: AtomicBool::new(false),
+        });
+        self.opens.lock().insert(id, Arc::downgrade(&open));
+        let service = Arc::downgrade(&self.0);
+        let door = Door::create_with_unref(id, OpenFileServer::from_arc(open), move |id| {
+            if let Some(s) = service.upgrade() {
+                s.opens.lock().remove(&id);
+            }
+        });
+        Ok(OpenFileClient::from_door(door))
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
+        let st = rustix::fs::fstat(&fd)?;
+        self.settle_key((st.st_dev, st.st_ino));
         stat_of(&fd)
     }
 
@@ -186,17 +288,38 @@ impl Export for Service {
     fn read_only(&self) -> Result<bool, FsError> {
         Ok(self.read_only)
     }
+
+    fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError> {
+        let (door, page) = crate::session::start(self.0.clone(), uffd, evicted)?;
+        Ok((SessionClient::from_door(door), page))
+    }
 }
 
 /// One open file description: the host's, plus the offset its door's
 /// holders share.
-struct Opened {
-    fd: OwnedFd,
+pub(crate) struct Opened {
+    pub(crate) fd: OwnedFd,
+    pub(crate) node: Arc<Node>,
     append: bool,
-    offset: Mutex<u64>,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) regular: bool,
+    timeout: Duration,
+    pub(crate) offset: Mutex<u64>,
+    /// The service took the file back (its client was evicted).
+    pub(crate) revoked: AtomicBool,
 }
 
 impl Opened {
+    /// The token lock of the file, the token back from any holder; or
+    /// `Closed` if this open was revoked.
+    fn settle(&self) -> Result<parking_lot::MutexGuard<'_, crate::node::TokenState>, FsError> {
+        if self.revoked.load(SeqCst) {
+            return Err(FsError::Closed);
+        }
+        Ok(self.node.settle(Instant::now() + self.timeout))
+    }
+
     fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
         let len = len.min(MAX_IO) as usize;
         data.clear();
@@ -233,6 +356,7 @@ impl Opened {
 
 impl OpenFile for Opened {
     fn read(&self, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
+        let _token = self.settle()?;
         let mut offset = self.offset.lock();
         let n = self.read_into(*offset, len, data)?;
         *offset += n as u64;
@@ -240,25 +364,40 @@ impl OpenFile for Opened {
     }
 
     fn write(&self, data: &[u8]) -> Result<u64, FsError> {
+        let _token = self.settle()?;
         let mut offset = self.offset.lock();
-        let n = self.write_all(*offset, data)?;
+        let at = *offset;
+        let n = self.write_all(at, data)?;
         *offset = if self.append {
             rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
         } else {
-            *offset + n
+            at + n
         };
+        self.node.write_through(*offset - n, &data[..n as usize]);
         Ok(n)
     }
 
     fn read_at(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
+        let _token = self.settle()?;
         self.read_into(at, len, data).map(drop)
     }
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
-        self.write_all(at, data)
+        let _token = self.settle()?;
+        if self.append {
+            // Linux appends whatever the offset says.
+            let n = self.write_all(at, data)?;
+            let end = rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::End(0))?;
+            self.node.write_through(end - n, &data[..n as usize]);
+            return Ok(n);
+        }
+        let n = self.write_all(at, data)?;
+        self.node.write_through(at, &data[..n as usize]);
+        Ok(n)
     }
 
     fn seek(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
+        let _token = self.settle()?;
         let mut offset = self.offset.lock();
         let base = match whence {
             Whence::Start => 0,
@@ -274,15 +413,19 @@ impl OpenFile for Opened {
     }
 
     fn stat(&self) -> Result<Stat, FsError> {
+        let _token = self.settle()?;
         stat_of(&self.fd)
     }
 
     fn truncate(&self, len: u64) -> Result<(), FsError> {
+        let _token = self.settle()?;
         rustix::fs::ftruncate(&self.fd, len)?;
+        self.node.truncate_cache(len);
         Ok(())
     }
 
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        let _token = self.settle()?;
         if data_only {
             rustix::fs::fdatasync(&self.fd)?;
         } else {
@@ -292,17 +435,21 @@ impl OpenFile for Opened {
     }
 
     fn close(&self) -> Result<(), FsError> {
-        // The copy path writes through to the host at once: nothing is
-        // held back for a holder, so there is nothing to write back here.
+        // Whatever a mapped client wrote comes back with its token; the
+        // copy path wrote through already.
+        let _token = self.settle()?;
         Ok(())
     }
 
     fn list(&self) -> Result<Vec<DirEntry>, FsError> {
+        if self.revoked.load(SeqCst) {
+            return Err(FsError::Closed);
+        }
         list_of(&self.fd)
     }
 }
 
-fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
+pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
     let s = rustix::fs::fstat(fd)?;
     let time = |sec: i64, nsec: u64| Timespec {
         sec,

@@ -53,7 +53,11 @@ fn files_and_directories_work_as_on_the_host() {
     both_placements(|fs, root| {
         fs.create_dir("d", 0o755).unwrap();
         let mut f = fs.open_with("d/a.txt", &rw()).unwrap();
+        assert!(f.is_mapped(), "a regular file opened for reading maps");
         f.write_all(b"hello, world").unwrap();
+        // Another open sees the bytes; the host file has them once the
+        // token came back (here: for that open).
+        assert_eq!(fs.read("d/a.txt").unwrap(), b"hello, world");
         assert_eq!(std::fs::read(root.join("d/a.txt")).unwrap(), b"hello, world");
         assert_eq!(f.seek(SeekFrom::Start(7)).unwrap(), 7);
         let mut s = String::new();

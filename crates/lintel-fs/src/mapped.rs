@@ -1,0 +1,402 @@
+//! The client's half of mapped windows: a session per export and process,
+//! and per open file a mapping of the file's cache with its descriptor.
+//!
+//! An operation on a mapped file takes the token `PASSIVE → ACTIVE` in the
+//! shared page (no call), copies between the caller's buffer and the
+//! window with `memcpy`, stores the new offset, size and dirty range, and
+//! leaves the token `PASSIVE` (or gives it back, if the service asked). A
+//! call is made only to get the token when the service took it
+//! ([`Session::acquire`]) and to move the window ([`Session::window`]),
+//! which maps the window's pages before it returns, so the copy itself
+//! does not fault.
+//!
+//! If the service dies or evicts this process, a watcher thread replaces
+//! every window mapping with one that raises SIGBUS and wakes any thread
+//! blocked on a fault there; operations then fail with `EIO` (service
+//! gone) or `EBADF` (evicted). Pages already mapped stay readable until
+//! then, so an operation under way finishes on the bytes it had.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+
+use lintel::CallError;
+use lintel::stub::StubError;
+use parking_lot::Mutex;
+
+use crate::FsError;
+use crate::proto::{Export, ExportClient, OpenFileClient, Session, SessionClient, Stat, Whence};
+use crate::shm::Shared;
+use crate::token::{self, Begin, DESC, Held, PAGE_LEN, Words};
+use crate::uffd;
+
+/// The window a file asks for: 64 KiB unless [`set_window_size`] or
+/// `LINTEL_FS_WINDOW` (bytes) says otherwise.
+pub const DEFAULT_WINDOW: u64 = 64 * 1024;
+
+static WINDOW: AtomicU64 = AtomicU64::new(0);
+
+/// Set the window size files opened from now on ask for: a power of two
+/// from 4 KiB to 64 MiB (others are rounded into that range).
+pub fn set_window_size(bytes: u64) {
+    WINDOW.store(clamp_window(bytes), SeqCst);
+}
+
+/// The window size in force.
+pub fn window_size() -> u64 {
+    match WINDOW.load(SeqCst) {
+        0 => {
+            let w = std::env::var("LINTEL_FS_WINDOW")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(DEFAULT_WINDOW, clamp_window);
+            WINDOW.store(w, SeqCst);
+            w
+        }
+        w => w,
+    }
+}
+
+fn clamp_window(bytes: u64) -> u64 {
+    bytes
+        .clamp(crate::session::MIN_WINDOW, crate::session::MAX_WINDOW)
+        .next_power_of_two()
+        .min(crate::session::MAX_WINDOW)
+}
+
+const GONE_DIED: u32 = 1;
+const GONE_EVICTED: u32 = 2;
+
+/// This process's session with one export.
+pub(crate) struct MappedSession {
+    session: SessionClient,
+    page: Shared,
+    uffd: OwnedFd,
+    /// 0 while the service serves us; why not, after.
+    gone: Arc<AtomicU32>,
+    /// Every cache mapping of ours (address, length), for the watcher.
+    maps: Arc<Mutex<Vec<(u64, usize)>>>,
+    stop: OwnedFd,
+}
+
+impl MappedSession {
+    /// A session with `export`, or `None` if this process cannot have one
+    /// (no userfaultfd here): files then take the copy path.
+    pub(crate) fn get(
+        cell: &OnceLock<Option<Arc<MappedSession>>>,
+        export: &ExportClient,
+    ) -> Option<Arc<MappedSession>> {
+        cell.get_or_init(|| match MappedSession::start(export) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                tracing::debug!("mapped windows unavailable, using the copy path: {e}");
+                None
+            }
+        })
+        .clone()
+    }
+
+    fn start(export: &ExportClient) -> Result<MappedSession, FsError> {
+        use rustix::event::{EventfdFlags, eventfd};
+        let uffd = uffd::create()?;
+        let evicted = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let (session, page_fd) = export.session(uffd.try_clone()?, evicted.try_clone()?)?;
+        let page = Shared::map(&page_fd, PAGE_LEN, true)?;
+        let door = export.door();
+        let pidfd = if door.is_local() {
+            None
+        } else {
+            let pid = rustix::process::Pid::from_raw(door.server_pid() as i32)
+                .ok_or_else(|| FsError::Invalid("the service has no pid".into()))?;
+            Some(rustix::process::pidfd_open(
+                pid,
+                rustix::process::PidfdFlags::empty(),
+            )?)
+        };
+        let gone = Arc::new(AtomicU32::new(0));
+        let maps = Arc::new(Mutex::new(Vec::new()));
+        let watcher = Watcher {
+            pidfd,
+            evicted,
+            stop: stop.try_clone()?,
+            uffd: uffd.try_clone()?,
+            gone: gone.clone(),
+            maps: maps.clone(),
+        };
+        std::thread::Builder::new()
+            .name("lintel-fs-watch".into())
+            .spawn(move || watcher.run())
+            .map_err(|e| FsError::Invalid(format!("cannot start the watcher: {e}")))?;
+        Ok(MappedSession {
+            session,
+            page,
+            uffd,
+            gone,
+            maps,
+            stop,
+        })
+    }
+
+    fn check(&self) -> Result<(), FsError> {
+        match self.gone.load(SeqCst) {
+            0 => Ok(()),
+            GONE_EVICTED => Err(FsError::Closed),
+            _ => Err(FsError::Stub(StubError::Call(CallError::PeerDied))),
+        }
+    }
+}
+
+impl Drop for MappedSession {
+    fn drop(&mut self) {
+        let _ = rustix::io::write(&self.stop, &1u64.to_ne_bytes());
+    }
+}
+
+/// Waits for the service to die or evict us, then poisons our windows.
+struct Watcher {
+    pidfd: Option<OwnedFd>,
+    evicted: OwnedFd,
+    stop: OwnedFd,
+    uffd: OwnedFd,
+    gone: Arc<AtomicU32>,
+    maps: Arc<Mutex<Vec<(u64, usize)>>>,
+}
+
+impl Watcher {
+    fn run(self) {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let why = loop {
+            let mut fds = vec![
+                PollFd::new(&self.stop, PollFlags::IN),
+                PollFd::new(&self.evicted, PollFlags::IN),
+            ];
+            if let Some(p) = &self.pidfd {
+                fds.push(PollFd::new(p, PollFlags::IN));
+            }
+            match poll(&mut fds, None) {
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return,
+                Ok(_) => {}
+            }
+            if !fds[0].revents().is_empty() {
+                return;
+            }
+            if !fds[1].revents().is_empty() {
+                break GONE_EVICTED;
+            }
+            if fds.get(2).is_some_and(|p| !p.revents().is_empty()) {
+                break GONE_DIED;
+            }
+        };
+        let maps = self.maps.lock();
+        self.gone.store(why, SeqCst);
+        for &(addr, len) in maps.iter() {
+            let _ = crate::shm::poison(addr, len);
+            let _ = uffd::wake(&self.uffd, addr, len as u64);
+        }
+    }
+}
+
+/// One open file mapped by this process.
+pub(crate) struct Mapped {
+    session: Arc<MappedSession>,
+    slot: u32,
+    map: Shared,
+    writable: bool,
+    window: u64,
+    /// One operation at a time per file in this process.
+    local: Mutex<()>,
+}
+
+struct Desc<'a>(&'a Shared, usize);
+
+impl Words for Desc<'_> {
+    fn w32(&self, off: usize) -> &AtomicU32 {
+        self.0.u32(self.1 * DESC + off)
+    }
+    fn w64(&self, off: usize) -> &AtomicU64 {
+        self.0.u64(self.1 * DESC + off)
+    }
+}
+
+/// How often an operation asks for the token before it takes the copy
+/// path instead (other processes keep taking it).
+const ACQUIRE_TRIES: usize = 8;
+
+impl Mapped {
+    /// Map `file` (a regular file opened for reading) through `session`.
+    pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
+        session.check()?;
+        let (slot, cache, span, writable) = session.session.attach(file.door().clone())?;
+        let map = Shared::map(&cache, span as usize, writable)?;
+        let mapped = Mapped {
+            session: session.clone(),
+            slot,
+            map,
+            writable,
+            window: window_size(),
+            local: Mutex::new(()),
+        };
+        uffd::register(&session.uffd, mapped.map.addr(), span)?;
+        session.session.mapped(slot, mapped.map.addr())?;
+        session.maps.lock().push((mapped.map.addr(), span as usize));
+        Ok(mapped)
+    }
+
+    fn desc(&self) -> Desc<'_> {
+        Desc(&self.session.page, self.slot as usize)
+    }
+
+    /// Run `f` with the token active; `None` if the token could not be had
+    /// (take the copy path).
+    fn with_token<R>(
+        &self,
+        f: impl FnOnce(&mut Active<'_>) -> Result<R, FsError>,
+    ) -> Result<Option<R>, FsError> {
+        let _one = self.local.lock();
+        for _ in 0..ACQUIRE_TRIES {
+            self.session.check()?;
+            match token::client_begin(&self.desc()) {
+                Begin::Ready(held, window) => {
+                    let mut a = Active {
+                        m: self,
+                        held,
+                        window,
+                    };
+                    let r = f(&mut a);
+                    token::client_end(&self.desc(), a.held);
+                    return r.map(Some);
+                }
+                Begin::Acquire => self.session.session.acquire(self.slot)?,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read at `at` (or the shared offset, moving it); `None`: use the
+    /// copy path.
+    pub(crate) fn read(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+        Ok(self
+            .with_token(|a| {
+                let off = at.unwrap_or(a.held.offset);
+                let n = (buf.len() as u64).min(a.held.size.saturating_sub(off));
+                if off + n > self.map.len() as u64 {
+                    return Ok(None);
+                }
+                let mut done = 0;
+                while done < n {
+                    let avail = a.ensure(off + done)?;
+                    let k = avail.min(n - done);
+                    self.map.read(
+                        (off + done) as usize,
+                        &mut buf[done as usize..(done + k) as usize],
+                    );
+                    done += k;
+                }
+                if at.is_none() {
+                    a.held.offset = off + n;
+                }
+                Ok(Some(n as usize))
+            })?
+            .flatten())
+    }
+
+    /// Write at `at` (or the shared offset, moving it; at the end if
+    /// `append`); `None`: use the copy path.
+    pub(crate) fn write(&self, at: Option<u64>, data: &[u8], append: bool) -> Result<Option<usize>, FsError> {
+        if !self.writable {
+            return Ok(None);
+        }
+        Ok(self
+            .with_token(|a| {
+                let off = if append {
+                    a.held.size
+                } else {
+                    at.unwrap_or(a.held.offset)
+                };
+                let n = data.len() as u64;
+                if off + n > self.map.len() as u64 {
+                    return Ok(None);
+                }
+                let mut done = 0;
+                while done < n {
+                    let avail = a.ensure(off + done)?;
+                    let k = avail.min(n - done);
+                    self.map
+                        .write((off + done) as usize, &data[done as usize..(done + k) as usize]);
+                    done += k;
+                }
+                let (lo, hi) = a.held.dirty;
+                a.held.dirty = (lo.min(off), hi.max(off + n));
+                a.held.size = a.held.size.max(off + n);
+                if at.is_none() {
+                    a.held.offset = off + n;
+                }
+                Ok(Some(n as usize))
+            })?
+            .flatten())
+    }
+
+    /// Move the shared offset without a call.
+    pub(crate) fn seek(&self, whence: Whence, delta: i64) -> Result<Option<u64>, FsError> {
+        self.with_token(|a| {
+            let base = match whence {
+                Whence::Start => 0,
+                Whence::Current => a.held.offset,
+                Whence::End => a.held.size,
+            };
+            let to = base
+                .checked_add_signed(delta)
+                .filter(|&t| t <= token::MAX_OFFSET)
+                .ok_or_else(|| FsError::Invalid(format!("seek to {base} + {delta}")))?;
+            a.held.offset = to;
+            Ok(to)
+        })
+    }
+
+    /// The file's metadata from the shared page, without a call.
+    pub(crate) fn stat(&self) -> Result<Option<Stat>, FsError> {
+        self.with_token(|a| {
+            Ok(crate::session::stat_from_words(
+                &token::stat_words(&self.desc()),
+                a.held.size,
+            ))
+        })
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        self.session
+            .maps
+            .lock()
+            .retain(|&(addr, _)| addr != self.map.addr());
+        if self.session.check().is_ok() {
+            let _ = self.session.session.detach(self.slot);
+        }
+    }
+}
+
+/// An operation with the token active.
+struct Active<'a> {
+    m: &'a Mapped,
+    held: Held,
+    window: (u64, u64),
+}
+
+impl Active<'_> {
+    /// Bytes of the window from `off` on, moving it there if needed.
+    fn ensure(&mut self, off: u64) -> Result<u64, FsError> {
+        let (w_off, w_len) = self.window;
+        if w_len > 0 && (w_off..w_off + w_len).contains(&off) {
+            return Ok(w_off + w_len - off);
+        }
+        self.window = self.m.session.session.window(self.m.slot, off, self.m.window)?;
+        let (w_off, w_len) = self.window;
+        if !(w_off..w_off + w_len).contains(&off) {
+            return Err(FsError::Invalid("the service moved the window elsewhere".into()));
+        }
+        Ok(w_off + w_len - off)
+    }
+}

@@ -1,0 +1,268 @@
+//! One file of the export, as the service keeps it for every open of it:
+//! who holds its token, and the page cache behind mapped windows.
+//!
+//! **The cache** is a memfd the size of the windows handed out, mapped
+//! here (the pager writes file data through this mapping) and by each
+//! client that maps the file. A page is *resident* once the service has
+//! filled it from the host file; the client's mapping of it is made by
+//! the pager (`UFFDIO_CONTINUE`), never by a copy. The memfd is sealed
+//! against shrinking, so no client can pull pages out from under the
+//! service's mapping; pages are dropped by punching holes.
+//!
+//! **Coherence.** While a client holds the token, the bytes it wrote
+//! through its window are in the cache only, and the size it extended to
+//! is in its descriptor only. Taking the token back ([`Node::recall`])
+//! writes the dirty range it reports back to the host file and sets the
+//! host size, so that whenever no token is out, the host file is the truth
+//! and the copy path reads and writes it directly; copy-path writes also
+//! update resident cache pages, and truncation drops the pages past the
+//! end. Every copy-path call on the file runs under the token lock, so no
+//! grant slips in between.
+
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::time::Instant;
+
+use parking_lot::{Mutex, MutexGuard};
+use rustix::fs::{FallocateFlags, SealFlags};
+
+use crate::FsError;
+use crate::session::SessionCore;
+use crate::shm::Shared;
+use crate::token;
+
+/// Address space a client reserves for one file's cache: files (and
+/// windows) beyond it are served by the copy path.
+pub(crate) const SPAN: u64 = 1 << 36;
+const PAGE: u64 = 4096;
+
+/// The holder of a file's token: one descriptor of one session.
+pub(crate) struct Holder {
+    pub session: Arc<SessionCore>,
+    pub slot: usize,
+    /// The open file the descriptor stands for (its offset travels in the
+    /// token).
+    pub open: Arc<crate::service::Opened>,
+}
+
+pub(crate) struct TokenState {
+    pub holder: Option<Holder>,
+}
+
+pub(crate) struct Cache {
+    pub memfd: OwnedFd,
+    pub map: Shared,
+    /// Bytes of the memfd (it grows by windows).
+    pub len: u64,
+    /// Page numbers filled from the host.
+    resident: BTreeSet<u64>,
+}
+
+/// A file of the export, shared by every open of it.
+pub(crate) struct Node {
+    pub token: Mutex<TokenState>,
+    /// `SessionCore::id << 8 | slot` of the holder, 0 if none: read
+    /// without the token lock by window calls and the pager.
+    pub holder_id: AtomicU64,
+    pub cache: Mutex<Option<Cache>>,
+}
+
+impl Node {
+    pub(crate) fn new() -> Node {
+        Node {
+            token: Mutex::new(TokenState { holder: None }),
+            holder_id: AtomicU64::new(0),
+            cache: Mutex::new(None),
+        }
+    }
+
+    /// Take the token back from its holder, if any, and bring the host
+    /// file up to date (data and size). A holder that does not give it
+    /// back in time, or lies, is evicted; what it wrote since the grant is
+    /// then not written back.
+    pub(crate) fn recall(&self, st: &mut TokenState, deadline: Instant) {
+        let Some(h) = st.holder.take() else {
+            return;
+        };
+        self.holder_id.store(0, SeqCst);
+        if h.session.is_evicted() {
+            // Nothing it reports is believed: what it wrote since its
+            // grant stays in the cache only.
+            return;
+        }
+        let taken = if h.session.is_dead() {
+            // Its process is gone: nothing writes the descriptor any more.
+            Ok(token::peek(&h.session.desc(h.slot)))
+        } else {
+            token::take(&h.session.desc(h.slot), deadline)
+        };
+        match taken {
+            Ok(held) => {
+                *h.open.offset.lock() = held.offset;
+                if h.open.writable {
+                    self.write_back(&h.open.fd, held);
+                }
+            }
+            Err(why) => h.session.evict(why.0),
+        }
+    }
+
+    /// Write the token's dirty range (within its size) from the cache to
+    /// the host file, and set the host size to the token's.
+    fn write_back(&self, fd: &OwnedFd, held: token::Held) {
+        let size = held.size;
+        let cache = self.cache.lock();
+        if let Some(c) = cache.as_ref() {
+            let lo = held.dirty.0.min(size);
+            let hi = held.dirty.1.min(size).min(c.len);
+            let mut at = lo;
+            let mut buf = vec![0u8; 1 << 20];
+            while at < hi {
+                let n = ((hi - at) as usize).min(buf.len());
+                c.map.read(at as usize, &mut buf[..n]);
+                if rustix::io::pwrite(fd, &buf[..n], at).is_err() {
+                    break;
+                }
+                at += n as u64;
+            }
+        }
+        drop(cache);
+        if rustix::fs::fstat(fd).is_ok_and(|s| s.st_size as u64 != size) {
+            let _ = rustix::fs::ftruncate(fd, size);
+        }
+    }
+
+    /// The token lock, for a copy-path call: the token is back and the
+    /// host file is current until the guard drops.
+    pub(crate) fn settle(&self, deadline: Instant) -> MutexGuard<'_, TokenState> {
+        let mut st = self.token.lock();
+        self.recall(&mut st, deadline);
+        st
+    }
+
+    /// Make `[at, at + len)` of the cache resident, filling missing pages
+    /// from the host file through `fd` (zeros past its end). Returns the
+    /// cache's memfd length afterwards.
+    pub(crate) fn fill(&self, fd: &OwnedFd, at: u64, len: u64) -> Result<(), FsError> {
+        let mut cache = self.cache.lock();
+        let c = match cache.as_mut() {
+            Some(c) => c,
+            None => return Err(FsError::Invalid("the file has no cache".into())),
+        };
+        let end = at + len;
+        if end > SPAN {
+            return Err(FsError::Invalid("a window beyond the mapped span".into()));
+        }
+        if end > c.len {
+            rustix::fs::ftruncate(&c.memfd, end)?;
+            c.len = end;
+        }
+        let mut page = at / PAGE;
+        while page * PAGE < end {
+            if !c.resident.contains(&page) {
+                // Fill a run of missing pages with one read.
+                let first = page;
+                while page * PAGE < end && !c.resident.contains(&page) {
+                    page += 1;
+                }
+                let (from, to) = (first * PAGE, page * PAGE);
+                let mut buf = vec![0u8; (to - from) as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    match rustix::io::pread(fd, &mut buf[got..], from + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                c.map.write(from as usize, &buf);
+                c.resident.extend(first..page);
+            } else {
+                page += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache, made on first use: the memfd (sealed against shrinking)
+    /// a client maps.
+    pub(crate) fn cache_fd(&self) -> Result<OwnedFd, FsError> {
+        let mut cache = self.cache.lock();
+        if cache.is_none() {
+            let memfd = rustix::fs::memfd_create(
+                "lintel-fs-cache",
+                rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+            )?;
+            rustix::fs::fcntl_add_seals(&memfd, SealFlags::SHRINK | SealFlags::SEAL)?;
+            let map = Shared::map(&memfd, SPAN as usize, true)?;
+            *cache = Some(Cache {
+                memfd,
+                map,
+                len: 0,
+                resident: BTreeSet::new(),
+            });
+        }
+        let c = cache.as_ref().expect("made above");
+        Ok(c.memfd.try_clone()?)
+    }
+
+    /// A copy-path write of `data` at `at` reached the host: resident
+    /// pages get the same bytes.
+    pub(crate) fn write_through(&self, at: u64, data: &[u8]) {
+        let cache = self.cache.lock();
+        let Some(c) = cache.as_ref() else { return };
+        let end = (at + data.len() as u64).min(c.len);
+        let mut page = at / PAGE;
+        while page * PAGE < end {
+            if c.resident.contains(&page) {
+                let from = (page * PAGE).max(at);
+                let to = ((page + 1) * PAGE).min(end);
+                c.map
+                    .write(from as usize, &data[(from - at) as usize..(to - at) as usize]);
+            }
+            page += 1;
+        }
+    }
+
+    /// The file was cut to `len` bytes: cached bytes past it are gone
+    /// (the tail of the last page is zeroed; whole pages are punched out,
+    /// which also unmaps them from every client).
+    pub(crate) fn truncate_cache(&self, len: u64) {
+        let mut cache = self.cache.lock();
+        let Some(c) = cache.as_mut() else { return };
+        if len >= c.len {
+            return;
+        }
+        let whole = len.div_ceil(PAGE) * PAGE;
+        if len < whole && c.resident.contains(&(len / PAGE)) {
+            c.map.zero(len as usize, (whole - len) as usize);
+        }
+        if whole < c.len {
+            let _ = rustix::fs::fallocate(
+                &c.memfd,
+                FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                whole,
+                c.len - whole,
+            );
+            let gone: Vec<u64> = c.resident.range(whole / PAGE..).copied().collect();
+            for p in gone {
+                c.resident.remove(&p);
+            }
+        }
+    }
+}
+
+/// `fd` reopened read-only (a new open file description of the same
+/// memfd), for clients that may only read.
+pub(crate) fn read_only(fd: impl AsFd) -> Result<OwnedFd, FsError> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    Ok(rustix::fs::open(
+        path.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
+}

@@ -1,0 +1,369 @@
+//! A client process's session with the service: its shared page of
+//! descriptors, its userfaultfd, and the pager thread that resolves its
+//! faults.
+//!
+//! The client trusts the service; the service trusts no client. Whatever
+//! a client does with its page, its mappings or its userfaultfd, the worst
+//! outcome is its own eviction: its descriptors stop working, its open
+//! files are revoked, its eventfd is signalled (its library then turns its
+//! windows into SIGBUS), and every other client goes on.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::FsError;
+use crate::node::{Holder, Node, SPAN};
+use crate::proto::Session;
+use crate::service::{Inner, Opened};
+use crate::shm::Shared;
+use crate::token::{self, DESC, PAGE_LEN, SLOTS, STAT_WORDS, Words};
+use crate::uffd;
+
+/// The window the pager resolves around a fault (when the client touched
+/// its mapping outside the window it asked for).
+const FAULT_WINDOW: u64 = 64 * 1024;
+/// Smallest and largest window a client may ask for.
+pub(crate) const MIN_WINDOW: u64 = 4096;
+pub(crate) const MAX_WINDOW: u64 = 64 << 20;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+struct Binding {
+    open: Arc<Opened>,
+    /// Where the client mapped the cache, once it said so.
+    base: Option<u64>,
+}
+
+/// The service's half of a session.
+pub(crate) struct SessionCore {
+    pub id: u64,
+    page: Shared,
+    uffd: OwnedFd,
+    evicted_fd: OwnedFd,
+    bindings: Mutex<Vec<Option<Binding>>>,
+    /// The client process is gone (its door was unreferenced).
+    dead: AtomicBool,
+    evicted: AtomicBool,
+    timeout: Duration,
+}
+
+/// One descriptor of a session's page.
+pub(crate) struct Desc<'a>(&'a Shared, usize);
+
+impl Words for Desc<'_> {
+    fn w32(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
+        self.0.u32(self.1 * DESC + off)
+    }
+    fn w64(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        self.0.u64(self.1 * DESC + off)
+    }
+}
+
+impl SessionCore {
+    pub(crate) fn desc(&self, slot: usize) -> Desc<'_> {
+        Desc(&self.page, slot)
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(SeqCst)
+    }
+
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.evicted.load(SeqCst)
+    }
+
+    fn holder_id(&self, slot: usize) -> u64 {
+        self.id << 8 | slot as u64
+    }
+
+    /// Throw the client out: it broke the protocol (`why`).
+    pub(crate) fn evict(&self, why: &str) {
+        if self.evicted.swap(true, SeqCst) {
+            return;
+        }
+        tracing::warn!(session = self.id, "evicting a file-service client: it {why}");
+        for b in self.bindings.lock().iter().flatten() {
+            b.open.revoked.store(true, SeqCst);
+        }
+        let _ = rustix::io::write(&self.evicted_fd, &1u64.to_ne_bytes());
+    }
+
+    fn binding(&self, slot: u32) -> Result<(Arc<Opened>, Option<u64>), FsError> {
+        if self.is_evicted() {
+            return Err(FsError::Closed);
+        }
+        let b = self.bindings.lock();
+        let b = b
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| FsError::Invalid(format!("no descriptor {slot}")))?;
+        Ok((b.open.clone(), b.base))
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+
+    /// Resolve the fault at `addr`: fill the range around it and map it.
+    fn page_in(&self, addr: u64) -> Result<(), &'static str> {
+        let found = self.bindings.lock().iter().flatten().find_map(|b| {
+            let base = b.base?;
+            (base..base + SPAN)
+                .contains(&addr)
+                .then(|| (b.open.clone(), base))
+        });
+        let (open, base) = found.ok_or("faulted outside every mapping it declared")?;
+        let at = (addr - base) & !(FAULT_WINDOW - 1);
+        open.node
+            .fill(&open.fd, at, FAULT_WINDOW)
+            .map_err(|_| "faulted where no window can be")?;
+        uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")
+    }
+
+    /// The client is gone: give back every token it held (writing back
+    /// what it reported dirty) and let the pager end.
+    fn close(&self) {
+        self.dead.store(true, SeqCst);
+        let bindings: Vec<Binding> = self.bindings.lock().iter_mut().filter_map(Option::take).collect();
+        for (slot, b) in bindings.iter().enumerate() {
+            let _ = slot;
+            release(&b.open.node, self, None);
+        }
+    }
+}
+
+/// If `session` holds `node`'s token (through `slot`, or any slot), take
+/// it back.
+fn release(node: &Node, session: &SessionCore, slot: Option<usize>) {
+    let id = node.holder_id.load(SeqCst);
+    let mine = match slot {
+        Some(s) => id == session.holder_id(s),
+        None => id >> 8 == session.id,
+    };
+    if mine {
+        let mut st = node.token.lock();
+        if st.holder.as_ref().is_some_and(|h| h.session.id == session.id) {
+            node.recall(&mut st, session.deadline());
+        }
+    }
+}
+
+/// The session's door implementation.
+pub(crate) struct SessionImpl {
+    core: Arc<SessionCore>,
+    service: Arc<Inner>,
+}
+
+/// Start a session: map its page, start its pager.
+pub(crate) fn start(
+    service: Arc<Inner>,
+    uffd: OwnedFd,
+    evicted_fd: OwnedFd,
+) -> Result<(lintel::Door, OwnedFd), FsError> {
+    let page_fd = rustix::fs::memfd_create(
+        "lintel-fs-session",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )?;
+    rustix::fs::ftruncate(&page_fd, PAGE_LEN as u64)?;
+    use rustix::fs::SealFlags;
+    rustix::fs::fcntl_add_seals(&page_fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
+    let page = Shared::map(&page_fd, PAGE_LEN, true)?;
+    // Never block on the client's eventfd (it might have passed a pipe).
+    let flags = rustix::fs::fcntl_getfl(&evicted_fd)?;
+    rustix::fs::fcntl_setfl(&evicted_fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    let core = Arc::new(SessionCore {
+        id: NEXT_ID.fetch_add(1, SeqCst),
+        page,
+        uffd,
+        evicted_fd,
+        bindings: Mutex::new((0..SLOTS).map(|_| None).collect()),
+        dead: AtomicBool::new(false),
+        evicted: AtomicBool::new(false),
+        timeout: service.timeout,
+    });
+    let pager = Arc::downgrade(&core);
+    std::thread::Builder::new()
+        .name(format!("lintel-fs-pager-{}", core.id))
+        .spawn(move || pager_loop(pager))
+        .map_err(|e| FsError::Invalid(format!("cannot start a pager: {e}")))?;
+    let on_unref = Arc::downgrade(&core);
+    let door = lintel::Door::create_with_unref(
+        core.id,
+        crate::proto::SessionServer::new(SessionImpl { core, service }),
+        move |_| {
+            if let Some(core) = on_unref.upgrade() {
+                core.close();
+            }
+        },
+    );
+    Ok((door, page_fd))
+}
+
+fn pager_loop(core: Weak<SessionCore>) {
+    loop {
+        let Some(c) = core.upgrade() else { return };
+        if c.is_dead() || c.is_evicted() {
+            return;
+        }
+        match uffd::next_fault(&c.uffd, Duration::from_millis(200)) {
+            Ok(Some(addr)) => {
+                if let Err(why) = c.page_in(addr) {
+                    c.evict(why);
+                }
+            }
+            Ok(None) => {}
+            Err(_) => {
+                c.evict("passed a descriptor that is not a working userfaultfd");
+                return;
+            }
+        }
+    }
+}
+
+fn stat_words(s: &crate::proto::Stat) -> [u64; STAT_WORDS] {
+    [
+        s.dev,
+        s.ino,
+        s.mode as u64,
+        s.nlink,
+        s.uid as u64,
+        s.gid as u64,
+        s.rdev,
+        s.size,
+        s.blksize,
+        s.blocks,
+        s.atime.sec as u64,
+        s.atime.nsec as u64,
+        s.mtime.sec as u64,
+        s.mtime.nsec as u64,
+        s.ctime.sec as u64,
+        s.ctime.nsec as u64,
+    ]
+}
+
+/// The metadata a descriptor carries, with the token's size.
+pub(crate) fn stat_from_words(w: &[u64; STAT_WORDS], size: u64) -> crate::proto::Stat {
+    use crate::proto::Timespec;
+    let t = |i: usize| Timespec {
+        sec: w[i] as i64,
+        nsec: w[i + 1] as u32,
+    };
+    crate::proto::Stat {
+        dev: w[0],
+        ino: w[1],
+        mode: w[2] as u32,
+        nlink: w[3],
+        uid: w[4] as u32,
+        gid: w[5] as u32,
+        rdev: w[6],
+        size,
+        blksize: w[8],
+        blocks: w[9],
+        atime: t(10),
+        mtime: t(12),
+        ctime: t(14),
+    }
+}
+
+impl Session for SessionImpl {
+    fn attach(&self, file: lintel::Door) -> Result<(u32, OwnedFd, u64, bool), FsError> {
+        if self.core.is_evicted() {
+            return Err(FsError::Closed);
+        }
+        let id = file
+            .with_local(|_: &crate::proto::OpenFileServer, datum| datum)
+            .and_then(Result::ok)
+            .ok_or_else(|| FsError::Invalid("not an open file of this export".into()))?;
+        let open = self.service.open_by_id(id).ok_or(FsError::Closed)?;
+        if !open.readable || !open.regular {
+            return Err(FsError::Invalid(
+                "only regular files opened for reading map".into(),
+            ));
+        }
+        let cache = open.node.cache_fd()?;
+        let cache = if open.writable {
+            cache
+        } else {
+            crate::node::read_only(&cache)?
+        };
+        let mut bindings = self.core.bindings.lock();
+        let slot = bindings
+            .iter()
+            .position(Option::is_none)
+            .ok_or_else(|| FsError::Invalid("every descriptor of the session is in use".into()))?;
+        let writable = open.writable;
+        bindings[slot] = Some(Binding { open, base: None });
+        Ok((slot as u32, cache, SPAN, writable))
+    }
+
+    fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError> {
+        if !base.is_multiple_of(4096) || base.checked_add(SPAN).is_none() {
+            return Err(FsError::Invalid(format!("mapping base {base:#x}")));
+        }
+        let mut bindings = self.core.bindings.lock();
+        let b = bindings
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| FsError::Invalid(format!("no descriptor {slot}")))?;
+        b.base = Some(base);
+        Ok(())
+    }
+
+    fn acquire(&self, slot: u32) -> Result<(), FsError> {
+        let (open, _) = self.core.binding(slot)?;
+        let node = &open.node;
+        let me = self.core.holder_id(slot as usize);
+        let mut st = node.token.lock();
+        if node.holder_id.load(SeqCst) == me {
+            return Ok(());
+        }
+        node.recall(&mut st, self.core.deadline());
+        let stat = crate::service::stat_of(&open.fd)?;
+        let offset = *open.offset.lock();
+        let desc = self.core.desc(slot as usize);
+        if let Err(why) = token::grant(&desc, offset, stat.size, &stat_words(&stat), self.core.deadline()) {
+            self.core.evict(why.0);
+            return Err(FsError::Closed);
+        }
+        st.holder = Some(Holder {
+            session: self.core.clone(),
+            slot: slot as usize,
+            open: open.clone(),
+        });
+        node.holder_id.store(me, SeqCst);
+        Ok(())
+    }
+
+    fn window(&self, slot: u32, at: u64, len: u64) -> Result<(u64, u64), FsError> {
+        let (open, base) = self.core.binding(slot)?;
+        let base = base.ok_or_else(|| FsError::Invalid("the cache is not mapped yet".into()))?;
+        if open.node.holder_id.load(SeqCst) != self.core.holder_id(slot as usize) {
+            return Err(FsError::Invalid("the token is not held".into()));
+        }
+        if !len.is_power_of_two() || !(MIN_WINDOW..=MAX_WINDOW).contains(&len) {
+            return Err(FsError::Invalid(format!("window length {len}")));
+        }
+        let off = at & !(len - 1);
+        if off + len > SPAN {
+            return Err(FsError::Invalid("a window beyond the mapped span".into()));
+        }
+        open.node.fill(&open.fd, off, len)?;
+        if uffd::resolve(&self.core.uffd, base + off, len).is_err() {
+            self.core.evict("unmapped the cache it declared");
+            return Err(FsError::Closed);
+        }
+        token::set_window(&self.core.desc(slot as usize), off, len);
+        Ok((off, len))
+    }
+
+    fn detach(&self, slot: u32) -> Result<(), FsError> {
+        let (open, _) = self.core.binding(slot)?;
+        release(&open.node, &self.core, Some(slot as usize));
+        self.core.bindings.lock()[slot as usize] = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,410 @@
+//! The token and the share lock: the protocol over one descriptor of a
+//! session's shared page, as plain functions over its words, so both sides
+//! and every interleaving are tested on the host.
+//!
+//! A descriptor stands for one open file used by one client process. The
+//! token for a file guards its shared offset, its size and the client's
+//! window; at most one descriptor per file holds it (`PASSIVE` or
+//! `ACTIVE`), the others are `INVALID`. The client moves its own token
+//! between `PASSIVE` and `ACTIVE` without a call; the service takes it
+//! back (`INVALID`) when another client, or a call on the copy path, needs
+//! the file.
+//!
+//! The share lock serializes the two sides on the descriptor's words. The
+//! client spins on it (it trusts the service); the service takes it with
+//! test-and-set and sleeps with a timeout (it trusts no client). Both use
+//! the same three-state futex mutex: 0 free, 1 held, 2 held with a
+//! sleeper, whose unlock wakes. A client that keeps the lock, or keeps its
+//! token `ACTIVE` after being asked for it back, past the timeout, or that
+//! leaves values in the descriptor no honest client writes, is reported
+//! as [`Misbehaved`]: the service evicts it.
+
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::time::{Duration, Instant};
+
+/// Bytes per descriptor.
+pub(crate) const DESC: usize = 256;
+/// Descriptors in a session's shared page.
+pub(crate) const SLOTS: usize = 64;
+/// The shared page's length.
+pub(crate) const PAGE_LEN: usize = DESC * SLOTS;
+
+// Word offsets within a descriptor.
+pub(crate) const LOCK: usize = 0;
+pub(crate) const STATE: usize = 4;
+pub(crate) const RECALL: usize = 8;
+pub(crate) const OFFSET: usize = 16;
+pub(crate) const SIZE: usize = 24;
+pub(crate) const WIN_OFF: usize = 32;
+pub(crate) const WIN_LEN: usize = 40;
+pub(crate) const DIRTY_LO: usize = 48;
+pub(crate) const DIRTY_HI: usize = 56;
+/// The file's metadata as of the grant, for `stat` without a call:
+/// [`STAT_WORDS`] words (see [`crate::proto::Stat`]).
+pub(crate) const STAT: usize = 64;
+pub(crate) const STAT_WORDS: usize = 16;
+
+pub(crate) const INVALID: u32 = 0;
+pub(crate) const PASSIVE: u32 = 1;
+pub(crate) const ACTIVE: u32 = 2;
+
+/// The words of one descriptor, wherever they live.
+pub(crate) trait Words {
+    fn w32(&self, off: usize) -> &AtomicU32;
+    fn w64(&self, off: usize) -> &AtomicU64;
+}
+
+/// What the token carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Held {
+    pub offset: u64,
+    pub size: u64,
+    /// Bytes the client may have written through its window since the
+    /// grant: `lo..hi` (empty if `lo >= hi`).
+    pub dirty: (u64, u64),
+}
+
+/// The client broke the protocol (kept the lock or the token too long,
+/// or wrote values no honest client writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Misbehaved(pub &'static str);
+
+/// Largest offset or size a descriptor may hold (Linux's `off_t` limit).
+pub(crate) const MAX_OFFSET: u64 = i64::MAX as u64;
+
+fn lock_spin(lock: &AtomicU32) {
+    let mut spins = 0u32;
+    loop {
+        if lock.compare_exchange(0, 1, SeqCst, SeqCst).is_ok() {
+            return;
+        }
+        spins += 1;
+        if spins < 100 {
+            std::hint::spin_loop();
+        } else {
+            // The service holds it for a few loads and stores: it is
+            // running, or was preempted; let it run.
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn unlock(lock: &AtomicU32) {
+    if lock.swap(0, SeqCst) == 2 {
+        crate::shm::wake(lock);
+    }
+}
+
+/// The service's side of the lock: test-and-set, then sleep until
+/// `deadline` at the latest.
+fn lock_until(lock: &AtomicU32, deadline: Instant) -> Result<(), Misbehaved> {
+    if lock.compare_exchange(0, 1, SeqCst, SeqCst).is_ok() {
+        return Ok(());
+    }
+    loop {
+        // Mark a sleeper; any value but 0 is "held" (a client may write
+        // anything here).
+        if lock.swap(2, SeqCst) == 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Misbehaved("held the share lock past the timeout"));
+        }
+        crate::shm::wait(lock, 2, deadline - now);
+    }
+}
+
+// ---- the client's side ----
+
+/// What the client finds when it starts an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Begin {
+    /// The token is now `ACTIVE`: use what it carries, then [`client_end`].
+    Ready(Held, (u64, u64)),
+    /// The token is not here: ask the service for it, then begin again.
+    Acquire,
+}
+
+/// Start an operation: take the token from `PASSIVE` to `ACTIVE`.
+pub(crate) fn client_begin(d: &impl Words) -> Begin {
+    lock_spin(d.w32(LOCK));
+    let r = if d.w32(STATE).load(SeqCst) == PASSIVE {
+        d.w32(STATE).store(ACTIVE, SeqCst);
+        let held = Held {
+            offset: d.w64(OFFSET).load(SeqCst),
+            size: d.w64(SIZE).load(SeqCst),
+            dirty: (d.w64(DIRTY_LO).load(SeqCst), d.w64(DIRTY_HI).load(SeqCst)),
+        };
+        let window = (d.w64(WIN_OFF).load(SeqCst), d.w64(WIN_LEN).load(SeqCst));
+        Begin::Ready(held, window)
+    } else {
+        Begin::Acquire
+    };
+    unlock(d.w32(LOCK));
+    r
+}
+
+/// End an operation begun with [`client_begin`]: store what changed, and
+/// leave the token `PASSIVE`, or give it back if the service asked for it
+/// meanwhile (waking the service, which waits on the state word).
+pub(crate) fn client_end(d: &impl Words, held: Held) {
+    lock_spin(d.w32(LOCK));
+    d.w64(OFFSET).store(held.offset, SeqCst);
+    d.w64(SIZE).store(held.size, SeqCst);
+    d.w64(DIRTY_LO).store(held.dirty.0, SeqCst);
+    d.w64(DIRTY_HI).store(held.dirty.1, SeqCst);
+    let recalled = d.w32(RECALL).swap(0, SeqCst) != 0;
+    d.w32(STATE)
+        .store(if recalled { INVALID } else { PASSIVE }, SeqCst);
+    unlock(d.w32(LOCK));
+    if recalled {
+        crate::shm::wake(d.w32(STATE));
+    }
+}
+
+// ---- the service's side ----
+
+/// Give the token to this descriptor (`PASSIVE`), with the file's offset
+/// and size and no window.
+pub(crate) fn grant(
+    d: &impl Words,
+    offset: u64,
+    size: u64,
+    stat: &[u64; STAT_WORDS],
+    deadline: Instant,
+) -> Result<(), Misbehaved> {
+    lock_until(d.w32(LOCK), deadline)?;
+    d.w64(OFFSET).store(offset, SeqCst);
+    d.w64(SIZE).store(size, SeqCst);
+    d.w64(WIN_OFF).store(0, SeqCst);
+    d.w64(WIN_LEN).store(0, SeqCst);
+    d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
+    d.w64(DIRTY_HI).store(0, SeqCst);
+    for (i, w) in stat.iter().enumerate() {
+        d.w64(STAT + 8 * i).store(*w, SeqCst);
+    }
+    d.w32(RECALL).store(0, SeqCst);
+    d.w32(STATE).store(PASSIVE, SeqCst);
+    unlock(d.w32(LOCK));
+    Ok(())
+}
+
+/// Set the window (the client asked for it, holding its token `ACTIVE`).
+pub(crate) fn set_window(d: &impl Words, off: u64, len: u64) {
+    d.w64(WIN_OFF).store(off, SeqCst);
+    d.w64(WIN_LEN).store(len, SeqCst);
+}
+
+/// What a descriptor holds, read without the lock: for a client whose
+/// process is gone (its lock may be held for ever), taking the last
+/// values it stored.
+pub(crate) fn peek(d: &impl Words) -> Held {
+    Held {
+        offset: d.w64(OFFSET).load(SeqCst).min(MAX_OFFSET),
+        size: d.w64(SIZE).load(SeqCst).min(MAX_OFFSET),
+        dirty: (d.w64(DIRTY_LO).load(SeqCst), d.w64(DIRTY_HI).load(SeqCst)),
+    }
+}
+
+/// The metadata stored at the grant.
+pub(crate) fn stat_words(d: &impl Words) -> [u64; STAT_WORDS] {
+    std::array::from_fn(|i| d.w64(STAT + 8 * i).load(SeqCst))
+}
+
+/// Take the token back: at once if `PASSIVE`; if `ACTIVE`, ask for it and
+/// wait until the client ends its operation, at most until `deadline`.
+/// Returns what the token carried, checked.
+pub(crate) fn take(d: &impl Words, deadline: Instant) -> Result<Held, Misbehaved> {
+    lock_until(d.w32(LOCK), deadline)?;
+    loop {
+        match d.w32(STATE).load(SeqCst) {
+            PASSIVE | INVALID => break,
+            ACTIVE => {
+                d.w32(RECALL).store(1, SeqCst);
+                unlock(d.w32(LOCK));
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(Misbehaved("kept its token active past the timeout"));
+                }
+                crate::shm::wait(
+                    d.w32(STATE),
+                    ACTIVE,
+                    (deadline - now).min(Duration::from_millis(50)),
+                );
+                lock_until(d.w32(LOCK), deadline)?;
+            }
+            _ => {
+                unlock(d.w32(LOCK));
+                return Err(Misbehaved("wrote an unknown token state"));
+            }
+        }
+    }
+    let held = Held {
+        offset: d.w64(OFFSET).load(SeqCst),
+        size: d.w64(SIZE).load(SeqCst),
+        dirty: (d.w64(DIRTY_LO).load(SeqCst), d.w64(DIRTY_HI).load(SeqCst)),
+    };
+    d.w32(STATE).store(INVALID, SeqCst);
+    d.w32(RECALL).store(0, SeqCst);
+    unlock(d.w32(LOCK));
+    if held.offset > MAX_OFFSET || held.size > MAX_OFFSET {
+        return Err(Misbehaved("wrote an offset or size beyond any file"));
+    }
+    Ok(held)
+}
+
+/// A descriptor of words in private memory, for tests.
+#[cfg(test)]
+pub(crate) struct Plain(pub Vec<AtomicU64>);
+
+#[cfg(test)]
+impl Plain {
+    pub(crate) fn new() -> Plain {
+        Plain((0..DESC / 8).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+#[cfg(test)]
+impl Words for Plain {
+    fn w32(&self, off: usize) -> &AtomicU32 {
+        assert!(off.is_multiple_of(4) && off + 4 <= DESC);
+        let w = &self.0[off / 8];
+        // SAFETY: test-only view of half of an AtomicU64 as an AtomicU32:
+        // same alignment (4 divides 8), inside the word, and only ever
+        // accessed atomically.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*((w as *const AtomicU64 as *const AtomicU32).add((off % 8) / 4))
+        }
+    }
+    fn w64(&self, off: usize) -> &AtomicU64 {
+        &self.0[off / 8]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn a_passive_token_goes_active_without_a_call_and_back() {
+        let d = Plain::new();
+        assert_eq!(client_begin(&d), Begin::Acquire, "no token yet");
+        grant(&d, 7, 100, &[0; STAT_WORDS], soon()).unwrap();
+        let Begin::Ready(held, window) = client_begin(&d) else {
+            panic!("granted")
+        };
+        assert_eq!((held.offset, held.size, window), (7, 100, (0, 0)));
+        assert_eq!(d.w32(STATE).load(SeqCst), ACTIVE);
+        client_end(
+            &d,
+            Held {
+                offset: 9,
+                size: 120,
+                dirty: (7, 9),
+            },
+        );
+        assert_eq!(d.w32(STATE).load(SeqCst), PASSIVE);
+        // The service takes a passive token at once, with what it carries.
+        let held = take(&d, soon()).unwrap();
+        assert_eq!(
+            held,
+            Held {
+                offset: 9,
+                size: 120,
+                dirty: (7, 9)
+            }
+        );
+        assert_eq!(client_begin(&d), Begin::Acquire, "taken back");
+    }
+
+    #[test]
+    fn an_active_token_is_recalled_when_the_client_ends() {
+        let d = Arc::new(Plain::new());
+        grant(&*d, 0, 10, &[0; STAT_WORDS], soon()).unwrap();
+        assert!(matches!(client_begin(&*d), Begin::Ready(..)));
+        let service = {
+            let d = d.clone();
+            std::thread::spawn(move || take(&*d, soon()))
+        };
+        // The service waits for the client: it asked for the token back.
+        assert!(crate::test_eventually(|| d.w32(RECALL).load(SeqCst) == 1));
+        assert!(!service.is_finished());
+        client_end(
+            &*d,
+            Held {
+                offset: 5,
+                size: 10,
+                dirty: (1, 0),
+            },
+        );
+        assert_eq!(service.join().unwrap().unwrap().offset, 5);
+        assert_eq!(d.w32(STATE).load(SeqCst), INVALID, "given back, not kept passive");
+    }
+
+    #[test]
+    fn a_client_that_keeps_the_lock_or_the_token_or_writes_garbage_is_caught() {
+        let d = Plain::new();
+        let brief = || Instant::now() + Duration::from_millis(100);
+        // The lock held and never let go (any non-zero value holds it).
+        d.w32(LOCK).store(77, SeqCst);
+        assert!(take(&d, brief()).is_err());
+        assert!(grant(&d, 0, 0, &[0; STAT_WORDS], brief()).is_err());
+        d.w32(LOCK).store(0, SeqCst);
+        // The token kept active.
+        grant(&d, 0, 0, &[0; STAT_WORDS], soon()).unwrap();
+        assert!(matches!(client_begin(&d), Begin::Ready(..)));
+        let started = Instant::now();
+        assert_eq!(
+            take(&d, brief()),
+            Err(Misbehaved("kept its token active past the timeout"))
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Garbage in the state and the size.
+        d.w32(STATE).store(9, SeqCst);
+        assert_eq!(take(&d, soon()), Err(Misbehaved("wrote an unknown token state")));
+        d.w32(STATE).store(PASSIVE, SeqCst);
+        d.w64(SIZE).store(u64::MAX, SeqCst);
+        assert!(take(&d, soon()).is_err());
+        assert_eq!(
+            d.w32(LOCK).load(SeqCst),
+            0,
+            "the service never leaves the lock held"
+        );
+    }
+
+    #[test]
+    fn the_lock_excludes_under_contention() {
+        let d = Arc::new(Plain::new());
+        // Two service threads (test-and-set, sleeping) and two client
+        // threads (spinning) increment one word under the lock.
+        let threads: Vec<_> = (0..4)
+            .map(|i| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..5000 {
+                        if i < 2 {
+                            lock_until(d.w32(LOCK), soon()).unwrap();
+                        } else {
+                            lock_spin(d.w32(LOCK));
+                        }
+                        let v = d.w64(SIZE).load(SeqCst);
+                        d.w64(SIZE).store(v + 1, SeqCst);
+                        unlock(d.w32(LOCK));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(d.w64(SIZE).load(SeqCst), 4 * 5000, "no increment lost");
+    }
+}
