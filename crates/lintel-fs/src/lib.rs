@@ -38,7 +38,7 @@ pub mod proto;
 mod service;
 mod session;
 mod shm;
-mod token;
+pub mod token;
 mod uffd;
 
 pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};

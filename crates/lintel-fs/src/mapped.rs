@@ -229,7 +229,11 @@ impl Mapped {
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
         let (slot, cache, span, writable) = session.session.attach(file.door().clone())?;
-        let map = Shared::map(&cache, span as usize, writable)?;
+        let map = if writable {
+            Shared::map(&cache, span as usize, true)?
+        } else {
+            Shared::map_private_read(&cache, span as usize)?
+        };
         let mapped = Mapped {
             session: session.clone(),
             slot,

@@ -86,18 +86,21 @@ impl Node {
         let Some(h) = st.holder.take() else {
             return;
         };
-        self.holder_id.store(0, SeqCst);
         if h.session.is_evicted() {
             // Nothing it reports is believed: what it wrote since its
             // grant stays in the cache only.
+            self.holder_id.store(0, SeqCst);
             return;
         }
         let taken = if h.session.is_dead() {
             // Its process is gone: nothing writes the descriptor any more.
             Ok(token::peek(&h.session.desc(h.slot)))
         } else {
+            // Its window calls go on working while it finishes (the holder
+            // id still names it).
             token::take(&h.session.desc(h.slot), deadline)
         };
+        self.holder_id.store(0, SeqCst);
         match taken {
             Ok(held) => {
                 *h.open.offset.lock() = held.offset;

@@ -54,6 +54,26 @@ impl Shared {
         Ok(Shared { ptr: ptr.cast(), len })
     }
 
+    /// Map `len` bytes of `fd` read-only and private: reads see the file's
+    /// pages as they change, and a write (after an `mprotect`) would only
+    /// make a private copy. How a client that may only read maps a cache:
+    /// a private mapping may carry a userfaultfd registration, which the
+    /// kernel allows on shared mappings only of files opened for writing.
+    pub(crate) fn map_private_read(fd: impl AsFd, len: usize) -> std::io::Result<Shared> {
+        // SAFETY: as in `map`.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+                fd,
+                0,
+            )?
+        };
+        Ok(Shared { ptr: ptr.cast(), len })
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }

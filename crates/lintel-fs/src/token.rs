@@ -1,6 +1,7 @@
 //! The token and the share lock: the protocol over one descriptor of a
 //! session's shared page, as plain functions over its words, so both sides
-//! and every interleaving are tested on the host.
+//! and every interleaving are tested on the host. The layout constants are
+//! public: they are the protocol (and what a hostile client test forges).
 //!
 //! A descriptor stands for one open file used by one client process. The
 //! token for a file guards its shared offset, its size and the client's
@@ -24,30 +25,30 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 /// Bytes per descriptor.
-pub(crate) const DESC: usize = 256;
+pub const DESC: usize = 256;
 /// Descriptors in a session's shared page.
-pub(crate) const SLOTS: usize = 64;
+pub const SLOTS: usize = 64;
 /// The shared page's length.
-pub(crate) const PAGE_LEN: usize = DESC * SLOTS;
+pub const PAGE_LEN: usize = DESC * SLOTS;
 
 // Word offsets within a descriptor.
-pub(crate) const LOCK: usize = 0;
-pub(crate) const STATE: usize = 4;
-pub(crate) const RECALL: usize = 8;
-pub(crate) const OFFSET: usize = 16;
-pub(crate) const SIZE: usize = 24;
-pub(crate) const WIN_OFF: usize = 32;
-pub(crate) const WIN_LEN: usize = 40;
-pub(crate) const DIRTY_LO: usize = 48;
-pub(crate) const DIRTY_HI: usize = 56;
+pub const LOCK: usize = 0;
+pub const STATE: usize = 4;
+pub const RECALL: usize = 8;
+pub const OFFSET: usize = 16;
+pub const SIZE: usize = 24;
+pub const WIN_OFF: usize = 32;
+pub const WIN_LEN: usize = 40;
+pub const DIRTY_LO: usize = 48;
+pub const DIRTY_HI: usize = 56;
 /// The file's metadata as of the grant, for `stat` without a call:
 /// [`STAT_WORDS`] words (see [`crate::proto::Stat`]).
-pub(crate) const STAT: usize = 64;
-pub(crate) const STAT_WORDS: usize = 16;
+pub const STAT: usize = 64;
+pub const STAT_WORDS: usize = 16;
 
-pub(crate) const INVALID: u32 = 0;
-pub(crate) const PASSIVE: u32 = 1;
-pub(crate) const ACTIVE: u32 = 2;
+pub const INVALID: u32 = 0;
+pub const PASSIVE: u32 = 1;
+pub const ACTIVE: u32 = 2;
 
 /// The words of one descriptor, wherever they live.
 pub(crate) trait Words {
@@ -71,7 +72,7 @@ pub(crate) struct Held {
 pub(crate) struct Misbehaved(pub &'static str);
 
 /// Largest offset or size a descriptor may hold (Linux's `off_t` limit).
-pub(crate) const MAX_OFFSET: u64 = i64::MAX as u64;
+pub const MAX_OFFSET: u64 = i64::MAX as u64;
 
 fn lock_spin(lock: &AtomicU32) {
     let mut spins = 0u32;

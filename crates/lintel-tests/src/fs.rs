@@ -14,8 +14,18 @@ use lintel_fs::{Fs, FsError, Stat};
 /// from 0 in the order they came).
 #[lintel::interface]
 pub trait FsPeer {
-    /// Open `path` with `open(2)` flags; the file's number.
-    fn open(&self, path: Vec<u8>, flags: u32) -> Result<u32, FsError>;
+    /// Open `path` with `open(2)` flags, on path `io` (0 auto, 1 copy,
+    /// 2 mapped); the file's number.
+    fn open(&self, path: Vec<u8>, flags: u32, io: u8) -> Result<u32, FsError>;
+    fn is_mapped(&self, file: u32) -> Result<bool, FsError>;
+    /// Misbehave on `path` through a session of its own, made with the raw
+    /// protocol: take the file's token, then `how` = 0: hold the share
+    /// lock for ever; 1: keep the token active for ever; 2: write garbage
+    /// over the whole shared page.
+    fn misbehave(&self, path: Vec<u8>, how: u8) -> Result<(), FsError>;
+    /// What the misbehaving session's calls get now: errnos of a token
+    /// request and of a copy-path read of its file (0: it worked).
+    fn misbehaved_probe(&self) -> Result<(i32, i32), FsError>;
     /// Keep an open file's door passed by the test; the file's number.
     fn adopt(&self, file: Door) -> Result<u32, FsError>;
     fn read(&self, file: u32, len: u32, out: &mut Vec<u8>) -> Result<(), FsError>;
@@ -40,11 +50,16 @@ pub struct FsService {
 
 impl FsService {
     pub fn start(root: &Path, read_only: bool) -> FsService {
+        FsService::start_with(root, read_only, lintel_fs::LOCK_TIMEOUT)
+    }
+
+    /// With the share-lock timeout after which a client is evicted.
+    pub fn start_with(root: &Path, read_only: bool, lock_timeout: std::time::Duration) -> FsService {
         let mut cmd = Command::new(crate::bin_path("lintel-fs-peer"));
-        cmd.arg("serve").arg(root);
-        if read_only {
-            cmd.arg("read-only");
-        }
+        cmd.arg("serve")
+            .arg(root)
+            .arg(if read_only { "read-only" } else { "read-write" })
+            .arg(lock_timeout.as_millis().to_string());
         let s = lintel::boot::spawn(&mut cmd, &[]).expect("spawn the file service");
         let door = s.doors.into_iter().next().expect("the service offers its export");
         FsService {

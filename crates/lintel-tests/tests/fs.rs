@@ -3,6 +3,7 @@
 //! this process and by client processes.
 
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -351,7 +352,7 @@ fn holders_of_one_open_file_share_its_offset() {
     assert_eq!(out, [100, 101, 102, 103], "a seek by one holder moves the others");
 
     // A separate open has an offset of its own.
-    let own = a.peer.open(b"f".to_vec(), O_RDONLY).unwrap();
+    let own = a.peer.open(b"f".to_vec(), O_RDONLY, 0).unwrap();
     a.peer.read(own, 4, &mut out).unwrap();
     assert_eq!(out, [0, 1, 2, 3]);
 }
@@ -366,7 +367,7 @@ fn writes_by_one_client_are_seen_by_every_other() {
     let peers: Vec<_> = (0..3).map(|_| FsClientPeer::start(svc.fs.door())).collect();
     let files: Vec<_> = peers
         .iter()
-        .map(|p| p.peer.open(b"shared".to_vec(), O_RDWR | O_CREAT).unwrap())
+        .map(|p| p.peer.open(b"shared".to_vec(), O_RDWR | O_CREAT, 0).unwrap())
         .collect();
     peers[0].peer.write_at(files[0], 1000, b"written by 0").unwrap();
     for (p, &f) in peers.iter().zip(&files).skip(1) {
@@ -392,7 +393,7 @@ fn writes_by_one_client_are_seen_by_every_other() {
         .iter()
         .map(|p| {
             p.peer
-                .open(b"log".to_vec(), O_WRONLY | O_CREAT | O_APPEND)
+                .open(b"log".to_vec(), O_WRONLY | O_CREAT | O_APPEND, 0)
                 .unwrap()
         })
         .collect();
@@ -429,9 +430,9 @@ fn a_killed_client_or_service_leaves_the_others_consistent() {
     let reader = FsClientPeer::start(svc.fs.door());
     let fw = writer
         .peer
-        .open(b"f".to_vec(), O_WRONLY | O_CREAT | O_APPEND)
+        .open(b"f".to_vec(), O_WRONLY | O_CREAT | O_APPEND, 0)
         .unwrap();
-    let fr = reader.peer.open(b"f".to_vec(), O_RDONLY).unwrap();
+    let fr = reader.peer.open(b"f".to_vec(), O_RDONLY, 0).unwrap();
     let record = vec![b'r'; 1 << 20];
     writer.peer.write_in_background(fw, record, 1000).unwrap();
     assert!(lintel_tests::eventually(Duration::from_secs(10), || {
@@ -465,4 +466,237 @@ fn a_killed_client_or_service_leaves_the_others_consistent() {
         start.elapsed() < Duration::from_secs(5),
         "no call waits on a dead service"
     );
+}
+
+const AUTO: u8 = 0;
+const COPY: u8 = 1;
+const MAPPED: u8 = 2;
+
+/// Clients on the mapped path and on the copy path, in three processes,
+/// see each other's writes, size changes, appends and truncation.
+#[test]
+fn mapped_and_copy_clients_see_each_others_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![b'.'; 200_000]).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let (a, b, c) = (
+        FsClientPeer::start(svc.fs.door()),
+        FsClientPeer::start(svc.fs.door()),
+        FsClientPeer::start(svc.fs.door()),
+    );
+    let fa = a.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+    let fb = b.peer.open(b"f".to_vec(), O_RDWR, COPY).unwrap();
+    let fc = c.peer.open(b"f".to_vec(), O_RDWR, AUTO).unwrap();
+    assert!(a.peer.is_mapped(fa).unwrap() && c.peer.is_mapped(fc).unwrap());
+    assert!(!b.peer.is_mapped(fb).unwrap());
+    let read = |p: &FsClientPeer, f: u32, at: u64, len: u32| {
+        let mut out = Vec::new();
+        p.peer.read_at(f, at, len, &mut out).unwrap();
+        out
+    };
+    for round in 0..20u64 {
+        let at = round * 9_973 % 190_000;
+        let tag = format!("round {round:02}");
+        // Each writes in turn; the two others read it at once.
+        let (w, fw, r1, f1, r2, f2) = match round % 3 {
+            0 => (&a, fa, &b, fb, &c, fc),
+            1 => (&b, fb, &c, fc, &a, fa),
+            _ => (&c, fc, &a, fa, &b, fb),
+        };
+        assert_eq!(w.peer.write_at(fw, at, tag.as_bytes()).unwrap(), 8);
+        assert_eq!(read(r1, f1, at, 8), tag.as_bytes(), "round {round}");
+        assert_eq!(read(r2, f2, at, 8), tag.as_bytes(), "round {round}");
+    }
+    // A mapped write past the end extends the file for everyone.
+    a.peer.write_at(fa, 300_000, b"tail").unwrap();
+    assert_eq!(b.peer.stat(fb).unwrap().size, 300_004);
+    assert_eq!(c.peer.stat(fc).unwrap().size, 300_004);
+    assert_eq!(read(&b, fb, 299_998, 10), b"\0\0tail");
+    // Truncation through the copy path is seen by the mapped clients, and
+    // what was past the new end reads as nothing, then as zeros if the
+    // file grows again.
+    b.peer.truncate(fb, 100).unwrap();
+    assert_eq!(a.peer.stat(fa).unwrap().size, 100);
+    assert!(read(&c, fc, 150, 10).is_empty());
+    c.peer.write_at(fc, 199, b"!").unwrap();
+    assert_eq!(read(&a, fa, 95, 10), b".....\0\0\0\0\0");
+    assert_eq!(read(&b, fb, 199, 1), b"!");
+    // After sync, the host file holds it all.
+    a.peer.sync(fa).unwrap();
+    let host = std::fs::read(dir.path().join("f")).unwrap();
+    assert_eq!(host.len(), 200);
+    assert_eq!(&host[95..100], b".....");
+    assert_eq!(host[199], b'!');
+
+    // Appends from a mapped, a copy and an auto client land whole.
+    let logs: Vec<_> = [(&a, MAPPED), (&b, COPY), (&c, AUTO)]
+        .iter()
+        .map(|(p, io)| {
+            p.peer
+                .open(b"log".to_vec(), O_RDWR | O_CREAT | O_APPEND, *io)
+                .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (i, (p, &f)) in [&a, &b, &c].into_iter().zip(&logs).enumerate() {
+            s.spawn(move || {
+                for j in 0..40 {
+                    assert_eq!(p.peer.write(f, format!("<{i}:{j:02}>").as_bytes()).unwrap(), 6);
+                }
+            });
+        }
+    });
+    let mut out = Vec::new();
+    c.peer.read_at(logs[2], 0, 10_000, &mut out).unwrap();
+    let log = String::from_utf8(out).unwrap();
+    assert_eq!(log.len(), 3 * 40 * 6, "{log}");
+    for i in 0..3 {
+        let mine: Vec<_> = log
+            .match_indices(&format!("<{i}:"))
+            .map(|(at, _)| &log[at..at + 6])
+            .collect();
+        let want: Vec<_> = (0..40).map(|j| format!("<{i}:{j:02}>")).collect();
+        assert_eq!(mine, want, "client {i}'s records, whole and in order");
+    }
+}
+
+/// With its token and window in place, a client reads, seeks and stats
+/// without a single call to the service.
+#[test]
+fn reads_seeks_and_stat_inside_the_window_make_no_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let mut f = svc.fs.open("f").unwrap();
+    assert!(f.is_mapped());
+    let mut buf = [0u8; 100];
+    f.read_exact(&mut buf).unwrap(); // takes the token and the first window
+    let before = lintel::stats::snapshot();
+    for i in 0..1000u64 {
+        let at = (i * 37) % 60_000;
+        assert_eq!(f.read_at(&mut buf, at).unwrap(), 100);
+        assert_eq!(buf[..], data[at as usize..at as usize + 100]);
+    }
+    assert_eq!(f.seek(SeekFrom::Start(10)).unwrap(), 10);
+    f.read_exact(&mut buf[..5]).unwrap();
+    assert_eq!(buf[..5], data[10..15]);
+    assert_eq!(f.seek(SeekFrom::End(-1)).unwrap(), 99_999);
+    let st = f.metadata().unwrap();
+    assert_eq!(st.size, 100_000);
+    assert_eq!(st.ino, std::fs::metadata(dir.path().join("f")).unwrap().ino());
+    let after = lintel::stats::snapshot();
+    let calls: u64 = after.since(&before).calls.iter().sum();
+    assert_eq!(calls, 0, "no call while the window and the token serve");
+    // Reading past the window moves it: one call.
+    f.read_at(&mut buf, 90_000).unwrap();
+    assert_eq!(buf[..], data[90_000..90_100]);
+    let calls: u64 = lintel::stats::snapshot().since(&after).calls.iter().sum();
+    assert_eq!(calls, 1, "one call to move the window");
+}
+
+/// A client that holds the share lock, keeps its token active, or writes
+/// garbage over its shared page is evicted after the timeout; the client
+/// waiting for the file goes on with the right bytes, and the evicted
+/// client's session and file are dead.
+#[test]
+fn a_client_that_breaks_the_share_lock_is_evicted_and_the_others_go_on() {
+    let timeout = Duration::from_millis(300);
+    for how in 0..3u8 {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"honest bytes").unwrap();
+        let svc = FsService::start_with(dir.path(), false, timeout);
+        let bad = FsClientPeer::start(svc.fs.door());
+        let good = FsClientPeer::start(svc.fs.door());
+        bad.peer.misbehave(b"f".to_vec(), how).unwrap();
+        assert_eq!(
+            bad.peer.misbehaved_probe().unwrap(),
+            (0, 0),
+            "not evicted before it is in the way"
+        );
+        let g = good.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+        let start = Instant::now();
+        let mut out = Vec::new();
+        good.peer.read_at(g, 0, 12, &mut out).unwrap();
+        assert_eq!(out, b"honest bytes", "how {how}");
+        assert!(
+            start.elapsed() < 20 * timeout,
+            "bounded wait: {:?}",
+            start.elapsed()
+        );
+        good.peer.write_at(g, 0, b"HONEST").unwrap();
+        out.clear();
+        good.peer.read_at(g, 0, 12, &mut out).unwrap();
+        assert_eq!(out, b"HONEST bytes");
+        assert_eq!(svc.fs.read("f").unwrap(), b"HONEST bytes", "the service goes on");
+        assert_eq!(
+            bad.peer.misbehaved_probe().unwrap(),
+            (EBADF, EBADF),
+            "how {how}: the evicted session and its file are revoked"
+        );
+    }
+}
+
+/// A client killed in the middle of mapped writes leaves a file whose size
+/// and bytes the others agree on; nothing it committed is lost, nothing
+/// reads as zeros.
+#[test]
+fn a_client_killed_during_mapped_writes_leaves_a_consistent_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let mut writer = FsClientPeer::start(svc.fs.door());
+    let reader = FsClientPeer::start(svc.fs.door());
+    let fw = writer
+        .peer
+        .open(b"f".to_vec(), O_RDWR | O_CREAT | O_APPEND, MAPPED)
+        .unwrap();
+    assert!(writer.peer.is_mapped(fw).unwrap());
+    let fr = reader.peer.open(b"f".to_vec(), O_RDONLY, MAPPED).unwrap();
+    writer
+        .peer
+        .write_in_background(fw, vec![b'w'; 1000], 1_000_000)
+        .unwrap();
+    assert!(lintel_tests::eventually(Duration::from_secs(10), || {
+        reader.peer.stat(fr).unwrap().size >= 300_000
+    }));
+    writer.kill();
+    let size = reader.peer.stat(fr).unwrap().size;
+    assert_eq!(
+        size % 1000,
+        0,
+        "whole records: the size moves only when one is done"
+    );
+    let mut out = Vec::new();
+    reader.peer.read_at(fr, 0, size as u32, &mut out).unwrap();
+    assert_eq!(out.len() as u64, size);
+    assert!(out.iter().all(|&b| b == b'w'), "no zeros where data was");
+    assert_eq!(svc.fs.stat("f").unwrap().size, size);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("f")).unwrap().len(),
+        size,
+        "written back"
+    );
+}
+
+/// A killed service fails the mapped client's operations with EIO at
+/// once: no hang, and no zeros for bytes it never paged in.
+#[test]
+fn a_killed_service_fails_mapped_clients_without_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![b'x'; 1 << 20]).unwrap();
+    let mut svc = FsService::start(dir.path(), false);
+    let client = FsClientPeer::start(svc.fs.door());
+    let f = client.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+    let mut out = Vec::new();
+    client.peer.read_at(f, 0, 100, &mut out).unwrap();
+    assert_eq!(out, vec![b'x'; 100]);
+    svc.kill();
+    let start = Instant::now();
+    for at in [0u64, 500_000] {
+        let e = client.peer.read_at(f, at, 100, &mut out);
+        assert_eq!(errno(e), EIO, "read at {at}");
+    }
+    assert_eq!(errno(client.peer.write_at(f, 10, b"y")), EIO);
+    assert_eq!(errno(client.peer.stat(f)), EIO);
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
 }

@@ -1,13 +1,18 @@
 //! A domain the file-service tests start: `serve ROOT [read-only]` exports
 //! ROOT and offers its door; `client` takes the export door it is offered
 //! and serves `lintel_tests::fs::FsPeer`, doing file operations on the
-//! test's behalf.
-#![forbid(unsafe_code)]
+//! test's behalf; `misbehave` plays a hostile client with the raw
+//! protocol.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::sync::Arc;
 
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+
 use lintel::Door;
-use lintel_fs::{File, Fs, FsError, Stat};
+use lintel_fs::proto::{Export, ExportClient, OpenFile, OpenFileClient, Session, SessionClient};
+use lintel_fs::{token, File, Fs, FsError, IoPath, Stat};
 use lintel_tests::fs::{FsPeer, FsPeerServer};
 use parking_lot::Mutex;
 
@@ -18,8 +23,13 @@ fn main() {
         Some("serve") => {
             let root = args.get(2).expect("serve ROOT");
             let read_only = args.get(3).map(String::as_str) == Some("read-only");
+            let timeout = args
+                .get(4)
+                .and_then(|t| t.parse().ok())
+                .map_or(lintel_fs::LOCK_TIMEOUT, std::time::Duration::from_millis);
             let door = lintel_fs::Service::new(root, read_only)
                 .expect("export the root")
+                .with_lock_timeout(timeout)
                 .into_door();
             lintel::boot::join(std::slice::from_ref(&door)).expect("join the test");
             Some(door)
@@ -33,6 +43,7 @@ fn main() {
                 let d = FsPeerServer::door(Client {
                     export,
                     files: Mutex::new(Vec::new()),
+                    hostile: Mutex::new(None),
                 });
                 door = Some(d.clone());
                 vec![d]
@@ -50,6 +61,47 @@ fn main() {
 struct Client {
     export: Option<Fs>,
     files: Mutex<Vec<Arc<File>>>,
+    hostile: Mutex<Option<Hostile>>,
+}
+
+/// A session driven by hand, breaking the protocol.
+struct Hostile {
+    session: SessionClient,
+    slot: u32,
+    file: OpenFileClient,
+    _page: Page,
+    _fds: Vec<OwnedFd>,
+}
+
+/// A writable shared mapping of a session's page.
+struct Page(*mut u8);
+
+// SAFETY: the page is plain shared memory, written only with atomics here.
+unsafe impl Send for Page {}
+
+impl Page {
+    fn map(fd: &OwnedFd) -> Page {
+        // SAFETY: a fresh shared mapping at an address the kernel picks.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                token::PAGE_LEN,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .expect("map the session page");
+        Page(p.cast())
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        assert!(off.is_multiple_of(4) && off + 4 <= token::PAGE_LEN);
+        // SAFETY: in bounds and aligned (checked); the mapping is never
+        // unmapped while `self` lives; atomics may alias shared memory.
+        unsafe { &*(self.0.add(off) as *const AtomicU32) }
+    }
 }
 
 impl Client {
@@ -65,18 +117,80 @@ impl Client {
 }
 
 impl FsPeer for Client {
-    fn open(&self, path: Vec<u8>, flags: u32) -> Result<u32, FsError> {
+    fn open(&self, path: Vec<u8>, flags: u32, io: u8) -> Result<u32, FsError> {
         use std::os::unix::ffi::OsStrExt;
         let fs = self.export.as_ref().ok_or(FsError::Closed)?;
         let path = std::ffi::OsStr::from_bytes(&path);
+        let io = match io {
+            1 => IoPath::Copy,
+            2 => IoPath::Mapped,
+            _ => IoPath::Auto,
+        };
         let f = fs.open_with(
             path,
             lintel_fs::OpenOptions::new()
-                .custom_flags(flags)
+                .custom_flags(flags & !0o2000)
                 .read(flags & 3 != 1)
-                .write(flags & 3 != 0),
+                .write(flags & 3 != 0)
+                .append(flags & 0o2000 != 0)
+                .io_path(io),
         )?;
         Ok(self.keep(f))
+    }
+
+    fn is_mapped(&self, file: u32) -> Result<bool, FsError> {
+        Ok(self.file(file)?.is_mapped())
+    }
+
+    fn misbehave(&self, path: Vec<u8>, how: u8) -> Result<(), FsError> {
+        use rustix::event::{eventfd, EventfdFlags};
+        let fs = self.export.as_ref().ok_or(FsError::Closed)?;
+        let export = ExportClient::from_door(fs.door().clone());
+        let file = export.open(&path, 2, 0)?;
+        // Not a userfaultfd at all: the service must cope.
+        let fake_uffd: OwnedFd = eventfd(0, EventfdFlags::CLOEXEC).map_err(FsError::from)?;
+        let evicted: OwnedFd = eventfd(0, EventfdFlags::CLOEXEC).map_err(FsError::from)?;
+        let (session, page_fd) = export.session(fake_uffd.try_clone()?, evicted.try_clone()?)?;
+        let (slot, cache, _, _) = session.attach(file.door().clone())?;
+        session.acquire(slot)?;
+        let page = Page::map(&page_fd);
+        let at = slot as usize * token::DESC;
+        match how {
+            0 => page.word(at + token::LOCK).store(1, SeqCst),
+            1 => page.word(at + token::STATE).store(token::ACTIVE, SeqCst),
+            _ => {
+                let mut x = 0x9e37_79b9_u32;
+                for off in (0..token::PAGE_LEN).step_by(4) {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    page.word(off).store(x, SeqCst);
+                }
+                // Whatever the noise left in the lock, free it: the
+                // garbage, not a held lock, is what is tested here.
+                page.word(at + token::LOCK).store(0, SeqCst);
+                page.word(at + token::STATE).store(token::PASSIVE, SeqCst);
+            }
+        }
+        *self.hostile.lock() = Some(Hostile {
+            session,
+            slot,
+            file,
+            _page: page,
+            _fds: vec![fake_uffd, evicted, cache],
+        });
+        Ok(())
+    }
+
+    fn misbehaved_probe(&self) -> Result<(i32, i32), FsError> {
+        let h = self.hostile.lock();
+        let h = h.as_ref().ok_or(FsError::Closed)?;
+        let errno = |r: Result<(), FsError>| r.err().map_or(0, |e| e.errno());
+        let mut out = Vec::new();
+        Ok((
+            errno(h.session.acquire(h.slot)),
+            errno(h.file.read_at(0, 1, &mut out)),
+        ))
     }
 
     fn adopt(&self, file: Door) -> Result<u32, FsError> {
