@@ -136,6 +136,12 @@ impl Fs {
         self.export.rename(bytes(&from), bytes(&to))
     }
 
+    /// What the service has done for mapped windows (faults paged in,
+    /// windows moved, tokens granted and recalled, clients evicted).
+    pub fn counters(&self) -> Result<crate::proto::Counters, FsError> {
+        self.export.counters()
+    }
+
     /// Whether the export refuses every change.
     pub fn is_read_only(&self) -> Result<bool, FsError> {
         self.export.read_only()
@@ -294,6 +300,17 @@ impl File {
             path: IoPath::Auto,
             append: false,
         }
+    }
+
+    /// A read-only view of the file's pages, paged in by the service as
+    /// they are touched (no token, no window): `Err` if the file is not
+    /// mapped.
+    pub fn view(&self) -> Result<crate::mapped::View, FsError> {
+        let m = self
+            .mapped
+            .clone()
+            .ok_or_else(|| FsError::Invalid("the file is not mapped".into()))?;
+        Ok(crate::mapped::View::new(m))
     }
 
     /// Whether this handle reads and writes through a mapped window.

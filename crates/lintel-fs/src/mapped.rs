@@ -370,6 +370,47 @@ impl Mapped {
     }
 }
 
+/// A read-only view of a mapped file's pages, without token or window: the
+/// service pages them in as they are first touched (the pager resolves the
+/// fault for a 64 KiB range), and they change as other clients write. What
+/// `mmap(MAP_SHARED)` of the file would show.
+pub struct View {
+    m: Arc<Mapped>,
+    covered: AtomicU64,
+}
+
+impl View {
+    pub(crate) fn new(m: Arc<Mapped>) -> View {
+        View {
+            m,
+            covered: AtomicU64::new(0),
+        }
+    }
+
+    /// Copy the file's bytes at `at` into `buf` (as many as the file has
+    /// there, by its size now).
+    pub fn read_at(&self, at: u64, buf: &mut [u8]) -> Result<usize, FsError> {
+        self.m.session.check()?;
+        let size = match self.m.stat()? {
+            Some(st) => st.size,
+            None => return Err(FsError::Invalid("the file's token is contended".into())),
+        };
+        let n = (buf.len() as u64).min(size.saturating_sub(at));
+        let end = at + n;
+        if end > self.m.map.len() as u64 {
+            return Err(FsError::Invalid("beyond the mapped span".into()));
+        }
+        if end > self.covered.load(SeqCst) {
+            // Cover the whole file at once: one call, not one per range.
+            let covered = self.m.session.session.extent(self.m.slot, size.max(end))?;
+            self.covered.fetch_max(covered, SeqCst);
+        }
+        self.m.session.check()?;
+        self.m.map.read(at as usize, &mut buf[..n as usize]);
+        Ok(n as usize)
+    }
+}
+
 impl Drop for Mapped {
     fn drop(&mut self) {
         self.session

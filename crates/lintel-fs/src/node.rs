@@ -86,6 +86,7 @@ impl Node {
         let Some(h) = st.holder.take() else {
             return;
         };
+        h.session.tally.recalls.fetch_add(1, SeqCst);
         if h.session.is_evicted() {
             // Nothing it reports is believed: what it wrote since its
             // grant stays in the cache only.
@@ -143,6 +144,20 @@ impl Node {
         let mut st = self.token.lock();
         self.recall(&mut st, deadline);
         st
+    }
+
+    /// Grow the cache's memfd to at least `end` bytes (within [`SPAN`]).
+    pub(crate) fn grow(&self, end: u64) -> Result<u64, FsError> {
+        let mut cache = self.cache.lock();
+        let c = cache
+            .as_mut()
+            .ok_or_else(|| FsError::Invalid("the file has no cache".into()))?;
+        let end = end.next_multiple_of(64 * 1024).min(SPAN);
+        if end > c.len {
+            rustix::fs::ftruncate(&c.memfd, end)?;
+            c.len = end;
+        }
+        Ok(c.len)
     }
 
     /// Make `[at, at + len)` of the cache resident, filling missing pages
@@ -268,4 +283,70 @@ pub(crate) fn read_only(fd: impl AsFd) -> Result<OwnedFd, FsError> {
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(bytes: &[u8]) -> OwnedFd {
+        let fd = rustix::fs::memfd_create("host", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::io::pwrite(&fd, bytes, 0).unwrap();
+        fd
+    }
+
+    fn cached(n: &Node, at: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        n.cache.lock().as_ref().unwrap().map.read(at as usize, &mut v);
+        v
+    }
+
+    #[test]
+    fn the_cache_fills_from_the_host_and_follows_copy_path_writes_and_truncation() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 200) as u8 + 1).collect();
+        let fd = host(&data);
+        let n = Node::new();
+        assert!(n.fill(&fd, 0, 4096).is_err(), "no cache before one is asked for");
+        n.cache_fd().unwrap();
+        n.fill(&fd, 4096, 8192).unwrap();
+        assert_eq!(cached(&n, 4096, 5904), data[4096..]);
+        assert_eq!(
+            cached(&n, 10_000, 2288),
+            vec![0; 2288],
+            "zeros past the host's end"
+        );
+        // A copy-path write reaches resident pages only.
+        n.write_through(4000, &[9; 200]);
+        assert_eq!(cached(&n, 4096, 104), vec![9; 104]);
+        assert_eq!(cached(&n, 4000, 96), vec![0; 96], "page 0 was not resident");
+        // Truncation zeros the last page's tail and drops later pages.
+        n.truncate_cache(5000);
+        assert_eq!(
+            cached(&n, 4096, 904),
+            [vec![9; 104], data[4200..5000].to_vec()].concat()
+        );
+        assert_eq!(cached(&n, 5000, 3192), vec![0; 3192]);
+        assert!(!n.cache.lock().as_ref().unwrap().resident.contains(&2));
+        // A later fill of a dropped page reads the host again.
+        n.fill(&fd, 8192, 4096).unwrap();
+        assert_eq!(cached(&n, 8192, 1808), data[8192..]);
+        assert_eq!(n.grow(100).unwrap(), 12_288.max(64 * 1024));
+    }
+
+    #[test]
+    fn the_cache_memfd_cannot_shrink_under_the_service() {
+        let n = Node::new();
+        let fd = n.cache_fd().unwrap();
+        n.grow(1 << 20).unwrap();
+        assert!(rustix::fs::ftruncate(&fd, 0).is_err(), "sealed against shrinking");
+        assert!(
+            rustix::fs::fcntl_add_seals(&fd, SealFlags::WRITE).is_err(),
+            "no further seals: a client cannot freeze the service's writes"
+        );
+        let ro = read_only(&fd).unwrap();
+        assert!(
+            rustix::io::pwrite(&ro, b"x", 0).is_err(),
+            "a reader's copy cannot write"
+        );
+    }
 }

@@ -99,6 +99,21 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
+/// What the service has done for mapped windows since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Counters {
+    /// Page faults its pager resolved (each for a 64 KiB range).
+    pub faults: u64,
+    /// Windows it moved on a client's request.
+    pub windows: u64,
+    /// Tokens it granted.
+    pub grants: u64,
+    /// Tokens it took back from their holder.
+    pub recalls: u64,
+    /// Clients it evicted.
+    pub evictions: u64,
+}
+
 /// Where a seek counts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub enum Whence {
@@ -126,6 +141,8 @@ pub trait Export {
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// Whether the export refuses every change.
     fn read_only(&self) -> Result<bool, FsError>;
+    /// What the service has done for mapped windows.
+    fn counters(&self) -> Result<Counters, FsError>;
     /// Start a session for mapped windows: the caller's userfaultfd (the
     /// service pages the caller's windows through it) and an eventfd the
     /// service signals if it evicts the session. Returns the session's
@@ -152,6 +169,10 @@ pub trait Session {
     /// its pages mapped in the client: the caller holds the token active.
     /// Returns the window (offset, length).
     fn window(&self, slot: u32, at: u64, len: u64) -> Result<(u64, u64), FsError>;
+    /// Make the cache cover the file's first `end` bytes, so that a view
+    /// of them faults into the pager rather than past the memfd's end.
+    /// Returns the bytes covered.
+    fn extent(&self, slot: u32, end: u64) -> Result<u64, FsError>;
     /// The client is done with the descriptor: the token comes back (what
     /// it wrote is written to the file) and the number is free again.
     fn detach(&self, slot: u32) -> Result<(), FsError>;

@@ -77,6 +77,18 @@ pub(crate) struct Inner {
     /// Every file with an open, by (device, inode).
     nodes: Mutex<HashMap<(u64, u64), Weak<Node>>>,
     next_open: AtomicU64,
+    pub(crate) counters: Arc<Tally>,
+}
+
+/// The service's counters ([`crate::proto::Counters`]), bumped where the
+/// work happens.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub faults: AtomicU64,
+    pub windows: AtomicU64,
+    pub grants: AtomicU64,
+    pub recalls: AtomicU64,
+    pub evictions: AtomicU64,
 }
 
 impl Service {
@@ -95,6 +107,7 @@ impl Service {
                 opens: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),
                 next_open: AtomicU64::new(1),
+                counters: Arc::default(),
             }),
         })
     }
@@ -287,6 +300,17 @@ impl Export for ExportImpl {
 
     fn read_only(&self) -> Result<bool, FsError> {
         Ok(self.read_only)
+    }
+
+    fn counters(&self) -> Result<crate::proto::Counters, FsError> {
+        let c = &self.counters;
+        Ok(crate::proto::Counters {
+            faults: c.faults.load(SeqCst),
+            windows: c.windows.load(SeqCst),
+            grants: c.grants.load(SeqCst),
+            recalls: c.recalls.load(SeqCst),
+            evictions: c.evictions.load(SeqCst),
+        })
     }
 
     fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError> {

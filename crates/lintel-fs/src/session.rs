@@ -49,6 +49,7 @@ pub(crate) struct SessionCore {
     dead: AtomicBool,
     evicted: AtomicBool,
     timeout: Duration,
+    pub(crate) tally: Arc<crate::service::Tally>,
 }
 
 /// One descriptor of a session's page.
@@ -86,6 +87,7 @@ impl SessionCore {
             return;
         }
         tracing::warn!(session = self.id, "evicting a file-service client: it {why}");
+        self.tally.evictions.fetch_add(1, SeqCst);
         for b in self.bindings.lock().iter().flatten() {
             b.open.revoked.store(true, SeqCst);
         }
@@ -121,7 +123,9 @@ impl SessionCore {
         open.node
             .fill(&open.fd, at, FAULT_WINDOW)
             .map_err(|_| "faulted where no window can be")?;
-        uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")
+        uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")?;
+        self.tally.faults.fetch_add(1, SeqCst);
+        Ok(())
     }
 
     /// The client is gone: give back every token it held (writing back
@@ -184,6 +188,7 @@ pub(crate) fn start(
         dead: AtomicBool::new(false),
         evicted: AtomicBool::new(false),
         timeout: service.timeout,
+        tally: service.counters.clone(),
     });
     let pager = Arc::downgrade(&core);
     std::thread::Builder::new()
@@ -329,6 +334,7 @@ impl Session for SessionImpl {
             self.core.evict(why.0);
             return Err(FsError::Closed);
         }
+        self.core.tally.grants.fetch_add(1, SeqCst);
         st.holder = Some(Holder {
             session: self.core.clone(),
             slot: slot as usize,
@@ -357,7 +363,13 @@ impl Session for SessionImpl {
             return Err(FsError::Closed);
         }
         token::set_window(&self.core.desc(slot as usize), off, len);
+        self.core.tally.windows.fetch_add(1, SeqCst);
         Ok((off, len))
+    }
+
+    fn extent(&self, slot: u32, end: u64) -> Result<u64, FsError> {
+        let (open, _) = self.core.binding(slot)?;
+        open.node.grow(end)
     }
 
     fn detach(&self, slot: u32) -> Result<(), FsError> {

@@ -700,3 +700,36 @@ fn a_killed_service_fails_mapped_clients_without_hanging() {
     assert_eq!(errno(client.peer.stat(f)), EIO);
     assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
 }
+
+/// A view of a file has no window: each 64 KiB range is paged in by the
+/// service's pager when first touched, with no call, and shows another
+/// client's writes as they happen.
+#[test]
+fn a_view_is_paged_in_by_the_service_as_it_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let f = svc.fs.open("f").unwrap();
+    let view = f.view().unwrap();
+    let mut buf = [0u8; 100];
+    view.read_at(0, &mut buf).unwrap(); // token and extent: two calls
+    let faults = svc.fs.counters().unwrap().faults;
+    let before = lintel::stats::snapshot();
+    for i in 1..16u64 {
+        let at = i * 65_536 + 1234;
+        assert_eq!(view.read_at(at, &mut buf).unwrap(), 100);
+        assert_eq!(buf[..], data[at as usize..at as usize + 100]);
+    }
+    let calls: u64 = lintel::stats::snapshot().since(&before).calls.iter().sum();
+    assert_eq!(calls, 0, "paging in makes no call");
+    let paged = svc.fs.counters().unwrap().faults - faults;
+    assert_eq!(paged, 15, "one fault per 64 KiB range");
+
+    // Another process writes through its window: the view sees it.
+    let writer = FsClientPeer::start(svc.fs.door());
+    let w = writer.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+    writer.peer.write_at(w, 65_536 + 1234, b"fresh").unwrap();
+    view.read_at(65_536 + 1234, &mut buf[..5]).unwrap();
+    assert_eq!(&buf[..5], b"fresh");
+}
