@@ -67,6 +67,9 @@ pub(crate) struct Node {
     /// without the token lock by window calls and the pager.
     pub holder_id: AtomicU64,
     pub cache: Mutex<Option<Cache>>,
+    /// Bumped whenever cached pages are dropped (truncation): what a
+    /// session remembers as mapped in its client is then stale.
+    pub epoch: AtomicU64,
 }
 
 impl Node {
@@ -75,6 +78,7 @@ impl Node {
             token: Mutex::new(TokenState { holder: None }),
             holder_id: AtomicU64::new(0),
             cache: Mutex::new(None),
+            epoch: AtomicU64::new(0),
         }
     }
 
@@ -258,6 +262,7 @@ impl Node {
         if len < whole && c.resident.contains(&(len / PAGE)) {
             c.map.zero(len as usize, (whole - len) as usize);
         }
+        self.epoch.fetch_add(1, SeqCst);
         if whole < c.len {
             let _ = rustix::fs::fallocate(
                 &c.memfd,
@@ -330,7 +335,11 @@ mod tests {
         // A later fill of a dropped page reads the host again.
         n.fill(&fd, 8192, 4096).unwrap();
         assert_eq!(cached(&n, 8192, 1808), data[8192..]);
-        assert_eq!(n.grow(100).unwrap(), 64 * 1024, "grown to the first fill, in 64 KiB steps");
+        assert_eq!(
+            n.grow(100).unwrap(),
+            64 * 1024,
+            "grown to the first fill, in 64 KiB steps"
+        );
     }
 
     #[test]

@@ -112,6 +112,8 @@ pub struct Counters {
     pub recalls: u64,
     /// Clients it evicted.
     pub evictions: u64,
+    /// Calls on open files (the copy path: read, write, seek, stat, …).
+    pub file_calls: u64,
 }
 
 /// Where a seek counts from.

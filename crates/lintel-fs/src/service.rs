@@ -89,6 +89,7 @@ pub(crate) struct Tally {
     pub grants: AtomicU64,
     pub recalls: AtomicU64,
     pub evictions: AtomicU64,
+    pub file_calls: AtomicU64,
 }
 
 impl Service {
@@ -243,6 +244,7 @@ impl Export for ExportImpl {
             writable: access != OFlags::RDONLY,
             regular: rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile,
             timeout: self.timeout,
+            tally: self.counters.clone(),
             offset: Mutex::new(0),
             revoked: AtomicBool::new(false),
         });
@@ -310,6 +312,7 @@ impl Export for ExportImpl {
             grants: c.grants.load(SeqCst),
             recalls: c.recalls.load(SeqCst),
             evictions: c.evictions.load(SeqCst),
+            file_calls: c.file_calls.load(SeqCst),
         })
     }
 
@@ -329,6 +332,7 @@ pub(crate) struct Opened {
     pub(crate) writable: bool,
     pub(crate) regular: bool,
     timeout: Duration,
+    tally: Arc<Tally>,
     pub(crate) offset: Mutex<u64>,
     /// The service took the file back (its client was evicted).
     pub(crate) revoked: AtomicBool,
@@ -341,6 +345,7 @@ impl Opened {
         if self.revoked.load(SeqCst) {
             return Err(FsError::Closed);
         }
+        self.tally.file_calls.fetch_add(1, SeqCst);
         Ok(self.node.settle(Instant::now() + self.timeout))
     }
 

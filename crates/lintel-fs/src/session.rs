@@ -36,7 +36,28 @@ struct Binding {
     open: Arc<Opened>,
     /// Where the client mapped the cache, once it said so.
     base: Option<u64>,
+    /// 64 KiB chunks already mapped in the client (as of the node's
+    /// `epoch`): a window over them needs no fill and no `CONTINUE`.
+    mapped: Mapped,
 }
+
+#[derive(Default)]
+struct Mapped {
+    epoch: u64,
+    chunks: std::collections::BTreeSet<u64>,
+}
+
+impl Mapped {
+    fn current(&mut self, epoch: u64) -> &mut std::collections::BTreeSet<u64> {
+        if self.epoch != epoch {
+            self.chunks.clear();
+            self.epoch = epoch;
+        }
+        &mut self.chunks
+    }
+}
+
+const CHUNK: u64 = 64 * 1024;
 
 /// The service's half of a session.
 pub(crate) struct SessionCore {
@@ -120,10 +141,20 @@ impl SessionCore {
         });
         let (open, base) = found.ok_or("faulted outside every mapping it declared")?;
         let at = (addr - base) & !(FAULT_WINDOW - 1);
+        let epoch = open.node.epoch.load(SeqCst);
         open.node
             .fill(&open.fd, at, FAULT_WINDOW)
             .map_err(|_| "faulted where no window can be")?;
         uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")?;
+        if let Some(b) = self
+            .bindings
+            .lock()
+            .iter_mut()
+            .flatten()
+            .find(|b| b.base == Some(base))
+        {
+            b.mapped.current(epoch).insert(at / CHUNK);
+        }
         self.tally.faults.fetch_add(1, SeqCst);
         Ok(())
     }
@@ -301,7 +332,11 @@ impl Session for SessionImpl {
             .position(Option::is_none)
             .ok_or_else(|| FsError::Invalid("every descriptor of the session is in use".into()))?;
         let writable = open.writable;
-        bindings[slot] = Some(Binding { open, base: None });
+        bindings[slot] = Some(Binding {
+            open,
+            base: None,
+            mapped: Mapped::default(),
+        });
         Ok((slot as u32, cache, SPAN, writable))
     }
 
@@ -357,10 +392,28 @@ impl Session for SessionImpl {
         if off + len > SPAN {
             return Err(FsError::Invalid("a window beyond the mapped span".into()));
         }
-        open.node.fill(&open.fd, off, len)?;
-        if uffd::resolve(&self.core.uffd, base + off, len).is_err() {
-            self.core.evict("unmapped the cache it declared");
-            return Err(FsError::Closed);
+        // Map what the client does not have mapped yet, a run of chunks
+        // at a time (a window it had before costs no fill, no ioctl).
+        let epoch = open.node.epoch.load(SeqCst);
+        let chunks: Vec<u64> = (off / CHUNK..(off + len).div_ceil(CHUNK)).collect();
+        let missing: Vec<u64> = {
+            let mut b = self.core.bindings.lock();
+            let done = b[slot as usize]
+                .as_mut()
+                .map(|b| b.mapped.current(epoch).clone())
+                .unwrap_or_default();
+            chunks.into_iter().filter(|c| !done.contains(c)).collect()
+        };
+        for run in missing.chunk_by(|a, b| a + 1 == *b) {
+            let (from, to) = (run[0] * CHUNK, (run[run.len() - 1] + 1) * CHUNK);
+            open.node.fill(&open.fd, from, to - from)?;
+            if uffd::resolve(&self.core.uffd, base + from, to - from).is_err() {
+                self.core.evict("unmapped the cache it declared");
+                return Err(FsError::Closed);
+            }
+        }
+        if let Some(b) = self.core.bindings.lock()[slot as usize].as_mut() {
+            b.mapped.current(epoch).extend(missing);
         }
         token::set_window(&self.core.desc(slot as usize), off, len);
         self.core.tally.windows.fetch_add(1, SeqCst);
