@@ -6,6 +6,7 @@
 pub mod baseline;
 pub mod bulk;
 pub mod door;
+pub mod fs;
 pub mod harness;
 pub mod lrpc;
 pub mod payload;

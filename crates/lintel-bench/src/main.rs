@@ -14,7 +14,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, bulk, door, lrpc, placement};
+use lintel_bench::{baseline, bulk, door, fs, lrpc, placement};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -23,6 +23,7 @@ const SUITES: &[(&str, Suite)] = &[
     (placement::SUITE, placement::run),
     (lrpc::SUITE, lrpc::run),
     (bulk::SUITE, bulk::run),
+    (fs::SUITE, fs::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -35,6 +36,7 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         lrpc::ROLE => lrpc::child(args),
         bulk::ROLE => bulk::child(args),
         bulk::UDS_ROLE => bulk::uds_child(args),
+        fs::ROLE => fs::child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

@@ -460,7 +460,7 @@ fn io_len(len: usize) -> u32 {
 
 fn copy_out(from: &[u8], to: &mut [u8]) -> usize {
     let n = from.len().min(to.len());
-    to[..n].copy_from_slice(&from[..n]);
+    lintel::copy_bytes(&mut to[..n], &from[..n]);
     n
 }
 

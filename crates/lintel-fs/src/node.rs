@@ -190,17 +190,7 @@ impl Node {
                     page += 1;
                 }
                 let (from, to) = (first * PAGE, page * PAGE);
-                let mut buf = vec![0u8; (to - from) as usize];
-                let mut got = 0;
-                while got < buf.len() {
-                    match rustix::io::pread(fd, &mut buf[got..], from + got as u64) {
-                        Ok(0) => break,
-                        Ok(n) => got += n,
-                        Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                c.map.write(from as usize, &buf);
+                fill_from(&c.memfd, fd, from, to - from)?;
                 c.resident.extend(first..page);
             } else {
                 page += 1;
@@ -276,6 +266,41 @@ impl Node {
             }
         }
     }
+}
+
+/// Copy `len` bytes of the host file `host` at `at` into the cache memfd
+/// at the same offset, in the kernel (`sendfile`: page cache to page
+/// cache, the memfd's pages allocated by its write path rather than by a
+/// fault apiece through a mapping, which costs several times more). Past
+/// the host's end the pages are allocated as zeros.
+fn fill_from(memfd: &OwnedFd, host: &OwnedFd, at: u64, len: u64) -> Result<(), FsError> {
+    let mut done = 0u64;
+    rustix::fs::seek(memfd, rustix::fs::SeekFrom::Start(at))?;
+    while done < len {
+        let mut from = at + done;
+        match rustix::fs::sendfile(memfd, host, Some(&mut from), (len - done) as usize) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if done < len {
+        // Zero-filled pages where the host has nothing (a page may hold
+        // stale bytes past a truncation point: punch, then allocate).
+        let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        let tail = at + done;
+        let whole = tail.next_multiple_of(PAGE);
+        if tail < whole {
+            let zeros = vec![0u8; (whole - tail) as usize];
+            rustix::io::pwrite(memfd, &zeros, tail)?;
+        }
+        if whole < at + len {
+            rustix::fs::fallocate(memfd, flags, whole, at + len - whole)?;
+            rustix::fs::fallocate(memfd, FallocateFlags::KEEP_SIZE, whole, at + len - whole)?;
+        }
+    }
+    Ok(())
 }
 
 /// `fd` reopened read-only (a new open file description of the same

@@ -398,11 +398,13 @@ impl Session for SessionImpl {
         let chunks: Vec<u64> = (off / CHUNK..(off + len).div_ceil(CHUNK)).collect();
         let missing: Vec<u64> = {
             let mut b = self.core.bindings.lock();
-            let done = b[slot as usize]
-                .as_mut()
-                .map(|b| b.mapped.current(epoch).clone())
-                .unwrap_or_default();
-            chunks.into_iter().filter(|c| !done.contains(c)).collect()
+            match b[slot as usize].as_mut() {
+                Some(b) => {
+                    let done = b.mapped.current(epoch);
+                    chunks.into_iter().filter(|c| !done.contains(c)).collect()
+                }
+                None => chunks,
+            }
         };
         for run in missing.chunk_by(|a, b| a + 1 == *b) {
             let (from, to) = (run[0] * CHUNK, (run[run.len() - 1] + 1) * CHUNK);

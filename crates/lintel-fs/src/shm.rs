@@ -7,7 +7,9 @@
 //! may change the bytes while they are copied: the copy then holds some
 //! mixture of old and new bytes, which is what a Unix `read` racing a
 //! `write` may return too. No reference to shared bytes is ever made, so
-//! nothing here assumes they hold still.
+//! nothing here assumes they hold still. (The copies are
+//! [`lintel::copy_raw`]: a page-aligned window and a heap buffer often sit
+//! where glibc's `memcpy` is slowest.)
 #![allow(unsafe_code)]
 
 use std::os::fd::AsFd;
@@ -111,7 +113,7 @@ impl Shared {
         self.check(off, to.len(), 1);
         // SAFETY: the source is inside the mapping (checked) and the
         // destination is private memory that cannot overlap it.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), to.as_mut_ptr(), to.len()) }
+        unsafe { lintel::copy_raw(to.as_mut_ptr(), self.ptr.add(off), to.len()) }
     }
 
     /// Copy `from` into the mapping at offset `off`. The mapping must be
@@ -119,7 +121,7 @@ impl Shared {
     pub(crate) fn write(&self, off: usize, from: &[u8]) {
         self.check(off, from.len(), 1);
         // SAFETY: as for `read`, the other way.
-        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), self.ptr.add(off), from.len()) }
+        unsafe { lintel::copy_raw(self.ptr.add(off), from.as_ptr(), from.len()) }
     }
 
     /// Zero `len` bytes at `off`.

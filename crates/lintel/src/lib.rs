@@ -69,6 +69,7 @@
 pub use lintel_abi as abi;
 pub mod boot;
 pub mod buffer;
+pub use umem::{copy_bytes, copy_raw};
 mod bulk;
 mod channel;
 mod conn;

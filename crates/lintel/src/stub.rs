@@ -914,8 +914,10 @@ pub fn decode_result<T: Wire, E: Wire>(r: &mut Reader<'_>) -> Result<Result<T, E
 /// Read an out buffer from a reply into the caller's vector.
 #[inline]
 pub fn decode_out(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let b = r.len_bytes()?;
     out.clear();
-    out.extend_from_slice(r.len_bytes()?);
+    out.resize(b.len(), 0);
+    crate::copy_bytes(out, b);
     Ok(())
 }
 
@@ -1095,7 +1097,9 @@ pub fn encode_result<T: Wire, E: Wire>(r: &Result<T, E>, reply: &mut Reply) {
 #[inline]
 pub fn encode_buf(buf: &[u8], reply: &mut Reply) {
     reply.data.extend_from_slice(&(buf.len() as u32).to_le_bytes());
-    reply.data.extend_from_slice(buf);
+    let at = reply.data.len();
+    reply.data.resize(at + buf.len(), 0);
+    crate::copy_bytes(&mut reply.data[at..], buf);
 }
 
 /// A server-side buffer for an out or in-out parameter, taken from a
@@ -1111,7 +1115,8 @@ impl OutBuf {
     /// A buffer holding a copy of `b`.
     pub fn from_slice(b: &[u8]) -> OutBuf {
         let mut o = OutBuf::new();
-        o.0.extend_from_slice(b);
+        o.0.resize(b.len(), 0);
+        crate::copy_bytes(&mut o.0, b);
         o
     }
 }

@@ -18,7 +18,12 @@ pub struct ChildDomain {
 impl ChildDomain {
     /// Starts child role `role`, which calls `lintel::boot::join` offering at least one door.
     pub fn spawn(cfg: &Config, role: &str) -> anyhow::Result<ChildDomain> {
-        let mut cmd = spawn_self(cfg, role, &[])?;
+        ChildDomain::spawn_with(cfg, role, &[])
+    }
+
+    /// [`ChildDomain::spawn`] with arguments for the child role.
+    pub fn spawn_with(cfg: &Config, role: &str, args: &[String]) -> anyhow::Result<ChildDomain> {
+        let mut cmd = spawn_self(cfg, role, args)?;
         let s =
             lintel::boot::spawn(&mut cmd, &[]).with_context(|| format!("starting child domain {role}"))?;
         let d = ChildDomain {
