@@ -1,5 +1,5 @@
-//! kv-system: a key-value store, a clock, a log and a shell, each a lintel
-//! service registered by name in this one binary. Where each runs is the
+//! kv-system: a key-value store, a clock, a log, a file service and a
+//! shell, each a lintel service registered by name in this one binary. Where each runs is the
 //! manifest's choice:
 //!
 //! ```text
@@ -8,7 +8,7 @@
 //! log' | cargo run -p kv-system -- boot examples/kv-system/isolated.toml
 //! ```
 //!
-//! `colocated.toml` puts all four in one domain (every call a direct call),
+//! `colocated.toml` puts all five in one domain (every call a direct call),
 //! `isolated.toml` gives each its own process; the shell's answers are the
 //! same, only `where` and the cost of `bench` differ. While a system runs,
 //! `kv-system stats MANIFEST` prints each domain's call statistics.
@@ -34,6 +34,9 @@ fn registry() -> Registry {
         let log = LogClient::from_door(ctx.lookup("log")?);
         Ok(KvServer::door(Store::new(clock, log)))
     });
+    // The file service (`lintel-fs`), configured by the manifest's
+    // `[service.fs]` table.
+    lintel_fs::register(&mut reg, "fs");
     reg.driver("shell", shell);
     reg
 }
@@ -49,6 +52,10 @@ const HELP: &str = "commands:
   keys            list the keys
   time            read the clock
   log [N]         the last N log lines (default 10)
+  ls [DIR]        list a directory of the file service's export
+  cat PATH        print a file of the export
+  write PATH TEXT make PATH hold TEXT (the rest of the line)
+  rm PATH         remove a file of the export
   where           which domain serves each service
   bench [N]       time N get calls (default 10000)
   help            this list
@@ -58,6 +65,7 @@ fn shell(ctx: &Context) -> Result<(), BoxError> {
     let kv = KvClient::from_door(ctx.lookup("kv")?);
     let clock = ClockClient::from_door(ctx.lookup("clock")?);
     let log = LogClient::from_door(ctx.lookup("log")?);
+    let fs = lintel_fs::Fs::from_door(ctx.lookup("fs")?);
     let interactive = std::io::stdin().is_terminal();
     let mut out = std::io::stdout().lock();
     if interactive {
@@ -101,17 +109,45 @@ fn shell(ctx: &Context) -> Result<(), BoxError> {
                 Ok(n) => log.tail(n).map(|l| l.join("\n")).unwrap_or_else(err),
                 Err(_) => "usage: log [N]".into(),
             },
-            ("where", None, None) => [("kv", kv.door()), ("clock", clock.door()), ("log", log.door())]
-                .iter()
-                .map(|(name, d)| {
-                    if d.is_local() {
-                        format!("{name}: this domain ({})", ctx.domain())
-                    } else {
-                        format!("{name}: another domain (pid {})", d.server_pid())
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
+            ("ls", dir, None) => match fs.read_dir(dir.unwrap_or(".")) {
+                Ok(entries) => {
+                    let mut names: Vec<String> = entries
+                        .iter()
+                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                        .collect();
+                    names.sort();
+                    names.join("\n")
+                }
+                Err(e) => format!("error: {e}"),
+            },
+            ("cat", Some(path), None) => match fs.read(path) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).trim_end().to_string(),
+                Err(e) => format!("error: {e}"),
+            },
+            ("write", Some(path), Some(text)) => match fs.write(path, text.as_bytes()) {
+                Ok(()) => format!("wrote {} bytes", text.len()),
+                Err(e) => format!("error: {e}"),
+            },
+            ("rm", Some(path), None) => match fs.remove_file(path) {
+                Ok(()) => "removed".into(),
+                Err(e) => format!("error: {e}"),
+            },
+            ("where", None, None) => [
+                ("kv", kv.door()),
+                ("clock", clock.door()),
+                ("log", log.door()),
+                ("fs", fs.door()),
+            ]
+            .iter()
+            .map(|(name, d)| {
+                if d.is_local() {
+                    format!("{name}: this domain ({})", ctx.domain())
+                } else {
+                    format!("{name}: another domain (pid {})", d.server_pid())
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
             ("bench", n, None) => match n.map_or(Ok(10_000), str::parse::<u32>) {
                 Ok(n) => bench(&kv, n.max(1)),
                 Err(_) => "usage: bench [N]".into(),
