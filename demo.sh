@@ -2,8 +2,9 @@
 # The main job: boot the example system in both placements, drive it with
 # the same script, print its call statistics while it runs, then measure the
 # placement table (INKS Table 3 through generated stubs) beside the door
-# benchmarks and their baselines, and the bulk paths against memcpy and a
-# Unix socket (with SVG charts). Pass --quick for a short run.
+# benchmarks and their baselines, the bulk paths against memcpy and a Unix
+# socket (with SVG charts), and the file service against Linux's own system
+# calls. Pass --quick for a short run.
 set -euo pipefail
 cd "$(dirname "$0")"
 quick=()
@@ -17,7 +18,9 @@ keys
 time
 where
 bench 20000
-log 3'
+log 3
+ls
+cat hello.txt'
 for placement in colocated isolated; do
   manifest=examples/kv-system/$placement.toml
   echo "== kv-system, $placement ($manifest)"
@@ -28,5 +31,5 @@ for placement in colocated isolated; do
     echo quit; } | "$bin/kv-system" boot "$manifest"
   echo
 done
-echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data (JSON lines in bench.jsonl, charts in target/plots)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk
+echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, file service (JSON lines in bench.jsonl, charts in target/plots)"
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs
