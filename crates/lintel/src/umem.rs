@@ -226,10 +226,19 @@ impl Slot {
         }
     }
 
-    /// Copy `src` into the slot at `off` (8-aligned).
+    /// Copy `src` into the slot at `off` (8-aligned). Short copies store
+    /// words; longer ones `memcpy` (as a bulk segment's writer does): the
+    /// peer reads them word by word, and what it reads while we write is
+    /// its own problem, never ours.
     #[inline]
     pub fn write(&self, off: usize, src: &[u8]) {
         Self::range(off, src.len());
+        if src.len() >= 256 {
+            // SAFETY: in bounds (checked); the slot is writable shared
+            // memory that no reference points into, and `src` is private.
+            unsafe { copy_raw(self.base.add(off), src.as_ptr(), src.len()) };
+            return;
+        }
         let mut chunks = src.chunks_exact(8);
         let mut o = off;
         for c in &mut chunks {
