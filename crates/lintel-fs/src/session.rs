@@ -145,6 +145,9 @@ impl SessionCore {
         open.node
             .fill(&open.fd, at, FAULT_WINDOW)
             .map_err(|_| "faulted where no window can be")?;
+        // Counted before the faulting thread runs on (it may read the
+        // counters at once).
+        self.tally.faults.fetch_add(1, SeqCst);
         uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")?;
         if let Some(b) = self
             .bindings
@@ -155,7 +158,6 @@ impl SessionCore {
         {
             b.mapped.current(epoch).insert(at / CHUNK);
         }
-        self.tally.faults.fetch_add(1, SeqCst);
         Ok(())
     }
 
