@@ -750,3 +750,76 @@ fn a_view_is_paged_in_by_the_service_as_it_is_touched() {
     view.read_at(65_536 + 1234, &mut buf[..5]).unwrap();
     assert_eq!(&buf[..5], b"fresh");
 }
+
+/// A process's open descriptors and its pager threads (the server pool's
+/// workers may grow under load and stay: not counted).
+fn fds_and_threads(pid: u32) -> (usize, usize) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let pagers = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.starts_with("lintel-fs-pager"))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    (fds, pagers)
+}
+
+/// Clients that map files and die, or close them, leave nothing behind:
+/// the service's descriptors and threads (its pager threads) and this
+/// process's descriptors and shared mappings come back to where they were.
+#[test]
+fn sessions_of_dead_and_closing_clients_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![b'z'; 300_000]).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let service = svc.child.id();
+    let round = || {
+        let mut c = FsClientPeer::start(svc.fs.door());
+        let f = c.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+        assert!(c.peer.is_mapped(f).unwrap());
+        c.peer.write_at(f, 200_000, b"round").unwrap();
+        c.kill();
+    };
+    let settled = |want: (usize, usize)| {
+        lintel_tests::eventually(Duration::from_secs(10), || fds_and_threads(service) == want)
+    };
+    let base = fds_and_threads(service);
+    assert_eq!(base.1, 0, "no session yet");
+    for _ in 0..8 {
+        round();
+    }
+    assert!(
+        settled(base),
+        "the service holds {:?} (descriptors, threads) after dead clients, {base:?} before",
+        fds_and_threads(service)
+    );
+    assert_eq!(
+        svc.fs.read("f").unwrap()[200_000..200_005],
+        *b"round",
+        "the dead clients' writes were kept"
+    );
+
+    // In this process: open, map, view and close, over and over.
+    let once = || {
+        let f = svc.fs.open_with("f", &rw()).unwrap();
+        assert!(f.is_mapped());
+        f.write_at(b"here", 10).unwrap();
+        let mut b = [0u8; 4];
+        f.view().unwrap().read_at(10, &mut b).unwrap();
+        assert_eq!(&b, b"here");
+        f.close().unwrap();
+    };
+    once();
+    let before = lintel_tests::fds_and_shared_maps();
+    for _ in 0..20 {
+        once();
+    }
+    let after = lintel_tests::fds_and_shared_maps();
+    assert_eq!(after, before, "descriptors and shared mappings of this process");
+}
