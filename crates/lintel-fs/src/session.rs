@@ -196,11 +196,31 @@ pub(crate) struct SessionImpl {
 }
 
 /// Start a session: map its page, start its pager.
+/// What kind of anonymous-inode descriptor `fd` is (`[userfaultfd]`,
+/// `[eventfd]`), as the kernel names it.
+fn anon_kind(fd: &OwnedFd) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    link.to_str()?.strip_prefix("anon_inode:").map(str::to_string)
+}
+
 pub(crate) fn start(
     service: Arc<Inner>,
     uffd: OwnedFd,
     evicted_fd: OwnedFd,
 ) -> Result<(lintel::Door, OwnedFd), FsError> {
+    // A pager thread polls the one and writes the other: anything else (a
+    // file that is always readable, a pipe that fills) would spin or block it.
+    if anon_kind(&uffd).as_deref() != Some("[userfaultfd]") {
+        return Err(FsError::Invalid(
+            "the session's pager descriptor is not a userfaultfd".into(),
+        ));
+    }
+    if anon_kind(&evicted_fd).as_deref() != Some("[eventfd]") {
+        return Err(FsError::Invalid(
+            "the session's eviction descriptor is not an eventfd".into(),
+        ));
+    }
     let page_fd = rustix::fs::memfd_create(
         "lintel-fs-session",
         rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,

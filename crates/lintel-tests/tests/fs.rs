@@ -821,5 +821,10 @@ fn sessions_of_dead_and_closing_clients_leave_nothing_behind() {
         once();
     }
     let after = lintel_tests::fds_and_shared_maps();
-    assert_eq!(after, before, "descriptors and shared mappings of this process");
+    // Other tests run beside this one in this process and map and unmap
+    // too: a leak of one per round would show as 20 more.
+    assert!(
+        after.0 < before.0 + 10 && after.1 < before.1 + 10,
+        "descriptors and shared mappings of this process: {before:?} before 20 rounds, {after:?} after"
+    );
 }

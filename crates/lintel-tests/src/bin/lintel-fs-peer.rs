@@ -147,9 +147,49 @@ impl FsPeer for Client {
         let fs = self.export.as_ref().ok_or(FsError::Closed)?;
         let export = ExportClient::from_door(fs.door().clone());
         let file = export.open(&path, 2, 0)?;
-        // Not a userfaultfd at all: the service must cope.
-        let fake_uffd: OwnedFd = eventfd(0, EventfdFlags::CLOEXEC).map_err(FsError::from)?;
         let evicted: OwnedFd = eventfd(0, EventfdFlags::CLOEXEC).map_err(FsError::from)?;
+        // Descriptors of the wrong kind are refused: a regular file (always
+        // readable) would keep a pager thread spinning.
+        let not_uffd: OwnedFd = rustix::fs::open(
+            "/proc/self/stat",
+            rustix::fs::OFlags::RDONLY,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(FsError::from)?;
+        match export.session(not_uffd.try_clone()?, evicted.try_clone()?) {
+            Err(FsError::Invalid(_)) => {}
+            other => {
+                return Err(FsError::Invalid(format!(
+                    "a session on a regular file: {:?}",
+                    other.map(drop)
+                )))
+            }
+        }
+        // A real userfaultfd, registered on nothing: the misbehaviour is
+        // in the shared page.
+        // SAFETY: the userfaultfd system call takes flags and returns a new
+        // descriptor or -1; nothing of ours is touched.
+        let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, (libc::O_CLOEXEC | 1) as libc::c_long) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: a descriptor the kernel just gave us, owned by nobody else.
+        let fake_uffd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw as i32) };
+        // The API handshake (UFFDIO_API: api 0xaa, no features), without
+        // which the service's pager could not read it.
+        let mut api = [0xaau64, 0, 0];
+        // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api` (three
+        // u64 words), which `api` is.
+        let r = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&fake_uffd),
+                0xc018_aa3f,
+                api.as_mut_ptr(),
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
         let (session, page_fd) = export.session(fake_uffd.try_clone()?, evicted.try_clone()?)?;
         let (slot, cache, _, _) = session.attach(file.door().clone())?;
         session.acquire(slot)?;
