@@ -14,7 +14,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -58,7 +58,7 @@ pub struct Fs {
     export: ExportClient,
     /// This process's mapped-window session with the export, made on the
     /// first open that maps.
-    session: Arc<OnceLock<Option<Arc<MappedSession>>>>,
+    session: Arc<Mutex<Option<Arc<MappedSession>>>>,
 }
 
 impl Fs {
@@ -67,7 +67,7 @@ impl Fs {
     pub fn from_door(door: Door) -> Fs {
         Fs {
             export: ExportClient::from_door(door),
-            session: Arc::new(OnceLock::new()),
+            session: Arc::new(Mutex::new(None)),
         }
     }
 

@@ -17,8 +17,8 @@
 //! then, so an operation under way finishes on the bytes it had.
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, OnceLock};
 
 use lintel::CallError;
 use lintel::stub::StubError;
@@ -80,20 +80,29 @@ pub(crate) struct MappedSession {
 }
 
 impl MappedSession {
-    /// A session with `export`, or `None` if this process cannot have one
-    /// (no userfaultfd here): files then take the copy path.
+    /// The session with `export` kept in `cell`, or a new one if there is
+    /// none yet or the last one ended (its service died or evicted it);
+    /// `None` if none can be had now (no userfaultfd here, the service has
+    /// no room): files then take the copy path, and a later open asks again.
     pub(crate) fn get(
-        cell: &OnceLock<Option<Arc<MappedSession>>>,
+        cell: &Mutex<Option<Arc<MappedSession>>>,
         export: &ExportClient,
     ) -> Option<Arc<MappedSession>> {
-        cell.get_or_init(|| match MappedSession::start(export) {
-            Ok(s) => Some(Arc::new(s)),
+        let mut c = cell.lock();
+        if let Some(s) = c.as_ref().filter(|s| s.check().is_ok()) {
+            return Some(s.clone());
+        }
+        match MappedSession::start(export) {
+            Ok(s) => {
+                let s = Arc::new(s);
+                *c = Some(s.clone());
+                Some(s)
+            }
             Err(e) => {
                 tracing::debug!("mapped windows unavailable, using the copy path: {e}");
                 None
             }
-        })
-        .clone()
+        }
     }
 
     fn start(export: &ExportClient) -> Result<MappedSession, FsError> {

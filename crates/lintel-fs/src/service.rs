@@ -78,7 +78,15 @@ pub(crate) struct Inner {
     nodes: Mutex<HashMap<(u64, u64), Weak<Node>>>,
     next_open: AtomicU64,
     pub(crate) counters: Arc<Tally>,
+    /// Sessions alive (each has a pager thread and a shared page).
+    pub(crate) sessions: Arc<std::sync::atomic::AtomicUsize>,
+    pub(crate) max_sessions: usize,
 }
+
+/// Most sessions (client processes with mapped windows) a service keeps
+/// at once by default; more get an error, and their clients take the copy
+/// path.
+pub const MAX_SESSIONS: usize = 1024;
 
 /// The service's counters ([`crate::proto::Counters`]), bumped where the
 /// work happens.
@@ -109,6 +117,8 @@ impl Service {
                 nodes: Mutex::new(HashMap::new()),
                 next_open: AtomicU64::new(1),
                 counters: Arc::default(),
+                sessions: Arc::default(),
+                max_sessions: MAX_SESSIONS,
             }),
         })
     }
@@ -119,6 +129,14 @@ impl Service {
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Service {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.timeout = timeout;
+        }
+        self
+    }
+
+    /// Keep at most `n` sessions at once (default [`MAX_SESSIONS`]).
+    pub fn with_max_sessions(mut self, n: usize) -> Service {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.max_sessions = n;
         }
         self
     }

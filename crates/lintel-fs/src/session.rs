@@ -71,6 +71,14 @@ pub(crate) struct SessionCore {
     evicted: AtomicBool,
     timeout: Duration,
     pub(crate) tally: Arc<crate::service::Tally>,
+    /// The service's count of live sessions, ours included until we drop.
+    alive: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for SessionCore {
+    fn drop(&mut self) {
+        self.alive.fetch_sub(1, SeqCst);
+    }
 }
 
 /// One descriptor of a session's page.
@@ -232,6 +240,13 @@ pub(crate) fn start(
     // Never block on the client's eventfd (it might have passed a pipe).
     let flags = rustix::fs::fcntl_getfl(&evicted_fd)?;
     rustix::fs::fcntl_setfl(&evicted_fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    if service.sessions.fetch_add(1, SeqCst) >= service.max_sessions {
+        service.sessions.fetch_sub(1, SeqCst);
+        return Err(FsError::Invalid(
+            "the service has all the sessions it takes".into(),
+        ));
+    }
+    // The count is the session's from here: dropping it gives it back.
     let core = Arc::new(SessionCore {
         id: NEXT_ID.fetch_add(1, SeqCst),
         page,
@@ -242,6 +257,7 @@ pub(crate) fn start(
         evicted: AtomicBool::new(false),
         timeout: service.timeout,
         tally: service.counters.clone(),
+        alive: service.sessions.clone(),
     });
     let pager = Arc::downgrade(&core);
     std::thread::Builder::new()

@@ -828,3 +828,30 @@ fn sessions_of_dead_and_closing_clients_leave_nothing_behind() {
         "descriptors and shared mappings of this process: {before:?} before 20 rounds, {after:?} after"
     );
 }
+
+/// A service keeps a bounded number of sessions: a client beyond it takes
+/// the copy path, and a session that ends makes room.
+#[test]
+fn sessions_are_bounded_and_their_end_makes_room() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"bounded").unwrap();
+    let door = lintel_fs::Service::new(dir.path(), false)
+        .unwrap()
+        .with_max_sessions(1)
+        .into_door();
+    let first = Fs::from_door(door.clone());
+    let a = first.open("f").unwrap();
+    assert!(a.is_mapped());
+    let second = Fs::from_door(door.clone());
+    let b = second.open("f").unwrap();
+    assert!(!b.is_mapped(), "no room: the copy path");
+    let mut buf = [0u8; 7];
+    assert_eq!(b.read_at(&mut buf, 0).unwrap(), 7);
+    assert_eq!(&buf, b"bounded");
+    drop((a, first));
+    let third = Fs::from_door(door);
+    assert!(
+        lintel_tests::eventually(Duration::from_secs(10), || third.open("f").unwrap().is_mapped()),
+        "the first session's end made room"
+    );
+}
