@@ -240,7 +240,10 @@ impl Export for ExportImpl {
         } else {
             Mode::empty()
         };
-        let fd = match self.resolve(path, flags - OFlags::CLOEXEC, mode) {
+        // O_TRUNC is applied after the file's token is back: a holder's
+        // write-back must land before the truncation, not after it.
+        let truncate = flags.contains(OFlags::TRUNC);
+        let fd = match self.resolve(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
             Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
                 return Err(FsError::ReadOnly);
             }
@@ -248,9 +251,10 @@ impl Export for ExportImpl {
         };
         let st = rustix::fs::fstat(&fd)?;
         let node = self.node((st.st_dev, st.st_ino));
-        if flags.contains(OFlags::TRUNC) {
-            // Truncated by the open itself: cached pages are stale.
-            let _guard = node.settle(Instant::now() + self.timeout);
+        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        if truncate && regular {
+            let _token = node.settle(Instant::now() + self.timeout);
+            rustix::fs::ftruncate(&fd, 0)?;
             node.truncate_cache(0);
         }
         let id = self.next_open.fetch_add(1, SeqCst);
@@ -260,7 +264,7 @@ impl Export for ExportImpl {
             append: flags.contains(OFlags::APPEND),
             readable: access != OFlags::WRONLY,
             writable: access != OFlags::RDONLY,
-            regular: rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile,
+            regular,
             timeout: self.timeout,
             tally: self.counters.clone(),
             offset: Mutex::new(0),

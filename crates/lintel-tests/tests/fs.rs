@@ -855,3 +855,31 @@ fn sessions_are_bounded_and_their_end_makes_room() {
         "the first session's end made room"
     );
 }
+
+/// An open with O_TRUNC while another process holds the file's token with
+/// bytes written through its window: the truncation wins (the holder's
+/// bytes are written back first, then cut), as on one Unix host.
+#[test]
+fn a_truncating_open_comes_after_the_holders_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let holder = FsClientPeer::start(svc.fs.door());
+    let h = holder.peer.open(b"f".to_vec(), O_RDWR | O_CREAT, MAPPED).unwrap();
+    assert!(holder.peer.is_mapped(h).unwrap());
+    holder.peer.write_at(h, 0, &vec![b'h'; 10_000]).unwrap();
+    let t = svc.fs.create("f").unwrap(); // O_WRONLY | O_CREAT | O_TRUNC
+    assert_eq!(t.metadata().unwrap().size, 0);
+    assert_eq!(
+        holder.peer.stat(h).unwrap().size,
+        0,
+        "the holder sees the truncation"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join("f")).unwrap().len(),
+        0,
+        "and so does the host"
+    );
+    let mut out = Vec::new();
+    holder.peer.read_at(h, 0, 10, &mut out).unwrap();
+    assert!(out.is_empty());
+}
