@@ -110,7 +110,12 @@ impl Node {
             Ok(held) => {
                 *h.open.offset.lock() = held.offset;
                 if h.open.writable {
-                    self.write_back(&h.open.fd, held);
+                    match h.open.positional_fd() {
+                        Ok(fd) => self.write_back(fd, held),
+                        // Reopening failed (out of descriptors): the
+                        // bytes stay in the cache; say so.
+                        Err(e) => tracing::warn!("cannot write a file back: {e}"),
+                    }
                 }
             }
             Err(why) => h.session.evict(why.0),

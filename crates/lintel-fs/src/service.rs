@@ -269,6 +269,7 @@ impl Export for ExportImpl {
             tally: self.counters.clone(),
             offset: Mutex::new(0),
             revoked: AtomicBool::new(false),
+            positional: std::sync::OnceLock::new(),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
         let service = Arc::downgrade(&self.0);
@@ -358,9 +359,27 @@ pub(crate) struct Opened {
     pub(crate) offset: Mutex<u64>,
     /// The service took the file back (its client was evicted).
     pub(crate) revoked: AtomicBool,
+    /// For an `O_APPEND` open, a second description of the file without
+    /// it: writing back a window's bytes must land at their offsets, and
+    /// Linux appends every `pwrite` on an `O_APPEND` description.
+    positional: std::sync::OnceLock<OwnedFd>,
 }
 
 impl Opened {
+    /// A descriptor of this file that writes at the offsets it is given.
+    pub(crate) fn positional_fd(&self) -> Result<&OwnedFd, FsError> {
+        if !self.append {
+            return Ok(&self.fd);
+        }
+        if let Some(fd) = self.positional.get() {
+            return Ok(fd);
+        }
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        let fd = rustix::fs::open(path.as_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(self.positional.get_or_init(|| fd))
+    }
+
     /// The token lock of the file, the token back from any holder; or
     /// `Closed` if this open was revoked.
     fn settle(&self) -> Result<parking_lot::MutexGuard<'_, crate::node::TokenState>, FsError> {
