@@ -12,3 +12,4 @@ pub mod lrpc;
 pub mod payload;
 pub mod placement;
 pub mod plot;
+pub mod unix;

@@ -14,7 +14,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, bulk, door, fs, lrpc, placement};
+use lintel_bench::{baseline, bulk, door, fs, lrpc, placement, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -24,6 +24,7 @@ const SUITES: &[(&str, Suite)] = &[
     (lrpc::SUITE, lrpc::run),
     (bulk::SUITE, bulk::run),
     (fs::SUITE, fs::run),
+    (unix::SUITE, unix::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).

@@ -1,0 +1,293 @@
+//! Trap emulation: a thread's system calls bounced back into the process
+//! (Linux's syscall user dispatch, `PR_SET_SYSCALL_USER_DISPATCH`).
+//!
+//! An *armed* thread's `syscall` instructions raise SIGSYS instead of
+//! entering the kernel, unless the thread's selector byte says ALLOW or
+//! the instruction lies in the one exempt code range. The handler reads
+//! the call from the signal context, answers it with the thread's
+//! [`Emulator`] or makes it for real from the exempt range, and writes the
+//! result where the caller expects it.
+//!
+//! What makes it safe to run anything in the handler:
+//! - the selector is per thread (arming is per thread, and not inherited
+//!   by threads, forks or exec), and the handler sets it to ALLOW while it
+//!   runs, so its own calls (and the Rust code it runs) do not trap;
+//! - the handler returns through a restorer of ours in the exempt range
+//!   (glibc's lives in libc, whose `rt_sigreturn` would trap);
+//! - SIGSYS is installed with `SA_NODEFER`, so a trap inside the handler
+//!   (an application signal handler that interrupts it) is delivered, not
+//!   fatal.
+//!
+//! x86-64 only.
+
+use std::cell::Cell;
+
+/// What an armed thread's trapped call becomes.
+pub trait Emulator {
+    /// `Some(result)` (a value, or `-errno`) to answer the call here;
+    /// `None` to make it for real.
+    fn emulate(&self, nr: i64, args: [u64; 6]) -> Option<i64>;
+}
+
+const PR_SET_SYSCALL_USER_DISPATCH: i32 = 59;
+const PR_SYS_DISPATCH_OFF: u64 = 0;
+const PR_SYS_DISPATCH_ON: u64 = 1;
+const ALLOW: u8 = 0;
+const BLOCK: u8 = 1;
+const SYS_USER_DISPATCH: i32 = 2;
+const SA_RESTORER: u64 = 0x0400_0000;
+
+// The exempt range: our signal restorer and a raw system call, in a
+// section of their own so that nothing else lands between the labels.
+std::arch::global_asm!(
+    ".pushsection .text.lintel_trap,\"ax\",@progbits",
+    ".globl lintel_trap_start",
+    "lintel_trap_start:",
+    ".globl lintel_trap_restorer",
+    "lintel_trap_restorer:",
+    "mov eax, 15",
+    "syscall",
+    "ud2",
+    ".globl lintel_trap_syscall6",
+    "lintel_trap_syscall6:",
+    "mov rax, rdi",
+    "mov rdi, rsi",
+    "mov rsi, rdx",
+    "mov rdx, rcx",
+    "mov r10, r8",
+    "mov r8, r9",
+    "mov r9, [rsp + 8]",
+    "syscall",
+    "ret",
+    ".globl lintel_trap_end",
+    "lintel_trap_end:",
+    ".popsection",
+);
+
+unsafe extern "C" {
+    fn lintel_trap_start();
+    fn lintel_trap_restorer();
+    fn lintel_trap_syscall6(nr: i64, a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> i64;
+    fn lintel_trap_end();
+}
+
+thread_local! {
+    /// This thread's selector (read by the kernel at every system call
+    /// once the thread is armed).
+    static SELECTOR: Cell<u8> = const { Cell::new(ALLOW) };
+    /// This thread's emulator, while armed.
+    static EMULATOR: Cell<Option<&'static dyn Emulator>> = const { Cell::new(None) };
+}
+
+/// A system call made for real, from the exempt range: it never traps.
+pub fn raw_syscall(nr: i64, args: [u64; 6]) -> i64 {
+    // SAFETY: the stub passes the number and six words to the kernel as a
+    // system call and returns its result; what the call does is the
+    // caller's request, as with `libc::syscall`.
+    unsafe { lintel_trap_syscall6(nr, args[0], args[1], args[2], args[3], args[4], args[5]) }
+}
+
+/// The kernel's `struct sigaction` for `rt_sigaction` on x86-64.
+#[repr(C)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
+fn install_handler() -> std::io::Result<()> {
+    static ONCE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    let r = *ONCE.get_or_init(|| {
+        let act = KernelSigaction {
+            handler: on_sigsys as *const () as usize,
+            flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
+            restorer: lintel_trap_restorer as *const () as usize,
+            mask: 0,
+        };
+        raw_syscall(
+            libc::SYS_rt_sigaction,
+            [libc::SIGSYS as u64, &act as *const _ as u64, 0, 8, 0, 0],
+        )
+    });
+    if r < 0 {
+        return Err(std::io::Error::from_raw_os_error(-r as i32));
+    }
+    Ok(())
+}
+
+/// Arm the calling thread: from now on its system calls go to `emulator`
+/// (which answers them or lets them through), until [`disarm`].
+pub fn arm(emulator: &'static dyn Emulator) -> std::io::Result<()> {
+    install_handler()?;
+    EMULATOR.with(|e| e.set(Some(emulator)));
+    let (start, end) = (
+        lintel_trap_start as *const () as usize as u64,
+        lintel_trap_end as *const () as usize as u64,
+    );
+    let sel = SELECTOR.with(|s| s.as_ptr() as u64);
+    SELECTOR.with(|s| s.set(ALLOW));
+    let r = raw_syscall(
+        libc::SYS_prctl,
+        [
+            PR_SET_SYSCALL_USER_DISPATCH as u64,
+            PR_SYS_DISPATCH_ON,
+            start,
+            end - start,
+            sel,
+            0,
+        ],
+    );
+    if r < 0 {
+        EMULATOR.with(|e| e.set(None));
+        return Err(std::io::Error::from_raw_os_error(-r as i32));
+    }
+    SELECTOR.with(|s| s.set(BLOCK));
+    Ok(())
+}
+
+/// Disarm the calling thread: its system calls go to the kernel again.
+pub fn disarm() {
+    SELECTOR.with(|s| s.set(ALLOW));
+    raw_syscall(
+        libc::SYS_prctl,
+        [
+            PR_SET_SYSCALL_USER_DISPATCH as u64,
+            PR_SYS_DISPATCH_OFF,
+            0,
+            0,
+            0,
+            0,
+        ],
+    );
+    EMULATOR.with(|e| e.set(None));
+}
+
+/// Run `f` with the calling thread's calls going to the kernel (inside
+/// the emulation, or for work of the library's own).
+pub fn allowed<R>(f: impl FnOnce() -> R) -> R {
+    let before = SELECTOR.with(|s| s.replace(ALLOW));
+    let r = f();
+    SELECTOR.with(|s| s.set(before));
+    r
+}
+
+extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let before = SELECTOR.with(|s| s.replace(ALLOW));
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // SAFETY: and a valid ucontext, ours to edit until we return.
+    let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
+    if code == SYS_USER_DISPATCH {
+        let g = &mut uc.uc_mcontext.gregs;
+        let nr = g[libc::REG_RAX as usize];
+        let args = [
+            g[libc::REG_RDI as usize] as u64,
+            g[libc::REG_RSI as usize] as u64,
+            g[libc::REG_RDX as usize] as u64,
+            g[libc::REG_R10 as usize] as u64,
+            g[libc::REG_R8 as usize] as u64,
+            g[libc::REG_R9 as usize] as u64,
+        ];
+        let answer = match nr {
+            // A new thread (or vfork child) made from here would start on
+            // its own stack inside our stub and crash: refuse, so glibc's
+            // clone3 falls back to clone, and clone sharing memory fails
+            // cleanly. Threads are made with the selector at ALLOW
+            // ([`allowed`]; the emulation library wraps pthread_create).
+            libc::SYS_clone3 => -(libc::ENOSYS as i64),
+            libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
+            libc::SYS_vfork => -(libc::ENOSYS as i64),
+            _ => EMULATOR
+                .with(|e| e.get())
+                .and_then(|e| e.emulate(nr, args))
+                .unwrap_or_else(|| raw_syscall(nr, args)),
+        };
+        g[libc::REG_RAX as usize] = answer;
+    }
+    SELECTOR.with(|s| s.set(before));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    struct Counting {
+        seen: AtomicU64,
+    }
+
+    impl Emulator for Counting {
+        fn emulate(&self, nr: i64, _args: [u64; 6]) -> Option<i64> {
+            self.seen.fetch_add(1, SeqCst);
+            match nr {
+                libc::SYS_getppid => Some(4242),
+                libc::SYS_getuid => Some(-(libc::EPERM as i64)),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn an_armed_threads_calls_are_answered_in_the_process() {
+        static EMU: Counting = Counting {
+            seen: AtomicU64::new(0),
+        };
+        let real_ppid = std::os::unix::process::parent_id();
+        let (r, w) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe writes two descriptors into the array.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            (fds[0], fds[1])
+        };
+        arm(&EMU).unwrap();
+        // SAFETY: plain system calls through libc, trapped and answered.
+        let ppid = unsafe { libc::getppid() };
+        // SAFETY: as above; getuid answered with an error (raw, as the
+        // kernel would: libc's getuid cannot fail, so read the raw call).
+        let uid = unsafe { libc::syscall(libc::SYS_getuid) };
+        // SAFETY: a write to our own pipe, trapped and made for real.
+        let wrote = unsafe { libc::write(w, b"x".as_ptr().cast(), 1) };
+        disarm();
+        assert_eq!(ppid, 4242, "emulated");
+        assert_eq!(uid, -1, "an emulated error");
+        assert_eq!(wrote, 1, "passed through to the kernel");
+        let mut b = [0u8; 1];
+        // SAFETY: reading the byte back from our pipe, disarmed.
+        assert_eq!(unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) }, 1);
+        assert_eq!(&b, b"x");
+        assert!(EMU.seen.load(SeqCst) >= 3, "every call went to the emulator");
+        // SAFETY: disarmed: the real parent's pid again.
+        assert_eq!(unsafe { libc::getppid() } as u32, real_ppid);
+        // SAFETY: closing our own pipe.
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+    }
+
+    #[test]
+    fn threads_are_made_with_the_selector_allowing_and_are_not_armed() {
+        static EMU: Counting = Counting {
+            seen: AtomicU64::new(0),
+        };
+        arm(&EMU).unwrap();
+        // Made from trapped code, a thread is refused (not a crash).
+        let refused = std::thread::Builder::new().spawn(|| ()).is_err();
+        let other = allowed(|| {
+            std::thread::spawn(|| {
+                // SAFETY: a plain system call on a thread never armed.
+                unsafe { libc::getppid() }
+            })
+        })
+        .join()
+        .unwrap();
+        disarm();
+        assert!(refused, "a thread made from trapped code is refused");
+        assert_eq!(
+            other as u32,
+            std::os::unix::process::parent_id(),
+            "the new thread is not armed"
+        );
+    }
+}
