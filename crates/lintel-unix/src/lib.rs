@@ -1,11 +1,28 @@
 //! lintel-unix: running unmodified programs with their file I/O served by
-//! lintel (Mach 3.0's trap emulation and emulation library). This crate
-//! holds its first piece so far, [`trap`]: catching a thread's system
-//! calls with Linux's syscall user dispatch and answering them in the
-//! process. The preload library and the launcher build on it (see
-//! `docs/unix-emulation.md` for the plan).
+//! lintel's file service (Mach 3.0's trap emulation and emulation
+//! library).
+//!
+//! `lintel-run --root DIR --prefix /PATH -- PROGRAM ARGS` exports DIR and
+//! runs PROGRAM with this library preloaded: every system call of the
+//! program's threads is trapped ([`trap`], syscall user dispatch) and
+//! those that name a path under the prefix or a descriptor the library
+//! serves are answered through `lintel_fs` ([`emulate`]); the rest go to
+//! the kernel unchanged. The plan, and what is not built yet, are in
+//! `docs/unix-emulation.md`.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(target_arch = "x86_64")]
+pub mod emulate;
+pub mod paths;
+#[cfg(target_arch = "x86_64")]
+mod preload;
+mod raw;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
 pub mod trap;
+pub mod user;
+
+#[cfg(target_arch = "x86_64")]
+pub use preload::{ENV_PREFIX, ENV_SOCKET};

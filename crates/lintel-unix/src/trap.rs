@@ -163,6 +163,12 @@ pub fn disarm() {
     EMULATOR.with(|e| e.set(None));
 }
 
+/// Whether the calling thread is armed and in the program's code (its
+/// calls trap).
+pub fn trapping() -> bool {
+    SELECTOR.with(|s| s.get()) == BLOCK
+}
+
 /// Run `f` with the calling thread's calls going to the kernel (inside
 /// the emulation, or for work of the library's own).
 pub fn allowed<R>(f: impl FnOnce() -> R) -> R {

@@ -1,0 +1,517 @@
+//! The system calls the emulation answers: those that name a path under
+//! the prefix or a descriptor it serves, answered through `lintel_fs` with
+//! the result and errno Linux would give. Everything else goes to the
+//! kernel unchanged (`None`).
+//!
+//! Served descriptors are real numbers: each holds an open `/dev/null`,
+//! so the kernel never hands the number out twice, and `close`-on-exec
+//! and `F_GETFD`/`F_SETFD` work on it as they would on the file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lintel_fs::{File, Fs, FsError, Kind, OpenOptions, Stat};
+use parking_lot::Mutex;
+
+use crate::paths::{self, Prefix};
+use crate::trap::{self, Emulator};
+use crate::user;
+
+/// One open description the emulation serves (shared by `dup`s).
+pub struct Served {
+    file: File,
+    /// Its path relative to the export's root (for `openat` relative to it).
+    path: Vec<u8>,
+    dir: bool,
+    /// The `open` flags (`F_GETFL`).
+    flags: i32,
+    /// A directory's entries as `linux_dirent64` records, and how far
+    /// `getdents64` has read them.
+    listing: Mutex<Option<(Vec<u8>, usize)>>,
+}
+
+/// The emulation's state in a process.
+pub struct Emulation {
+    fs: Fs,
+    prefix: Prefix,
+    fds: Mutex<HashMap<i32, Arc<Served>>>,
+}
+
+type R = Option<i64>;
+
+fn err(e: i32) -> i64 {
+    -(e as i64)
+}
+
+fn fs_err(e: FsError) -> i64 {
+    err(e.errno())
+}
+
+const MAX_IO: usize = 16 << 20;
+
+impl Emulation {
+    pub fn new(fs: Fs, prefix: Prefix) -> Emulation {
+        Emulation {
+            fs,
+            prefix,
+            fds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn served(&self, fd: u64) -> Option<Arc<Served>> {
+        self.fds.lock().get(&(fd as i32)).cloned()
+    }
+
+    /// The served path `path` names (relative to `dirfd`), if it is one:
+    /// `Ok(None)` if not ours, `Err(errno)` if it cannot be read or
+    /// leaves the served tree through a served directory.
+    fn path_at(&self, dirfd: i32, path: u64) -> Result<Option<Vec<u8>>, i32> {
+        let p = user::cstr(path)?;
+        if p.first() == Some(&b'/') {
+            return Ok(self.prefix.strip(&p));
+        }
+        if dirfd == libc::AT_FDCWD {
+            return Ok(None);
+        }
+        match self.served(dirfd as u64) {
+            Some(d) if d.dir => paths::join(&d.path, &p).map(Some).ok_or(libc::ENOENT),
+            Some(_) => Err(libc::ENOTDIR),
+            None => Ok(None),
+        }
+    }
+
+    /// A new descriptor number for `served`.
+    fn install(&self, served: Arc<Served>, cloexec: bool) -> i64 {
+        let flags = libc::O_RDWR | if cloexec { libc::O_CLOEXEC } else { 0 };
+        let fd = trap::raw_syscall(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                c"/dev/null".as_ptr() as u64,
+                flags as u64,
+                0,
+                0,
+                0,
+            ],
+        );
+        if fd >= 0 {
+            self.fds.lock().insert(fd as i32, served);
+        }
+        fd
+    }
+
+    fn open(&self, dirfd: i32, path: u64, flags: u64, mode: u64) -> R {
+        let rel = match self.path_at(dirfd, path) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        let flags = flags as i32;
+        let acc = flags & libc::O_ACCMODE;
+        let passed = flags
+            & !(libc::O_ACCMODE
+                | libc::O_CLOEXEC
+                | libc::O_CREAT
+                | libc::O_TRUNC
+                | libc::O_EXCL
+                | libc::O_APPEND);
+        let mut o = OpenOptions::new();
+        o.read(acc != libc::O_WRONLY)
+            .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
+            .append(flags & libc::O_APPEND != 0)
+            .create(flags & libc::O_CREAT != 0)
+            .create_new(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
+            .truncate(flags & libc::O_TRUNC != 0)
+            .mode(mode as u32)
+            .custom_flags(passed as u32);
+        let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
+            Ok(f) => f,
+            Err(e) => return Some(fs_err(e)),
+        };
+        let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
+        let served = Arc::new(Served {
+            file,
+            path: rel,
+            dir,
+            flags,
+            listing: Mutex::new(None),
+        });
+        Some(self.install(served, flags & libc::O_CLOEXEC != 0))
+    }
+
+    fn close(&self, fd: u64) -> R {
+        let served = self.fds.lock().remove(&(fd as i32))?;
+        trap::raw_syscall(libc::SYS_close, [fd, 0, 0, 0, 0, 0]);
+        drop(served); // the last dup closes the file
+        Some(0)
+    }
+
+    fn dup_to(&self, old: u64, new: Option<u64>, flags: u64) -> R {
+        let served = self.served(old);
+        let Some(served) = served else {
+            // Not ours; if the target is, it is closed by the call.
+            if let Some(n) = new {
+                self.fds.lock().remove(&(n as i32));
+            }
+            return None;
+        };
+        let fd = match new {
+            None => trap::raw_syscall(libc::SYS_dup, [old, 0, 0, 0, 0, 0]),
+            Some(n) if n == old => return Some(n as i64),
+            Some(n) => trap::raw_syscall(libc::SYS_dup3, [old, n, flags, 0, 0, 0]),
+        };
+        if fd >= 0 {
+            self.fds.lock().insert(fd as i32, served);
+        }
+        Some(fd)
+    }
+
+    fn read(&self, fd: u64, buf: u64, count: u64, at: Option<u64>) -> R {
+        let s = self.served(fd)?;
+        if s.dir {
+            return Some(err(libc::EISDIR));
+        }
+        let mut v = vec![0u8; (count as usize).min(MAX_IO)];
+        let n = match at {
+            None => s.file.read_shared(&mut v),
+            Some(at) => s.file.read_at(&mut v, at),
+        };
+        Some(match n {
+            Ok(n) => user::write(buf, &v[..n]).map_or_else(err, |()| n as i64),
+            Err(e) => fs_err(e),
+        })
+    }
+
+    fn write(&self, fd: u64, buf: u64, count: u64, at: Option<u64>) -> R {
+        let s = self.served(fd)?;
+        let mut v = vec![0u8; (count as usize).min(MAX_IO)];
+        if let Err(e) = user::read_into(buf, &mut v) {
+            return Some(err(e));
+        }
+        let n = match at {
+            None => s.file.write_shared(&v),
+            Some(at) => s.file.write_at(&v, at),
+        };
+        Some(n.map_or_else(fs_err, |n| n as i64))
+    }
+
+    fn lseek(&self, fd: u64, off: u64, whence: u64) -> R {
+        let s = self.served(fd)?;
+        let pos = match whence as i32 {
+            libc::SEEK_SET if (off as i64) >= 0 => std::io::SeekFrom::Start(off),
+            libc::SEEK_CUR => std::io::SeekFrom::Current(off as i64),
+            libc::SEEK_END => std::io::SeekFrom::End(off as i64),
+            _ => return Some(err(libc::EINVAL)),
+        };
+        Some(s.file.seek_shared(pos).map_or_else(fs_err, |p| p as i64))
+    }
+
+    fn fstat(&self, fd: u64, buf: u64) -> R {
+        let s = self.served(fd)?;
+        Some(match s.file.metadata() {
+            Ok(st) => user::write(buf, &stat_bytes(&st)).map_or_else(err, |()| 0),
+            Err(e) => fs_err(e),
+        })
+    }
+
+    fn stat_at(&self, dirfd: u64, path: u64, buf: u64, flags: u64, statx_mask: Option<u64>) -> R {
+        let flags = flags as i32;
+        let empty = user::cstr(path).map(|p| p.is_empty()).unwrap_or(false);
+        let st = if empty && flags & libc::AT_EMPTY_PATH != 0 {
+            let s = self.served(dirfd)?;
+            s.file.metadata()
+        } else {
+            let rel = match self.path_at(dirfd as i32, path) {
+                Ok(Some(rel)) => rel,
+                Ok(None) => return None,
+                Err(e) => return Some(err(e)),
+            };
+            let p = std::ffi::OsStr::from_bytes(&rel);
+            if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                self.fs.symlink_stat(p)
+            } else {
+                self.fs.stat(p)
+            }
+        };
+        Some(match st {
+            Ok(st) => {
+                let bytes = match statx_mask {
+                    None => stat_bytes(&st),
+                    Some(_) => statx_bytes(&st),
+                };
+                user::write(buf, &bytes).map_or_else(err, |()| 0)
+            }
+            Err(e) => fs_err(e),
+        })
+    }
+
+    fn getdents(&self, fd: u64, buf: u64, count: u64) -> R {
+        let s = self.served(fd)?;
+        if !s.dir {
+            return Some(err(libc::ENOTDIR));
+        }
+        let mut listing = s.listing.lock();
+        if listing.is_none() {
+            match s.file.read_dir() {
+                Ok(entries) => *listing = Some((dirents(&entries), 0)),
+                Err(e) => return Some(fs_err(e)),
+            }
+        }
+        let (records, pos) = listing.as_mut().expect("filled above");
+        // Whole records that fit.
+        let mut end = *pos;
+        while end < records.len() {
+            let reclen = u16::from_ne_bytes([records[end + 16], records[end + 17]]) as usize;
+            if end + reclen - *pos > count as usize {
+                break;
+            }
+            end += reclen;
+        }
+        if end == *pos && end < records.len() {
+            return Some(err(libc::EINVAL));
+        }
+        let n = end - *pos;
+        if let Err(e) = user::write(buf, &records[*pos..end]) {
+            return Some(err(e));
+        }
+        *pos = end;
+        Some(n as i64)
+    }
+
+    fn fcntl(&self, fd: u64, cmd: u64, arg: u64) -> R {
+        let s = self.served(fd)?;
+        Some(match cmd as i32 {
+            libc::F_GETFL => {
+                (s.flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC)) as i64
+            }
+            libc::F_SETFL => 0,
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+                let fd2 = trap::raw_syscall(libc::SYS_fcntl, [fd, cmd, arg, 0, 0, 0]);
+                if fd2 >= 0 {
+                    self.fds.lock().insert(fd2 as i32, s);
+                }
+                fd2
+            }
+            // Close-on-exec lives on the descriptor itself.
+            libc::F_GETFD | libc::F_SETFD => return None,
+            // No byte-range locks: every lock is granted (one process at a
+            // time is what the acceptance programs run).
+            libc::F_GETLK
+            | libc::F_SETLK
+            | libc::F_SETLKW
+            | libc::F_OFD_GETLK
+            | libc::F_OFD_SETLK
+            | libc::F_OFD_SETLKW => {
+                if matches!(cmd as i32, libc::F_GETLK | libc::F_OFD_GETLK) {
+                    // l_type = F_UNLCK: nothing is locked.
+                    let _ = user::write(arg, &(libc::F_UNLCK as i16).to_ne_bytes());
+                }
+                0
+            }
+            _ => err(libc::EINVAL),
+        })
+    }
+
+    fn on_path(&self, dirfd: i32, path: u64, f: impl FnOnce(&std::ffi::OsStr) -> Result<(), FsError>) -> R {
+        match self.path_at(dirfd, path) {
+            Ok(Some(rel)) => Some(f(std::ffi::OsStr::from_bytes(&rel)).map_or_else(fs_err, |()| 0)),
+            Ok(None) => None,
+            Err(e) => Some(err(e)),
+        }
+    }
+
+    fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
+        let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
+        match (a, b) {
+            (Ok(None), Ok(None)) => None,
+            (Err(e), _) | (_, Err(e)) => Some(err(e)),
+            (Ok(Some(_)), Ok(None)) | (Ok(None), Ok(Some(_))) => Some(err(libc::EXDEV)),
+            (Ok(Some(_)), Ok(Some(_))) if flags != 0 => Some(err(libc::EINVAL)),
+            (Ok(Some(a)), Ok(Some(b))) => Some(
+                self.fs
+                    .rename(std::ffi::OsStr::from_bytes(&a), std::ffi::OsStr::from_bytes(&b))
+                    .map_or_else(fs_err, |()| 0),
+            ),
+        }
+    }
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+impl Emulator for Emulation {
+    fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        let cwd = libc::AT_FDCWD;
+        match nr {
+            libc::SYS_open => self.open(cwd, a[0], a[1], a[2]),
+            libc::SYS_openat => self.open(a[0] as i32, a[1], a[2], a[3]),
+            libc::SYS_creat => self.open(
+                cwd,
+                a[0],
+                (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64,
+                a[1],
+            ),
+            libc::SYS_close => self.close(a[0]),
+            libc::SYS_read => self.read(a[0], a[1], a[2], None),
+            libc::SYS_pread64 => self.read(a[0], a[1], a[2], Some(a[3])),
+            libc::SYS_write => self.write(a[0], a[1], a[2], None),
+            libc::SYS_pwrite64 => self.write(a[0], a[1], a[2], Some(a[3])),
+            libc::SYS_lseek => self.lseek(a[0], a[1], a[2]),
+            libc::SYS_fstat => self.fstat(a[0], a[1]),
+            libc::SYS_stat => self.stat_at(cwd as u64, a[0], a[1], 0, None),
+            libc::SYS_lstat => self.stat_at(cwd as u64, a[0], a[1], libc::AT_SYMLINK_NOFOLLOW as u64, None),
+            libc::SYS_newfstatat => self.stat_at(a[0], a[1], a[2], a[3], None),
+            libc::SYS_statx => self.stat_at(a[0], a[1], a[4], a[2], Some(a[3])),
+            libc::SYS_getdents64 => self.getdents(a[0], a[1], a[2]),
+            libc::SYS_fcntl => self.fcntl(a[0], a[1], a[2]),
+            libc::SYS_dup => self.dup_to(a[0], None, 0),
+            libc::SYS_dup2 => self.dup_to(a[0], Some(a[1]), 0),
+            libc::SYS_dup3 => self.dup_to(a[0], Some(a[1]), a[2]),
+            libc::SYS_fsync => self
+                .served(a[0])
+                .map(|s| s.file.sync_all().map_or_else(fs_err, |()| 0)),
+            libc::SYS_fdatasync => self
+                .served(a[0])
+                .map(|s| s.file.sync_data().map_or_else(fs_err, |()| 0)),
+            libc::SYS_ftruncate => self
+                .served(a[0])
+                .map(|s| s.file.set_len(a[1]).map_or_else(fs_err, |()| 0)),
+            libc::SYS_fadvise64 => self.served(a[0]).map(|_| 0),
+            libc::SYS_ioctl => self.served(a[0]).map(|_| err(libc::ENOTTY)),
+            libc::SYS_mmap => self.served(a[4]).map(|_| err(libc::ENODEV)),
+            // In-kernel copies cannot reach a served file: programs fall
+            // back to reading and writing.
+            libc::SYS_copy_file_range => {
+                (self.served(a[0]).is_some() || self.served(a[2]).is_some()).then(|| err(libc::EXDEV))
+            }
+            libc::SYS_sendfile => {
+                (self.served(a[0]).is_some() || self.served(a[1]).is_some()).then(|| err(libc::EINVAL))
+            }
+            libc::SYS_splice => {
+                (self.served(a[0]).is_some() || self.served(a[2]).is_some()).then(|| err(libc::EINVAL))
+            }
+            libc::SYS_unlink => self.on_path(cwd, a[0], |p| self.fs.remove_file(p)),
+            libc::SYS_rmdir => self.on_path(cwd, a[0], |p| self.fs.remove_dir(p)),
+            libc::SYS_unlinkat => {
+                let dir = a[2] as i32 & libc::AT_REMOVEDIR != 0;
+                self.on_path(a[0] as i32, a[1], |p| {
+                    if dir {
+                        self.fs.remove_dir(p)
+                    } else {
+                        self.fs.remove_file(p)
+                    }
+                })
+            }
+            libc::SYS_mkdir => self.on_path(cwd, a[0], |p| self.fs.create_dir(p, a[1] as u32)),
+            libc::SYS_mkdirat => self.on_path(a[0] as i32, a[1], |p| self.fs.create_dir(p, a[2] as u32)),
+            libc::SYS_rename => self.rename(cwd, a[0], cwd, a[1], 0),
+            libc::SYS_renameat => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], 0),
+            libc::SYS_renameat2 => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], a[4]),
+            libc::SYS_access => self.on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop)),
+            libc::SYS_faccessat | libc::SYS_faccessat2 => {
+                self.on_path(a[0] as i32, a[1], |p| self.fs.stat(p).map(drop))
+            }
+            libc::SYS_readlink => self.on_path(cwd, a[0], |p| {
+                self.fs
+                    .symlink_stat(p)
+                    .and_then(|_| Err(FsError::Invalid("not a symlink".into())))
+            }),
+            libc::SYS_readlinkat => self.on_path(a[0] as i32, a[1], |p| {
+                self.fs
+                    .symlink_stat(p)
+                    .and_then(|_| Err(FsError::Invalid("not a symlink".into())))
+            }),
+            // No extended attributes on served files: "none here".
+            libc::SYS_getxattr | libc::SYS_lgetxattr => self
+                .on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop))
+                .map(|r| if r == 0 { err(libc::ENODATA) } else { r }),
+            libc::SYS_listxattr | libc::SYS_llistxattr => {
+                self.on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop))
+            }
+            libc::SYS_fgetxattr => self.served(a[0]).map(|_| err(libc::ENODATA)),
+            libc::SYS_flistxattr => self.served(a[0]).map(|_| 0),
+            _ => None,
+        }
+    }
+}
+
+/// `struct stat` as x86-64 Linux lays it out.
+fn stat_bytes(s: &Stat) -> Vec<u8> {
+    // SAFETY-free: a zeroed `libc::stat` is a valid value; fields set below.
+    let mut st: libc::stat = unsafe_zeroed_stat();
+    st.st_dev = s.dev;
+    st.st_ino = s.ino;
+    st.st_mode = s.mode;
+    st.st_nlink = s.nlink;
+    st.st_uid = s.uid;
+    st.st_gid = s.gid;
+    st.st_rdev = s.rdev;
+    st.st_size = s.size as i64;
+    st.st_blksize = s.blksize as i64;
+    st.st_blocks = s.blocks as i64;
+    st.st_atime = s.atime.sec;
+    st.st_atime_nsec = s.atime.nsec as i64;
+    st.st_mtime = s.mtime.sec;
+    st.st_mtime_nsec = s.mtime.nsec as i64;
+    st.st_ctime = s.ctime.sec;
+    st.st_ctime_nsec = s.ctime.nsec as i64;
+    crate::raw::bytes_of(&st).to_vec()
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    crate::raw::zeroed()
+}
+
+/// `struct statx` with the basic fields.
+fn statx_bytes(s: &Stat) -> Vec<u8> {
+    let mut x: libc::statx = crate::raw::zeroed();
+    x.stx_mask = libc::STATX_BASIC_STATS;
+    x.stx_blksize = s.blksize as u32;
+    x.stx_nlink = s.nlink as u32;
+    x.stx_uid = s.uid;
+    x.stx_gid = s.gid;
+    x.stx_mode = s.mode as u16;
+    x.stx_ino = s.ino;
+    x.stx_size = s.size;
+    x.stx_blocks = s.blocks;
+    let t = |t: lintel_fs::Timespec| {
+        let mut ts: libc::statx_timestamp = crate::raw::zeroed();
+        ts.tv_sec = t.sec;
+        ts.tv_nsec = t.nsec;
+        ts
+    };
+    x.stx_atime = t(s.atime);
+    x.stx_mtime = t(s.mtime);
+    x.stx_ctime = t(s.ctime);
+    x.stx_rdev_major = libc::major(s.rdev);
+    x.stx_rdev_minor = libc::minor(s.rdev);
+    x.stx_dev_major = libc::major(s.dev);
+    x.stx_dev_minor = libc::minor(s.dev);
+    crate::raw::bytes_of(&x).to_vec()
+}
+
+/// A directory's entries as `linux_dirent64` records, `.` and `..` first.
+fn dirents(entries: &[lintel_fs::DirEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut put = |ino: u64, kind: u8, name: &[u8]| {
+        let reclen = (19 + name.len() + 1).next_multiple_of(8);
+        let start = out.len();
+        out.extend_from_slice(&ino.to_ne_bytes());
+        out.extend_from_slice(&((start + reclen) as i64).to_ne_bytes());
+        out.extend_from_slice(&(reclen as u16).to_ne_bytes());
+        out.push(kind);
+        out.extend_from_slice(name);
+        out.resize(start + reclen, 0);
+    };
+    put(1, libc::DT_DIR, b".");
+    put(1, libc::DT_DIR, b"..");
+    for e in entries {
+        let kind = match e.kind {
+            Kind::File => libc::DT_REG,
+            Kind::Dir => libc::DT_DIR,
+            Kind::Symlink => libc::DT_LNK,
+            Kind::Other => libc::DT_UNKNOWN,
+        };
+        put(e.ino, kind, &e.name);
+    }
+    out
+}
