@@ -142,6 +142,17 @@ impl Fs {
         self.export.counters()
     }
 
+    /// Change `path`'s mode, owner or times (of a symlink itself when
+    /// `follow` is false).
+    pub fn set_attr(
+        &self,
+        path: impl AsRef<Path>,
+        follow: bool,
+        attr: crate::proto::Attr,
+    ) -> Result<(), FsError> {
+        self.export.set_attr(bytes(&path), follow, attr)
+    }
+
     /// Whether the export refuses every change.
     pub fn is_read_only(&self) -> Result<bool, FsError> {
         self.export.read_only()
@@ -437,6 +448,12 @@ impl File {
     /// The entries of an open directory.
     pub fn read_dir(&self) -> Result<Vec<DirEntry>, FsError> {
         self.file.list()
+    }
+
+    /// Change the file's mode, owner or times (after the token is back:
+    /// bytes written through a window land first).
+    pub fn set_attr(&self, attr: crate::proto::Attr) -> Result<(), FsError> {
+        self.file.set_attr(attr)
     }
 
     /// Close this handle, reporting what dropping it would not: a write

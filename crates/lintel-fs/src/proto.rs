@@ -116,6 +116,38 @@ pub struct Counters {
     pub file_calls: u64,
 }
 
+/// How to set one of a file's times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum SetTime {
+    Keep,
+    Now,
+    At(Timespec),
+}
+
+/// Attributes to change (`chmod`, `chown`, `utimensat`): `None` and
+/// `SetTime::Keep` leave one as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub struct Attr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+impl Attr {
+    /// Change nothing (set fields to change some).
+    pub fn none() -> Attr {
+        Attr {
+            mode: None,
+            uid: None,
+            gid: None,
+            atime: SetTime::Keep,
+            mtime: SetTime::Keep,
+        }
+    }
+}
+
 /// Where a seek counts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub enum Whence {
@@ -143,6 +175,9 @@ pub trait Export {
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// Whether the export refuses every change.
     fn read_only(&self) -> Result<bool, FsError>;
+    /// Change `path`'s mode, owner or times (of a symlink itself when
+    /// `follow` is false: owner and times only).
+    fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError>;
     /// What the service has done for mapped windows.
     fn counters(&self) -> Result<Counters, FsError>;
     /// Start a session for mapped windows: the caller's userfaultfd (the
@@ -207,4 +242,6 @@ pub trait OpenFile {
     fn close(&self) -> Result<(), FsError>;
     /// The entries of an open directory.
     fn list(&self) -> Result<Vec<DirEntry>, FsError>;
+    /// Change the open file's mode, owner or times.
+    fn set_attr(&self, attr: Attr) -> Result<(), FsError>;
 }

@@ -34,8 +34,8 @@ use crate::FsError;
 use crate::node::Node;
 use crate::path;
 use crate::proto::{
-    DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer, SessionClient,
-    Stat, Timespec, Whence,
+    Attr, DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer,
+    SessionClient, SetTime, Stat, Timespec, Whence,
 };
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
@@ -327,6 +327,21 @@ impl Export for ExportImpl {
         Ok(self.read_only)
     }
 
+    fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError> {
+        self.writable()?;
+        let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
+        let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
+        let st = rustix::fs::fstat(&fd)?;
+        let node = self
+            .nodes
+            .lock()
+            .get(&(st.st_dev, st.st_ino))
+            .and_then(Weak::upgrade);
+        // A holder's write-back must not land after the times are set.
+        let _token = node.as_ref().map(|n| n.settle(Instant::now() + self.timeout));
+        set_attr(&fd, attr)
+    }
+
     fn counters(&self) -> Result<crate::proto::Counters, FsError> {
         let c = &self.counters;
         Ok(crate::proto::Counters {
@@ -517,6 +532,56 @@ impl OpenFile for Opened {
         }
         list_of(&self.fd)
     }
+
+    fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
+        let _token = self.settle()?;
+        set_attr(&self.fd, attr)
+    }
+}
+
+/// Apply `attr` to the file `fd` names (an `O_PATH` descriptor will do:
+/// mode and times go through its `/proc/self/fd` link, the owner through
+/// `AT_EMPTY_PATH`).
+fn set_attr(fd: &OwnedFd, attr: Attr) -> Result<(), FsError> {
+    use rustix::fs::{CWD, Timespec as Ts, Timestamps};
+    use std::os::fd::AsRawFd;
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    if let Some(mode) = attr.mode {
+        rustix::fs::chmodat(
+            CWD,
+            magic.as_str(),
+            Mode::from_bits_truncate(mode & 0o7777),
+            AtFlags::empty(),
+        )?;
+    }
+    if attr.uid.is_some() || attr.gid.is_some() {
+        let uid = attr.uid.map(rustix::fs::Uid::from_raw);
+        let gid = attr.gid.map(rustix::fs::Gid::from_raw);
+        rustix::fs::chownat(fd, "", uid, gid, AtFlags::EMPTY_PATH)?;
+    }
+    if attr.atime != SetTime::Keep || attr.mtime != SetTime::Keep {
+        // UTIME_NOW and UTIME_OMIT, as utimensat(2) takes them.
+        let t = |s: SetTime| match s {
+            SetTime::Keep => Ts {
+                tv_sec: 0,
+                tv_nsec: (1 << 30) - 2,
+            },
+            SetTime::Now => Ts {
+                tv_sec: 0,
+                tv_nsec: (1 << 30) - 1,
+            },
+            SetTime::At(t) => Ts {
+                tv_sec: t.sec,
+                tv_nsec: t.nsec as _,
+            },
+        };
+        let times = Timestamps {
+            last_access: t(attr.atime),
+            last_modification: t(attr.mtime),
+        };
+        rustix::fs::utimensat(CWD, magic.as_str(), &times, AtFlags::empty())?;
+    }
+    Ok(())
 }
 
 pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {

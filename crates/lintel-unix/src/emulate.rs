@@ -3,14 +3,17 @@
 //! the result and errno Linux would give. Everything else goes to the
 //! kernel unchanged (`None`).
 //!
-//! Served descriptors are real numbers: each holds an open `/dev/null`,
-//! so the kernel never hands the number out twice, and `close`-on-exec
-//! and `F_GETFD`/`F_SETFD` work on it as they would on the file.
+//! Served descriptors are real numbers: each holds an empty memfd of its
+//! own, so the kernel never hands the number out twice, `close`-on-exec
+//! and `F_GETFD`/`F_SETFD` work on it as they would on the file, and a
+//! call that slips past the emulation touches nothing that matters.
+//! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
+//! (glibc's `fchmodat` and `realpath` go that way).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lintel_fs::{File, Fs, FsError, Kind, OpenOptions, Stat};
+use lintel_fs::{Attr, File, Fs, FsError, Kind, OpenOptions, SetTime, Stat, Timespec};
 use parking_lot::Mutex;
 
 use crate::paths::{self, Prefix};
@@ -67,6 +70,11 @@ impl Emulation {
     /// leaves the served tree through a served directory.
     fn path_at(&self, dirfd: i32, path: u64) -> Result<Option<Vec<u8>>, i32> {
         let p = user::cstr(path)?;
+        if let Some(fd) = fd_link(&p)
+            && let Some(s) = self.served(fd as u64)
+        {
+            return Ok(Some(s.path.clone()));
+        }
         if p.first() == Some(&b'/') {
             return Ok(self.prefix.strip(&p));
         }
@@ -106,7 +114,12 @@ impl Emulation {
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
-        let flags = flags as i32;
+        // An O_PATH open (glibc makes them for `fchmodat` and friends)
+        // becomes a read-only one: the descriptor stands for the file.
+        let flags = match flags as i32 {
+            f if f & libc::O_PATH != 0 => (f & !(libc::O_PATH | libc::O_ACCMODE)) | libc::O_RDONLY,
+            f => f,
+        };
         let acc = flags & libc::O_ACCMODE;
         let passed = flags
             & !(libc::O_ACCMODE
@@ -320,6 +333,45 @@ impl Emulation {
         }
     }
 
+    /// `attr` on the path (`dirfd`, `path`), or on `dirfd` itself if
+    /// `path` is null or empty with `AT_EMPTY_PATH`.
+    fn set_attr(&self, dirfd: i32, path: u64, flags: i32, attr: Attr) -> R {
+        let on_fd =
+            path == 0 || (flags & libc::AT_EMPTY_PATH != 0 && user::cstr(path).is_ok_and(|p| p.is_empty()));
+        if on_fd {
+            let s = self.served(dirfd as u64)?;
+            return Some(s.file.set_attr(attr).map_or_else(fs_err, |()| 0));
+        }
+        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+        self.on_path(dirfd, path, |p| self.fs.set_attr(p, follow, attr))
+    }
+
+    fn utimensat(&self, dirfd: i32, path: u64, times: u64, flags: i32) -> R {
+        let mut attr = Attr::none();
+        if times == 0 {
+            attr.atime = SetTime::Now;
+            attr.mtime = SetTime::Now;
+        } else {
+            let mut raw = [0u8; 32];
+            if let Err(e) = user::read_into(times, &mut raw) {
+                return if self.served(dirfd as u64).is_some() || path != 0 {
+                    Some(err(e))
+                } else {
+                    None
+                };
+            }
+            let word = |i: usize| i64::from_ne_bytes(raw[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            let one = |sec: i64, nsec: i64| match nsec {
+                n if n == libc::UTIME_NOW => SetTime::Now,
+                n if n == libc::UTIME_OMIT => SetTime::Keep,
+                n => SetTime::At(Timespec { sec, nsec: n as u32 }),
+            };
+            attr.atime = one(word(0), word(1));
+            attr.mtime = one(word(2), word(3));
+        }
+        self.set_attr(dirfd, path, flags, attr)
+    }
+
     fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
@@ -420,6 +472,38 @@ impl Emulator for Emulation {
                     .symlink_stat(p)
                     .and_then(|_| Err(FsError::Invalid("not a symlink".into())))
             }),
+            libc::SYS_chmod => self.set_attr(
+                cwd,
+                a[0],
+                0,
+                Attr {
+                    mode: Some(a[1] as u32),
+                    ..Attr::none()
+                },
+            ),
+            libc::SYS_fchmod => self.set_attr(
+                a[0] as i32,
+                0,
+                0,
+                Attr {
+                    mode: Some(a[1] as u32),
+                    ..Attr::none()
+                },
+            ),
+            libc::SYS_fchmodat => self.set_attr(
+                a[0] as i32,
+                a[1],
+                0,
+                Attr {
+                    mode: Some(a[2] as u32),
+                    ..Attr::none()
+                },
+            ),
+            libc::SYS_chown => self.set_attr(cwd, a[0], 0, owner(a[1], a[2])),
+            libc::SYS_lchown => self.set_attr(cwd, a[0], libc::AT_SYMLINK_NOFOLLOW, owner(a[1], a[2])),
+            libc::SYS_fchown => self.set_attr(a[0] as i32, 0, 0, owner(a[1], a[2])),
+            libc::SYS_fchownat => self.set_attr(a[0] as i32, a[1], a[4] as i32, owner(a[2], a[3])),
+            libc::SYS_utimensat => self.utimensat(a[0] as i32, a[1], a[2], a[3] as i32),
             // No extended attributes on served files: "none here".
             libc::SYS_getxattr | libc::SYS_lgetxattr => self
                 .on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop))
@@ -431,6 +515,24 @@ impl Emulator for Emulation {
             libc::SYS_flistxattr => self.served(a[0]).map(|_| 0),
             _ => None,
         }
+    }
+}
+
+/// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.
+fn fd_link(path: &[u8]) -> Option<i32> {
+    let n = path
+        .strip_prefix(b"/proc/self/fd/")
+        .or_else(|| path.strip_prefix(b"/dev/fd/"))?;
+    std::str::from_utf8(n).ok()?.parse().ok()
+}
+
+/// An owner change; -1 keeps an id.
+fn owner(uid: u64, gid: u64) -> Attr {
+    let id = |v: u64| (v as u32 != u32::MAX).then_some(v as u32);
+    Attr {
+        uid: id(uid),
+        gid: id(gid),
+        ..Attr::none()
     }
 }
 

@@ -2,8 +2,9 @@
 //! lintel's file service (Mach 3.0's trap emulation and emulation
 //! library).
 //!
-//! `lintel-run --root DIR --prefix /PATH -- PROGRAM ARGS` exports DIR and
-//! runs PROGRAM with this library preloaded: every system call of the
+//! `lintel-run --root DIR --prefix /PATH -- PROGRAM ARGS` (crate
+//! `lintel-preload`) exports DIR and runs PROGRAM with the emulation
+//! library preloaded: every system call of the
 //! program's threads is trapped ([`trap`], syscall user dispatch) and
 //! those that name a path under the prefix or a descriptor the library
 //! serves are answered through `lintel_fs` ([`emulate`]); the rest go to
@@ -16,13 +17,14 @@
 #[cfg(target_arch = "x86_64")]
 pub mod emulate;
 pub mod paths;
-#[cfg(target_arch = "x86_64")]
-mod preload;
 mod raw;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub mod trap;
 pub mod user;
 
-#[cfg(target_arch = "x86_64")]
-pub use preload::{ENV_PREFIX, ENV_SOCKET};
+/// Where the launcher's file service listens (set in the program's
+/// environment).
+pub const ENV_SOCKET: &str = "LINTEL_UNIX_SOCKET";
+/// The served prefix (set in the program's environment).
+pub const ENV_PREFIX: &str = "LINTEL_UNIX_PREFIX";

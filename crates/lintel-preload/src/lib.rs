@@ -1,18 +1,18 @@
-//! The library's start in a program's process (when preloaded): connect
-//! to the file service the launcher names, arm the main thread, and arm
-//! each thread the program makes.
-#![allow(unsafe_code)]
+//! The emulation library a program runs with (`LD_PRELOAD`, set up by
+//! `lintel-run`): connect to the file service the launcher names, arm the
+//! main thread (`lintel_unix::trap`), and arm each thread the program
+//! makes. A library of its own, so that its `pthread_create` wrapper is
+//! in no other program.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![cfg(target_arch = "x86_64")]
 
 use std::sync::OnceLock;
 
-use crate::emulate::Emulation;
-use crate::paths::Prefix;
-use crate::trap;
-
-/// Where the launcher's service listens.
-pub const ENV_SOCKET: &str = "LINTEL_UNIX_SOCKET";
-/// The served prefix.
-pub const ENV_PREFIX: &str = "LINTEL_UNIX_PREFIX";
+use lintel_unix::emulate::Emulation;
+use lintel_unix::paths::Prefix;
+use lintel_unix::trap;
+use lintel_unix::{ENV_PREFIX, ENV_SOCKET};
 
 static EMULATION: OnceLock<Emulation> = OnceLock::new();
 

@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         return usage();
     };
     let Some(lib) = library() else {
-        eprintln!("lintel-run: liblintel_unix.so not found beside this program");
+        eprintln!("lintel-run: liblintel_preload.so not found beside this program");
         return ExitCode::from(2);
     };
     let service = match lintel_fs::Service::new(&root, read_only) {

@@ -1,0 +1,258 @@
+//! Programs nobody here wrote, run natively on one tree and under
+//! `lintel-run` on an identical tree served through the prefix: their
+//! output (paths renamed alike) and the trees they leave must be the same
+//! byte for byte.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+const PREFIX: &str = "/lintel-served";
+
+/// A tree with files of several kinds and fixed times.
+fn make_tree(root: &Path) {
+    let when = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let put = |rel: &str, data: &[u8]| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    };
+    put("a.txt", b"alpha\nbeta\ngamma\n");
+    put("docs/readme.md", b"# lintel\nserved files\nwith words to grep\n");
+    put("docs/notes/one.txt", b"one\n");
+    let lines: String = (0..5000)
+        .map(|i| format!("line {:05} {}\n", (i * 7919) % 5000, i))
+        .collect();
+    put("data/lines.txt", lines.as_bytes());
+    let bin: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    put("data/blob.bin", &bin);
+    for d in ["", "docs", "docs/notes", "data"] {
+        let f = std::fs::File::open(root.join(d)).unwrap();
+        f.set_modified(when).unwrap();
+    }
+}
+
+fn copy_tree() -> (tempfile::TempDir, tempfile::TempDir) {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    make_tree(a.path());
+    make_tree(b.path());
+    (a, b)
+}
+
+fn run(cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
+    let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+    (out.status.code().unwrap_or(-1), out.stdout, out.stderr)
+}
+
+fn lintel_run(root: &Path, cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
+    let mut full = vec![
+        env!("CARGO_BIN_EXE_lintel-run"),
+        "--root",
+        root.to_str().unwrap(),
+        "--prefix",
+        PREFIX,
+        "--",
+    ];
+    full.extend_from_slice(cmd);
+    run(&full)
+}
+
+fn rename(bytes: &[u8], from: &str) -> String {
+    String::from_utf8_lossy(bytes).replace(from, "ROOT")
+}
+
+/// Run `cmd` (with `{}` standing for the tree's root) both ways; the
+/// outputs, renamed, must match.
+fn same(native_root: &Path, served_root: &Path, cmd: &[&str]) {
+    let native_root_s = native_root.to_str().unwrap();
+    let native: Vec<String> = cmd.iter().map(|a| a.replace("{}", native_root_s)).collect();
+    let served: Vec<String> = cmd.iter().map(|a| a.replace("{}", PREFIX)).collect();
+    let n = run(&native.iter().map(String::as_str).collect::<Vec<_>>());
+    let s = lintel_run(
+        served_root,
+        &served.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        (s.0, rename(&s.1, PREFIX)),
+        (n.0, rename(&n.1, native_root_s)),
+        "`{}`: status and output under lintel (left) and native (right); stderr under lintel: {}",
+        cmd.join(" "),
+        String::from_utf8_lossy(&s.2)
+    );
+}
+
+/// Every file of a tree: path, kind, size, mode and contents.
+fn snapshot(root: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            if md.is_dir() {
+                out.push((rel, format!("dir {:o}", md.permissions().mode())));
+                walk(root, &p, out);
+            } else {
+                let data = std::fs::read(&p).unwrap();
+                out.push((
+                    rel,
+                    format!(
+                        "file {:o} {} {:x}",
+                        md.permissions().mode(),
+                        data.len(),
+                        fxhash(&data)
+                    ),
+                ));
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+fn fxhash(d: &[u8]) -> u64 {
+    d.iter().fold(0xcbf29ce484222325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn coreutils_find_and_grep_read_a_served_tree_as_the_host_tree() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for cmd in [
+        &["cat", "{}/a.txt", "{}/docs/readme.md"][..],
+        &["head", "-n", "3", "{}/data/lines.txt"],
+        &["tail", "-c", "100", "{}/data/lines.txt"],
+        &["wc", "{}/data/lines.txt", "{}/data/blob.bin"],
+        &["sort", "{}/data/lines.txt"],
+        &["sha256sum", "{}/data/blob.bin", "{}/a.txt"],
+        &["ls", "-l", "{}", "{}/docs"],
+        &["ls", "-la", "{}/docs/notes"],
+        &["du", "-a", "{}"],
+        &["find", "{}", "-type", "f"],
+        &["grep", "-r", "-n", "words", "{}"],
+        &["cat", "{}/missing"],
+        &["ls", "{}/a.txt/nope"],
+    ] {
+        same(n, s, cmd);
+    }
+}
+
+#[test]
+fn programs_that_write_leave_the_same_tree() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for cmd in [
+        &["cp", "{}/data/blob.bin", "{}/data/copy.bin"][..],
+        &["mkdir", "{}/made"],
+        &[
+            "tar",
+            "-cf",
+            "{}/made/t.tar",
+            "-C",
+            "{}",
+            "docs",
+            "data/lines.txt",
+        ],
+        &["tar", "-tvf", "{}/made/t.tar"],
+        &["mkdir", "{}/out"],
+        &["tar", "-xf", "{}/made/t.tar", "-C", "{}/out"],
+        &["rm", "{}/data/copy.bin"],
+        &["mv", "{}/a.txt", "{}/made/a-moved.txt"],
+    ] {
+        same(n, s, cmd);
+    }
+    assert_eq!(snapshot(s), snapshot(n), "the trees the programs left");
+}
+
+#[test]
+fn python_reads_writes_seeks_and_lists_a_served_tree() {
+    if !have("/usr/bin/python3") {
+        panic!("/usr/bin/python3 is missing: .ci/run installs Debian's python3");
+    }
+    let script = r#"
+import os, sys
+root = sys.argv[1]
+p = os.path.join(root, "py.txt")
+with open(p, "w") as f:
+    f.write("line one\nline two\n")
+with open(p, "r+") as f:
+    f.seek(5); print(f.read(3)); f.seek(0, 2); f.write("tail\n")
+print(sorted(os.listdir(root)))
+print(os.stat(p).st_size)
+for dirpath, dirs, files in sorted(os.walk(root)):
+    print(dirpath.replace(root, "ROOT"), sorted(dirs), sorted(files))
+fd = os.open(os.path.join(root, "data", "blob.bin"), os.O_RDONLY)
+print(os.pread(fd, 8, 1000).hex(), os.lseek(fd, 0, os.SEEK_END))
+os.close(fd)
+os.rename(p, p + ".2")
+os.remove(p + ".2")
+print("done")
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("t.py");
+    std::fs::write(&py, script).unwrap();
+    let (n, s) = copy_tree();
+    same(
+        n.path(),
+        s.path(),
+        &["/usr/bin/python3", py.to_str().unwrap(), "{}"],
+    );
+    assert_eq!(snapshot(s.path()), snapshot(n.path()));
+}
+
+#[test]
+fn sqlite3_builds_and_checks_a_database_in_a_served_tree() {
+    if !have("sqlite3") {
+        panic!("sqlite3 is missing: .ci/run installs Debian's sqlite3");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sql: PathBuf = dir.path().join("work.sql");
+    let mut text = String::from("create table t(k integer primary key, v text);\n");
+    for tx in 0..10 {
+        text.push_str("begin;\n");
+        for i in 0..1000 {
+            let k = tx * 1000 + i;
+            text.push_str(&format!("insert into t values({k}, 'value {}');\n", k * 31 % 977));
+        }
+        text.push_str("commit;\n");
+    }
+    text.push_str("select count(*), sum(k), max(v) from t;\npragma integrity_check;\n");
+    std::fs::write(&sql, text).unwrap();
+    let (n, s) = copy_tree();
+    let read = format!(".read {}", sql.display());
+    same(n.path(), s.path(), &["sqlite3", "{}/db.sqlite", &read]);
+    // The database files are the same bytes.
+    assert_eq!(
+        std::fs::read(s.path().join("db.sqlite")).unwrap().len(),
+        std::fs::read(n.path().join("db.sqlite")).unwrap().len()
+    );
+    same(
+        n.path(),
+        s.path(),
+        &[
+            "sqlite3",
+            "{}/db.sqlite",
+            "select count(*) from t where v like 'value 1%';",
+        ],
+    );
+}
