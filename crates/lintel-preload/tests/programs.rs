@@ -206,6 +206,19 @@ print(os.pread(fd, 8, 1000).hex(), os.lseek(fd, 0, os.SEEK_END))
 os.close(fd)
 os.rename(p, p + ".2")
 os.remove(p + ".2")
+# Signals: a handler runs (and returns) in a program whose calls trap, a
+# mask it sets holds, and a thread reads a served file.
+import signal, threading
+hits = []
+signal.signal(signal.SIGUSR2, lambda s, f: hits.append(s))
+os.kill(os.getpid(), signal.SIGUSR2)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+now = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+print(hits == [signal.SIGUSR2], signal.SIGUSR1 in now, signal.SIGSYS in now)
+out = []
+t = threading.Thread(target=lambda: out.append(open(os.path.join(root, "a.txt")).read()))
+t.start(); t.join()
+print(out)
 print("done")
 "#;
     let dir = tempfile::tempdir().unwrap();

@@ -185,7 +185,7 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
     // SAFETY: and a valid ucontext, ours to edit until we return.
     let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
     if code == SYS_USER_DISPATCH {
-        let g = &mut uc.uc_mcontext.gregs;
+        let g = &uc.uc_mcontext.gregs;
         let nr = g[libc::REG_RAX as usize];
         let args = [
             g[libc::REG_RDI as usize] as u64,
@@ -200,18 +200,85 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             // its own stack inside our stub and crash: refuse, so glibc's
             // clone3 falls back to clone, and clone sharing memory fails
             // cleanly. Threads are made with the selector at ALLOW
-            // ([`allowed`]; the emulation library wraps pthread_create).
+            // ([`allowed`]; the preload library wraps pthread_create).
             libc::SYS_clone3 => -(libc::ENOSYS as i64),
             libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
             libc::SYS_vfork => -(libc::ENOSYS as i64),
+            libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
+            libc::SYS_rt_sigaction => sigaction(args),
             _ => EMULATOR
                 .with(|e| e.get())
                 .and_then(|e| e.emulate(nr, args))
                 .unwrap_or_else(|| raw_syscall(nr, args)),
         };
-        g[libc::REG_RAX as usize] = answer;
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = answer;
     }
     SELECTOR.with(|s| s.set(before));
+}
+
+const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
+
+/// `rt_sigprocmask` from trapped code: made on the mask the handler's
+/// return restores (one made for real here would be undone by it), and
+/// never blocking SIGSYS (a trap while it is blocked kills the process).
+fn sigprocmask(uc: &mut libc::ucontext_t, a: [u64; 6]) -> i64 {
+    let (how, set, old, size) = (a[0] as i32, a[1], a[2], a[3]);
+    if size != 8 {
+        return -(libc::EINVAL as i64);
+    }
+    // SAFETY: `sigset_t` is at least 8 bytes; the kernel's mask is its
+    // first word.
+    let mask = unsafe { &mut *(&mut uc.uc_sigmask as *mut libc::sigset_t as *mut u64) };
+    if old != 0
+        && let Err(e) = crate::user::write(old, &mask.to_ne_bytes())
+    {
+        return -(e as i64);
+    }
+    if set != 0 {
+        let mut b = [0u8; 8];
+        if let Err(e) = crate::user::read_into(set, &mut b) {
+            return -(e as i64);
+        }
+        let new = u64::from_ne_bytes(b);
+        *mask = match how {
+            libc::SIG_BLOCK => *mask | new,
+            libc::SIG_UNBLOCK => *mask & !new,
+            libc::SIG_SETMASK => new,
+            _ => return -(libc::EINVAL as i64),
+        } & !SIGSYS_BIT;
+    }
+    0
+}
+
+/// `rt_sigaction` from trapped code: SIGSYS stays ours (the program's
+/// setting is accepted and ignored), and every handler returns through
+/// our restorer (glibc's would trap its `rt_sigreturn`).
+fn sigaction(a: [u64; 6]) -> i64 {
+    let (sig, act, old, size) = (a[0] as i32, a[1], a[2], a[3]);
+    if sig == libc::SIGSYS {
+        if old != 0
+            && let Err(e) = crate::user::write(old, &[0u8; 32])
+        {
+            return -(e as i64);
+        }
+        return 0;
+    }
+    if act == 0 {
+        return raw_syscall(libc::SYS_rt_sigaction, a);
+    }
+    let mut b = [0u8; 32];
+    if let Err(e) = crate::user::read_into(act, &mut b) {
+        return -(e as i64);
+    }
+    let flags = u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes"));
+    if flags & SA_RESTORER != 0 {
+        let ours = lintel_trap_restorer as *const () as usize as u64;
+        b[16..24].copy_from_slice(&ours.to_ne_bytes());
+    }
+    raw_syscall(
+        libc::SYS_rt_sigaction,
+        [sig as u64, b.as_ptr() as u64, old, size, 0, 0],
+    )
 }
 
 #[cfg(test)]
@@ -300,5 +367,51 @@ mod tests {
             std::os::unix::process::parent_id(),
             "the new thread is not armed"
         );
+    }
+}
+
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+
+    struct Nothing;
+    impl Emulator for Nothing {
+        fn emulate(&self, _: i64, _: [u64; 6]) -> Option<i64> {
+            None
+        }
+    }
+
+    fn blocked(sig: i32) -> bool {
+        // SAFETY: sigset_t is plain data; pthread_sigmask fills it.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set);
+            libc::sigismember(&set, sig) == 1
+        }
+    }
+
+    #[test]
+    fn masks_set_by_trapped_code_hold_and_never_block_sigsys() {
+        static EMU: Nothing = Nothing;
+        arm(&EMU).unwrap();
+        // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::sigaddset(&mut set, libc::SIGSYS);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        let (usr1, sys) = (blocked(libc::SIGUSR1), blocked(libc::SIGSYS));
+        // SAFETY: as above, unblocking SIGUSR1 again.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+        let usr1_after = blocked(libc::SIGUSR1);
+        disarm();
+        assert_eq!((usr1, sys, usr1_after), (true, false, false));
     }
 }

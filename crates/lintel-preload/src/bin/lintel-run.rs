@@ -20,9 +20,9 @@ fn library() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
     [
-        dir.join("liblintel_unix.so"),
-        dir.join("deps/liblintel_unix.so"),
-        dir.join("../liblintel_unix.so"),
+        dir.join("liblintel_preload.so"),
+        dir.join("deps/liblintel_preload.so"),
+        dir.join("../liblintel_preload.so"),
     ]
     .into_iter()
     .find(|p| p.exists())
