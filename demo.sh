@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 quick=()
 [ "${1:-}" = "--quick" ] && quick=(--quick)
-cargo build --release -q -p kv-system -p lintel-bench
+cargo build --release -q -p kv-system -p lintel-bench -p lintel-preload
 bin=target/release
 script='put greeting hello, doors
 put answer 42
@@ -32,4 +32,4 @@ for placement in colocated isolated; do
   echo
 done
 echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, file service (JSON lines in bench.jsonl, charts in target/plots)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs unix

@@ -7,12 +7,27 @@
 //!   SIGSYS and answered in the process (Mach 3.0's trap emulation);
 //! - `trapped_passthrough`: trapped, then made for real from the exempt
 //!   code range (what every call not served by lintel pays).
+//!
+//! And programs nobody here wrote, each run natively on a file of the
+//! temporary directory and under `lintel-run` (the directory exported, the
+//! file served under a prefix), timed whole (a process start included),
+//! median of several runs: `cat_256m_*` and `sha256sum_256m_*` (a 256 MiB
+//! file, 32 MiB with `--quick`), `wc_l_*` (a file of short lines),
+//! `sqlite3_*` (10,000 rows in 10 transactions, a query and an integrity
+//! check), and `pread1_*` (`lintel-pread-probe`: one-byte `pread`s at
+//! scattered offsets; per call). `lintel-run`, its library and the probe
+//! come from `cargo build --release -p lintel-preload`.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use anyhow::Context as _;
 
 use lintel_unix::trap::{self, Emulator};
 
-use crate::harness::{CaseResult, Config, Report, measure_batched};
+use crate::harness::{CaseResult, Config, Report, measure_batched, measure_single};
 
 pub const SUITE: &str = "unix";
 
@@ -73,5 +88,164 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
             .compare_to(SUITE, "native_call")
             .with_note("getppid from an armed thread: SIGSYS, then made for real from the exempt range"),
     );
+    programs(cfg, report)
+}
+
+const PREFIX: &str = "/lintel-bench-served";
+
+/// A program of the workspace's release build, beside this one.
+fn beside(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let p = exe.parent().context("no directory")?.join(name);
+    anyhow::ensure!(
+        p.exists(),
+        "{} is missing: build it with `cargo build --release -p lintel-preload`",
+        p.display()
+    );
+    Ok(p)
+}
+
+/// Run `cmd` (argv, with `{}` for the file's directory) natively and under
+/// `lintel-run`, `runs` times each, interleaved; the medians in ns and the
+/// last stdout of each (which must agree).
+fn both(dir: &Path, cmd: &[&str], runs: usize) -> anyhow::Result<(Vec<f64>, Vec<f64>, String, String)> {
+    let run = beside("lintel-run")?;
+    let (mut native, mut served) = (Vec::new(), Vec::new());
+    let (mut out_n, mut out_s) = (String::new(), String::new());
+    for _ in 0..runs {
+        for lintel in [false, true] {
+            let root = if lintel {
+                PREFIX.to_string()
+            } else {
+                dir.display().to_string()
+            };
+            let args: Vec<String> = cmd.iter().map(|a| a.replace("{}", &root)).collect();
+            let mut c = if lintel {
+                let mut c = Command::new(&run);
+                c.args(["--root", &dir.display().to_string(), "--prefix", PREFIX, "--"])
+                    .args(&args);
+                c
+            } else {
+                let mut c = Command::new(&args[0]);
+                c.args(&args[1..]);
+                c
+            };
+            // A database starts afresh each run.
+            let _ = std::fs::remove_file(dir.join("db.sqlite"));
+            let t0 = Instant::now();
+            let out = c
+                .stderr(Stdio::inherit())
+                .output()
+                .with_context(|| format!("running {}", args[0]))?;
+            let ns = t0.elapsed().as_nanos() as f64;
+            anyhow::ensure!(
+                out.status.success(),
+                "`{}` failed ({})",
+                args.join(" "),
+                out.status
+            );
+            let text = String::from_utf8_lossy(&out.stdout).replace(&root, "ROOT");
+            if lintel {
+                served.push(ns);
+                out_s = text;
+            } else {
+                native.push(ns);
+                out_n = text;
+            }
+        }
+    }
+    Ok((native, served, out_n, out_s))
+}
+
+fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("lintel-bench-unix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cleanup = Cleanup(dir.clone());
+    let size: usize = if cfg.quick { 32 << 20 } else { 256 << 20 };
+    let runs = if cfg.quick { 3 } else { 7 };
+    {
+        use std::io::Write;
+        let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("big"))?);
+        let chunk: Vec<u8> = (0..1 << 20)
+            .map(|i: usize| ((i * 2_654_435_761) >> 11) as u8)
+            .collect();
+        for _ in 0..size >> 20 {
+            f.write_all(&chunk)?;
+        }
+        let mut lines = std::io::BufWriter::new(std::fs::File::create(dir.join("lines"))?);
+        for i in 0..(size / 16) {
+            writeln!(lines, "l{}", i % 100_000)?;
+        }
+    }
+    let mut sql = String::from("create table t(k integer primary key, v text);\n");
+    for tx in 0..10 {
+        sql.push_str("begin;\n");
+        for i in 0..1000 {
+            let k = tx * 1000 + i;
+            sql.push_str(&format!("insert into t values({k}, 'value {}');\n", k * 31 % 977));
+        }
+        sql.push_str("commit;\n");
+    }
+    sql.push_str("select count(*), sum(k) from t;\npragma integrity_check;\n");
+    let sql_path = dir.join("work.sql");
+    std::fs::write(&sql_path, sql)?;
+    let read = format!(".read {}", sql_path.display());
+    let probe = beside("lintel-pread-probe")?.display().to_string();
+    let preads = if cfg.quick { "20000" } else { "200000" };
+    let cases: [(&str, Vec<&str>); 5] = [
+        ("cat_256m", vec!["sh", "-c", "cat {}/big | wc -c"]),
+        ("sha256sum_256m", vec!["sha256sum", "{}/big"]),
+        ("wc_l", vec!["wc", "-l", "{}/lines"]),
+        ("sqlite3", vec!["sqlite3", "{}/db.sqlite", &read]),
+        ("pread1", vec![&probe, "{}/big", preads]),
+    ];
+    for (name, cmd) in cases {
+        let (native, served, out_n, out_s) = both(&dir, &cmd, runs)?;
+        // (The probe's second word is its own timing.)
+        let first = |t: &str| {
+            if name == "pread1" {
+                t.split_whitespace().next().unwrap_or("").to_string()
+            } else {
+                t.to_string()
+            }
+        };
+        anyhow::ensure!(
+            first(&out_n) == first(&out_s),
+            "{name}: output under lintel differs: {out_s:?} against {out_n:?}"
+        );
+        let (n, s) = if name == "pread1" {
+            // Per call, from the probe's own report.
+            let per = |t: &str| {
+                t.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (measure_single(&[per(&out_n)]), measure_single(&[per(&out_s)]))
+        } else {
+            (measure_single(&native), measure_single(&served))
+        };
+        let native_case = format!("{name}_native");
+        report.push(CaseResult::new(SUITE, &native_case, &n));
+        let target = match name {
+            "pread1" => " (target: ≥ 3× faster)",
+            "sqlite3" => " (target ≤ 1.5×)",
+            _ => " (target ≤ 1.2×)",
+        };
+        report.push(
+            CaseResult::new(SUITE, &format!("{name}_lintel"), &s)
+                .compare_to(SUITE, &native_case)
+                .with_note(format!("{:.2}× native's time{target}", s.median_ns / n.median_ns)),
+        );
+    }
+    drop(cleanup);
     Ok(())
+}
+
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -92,6 +92,7 @@ impl Fs {
         let file = self.export.open(bytes(&path), flags, options.mode)?;
         let mut f = File::from_client(file);
         f.path = options.path;
+        f.mapped_max = options.mapped_max;
         f.append = options.append;
         let readable = flags & 3 != 1;
         if options.path != IoPath::Copy
@@ -204,6 +205,7 @@ pub struct OpenOptions {
     custom: u32,
     mode: u32,
     path: IoPath,
+    mapped_max: usize,
 }
 
 impl Default for OpenOptions {
@@ -226,7 +228,15 @@ impl OpenOptions {
             custom: 0,
             mode: 0o666,
             path: IoPath::Auto,
+            mapped_max: MAPPED_MAX,
         }
+    }
+    /// With [`IoPath::Auto`], calls above `bytes` take the copy path
+    /// (default [`MAPPED_MAX`]). A file read once, front to back, in large
+    /// calls is faster copied: mapping fills the service's cache first.
+    pub fn mapped_max(&mut self, bytes: usize) -> &mut Self {
+        self.mapped_max = bytes;
+        self
     }
     /// Which path reads and writes take (default [`IoPath::Auto`]).
     pub fn io_path(&mut self, path: IoPath) -> &mut Self {
@@ -299,6 +309,7 @@ pub struct File {
     scratch: Mutex<Vec<u8>>,
     mapped: Option<Arc<Mapped>>,
     path: IoPath,
+    mapped_max: usize,
     append: bool,
 }
 
@@ -309,6 +320,7 @@ impl File {
             scratch: Mutex::new(Vec::new()),
             mapped: None,
             path: IoPath::Auto,
+            mapped_max: MAPPED_MAX,
             append: false,
         }
     }
@@ -332,7 +344,7 @@ impl File {
     /// The mapping, if this call of `len` bytes should take it.
     fn mapped_for(&self, len: usize) -> Option<&Mapped> {
         let m = self.mapped.as_deref()?;
-        (len <= MAPPED_MAX || self.path == IoPath::Mapped).then_some(m)
+        (len <= self.mapped_max || self.path == IoPath::Mapped).then_some(m)
     }
 
     /// The open file behind `door` (one passed from another domain); it
@@ -351,6 +363,7 @@ impl File {
         let mut f = File::from_client(self.file.clone());
         f.mapped = self.mapped.clone();
         f.path = self.path;
+        f.mapped_max = self.mapped_max;
         f.append = self.append;
         f
     }

@@ -52,6 +52,12 @@ fn fs_err(e: FsError) -> i64 {
 
 const MAX_IO: usize = 16 << 20;
 
+/// Programs' reads and writes up to this size take the mapped window;
+/// larger ones are one call each. A program run under `lintel-run` meets
+/// a cold cache (the service starts with it), and one large call beats
+/// filling and mapping its windows.
+const MAPPED_MAX_CALL: usize = 32 << 10;
+
 impl Emulation {
     pub fn new(fs: Fs, prefix: Prefix) -> Emulation {
         Emulation {
@@ -136,7 +142,8 @@ impl Emulation {
             .create_new(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
             .truncate(flags & libc::O_TRUNC != 0)
             .mode(mode as u32)
-            .custom_flags(passed as u32);
+            .custom_flags(passed as u32)
+            .mapped_max(MAPPED_MAX_CALL);
         let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
