@@ -216,6 +216,9 @@ pub(crate) struct Mapped {
     window: u64,
     /// One operation at a time per file in this process.
     local: Mutex<()>,
+    /// Bytes of the cache known to exist (so a read there faults into the
+    /// pager, never past the memfd's end).
+    covered: AtomicU64,
 }
 
 struct Desc<'a>(&'a Shared, usize);
@@ -250,6 +253,7 @@ impl Mapped {
             writable,
             window: window_size(),
             local: Mutex::new(()),
+            covered: AtomicU64::new(0),
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
@@ -296,6 +300,21 @@ impl Mapped {
                 let n = (buf.len() as u64).min(a.held.size.saturating_sub(off));
                 if off + n > self.map.len() as u64 {
                     return Ok(None);
+                }
+                // A positional read outside the window reads the cache in
+                // place: the pager maps a range the first time it is
+                // touched, and every later read there is a memcpy. (The
+                // window, moved by a call, suits reading on from the
+                // offset: one call maps the next 64 KiB before it is read.)
+                let (w_off, w_len) = a.window;
+                let in_window = w_len > 0 && off >= w_off && off + n <= w_off + w_len;
+                if at.is_some() && !in_window && n > 0 {
+                    if off + n > self.covered.load(SeqCst) {
+                        let c = self.session.session.extent(self.slot, a.held.size.max(off + n))?;
+                        self.covered.fetch_max(c, SeqCst);
+                    }
+                    self.map.read(off as usize, &mut buf[..n as usize]);
+                    return Ok(Some(n as usize));
                 }
                 let mut done = 0;
                 while done < n {

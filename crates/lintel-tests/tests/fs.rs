@@ -572,7 +572,7 @@ fn mapped_and_copy_clients_see_each_others_writes() {
 #[test]
 fn reads_seeks_and_stat_inside_the_window_make_no_call() {
     let dir = tempfile::tempdir().unwrap();
-    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(dir.path().join("f"), &data).unwrap();
     let svc = FsService::start(dir.path(), false);
     let mut f = svc.fs.open("f").unwrap();
@@ -588,9 +588,9 @@ fn reads_seeks_and_stat_inside_the_window_make_no_call() {
     assert_eq!(f.seek(SeekFrom::Start(10)).unwrap(), 10);
     f.read_exact(&mut buf[..5]).unwrap();
     assert_eq!(buf[..5], data[10..15]);
-    assert_eq!(f.seek(SeekFrom::End(-1)).unwrap(), 99_999);
+    assert_eq!(f.seek(SeekFrom::End(-1)).unwrap(), 299_999);
     let st = f.metadata().unwrap();
-    assert_eq!(st.size, 100_000);
+    assert_eq!(st.size, 300_000);
     assert_eq!(st.ino, std::fs::metadata(dir.path().join("f")).unwrap().ino());
     let after = svc.fs.counters().unwrap();
     assert_eq!(
@@ -598,12 +598,20 @@ fn reads_seeks_and_stat_inside_the_window_make_no_call() {
         0,
         "no call while the window and the token serve"
     );
-    // Reading past the window moves it: one call.
-    f.read_at(&mut buf, 90_000).unwrap();
+    // Reading on past the window moves it: one call.
+    f.seek(SeekFrom::Start(90_000)).unwrap();
+    f.read_exact(&mut buf).unwrap();
     assert_eq!(buf[..], data[90_000..90_100]);
     let last = svc.fs.counters().unwrap();
     assert_eq!(calls(&after, &last), 1, "one call to move the window");
     assert_eq!(last.windows - after.windows, 1);
+    // A positional read elsewhere reads the cache in place: the pager maps
+    // its range once, with no call.
+    let n = f.read_at(&mut buf, 250_000).unwrap();
+    assert_eq!(buf[..n], data[250_000..250_100]);
+    let end = svc.fs.counters().unwrap();
+    assert_eq!(calls(&last, &end), 0, "no call for a positional read");
+    assert_eq!(end.faults - last.faults, 1, "one pager fault for its range");
 }
 
 /// A client that holds the share lock, keeps its token active, or writes

@@ -37,7 +37,7 @@ pub struct Served {
 pub struct Emulation {
     fs: Fs,
     prefix: Prefix,
-    fds: Mutex<HashMap<i32, Arc<Served>>>,
+    fds: parking_lot::RwLock<HashMap<i32, Arc<Served>>>,
 }
 
 type R = Option<i64>;
@@ -63,12 +63,12 @@ impl Emulation {
         Emulation {
             fs,
             prefix,
-            fds: Mutex::new(HashMap::new()),
+            fds: parking_lot::RwLock::new(HashMap::new()),
         }
     }
 
     fn served(&self, fd: u64) -> Option<Arc<Served>> {
-        self.fds.lock().get(&(fd as i32)).cloned()
+        self.fds.read().get(&(fd as i32)).cloned()
     }
 
     /// The served path `path` names (relative to `dirfd`), if it is one:
@@ -109,7 +109,7 @@ impl Emulation {
             ],
         );
         if fd >= 0 {
-            self.fds.lock().insert(fd as i32, served);
+            self.fds.write().insert(fd as i32, served);
         }
         fd
     }
@@ -160,7 +160,7 @@ impl Emulation {
     }
 
     fn close(&self, fd: u64) -> R {
-        let served = self.fds.lock().remove(&(fd as i32))?;
+        let served = self.fds.write().remove(&(fd as i32))?;
         trap::raw_syscall(libc::SYS_close, [fd, 0, 0, 0, 0, 0]);
         drop(served); // the last dup closes the file
         Some(0)
@@ -171,7 +171,7 @@ impl Emulation {
         let Some(served) = served else {
             // Not ours; if the target is, it is closed by the call.
             if let Some(n) = new {
-                self.fds.lock().remove(&(n as i32));
+                self.fds.write().remove(&(n as i32));
             }
             return None;
         };
@@ -181,7 +181,7 @@ impl Emulation {
             Some(n) => trap::raw_syscall(libc::SYS_dup3, [old, n, flags, 0, 0, 0]),
         };
         if fd >= 0 {
-            self.fds.lock().insert(fd as i32, served);
+            self.fds.write().insert(fd as i32, served);
         }
         Some(fd)
     }
@@ -200,6 +200,49 @@ impl Emulation {
             Ok(n) => user::write(buf, &v[..n]).map_or_else(err, |()| n as i64),
             Err(e) => fs_err(e),
         })
+    }
+
+    /// A read into a buffer of the program's that the caller vouches for
+    /// (the preload library's `read`/`pread` wrappers): straight from the
+    /// window into it, no copy through the kernel. `None`: not served.
+    pub fn read_to(&self, fd: i32, buf: &mut [u8], at: Option<u64>) -> R {
+        // Under the table's read lock, not a clone of the entry: this is
+        // the hot path (a concurrent close waits for it).
+        let fds = self.fds.read();
+        let s = fds.get(&fd)?;
+        if s.dir {
+            return Some(err(libc::EISDIR));
+        }
+        let buf_len = buf.len().min(MAX_IO);
+        let buf = &mut buf[..buf_len];
+        let n = match at {
+            None => s.file.read_shared(buf),
+            Some(at) => s.file.read_at(buf, at),
+        };
+        Some(n.map_or_else(fs_err, |n| n as i64))
+    }
+
+    /// A write from a buffer the caller vouches for (see [`Self::read_to`]).
+    pub fn write_from(&self, fd: i32, buf: &[u8], at: Option<u64>) -> R {
+        let fds = self.fds.read();
+        let s = fds.get(&fd)?;
+        let buf = &buf[..buf.len().min(MAX_IO)];
+        let n = match at {
+            None => s.file.write_shared(buf),
+            Some(at) => s.file.write_at(buf, at),
+        };
+        Some(n.map_or_else(fs_err, |n| n as i64))
+    }
+
+    /// Answer system call `nr` as the trap path would (for the preload
+    /// library's wrappers).
+    pub fn emulate_call(&self, nr: i64, args: [u64; 6]) -> R {
+        self.emulate(nr, args)
+    }
+
+    /// Whether `fd` is a descriptor the emulation serves.
+    pub fn serves(&self, fd: i32) -> bool {
+        self.fds.read().contains_key(&fd)
     }
 
     fn write(&self, fd: u64, buf: u64, count: u64, at: Option<u64>) -> R {
@@ -308,7 +351,7 @@ impl Emulation {
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let fd2 = trap::raw_syscall(libc::SYS_fcntl, [fd, cmd, arg, 0, 0, 0]);
                 if fd2 >= 0 {
-                    self.fds.lock().insert(fd2 as i32, s);
+                    self.fds.write().insert(fd2 as i32, s);
                 }
                 fd2
             }
