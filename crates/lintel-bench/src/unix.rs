@@ -191,7 +191,7 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     std::fs::write(&sql_path, sql)?;
     let read = format!(".read {}", sql_path.display());
     let probe = beside("lintel-pread-probe")?.display().to_string();
-    let preads = if cfg.quick { "20000" } else { "200000" };
+    let preads = if cfg.quick { "20000" } else { "1000000" };
     let cases: [(&str, Vec<&str>); 5] = [
         ("cat_256m", vec!["sh", "-c", "cat {}/big | wc -c"]),
         ("sha256sum_256m", vec!["sha256sum", "{}/big"]),

@@ -56,7 +56,7 @@ const MAX_IO: usize = 16 << 20;
 /// larger ones are one call each. A program run under `lintel-run` meets
 /// a cold cache (the service starts with it), and one large call beats
 /// filling and mapping its windows.
-const MAPPED_MAX_CALL: usize = 32 << 10;
+const MAPPED_MAX_CALL: usize = 8 << 10;
 
 impl Emulation {
     pub fn new(fs: Fs, prefix: Prefix) -> Emulation {
