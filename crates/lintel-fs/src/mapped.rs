@@ -10,11 +10,13 @@
 //! which maps the window's pages before it returns, so the copy itself
 //! does not fault.
 //!
-//! If the service dies or evicts this process, a watcher thread replaces
-//! every window mapping with one that raises SIGBUS and wakes any thread
-//! blocked on a fault there; operations then fail with `EIO` (service
-//! gone) or `EBADF` (evicted). Pages already mapped stay readable until
-//! then, so an operation under way finishes on the bytes it had.
+//! If the service dies or evicts this process, a watcher thread marks the
+//! session gone, then takes the mappings off the userfaultfd, which wakes
+//! any thread blocked on a fault there (the kernel then maps a page of
+//! zeros where the service had not filled one). Every operation checks
+//! the session after its copy too, so one that raced the death fails with
+//! `EIO` (service gone) or `EBADF` (evicted) and never returns those
+//! zeros as data.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -162,7 +164,7 @@ impl Drop for MappedSession {
     }
 }
 
-/// Waits for the service to die or evict us, then poisons our windows.
+/// Waits for the service to die or evict us, then frees the faults.
 struct Watcher {
     pidfd: Option<OwnedFd>,
     evicted: OwnedFd,
@@ -201,7 +203,7 @@ impl Watcher {
         let maps = self.maps.lock();
         self.gone.store(why, SeqCst);
         for &(addr, len) in maps.iter() {
-            let _ = crate::shm::poison(addr, len);
+            let _ = uffd::unregister(&self.uffd, addr, len as u64);
             let _ = uffd::wake(&self.uffd, addr, len as u64);
         }
     }
@@ -283,6 +285,9 @@ impl Mapped {
                     };
                     let r = f(&mut a);
                     token::client_end(&self.desc(), a.held);
+                    // The service may have died while we copied: what we
+                    // read may be the kernel's zeros, not the file.
+                    self.session.check()?;
                     return r.map(Some);
                 }
                 Begin::Acquire => self.session.session.acquire(self.slot)?,
@@ -435,6 +440,7 @@ impl View {
         }
         self.m.session.check()?;
         self.m.map.read(at as usize, &mut buf[..n as usize]);
+        self.m.session.check()?;
         Ok(n as usize)
     }
 }

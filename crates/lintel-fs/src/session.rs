@@ -5,8 +5,8 @@
 //! The client trusts the service; the service trusts no client. Whatever
 //! a client does with its page, its mappings or its userfaultfd, the worst
 //! outcome is its own eviction: its descriptors stop working, its open
-//! files are revoked, its eventfd is signalled (its library then turns its
-//! windows into SIGBUS), and every other client goes on.
+//! files are revoked, its eventfd is signalled (its library then stops
+//! using its windows), and every other client goes on.
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};

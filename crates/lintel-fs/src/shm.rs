@@ -155,27 +155,6 @@ pub(crate) fn wake(word: &AtomicU32) {
     let _ = rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), u32::MAX);
 }
 
-/// Replace `len` bytes at `addr` (a mapping of ours) with a shared
-/// mapping of an empty file: every access there then raises SIGBUS. What
-/// a client's windows become when their service is gone.
-pub(crate) fn poison(addr: u64, len: usize) -> std::io::Result<()> {
-    let empty = rustix::fs::memfd_create("lintel-fs-gone", rustix::fs::MemfdFlags::CLOEXEC)?;
-    // SAFETY: `addr..addr+len` is a window mapping this process made and
-    // owns; replacing it in place is the point (no Rust reference points
-    // into it: window bytes are only reached through `memcpy`).
-    unsafe {
-        rustix::mm::mmap(
-            addr as *mut _,
-            len,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED | MapFlags::FIXED | MapFlags::NORESERVE,
-            &empty,
-            0,
-        )?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

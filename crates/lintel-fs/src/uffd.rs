@@ -96,6 +96,13 @@ pub(crate) fn resolve(uffd: &OwnedFd, addr: u64, len: u64) -> std::io::Result<()
     wake(uffd, addr, len)
 }
 
+/// Stop reporting faults in `addr..addr+len` (threads waiting on faults
+/// there are woken and take them again, from the kernel).
+pub(crate) fn unregister(uffd: &OwnedFd, addr: u64, len: u64) -> std::io::Result<()> {
+    let mut r = k::uffdio_range { start: addr, len };
+    ioctl(uffd, io::UFFDIO_UNREGISTER, &mut r)
+}
+
 /// Wake threads waiting on faults in `addr..addr+len`, whatever is mapped
 /// there now: they take the fault again.
 pub(crate) fn wake(uffd: &OwnedFd, addr: u64, len: u64) -> std::io::Result<()> {

@@ -117,9 +117,9 @@ pub unsafe extern "C" fn pthread_create(
 // this library's own definitions of the libc functions take them first:
 // a served descriptor is answered here (a read from the mapped window is
 // a memcpy, no system call at all), any other one is a system call made
-// directly, without the trap. Unlike the trapped path, which copies
-// through the kernel and answers a bad buffer with EFAULT, these copy into
-// the program's buffer as a library function would: a bad pointer faults.
+// directly, without the trap. A buffer is checked through the kernel the
+// first time it is used (and again after the program changes its
+// mappings), so a bad pointer gets EFAULT, as read(2) would give.
 
 /// The emulation, if this thread runs the program's code under it.
 fn emulation() -> Option<&'static Emulation> {
@@ -151,11 +151,14 @@ fn do_read(fd: i32, buf: *mut libc::c_void, count: usize, at: Option<u64>) -> is
     let Some(e) = emulation() else {
         return raw(nr, args);
     };
-    if buf.is_null() && count > 0 {
-        return raw(nr, args); // the kernel's EFAULT, or EBADF
+    if !e.serves(fd) {
+        return raw(nr, args);
     }
-    // SAFETY: the program hands us `count` writable bytes at `buf`, as
-    // read(2) requires of it (see the note above on bad pointers).
+    if !lintel_unix::user::writable(buf as u64, count) {
+        return libc_ret(-(libc::EFAULT as i64));
+    }
+    // SAFETY: the kernel accepts writes to all `count` bytes at `buf`
+    // (checked just above, or before with no change of mappings since).
     let slice = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count) };
     match trap::allowed(|| e.read_to(fd, slice, at)) {
         Some(r) => libc_ret(r),
@@ -173,10 +176,13 @@ fn do_write(fd: i32, buf: *const libc::c_void, count: usize, at: Option<u64>) ->
     let Some(e) = emulation() else {
         return raw(nr, args);
     };
-    if buf.is_null() && count > 0 {
+    if !e.serves(fd) {
         return raw(nr, args);
     }
-    // SAFETY: the program hands us `count` readable bytes at `buf`.
+    if !lintel_unix::user::readable(buf as u64, count) {
+        return libc_ret(-(libc::EFAULT as i64));
+    }
+    // SAFETY: the kernel reads all `count` bytes at `buf` (checked above).
     let slice = unsafe { std::slice::from_raw_parts(buf as *const u8, count) };
     match trap::allowed(|| e.write_from(fd, slice, at)) {
         Some(r) => libc_ret(r),

@@ -269,3 +269,97 @@ fn sqlite3_builds_and_checks_a_database_in_a_served_tree() {
         ],
     );
 }
+
+/// Bad pointers and bad descriptors get the errno Linux gives, on the
+/// fast path (read, pread, write through libc) and the trapped one (stat).
+#[test]
+fn bad_pointers_and_descriptors_get_the_errno_linux_gives() {
+    let script = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+root = sys.argv[1]
+def call(f, *a):
+    ctypes.set_errno(0)
+    r = f(*a)
+    return (r, ctypes.get_errno())
+fd = os.open(os.path.join(root, "a.txt"), os.O_RDWR)
+bad = ctypes.c_void_p(8)
+buf = ctypes.create_string_buffer(16)
+print("read bad buffer", call(libc.read, fd, bad, 10))
+print("pread bad buffer", call(libc.pread, fd, bad, 10, ctypes.c_long(0)))
+print("write bad buffer", call(libc.write, fd, bad, 10))
+print("read bad fd", call(libc.read, 9999, buf, 10))
+print("stat bad path pointer", call(libc.stat, bad, buf))
+print("read ok", call(libc.read, fd, buf, 5), buf.raw[:5])
+os.close(fd)
+print("read closed fd", call(libc.read, fd, buf, 10))
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("bad.py");
+    std::fs::write(&py, script).unwrap();
+    let (n, s) = copy_tree();
+    same(
+        n.path(),
+        s.path(),
+        &["/usr/bin/python3", py.to_str().unwrap(), "{}"],
+    );
+}
+
+/// A program whose file service dies gets EIO from its calls on served
+/// files, at once, never a hang.
+#[test]
+fn a_program_whose_service_dies_gets_eio_not_a_hang() {
+    use std::io::{BufRead, BufReader};
+    let script = r#"
+import os, sys, time
+root = sys.argv[1]
+fd = os.open(os.path.join(root, "data", "blob.bin"), os.O_RDONLY)
+print("first", len(os.pread(fd, 100, 0)), flush=True)
+sys.stdin.readline()  # the test kills the service meanwhile
+start = time.monotonic()
+for what, f in [("pread", lambda: os.pread(fd, 100, 200000)),
+                ("open", lambda: os.open(os.path.join(root, "a.txt"), os.O_RDONLY)),
+                ("stat", lambda: os.stat(os.path.join(root, "a.txt")))]:
+    try:
+        f(); print(what, "worked")
+    except OSError as e:
+        print(what, e.errno)
+print("quick", time.monotonic() - start < 5, flush=True)
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("die.py");
+    std::fs::write(&py, script).unwrap();
+    let (_n, s) = copy_tree();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lintel-run"))
+        .args([
+            "--root",
+            s.path().to_str().unwrap(),
+            "--prefix",
+            PREFIX,
+            "--",
+            "/usr/bin/python3",
+        ])
+        .arg(&py)
+        .arg(PREFIX)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "first 100");
+    // The service lives in lintel-run: kill it; the program runs on.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    use std::io::Write;
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    let rest: Vec<String> = out.lines().map_while(Result::ok).collect();
+    assert_eq!(
+        rest,
+        ["pread 5", "open 5", "stat 5", "quick True"],
+        "EIO for each, at once"
+    );
+}

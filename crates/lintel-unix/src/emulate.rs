@@ -554,6 +554,11 @@ impl Emulator for Emulation {
             libc::SYS_fchown => self.set_attr(a[0] as i32, 0, 0, owner(a[1], a[2])),
             libc::SYS_fchownat => self.set_attr(a[0] as i32, a[1], a[4] as i32, owner(a[2], a[3])),
             libc::SYS_utimensat => self.utimensat(a[0] as i32, a[1], a[2], a[3] as i32),
+            // Buffers the fast path checked may be gone: check again.
+            libc::SYS_munmap | libc::SYS_mremap | libc::SYS_mprotect | libc::SYS_madvise => {
+                user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+                None
+            }
             // No extended attributes on served files: "none here".
             libc::SYS_getxattr | libc::SYS_lgetxattr => self
                 .on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop))

@@ -94,3 +94,89 @@ mod tests {
         assert_eq!(&dst, b"abc");
     }
 }
+
+/// Bumped whenever the program unmaps or remaps memory or changes its
+/// protection (seen in the trap path): buffers checked before may be gone.
+pub static MAP_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Ranges of a thread's recent buffers that the kernel accepted (start,
+/// end, and 1 for reading, 2 for writing too), the map generation they
+/// were checked in, and where the next one goes.
+type Checked = (u64, [(u64, u64, u8); 8], usize);
+
+thread_local! {
+    static CHECKED: std::cell::RefCell<Checked> = const { std::cell::RefCell::new((u64::MAX, [(0, 0, 0); 8], 0)) };
+}
+
+/// Whether the program's `[addr, addr + len)` is accessible as the kernel
+/// would find it (`write`: writable too): checked once, page by page, by
+/// reading each page's byte through the kernel (and writing it back), then
+/// remembered until the program next changes its mappings. The fast path
+/// copies into or out of such a buffer directly; anything else gets
+/// `EFAULT`.
+fn accessible(addr: u64, len: usize, write_too: bool) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len as u64) else {
+        return false;
+    };
+    let need = if write_too { 2 } else { 1 };
+    let generation = MAP_GENERATION.load(std::sync::atomic::Ordering::Acquire);
+    let known = CHECKED.with(|c| {
+        let c = c.borrow();
+        c.0 == generation && c.1.iter().any(|&(s, e, k)| s <= addr && end <= e && k >= need)
+    });
+    if known {
+        return true;
+    }
+    let mut page = addr & !(PAGE - 1);
+    while page < end {
+        let at = page.max(addr);
+        let mut b = [0u8; 1];
+        if read_into(at, &mut b).is_err() || (write_too && write(at, &b).is_err()) {
+            return false;
+        }
+        page += PAGE;
+    }
+    CHECKED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != generation {
+            *c = (generation, [(0, 0, 0); 8], 0);
+        }
+        let i = c.2 % 8;
+        c.1[i] = (addr, end, need);
+        c.2 += 1;
+    });
+    true
+}
+
+/// Whether `[addr, addr + len)` is writable memory of the program.
+pub fn writable(addr: u64, len: usize) -> bool {
+    accessible(addr, len, true)
+}
+
+/// Whether `[addr, addr + len)` is readable memory of the program.
+pub fn readable(addr: u64, len: usize) -> bool {
+    accessible(addr, len, false)
+}
+
+#[cfg(test)]
+mod fast_tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_checked_once_and_rechecked_after_the_maps_change() {
+        let mut buf = vec![0u8; 3 * 4096];
+        let a = buf.as_mut_ptr() as u64;
+        assert!(writable(a, buf.len()));
+        assert!(writable(a + 10, 100), "inside a range checked before");
+        assert!(!writable(8, 16), "unmapped");
+        assert!(!writable(u64::MAX - 4, 16), "wraps");
+        let ro = b"constant" as *const u8 as u64;
+        assert!(!writable(ro, 8), "read-only memory is not writable");
+        assert!(readable(ro, 8));
+        MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+        assert!(writable(a, 10), "checked again after a map change");
+    }
+}
