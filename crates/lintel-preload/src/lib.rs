@@ -95,7 +95,7 @@ pub unsafe extern "C" fn pthread_create(
     arg: *mut libc::c_void,
 ) -> i32 {
     let real = real_pthread_create();
-    if !trap::trapping() {
+    if !trap::trapping() || trap::forked_child() {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real(thread, attr, routine, arg) };
     }
@@ -123,7 +123,11 @@ pub unsafe extern "C" fn pthread_create(
 
 /// The emulation, if this thread runs the program's code under it.
 fn emulation() -> Option<&'static Emulation> {
-    if trap::trapping() { EMULATION.get() } else { None }
+    if trap::trapping() && !trap::forked_child() {
+        EMULATION.get()
+    } else {
+        None
+    }
 }
 
 /// A libc-style result: the value, or -1 with `errno` set.

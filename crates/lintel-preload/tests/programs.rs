@@ -69,12 +69,12 @@ fn rename(bytes: &[u8], from: &str) -> String {
     String::from_utf8_lossy(bytes).replace(from, "ROOT")
 }
 
-/// Run `cmd` (with `{}` standing for the tree's root) both ways; the
+/// Run `cmd` (with `%R` standing for the tree's root) both ways; the
 /// outputs, renamed, must match.
 fn same(native_root: &Path, served_root: &Path, cmd: &[&str]) {
     let native_root_s = native_root.to_str().unwrap();
-    let native: Vec<String> = cmd.iter().map(|a| a.replace("{}", native_root_s)).collect();
-    let served: Vec<String> = cmd.iter().map(|a| a.replace("{}", PREFIX)).collect();
+    let native: Vec<String> = cmd.iter().map(|a| a.replace("%R", native_root_s)).collect();
+    let served: Vec<String> = cmd.iter().map(|a| a.replace("%R", PREFIX)).collect();
     let n = run(&native.iter().map(String::as_str).collect::<Vec<_>>());
     let s = lintel_run(
         served_root,
@@ -139,19 +139,27 @@ fn coreutils_find_and_grep_read_a_served_tree_as_the_host_tree() {
     let (n, s) = copy_tree();
     let (n, s) = (n.path(), s.path());
     for cmd in [
-        &["cat", "{}/a.txt", "{}/docs/readme.md"][..],
-        &["head", "-n", "3", "{}/data/lines.txt"],
-        &["tail", "-c", "100", "{}/data/lines.txt"],
-        &["wc", "{}/data/lines.txt", "{}/data/blob.bin"],
-        &["sort", "{}/data/lines.txt"],
-        &["sha256sum", "{}/data/blob.bin", "{}/a.txt"],
-        &["ls", "-l", "{}", "{}/docs"],
-        &["ls", "-la", "{}/docs/notes"],
-        &["du", "-a", "{}"],
-        &["find", "{}", "-type", "f"],
-        &["grep", "-r", "-n", "words", "{}"],
-        &["cat", "{}/missing"],
-        &["ls", "{}/a.txt/nope"],
+        &["cat", "%R/a.txt", "%R/docs/readme.md"][..],
+        &["head", "-n", "3", "%R/data/lines.txt"],
+        &["tail", "-c", "100", "%R/data/lines.txt"],
+        &["wc", "%R/data/lines.txt", "%R/data/blob.bin"],
+        &["sort", "%R/data/lines.txt"],
+        &["sha256sum", "%R/data/blob.bin", "%R/a.txt"],
+        &["ls", "-l", "%R", "%R/docs"],
+        &["ls", "-la", "%R/docs/notes"],
+        &["du", "-a", "%R"],
+        &["find", "%R", "-type", "f"],
+        &["grep", "-r", "-n", "words", "%R"],
+        &[
+            "sh",
+            "-c",
+            "cat %R/a.txt; wc -l %R/data/lines.txt; ls %R | sort -r",
+        ],
+        &[
+            "find", "%R/docs", "-name", "*.txt", "-exec", "wc", "-c", "{}", ";",
+        ],
+        &["cat", "%R/missing"],
+        &["ls", "%R/a.txt/nope"],
     ] {
         same(n, s, cmd);
     }
@@ -162,22 +170,22 @@ fn programs_that_write_leave_the_same_tree() {
     let (n, s) = copy_tree();
     let (n, s) = (n.path(), s.path());
     for cmd in [
-        &["cp", "{}/data/blob.bin", "{}/data/copy.bin"][..],
-        &["mkdir", "{}/made"],
+        &["cp", "%R/data/blob.bin", "%R/data/copy.bin"][..],
+        &["mkdir", "%R/made"],
         &[
             "tar",
             "-cf",
-            "{}/made/t.tar",
+            "%R/made/t.tar",
             "-C",
-            "{}",
+            "%R",
             "docs",
             "data/lines.txt",
         ],
-        &["tar", "-tvf", "{}/made/t.tar"],
-        &["mkdir", "{}/out"],
-        &["tar", "-xf", "{}/made/t.tar", "-C", "{}/out"],
-        &["rm", "{}/data/copy.bin"],
-        &["mv", "{}/a.txt", "{}/made/a-moved.txt"],
+        &["tar", "-tvf", "%R/made/t.tar"],
+        &["mkdir", "%R/out"],
+        &["tar", "-xf", "%R/made/t.tar", "-C", "%R/out"],
+        &["rm", "%R/data/copy.bin"],
+        &["mv", "%R/a.txt", "%R/made/a-moved.txt"],
     ] {
         same(n, s, cmd);
     }
@@ -228,7 +236,7 @@ print("done")
     same(
         n.path(),
         s.path(),
-        &["/usr/bin/python3", py.to_str().unwrap(), "{}"],
+        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
     );
     assert_eq!(snapshot(s.path()), snapshot(n.path()));
 }
@@ -253,7 +261,7 @@ fn sqlite3_builds_and_checks_a_database_in_a_served_tree() {
     std::fs::write(&sql, text).unwrap();
     let (n, s) = copy_tree();
     let read = format!(".read {}", sql.display());
-    same(n.path(), s.path(), &["sqlite3", "{}/db.sqlite", &read]);
+    same(n.path(), s.path(), &["sqlite3", "%R/db.sqlite", &read]);
     // The database files are the same bytes.
     assert_eq!(
         std::fs::read(s.path().join("db.sqlite")).unwrap().len(),
@@ -264,7 +272,7 @@ fn sqlite3_builds_and_checks_a_database_in_a_served_tree() {
         s.path(),
         &[
             "sqlite3",
-            "{}/db.sqlite",
+            "%R/db.sqlite",
             "select count(*) from t where v like 'value 1%';",
         ],
     );
@@ -301,7 +309,7 @@ print("read closed fd", call(libc.read, fd, buf, 10))
     same(
         n.path(),
         s.path(),
-        &["/usr/bin/python3", py.to_str().unwrap(), "{}"],
+        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
     );
 }
 

@@ -79,6 +79,16 @@ thread_local! {
     static EMULATOR: Cell<Option<&'static dyn Emulator>> = const { Cell::new(None) };
 }
 
+/// Set in a child forked by a trapped program: its copy of the lintel
+/// runtime has no threads, and its calls must not go through it.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process is a child forked from a trapped program (it is
+/// not armed: its calls go to the kernel until it `exec`s).
+pub fn forked_child() -> bool {
+    FORKED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A system call made for real, from the exempt range: it never traps.
 pub fn raw_syscall(nr: i64, args: [u64; 6]) -> i64 {
     // SAFETY: the stub passes the number and six words to the kernel as a
@@ -203,7 +213,20 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             // ([`allowed`]; the preload library wraps pthread_create).
             libc::SYS_clone3 => -(libc::ENOSYS as i64),
             libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
-            libc::SYS_vfork => -(libc::ENOSYS as i64),
+            // A fork is made from here: the child returns through its copy
+            // of this frame. `vfork` becomes a fork (which POSIX allows):
+            // sharing memory, the child would start inside our stub.
+            libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
+                let (nr, a) = match nr {
+                    libc::SYS_clone => (nr, args),
+                    _ => (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+                };
+                let r = raw_syscall(nr, a);
+                if r == 0 {
+                    FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                r
+            }
             libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
             libc::SYS_rt_sigaction => sigaction(args),
             _ => EMULATOR
