@@ -127,6 +127,22 @@ fn fxhash(d: &[u8]) -> u64 {
     })
 }
 
+/// Run a Python `script` (its argument: the tree's root) both ways.
+fn python_both(native_root: &Path, served_root: &Path, script: &str) {
+    assert!(
+        have("/usr/bin/python3"),
+        "/usr/bin/python3 is missing: .ci/run installs Debian's python3"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("script.py");
+    std::fs::write(&py, script).unwrap();
+    same(
+        native_root,
+        served_root,
+        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
+    );
+}
+
 fn have(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
@@ -194,9 +210,6 @@ fn programs_that_write_leave_the_same_tree() {
 
 #[test]
 fn python_reads_writes_seeks_and_lists_a_served_tree() {
-    if !have("/usr/bin/python3") {
-        panic!("/usr/bin/python3 is missing: .ci/run installs Debian's python3");
-    }
     let script = r#"
 import os, sys
 root = sys.argv[1]
@@ -229,15 +242,8 @@ t.start(); t.join()
 print(out)
 print("done")
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let py = dir.path().join("t.py");
-    std::fs::write(&py, script).unwrap();
     let (n, s) = copy_tree();
-    same(
-        n.path(),
-        s.path(),
-        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
-    );
+    python_both(n.path(), s.path(), script);
     assert_eq!(snapshot(s.path()), snapshot(n.path()));
 }
 
@@ -302,15 +308,8 @@ print("read ok", call(libc.read, fd, buf, 5), buf.raw[:5])
 os.close(fd)
 print("read closed fd", call(libc.read, fd, buf, 10))
 "#;
-    let dir = tempfile::tempdir().unwrap();
-    let py = dir.path().join("bad.py");
-    std::fs::write(&py, script).unwrap();
     let (n, s) = copy_tree();
-    same(
-        n.path(),
-        s.path(),
-        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
-    );
+    python_both(n.path(), s.path(), script);
 }
 
 /// A program whose file service dies gets EIO from its calls on served
