@@ -90,11 +90,14 @@ impl Fs {
     pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
         let flags = options.flags()?;
         let file = self.export.open(bytes(&path), flags, options.mode)?;
+        Ok(self.finish_open(file, options, flags & 3 != 1))
+    }
+
+    fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, readable: bool) -> File {
         let mut f = File::from_client(file);
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.append = options.append;
-        let readable = flags & 3 != 1;
         if options.path != IoPath::Copy
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
@@ -103,7 +106,20 @@ impl Fs {
             // copy path.
             f.mapped = Mapped::attach(&session, &f.file).ok().map(Arc::new);
         }
-        Ok(f)
+        f
+    }
+
+    /// A key naming the open file `file`, for a program this process
+    /// `exec`s to [`Fs::adopt`] it (offset shared).
+    pub fn share(&self, file: &File) -> Result<[u8; 16], FsError> {
+        self.export.share(file.door().clone())
+    }
+
+    /// The open file a key from [`Fs::share`] names, with its shared
+    /// offset, mapped as `options` say.
+    pub fn adopt(&self, key: [u8; 16], options: &OpenOptions) -> Result<File, FsError> {
+        let file = self.export.adopt(key)?;
+        Ok(self.finish_open(file, options, true))
     }
 
     /// Metadata of `path`, following symlinks.

@@ -110,9 +110,10 @@ impl MappedSession {
     fn start(export: &ExportClient) -> Result<MappedSession, FsError> {
         use rustix::event::{EventfdFlags, eventfd};
         let uffd = uffd::create()?;
-        let evicted = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        let stop = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
-        let (session, page_fd) = export.session(uffd.try_clone()?, evicted.try_clone()?)?;
+        let high = lintel::above_descriptor_floor;
+        let evicted = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
+        let stop = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
+        let (session, page_fd) = export.session(high(uffd.try_clone()?), high(evicted.try_clone()?))?;
         let page = Shared::map(&page_fd, PAGE_LEN, true)?;
         let door = export.door();
         let pidfd = if door.is_local() {
@@ -120,18 +121,18 @@ impl MappedSession {
         } else {
             let pid = rustix::process::Pid::from_raw(door.server_pid() as i32)
                 .ok_or_else(|| FsError::Invalid("the service has no pid".into()))?;
-            Some(rustix::process::pidfd_open(
+            Some(high(rustix::process::pidfd_open(
                 pid,
                 rustix::process::PidfdFlags::empty(),
-            )?)
+            )?))
         };
         let gone = Arc::new(AtomicU32::new(0));
         let maps = Arc::new(Mutex::new(Vec::new()));
         let watcher = Watcher {
             pidfd,
             evicted,
-            stop: stop.try_clone()?,
-            uffd: uffd.try_clone()?,
+            stop: high(stop.try_clone()?),
+            uffd: high(uffd.try_clone()?),
             gone: gone.clone(),
             maps: maps.clone(),
         };

@@ -175,6 +175,14 @@ pub trait Export {
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// Whether the export refuses every change.
     fn read_only(&self) -> Result<bool, FsError>;
+    /// A key that names the open file `file` (a door of this export) for
+    /// [`Export::adopt`]: how a process hands an open file, offset and
+    /// all, to a program it `exec`s, which has no doors yet. Whoever
+    /// holds the key can adopt the file (128 random bits; the service
+    /// keeps the most recent 4096).
+    fn share(&self, file: Door) -> Result<[u8; 16], FsError>;
+    /// The open file a key from [`Export::share`] names.
+    fn adopt(&self, key: [u8; 16]) -> Result<OpenFileClient, FsError>;
     /// Change `path`'s mode, owner or times (of a symlink itself when
     /// `follow` is false: owner and times only).
     fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError>;

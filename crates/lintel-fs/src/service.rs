@@ -81,7 +81,12 @@ pub(crate) struct Inner {
     /// Sessions alive (each has a pager thread and a shared page).
     pub(crate) sessions: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) max_sessions: usize,
+    /// Open files shared by key ([`Export::share`]), oldest first.
+    shared: Mutex<std::collections::VecDeque<([u8; 16], Arc<Opened>)>>,
 }
+
+/// Most open files kept shared by key at once (the oldest go first).
+const MAX_SHARED: usize = 4096;
 
 /// Most sessions (client processes with mapped windows) a service keeps
 /// at once by default; more get an error, and their clients take the copy
@@ -119,6 +124,7 @@ impl Service {
                 counters: Arc::default(),
                 sessions: Arc::default(),
                 max_sessions: MAX_SESSIONS,
+                shared: Mutex::new(std::collections::VecDeque::new()),
             }),
         })
     }
@@ -154,6 +160,22 @@ impl std::ops::Deref for ExportImpl {
     type Target = Inner;
     fn deref(&self) -> &Inner {
         &self.0
+    }
+}
+
+impl ExportImpl {
+    /// A door to `open` (its datum names it): the first, or another one
+    /// for a process that adopts it by key.
+    fn door_of(&self, open: Arc<Opened>) -> Door {
+        let id = open.id;
+        let service = Arc::downgrade(&self.0);
+        Door::create_with_unref(id, OpenFileServer::from_arc(open), move |id| {
+            if let Some(s) = service.upgrade() {
+                // Another door may name it still; the map holds only weak
+                // references, so a stale entry is harmless.
+                s.opens.lock().retain(|k, o| *k != id || o.strong_count() > 0);
+            }
+        })
     }
 }
 
@@ -259,6 +281,7 @@ impl Export for ExportImpl {
         }
         let id = self.next_open.fetch_add(1, SeqCst);
         let open = Arc::new(Opened {
+            id,
             fd,
             node,
             append: flags.contains(OFlags::APPEND),
@@ -272,13 +295,7 @@ impl Export for ExportImpl {
             positional: std::sync::OnceLock::new(),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
-        let service = Arc::downgrade(&self.0);
-        let door = Door::create_with_unref(id, OpenFileServer::from_arc(open), move |id| {
-            if let Some(s) = service.upgrade() {
-                s.opens.lock().remove(&id);
-            }
-        });
-        Ok(OpenFileClient::from_door(door))
+        Ok(OpenFileClient::from_door(self.door_of(open)))
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
@@ -342,6 +359,33 @@ impl Export for ExportImpl {
         set_attr(&fd, attr)
     }
 
+    fn share(&self, file: Door) -> Result<[u8; 16], FsError> {
+        let id = file
+            .with_local(|_: &OpenFileServer, datum| datum)
+            .and_then(Result::ok)
+            .ok_or_else(|| FsError::Invalid("not an open file of this export".into()))?;
+        let open = self.open_by_id(id).ok_or(FsError::Closed)?;
+        let mut key = [0u8; 16];
+        rustix::rand::getrandom(&mut key, rustix::rand::GetRandomFlags::empty())?;
+        let mut shared = self.shared.lock();
+        if shared.len() >= MAX_SHARED {
+            shared.pop_front();
+        }
+        shared.push_back((key, open));
+        Ok(key)
+    }
+
+    fn adopt(&self, key: [u8; 16]) -> Result<OpenFileClient, FsError> {
+        let open = self
+            .shared
+            .lock()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, o)| o.clone())
+            .ok_or(FsError::Closed)?;
+        Ok(OpenFileClient::from_door(self.door_of(open)))
+    }
+
     fn counters(&self) -> Result<crate::proto::Counters, FsError> {
         let c = &self.counters;
         Ok(crate::proto::Counters {
@@ -363,6 +407,8 @@ impl Export for ExportImpl {
 /// One open file description: the host's, plus the offset its door's
 /// holders share.
 pub(crate) struct Opened {
+    /// The datum of its doors.
+    pub(crate) id: u64,
     pub(crate) fd: OwnedFd,
     pub(crate) node: Arc<Node>,
     append: bool,

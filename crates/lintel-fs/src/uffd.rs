@@ -31,7 +31,7 @@ pub(crate) fn create() -> std::io::Result<OwnedFd> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a descriptor the kernel just gave us, owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = lintel::above_descriptor_floor(unsafe { OwnedFd::from_raw_fd(fd as i32) });
     let mut api = k::uffdio_api {
         api: k::UFFD_API as u64,
         features: FEATURES,

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
-use lintel_unix::{ENV_PREFIX, ENV_SOCKET};
+use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SOCKET};
 
 static EMULATION: OnceLock<Emulation> = OnceLock::new();
 
@@ -28,6 +28,19 @@ extern "C" fn start() {
         eprintln!("lintel-unix: {ENV_PREFIX} must be an absolute path other than /");
         return;
     };
+    // The runtime's descriptors go above the program's (see
+    // `choose_descriptor_floor`); the launcher chose the floor.
+    let floor = match std::env::var(ENV_FD_FLOOR)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(f) => Ok(f),
+        None => lintel_unix::choose_descriptor_floor(),
+    };
+    match floor {
+        Ok(f) => lintel::set_descriptor_floor(f.min(i32::MAX as u64) as i32),
+        Err(e) => eprintln!("lintel-unix: no room kept for the runtime's descriptors: {e}"),
+    }
     let doors = match lintel::boot::connect(std::path::Path::new(&sock), &[]) {
         Ok(d) if !d.is_empty() => d,
         Ok(_) => return eprintln!("lintel-unix: the service offered no door"),
@@ -35,6 +48,8 @@ extern "C" fn start() {
     };
     let fs = lintel_fs::Fs::from_door(doors[0].clone());
     let emulation = EMULATION.get_or_init(|| Emulation::new(fs, prefix));
+    // Served files this image inherits from the one that exec'd it.
+    emulation.adopt_inherited();
     if let Err(e) = trap::arm(emulation) {
         eprintln!("lintel-unix: cannot arm syscall user dispatch: {e}");
     }
@@ -141,7 +156,18 @@ fn libc_ret(r: i64) -> isize {
     }
 }
 
+/// A call the fast path does not serve, made directly; in a forked child
+/// the emulation looks at it first (a served descriptor gets `EIO` there,
+/// see `Emulation::emulate`).
 fn raw(nr: i64, args: [u64; 6]) -> isize {
+    if trap::trapping()
+        && trap::forked_child()
+        && let Some(r) = EMULATION
+            .get()
+            .and_then(|e| trap::allowed(|| e.emulate_call(nr, args)))
+    {
+        return libc_ret(r);
+    }
     libc_ret(trap::raw_syscall(nr, args))
 }
 
@@ -289,4 +315,56 @@ pub unsafe extern "C" fn lseek64(fd: i32, off: i64, whence: i32) -> i64 {
 pub unsafe extern "C" fn lseek(fd: i32, off: i64, whence: i32) -> i64 {
     // SAFETY: the same contract.
     unsafe { lseek64(fd, off, whence) }
+}
+
+type Fork = unsafe extern "C" fn() -> libc::pid_t;
+
+fn real_fork() -> Fork {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let f = *REAL.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name; the
+        // symbol found is libc's fork.
+        unsafe { libc::dlsym(libc::RTLD_NEXT, c"fork".as_ptr()) as usize }
+    });
+    // SAFETY: the address is libc's fork, of this type.
+    unsafe { std::mem::transmute::<usize, Fork>(f) }
+}
+
+/// Before a fork, each served file's placeholder records it (a call to the
+/// service, allocation included: here, before glibc takes malloc's locks
+/// for the fork), so a child that `exec`s hands its served descriptors to
+/// the new image.
+fn before_fork() {
+    if let Some(e) = emulation() {
+        trap::allowed(|| {
+            use lintel_unix::trap::Emulator as _;
+            e.before_fork_or_exec()
+        });
+    }
+}
+
+/// fork(2), with served files recorded for the child first.
+///
+/// # Safety
+///
+/// As `fork(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    before_fork();
+    // SAFETY: libc's fork, as the caller asked.
+    unsafe { real_fork()() }
+}
+
+/// vfork(2), made a fork (POSIX allows it; a child sharing this memory
+/// could not run through the library).
+///
+/// # Safety
+///
+/// As `vfork(2)`: the child may only `exec` or `_exit`, which a forked
+/// child may do too.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    before_fork();
+    // SAFETY: libc's fork in place of vfork.
+    unsafe { real_fork()() }
 }

@@ -202,10 +202,78 @@ fn programs_that_write_leave_the_same_tree() {
         &["tar", "-xf", "%R/made/t.tar", "-C", "%R/out"],
         &["rm", "%R/data/copy.bin"],
         &["mv", "%R/a.txt", "%R/made/a-moved.txt"],
+        // Redirections: the shell opens the served file; its child execs
+        // the command with it as a descriptor (the offset shared).
+        &[
+            "sh",
+            "-c",
+            "cat %R/docs/readme.md > %R/made/r.txt; echo tail >> %R/made/r.txt; { echo one; echo two; } > %R/made/two.txt",
+        ],
+        &[
+            "sh",
+            "-c",
+            "wc -l < %R/data/lines.txt; head -c 20 %R/made/r.txt | tr a-z A-Z",
+        ],
+        &["cat", "%R/made/r.txt", "%R/made/two.txt"],
     ] {
         same(n, s, cmd);
     }
     assert_eq!(snapshot(s), snapshot(n), "the trees the programs left");
+}
+
+/// Descriptor numbers the program chooses: a shell's `exec 3<file` and
+/// `<&3`, `dup2` onto any number below its limit, and closing every
+/// descriptor but the standard ones. None of them reaches the runtime's
+/// own descriptors (the program's limit stops below them).
+#[test]
+fn programs_choose_descriptor_numbers_freely() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for cmd in [
+        &[
+            "sh",
+            "-c",
+            "exec 3<%R/a.txt; read x <&3; echo $x; exec 4<&3 3<&-; read y <&4; echo $y; exec 5>%R/five.txt; echo five >&5; exec 5>&-; cat %R/five.txt",
+        ][..],
+        &[
+            "python3",
+            "-c",
+            "import os,sys; os.closerange(3, 1 << 20); fd = os.open(sys.argv[1], os.O_RDONLY); os.dup2(fd, 40); print(os.read(40, 5), os.read(fd, 6))",
+            "%R/a.txt",
+        ],
+        &["sh", "-c", "cat < %R/missing; echo $?"],
+    ] {
+        same(n, s, cmd);
+    }
+    assert_eq!(snapshot(s), snapshot(n));
+}
+
+/// A forked child that has not `exec`ed cannot reach the file service:
+/// what it does to a served file fails with EIO, loudly, and nothing is
+/// written elsewhere in its place. (Natively the subshell writes the
+/// file; this is the emulation's one documented difference here.)
+#[test]
+fn a_forked_child_that_does_not_exec_gets_eio_not_silence() {
+    let (_n, s) = copy_tree();
+    let (code, out, err) = lintel_run(
+        s.path(),
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "(echo one; echo two) > {PREFIX}/sub.txt; echo status=$?; (read x < {PREFIX}/a.txt; echo read=$? $x); exec 3<{PREFIX}/a.txt; (read y <&3; echo inherited=$? $y); read z <&3; echo parent=$z"
+            ),
+        ],
+    );
+    let out = String::from_utf8_lossy(&out);
+    let err = String::from_utf8_lossy(&err);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    assert_eq!(
+        out, "status=1\nread=1\ninherited=1\nparent=alpha\n",
+        "stderr: {err}"
+    );
+    assert!(err.contains("I/O error"), "stderr: {err}");
+    assert!(!s.path().join("sub.txt").exists());
 }
 
 #[test]

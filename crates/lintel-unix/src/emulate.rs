@@ -31,7 +31,18 @@ pub struct Served {
     /// A directory's entries as `linux_dirent64` records, and how far
     /// `getdents64` has read them.
     listing: Mutex<Option<(Vec<u8>, usize)>>,
+    /// Whether its placeholder names it by key yet (for a child or an
+    /// `exec`ed image, see [`Emulation::adopt_inherited`]).
+    recorded: std::sync::atomic::AtomicBool,
 }
+
+/// What a placeholder memfd holds once its open file is shared: magic,
+/// key, open flags, whether a directory, the path's length, the path.
+const RECORD_MAGIC: &[u8; 8] = b"LNTLSRV1";
+/// What a forked child's placeholder holds for a served file it opened
+/// (it cannot reach the service): magic, open flags, mode, the path's
+/// length, the path. The image it `exec`s opens it.
+const DEFERRED_MAGIC: &[u8; 8] = b"LNTLDEF1";
 
 /// The emulation's state in a process.
 pub struct Emulation {
@@ -94,20 +105,9 @@ impl Emulation {
         }
     }
 
-    /// A new descriptor number for `served`.
+    /// A new descriptor number for `served`: a private memfd holds it.
     fn install(&self, served: Arc<Served>, cloexec: bool) -> i64 {
-        let flags = libc::O_RDWR | if cloexec { libc::O_CLOEXEC } else { 0 };
-        let fd = trap::raw_syscall(
-            libc::SYS_openat,
-            [
-                libc::AT_FDCWD as u64,
-                c"/dev/null".as_ptr() as u64,
-                flags as u64,
-                0,
-                0,
-                0,
-            ],
-        );
+        let fd = placeholder(cloexec);
         if fd >= 0 {
             self.fds.write().insert(fd as i32, served);
         }
@@ -155,6 +155,7 @@ impl Emulation {
             dir,
             flags,
             listing: Mutex::new(None),
+            recorded: std::sync::atomic::AtomicBool::new(false),
         });
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
@@ -202,6 +203,125 @@ impl Emulation {
         })
     }
 
+    /// `readv`/`writev` and their positional kinds: each buffer in turn,
+    /// stopping at a short one, as the kernel does for a regular file.
+    fn vectored(&self, fd: u64, iov: u64, count: u64, at: Option<u64>, dir: Dir) -> R {
+        self.served(fd)?;
+        if count > libc::UIO_MAXIOV as u64 {
+            return Some(err(libc::EINVAL));
+        }
+        let mut raw = vec![0u8; count as usize * 16];
+        if let Err(e) = user::read_into(iov, &mut raw) {
+            return Some(err(e));
+        }
+        let mut done: u64 = 0;
+        for v in raw.chunks_exact(16) {
+            let base = u64::from_ne_bytes(v[..8].try_into().expect("8 bytes"));
+            let len = u64::from_ne_bytes(v[8..].try_into().expect("8 bytes"));
+            if len == 0 {
+                continue;
+            }
+            let pos = at.map(|a| a + done);
+            let n = match dir {
+                Dir::Read => self.read(fd, base, len, pos)?,
+                Dir::Write => self.write(fd, base, len, pos)?,
+            };
+            if n < 0 {
+                return Some(if done > 0 { done as i64 } else { n });
+            }
+            done += n as u64;
+            if (n as u64) < len {
+                break;
+            }
+        }
+        Some(done as i64)
+    }
+
+    /// A forked child that has not `exec`ed cannot reach the service: its
+    /// copy of the lintel runtime has no threads, and its connections'
+    /// memory is the parent's. Opens of served paths are deferred to the
+    /// image it `exec`s ([`Self::defer_open`], how shells redirect); any
+    /// other use of a served file or path fails with `EIO`, so nothing is
+    /// read from or written to the placeholder behind it.
+    fn emulate_in_forked_child(&self, nr: i64, a: [u64; 6]) -> R {
+        let cwd = libc::AT_FDCWD as u64;
+        let fd = |i: usize| placeholder_fd(a[i] as i32).then(|| err(libc::EIO));
+        let path = |dirfd: u64, p: u64| self.child_path(dirfd as i32, p).then(|| err(libc::EIO));
+        match nr {
+            libc::SYS_open => self.defer_open(a[0], a[1], a[2]),
+            libc::SYS_openat if a[0] == cwd || self.child_path(libc::AT_FDCWD, a[1]) => {
+                self.defer_open(a[1], a[2], a[3])
+            }
+            libc::SYS_openat => fd(0),
+            libc::SYS_creat => self.defer_open(
+                a[0],
+                (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64,
+                a[1],
+            ),
+            libc::SYS_read
+            | libc::SYS_write
+            | libc::SYS_pread64
+            | libc::SYS_pwrite64
+            | libc::SYS_readv
+            | libc::SYS_writev
+            | libc::SYS_preadv
+            | libc::SYS_pwritev
+            | libc::SYS_preadv2
+            | libc::SYS_pwritev2
+            | libc::SYS_lseek
+            | libc::SYS_fstat
+            | libc::SYS_getdents64
+            | libc::SYS_ftruncate
+            | libc::SYS_fsync
+            | libc::SYS_fdatasync
+            | libc::SYS_fallocate
+            | libc::SYS_fchmod
+            | libc::SYS_fchown
+            | libc::SYS_fgetxattr
+            | libc::SYS_flistxattr => fd(0),
+            libc::SYS_mmap if a[3] & libc::MAP_ANONYMOUS as u64 == 0 => fd(4),
+            libc::SYS_sendfile => fd(0).or_else(|| fd(1)),
+            libc::SYS_copy_file_range | libc::SYS_splice => fd(0).or_else(|| fd(2)),
+            libc::SYS_stat
+            | libc::SYS_lstat
+            | libc::SYS_access
+            | libc::SYS_unlink
+            | libc::SYS_rmdir
+            | libc::SYS_mkdir
+            | libc::SYS_chmod
+            | libc::SYS_chown
+            | libc::SYS_lchown
+            | libc::SYS_readlink
+            | libc::SYS_getxattr
+            | libc::SYS_lgetxattr
+            | libc::SYS_listxattr
+            | libc::SYS_llistxattr => path(cwd, a[0]),
+            libc::SYS_rename => path(cwd, a[0]).or_else(|| path(cwd, a[1])),
+            libc::SYS_newfstatat
+            | libc::SYS_statx
+            | libc::SYS_unlinkat
+            | libc::SYS_mkdirat
+            | libc::SYS_faccessat
+            | libc::SYS_faccessat2
+            | libc::SYS_readlinkat
+            | libc::SYS_fchmodat
+            | libc::SYS_fchownat
+            | libc::SYS_utimensat => path(a[0], a[1]),
+            libc::SYS_renameat | libc::SYS_renameat2 => path(a[0], a[1]).or_else(|| path(a[2], a[3])),
+            _ => None,
+        }
+    }
+
+    /// Whether (`dirfd`, `path`) names something served, as a forked
+    /// child sees it: an absolute path under the prefix, or any path
+    /// relative to (or empty, on) a placeholder.
+    fn child_path(&self, dirfd: i32, path: u64) -> bool {
+        match user::cstr(path) {
+            Ok(p) if p.first() == Some(&b'/') => self.prefix.strip(&p).is_some(),
+            Ok(_) | Err(_) => dirfd != libc::AT_FDCWD && placeholder_fd(dirfd),
+        }
+    }
+
     /// A read into a buffer of the program's that the caller vouches for
     /// (the preload library's `read`/`pread` wrappers): straight from the
     /// window into it, no copy through the kernel. `None`: not served.
@@ -232,6 +352,156 @@ impl Emulation {
             Some(at) => s.file.write_at(buf, at),
         };
         Some(n.map_or_else(fs_err, |n| n as i64))
+    }
+
+    /// Before a fork or an `exec`: each served file's placeholder gets its
+    /// record, naming the open file by a key from the service, so the
+    /// program `exec`ed (now or by the child) adopts it, offset and all.
+    pub fn record_all(&self) {
+        if trap::forked_child() {
+            // Its parent recorded what it inherited; it cannot call.
+            return;
+        }
+        let fds: Vec<(i32, Arc<Served>)> = self.fds.read().iter().map(|(k, v)| (*k, v.clone())).collect();
+        for (fd, s) in fds {
+            if s.recorded.load(std::sync::atomic::Ordering::Acquire) {
+                continue;
+            }
+            let Ok(key) = self.fs.share(&s.file) else { continue };
+            let mut rec = RECORD_MAGIC.to_vec();
+            rec.extend_from_slice(&key);
+            rec.extend_from_slice(&s.flags.to_le_bytes());
+            rec.push(s.dir as u8);
+            rec.extend_from_slice(&(s.path.len() as u32).to_le_bytes());
+            rec.extend_from_slice(&s.path);
+            let r = trap::raw_syscall(
+                libc::SYS_pwrite64,
+                [fd as u64, rec.as_ptr() as u64, rec.len() as u64, 0, 0, 0],
+            );
+            if r == rec.len() as i64 {
+                s.recorded.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
+
+    /// In a forked child (no service to call): a placeholder that records
+    /// the open, for the image the child `exec`s to make. Reading or
+    /// writing it before then reaches nothing.
+    fn defer_open(&self, path: u64, flags: u64, mode: u64) -> R {
+        let p = user::cstr(path).ok()?;
+        if p.first() != Some(&b'/') {
+            // Relative to a served directory: nothing to defer it to.
+            return None;
+        }
+        let rel = self.prefix.strip(&p)?;
+        let flags = flags as i32;
+        let fd = placeholder(flags & libc::O_CLOEXEC != 0);
+        if fd < 0 {
+            return Some(fd);
+        }
+        let mut rec = DEFERRED_MAGIC.to_vec();
+        rec.extend_from_slice(&flags.to_le_bytes());
+        rec.extend_from_slice(&(mode as u32).to_le_bytes());
+        rec.extend_from_slice(&(rel.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&rel);
+        trap::raw_syscall(
+            libc::SYS_pwrite64,
+            [fd as u64, rec.as_ptr() as u64, rec.len() as u64, 0, 0, 0],
+        );
+        Some(fd)
+    }
+
+    /// In a new image: take over the served files its descriptors held in
+    /// the image before (placeholders with a record).
+    pub fn adopt_inherited(&self) {
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+            return;
+        };
+        for entry in dir.flatten() {
+            let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            let is_placeholder = std::fs::read_link(entry.path())
+                .is_ok_and(|l| l.as_os_str().as_bytes().starts_with(PLACEHOLDER_LINK));
+            if !is_placeholder {
+                continue;
+            }
+            let mut rec = vec![0u8; 4096 + 64];
+            let n = trap::raw_syscall(
+                libc::SYS_pread64,
+                [fd as u64, rec.as_mut_ptr() as u64, rec.len() as u64, 0, 0, 0],
+            );
+            let rec = &rec[..n.max(0) as usize];
+            let adopted = if rec.len() >= 20 && &rec[..8] == DEFERRED_MAGIC {
+                self.adopt_deferred(fd, rec)
+            } else {
+                self.adopt_record(fd, rec)
+            };
+            if let Err(e) = adopted {
+                // Its contents are no file's: no read may see them.
+                eprintln!("lintel-unix: descriptor {fd}: {e}");
+                trap::raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+            }
+        }
+    }
+
+    /// Adopt the open file a placeholder's record names by key.
+    fn adopt_record(&self, fd: i32, rec: &[u8]) -> Result<(), String> {
+        if rec.len() < 33 || &rec[..8] != RECORD_MAGIC {
+            return Err("an unreadable record of a served file".into());
+        }
+        let key: [u8; 16] = rec[8..24].try_into().expect("16 bytes");
+        let flags = i32::from_le_bytes(rec[24..28].try_into().expect("4 bytes"));
+        let dir = rec[28] != 0;
+        let len = u32::from_le_bytes(rec[29..33].try_into().expect("4 bytes")) as usize;
+        let Some(path) = rec.get(33..33 + len) else {
+            return Err("an unreadable record of a served file".into());
+        };
+        let acc = flags & libc::O_ACCMODE;
+        let mut o = OpenOptions::new();
+        o.read(acc != libc::O_WRONLY)
+            .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
+            .append(flags & libc::O_APPEND != 0)
+            .mapped_max(MAPPED_MAX_CALL);
+        let file = self
+            .fs
+            .adopt(key, &o)
+            .map_err(|e| format!("cannot take over {}: {e}", String::from_utf8_lossy(path)))?;
+        let served = Arc::new(Served {
+            file,
+            path: path.to_vec(),
+            dir,
+            flags,
+            listing: Mutex::new(None),
+            recorded: std::sync::atomic::AtomicBool::new(true),
+        });
+        self.fds.write().insert(fd, served);
+        Ok(())
+    }
+
+    /// Make the open a forked child recorded (see [`Self::defer_open`]).
+    fn adopt_deferred(&self, fd: i32, rec: &[u8]) -> Result<(), String> {
+        let flags = i32::from_le_bytes(rec[8..12].try_into().expect("4 bytes"));
+        let mode = u32::from_le_bytes(rec[12..16].try_into().expect("4 bytes"));
+        let len = u32::from_le_bytes(rec[16..20].try_into().expect("4 bytes")) as usize;
+        let path = rec.get(20..20 + len).ok_or("an unreadable deferred open")?;
+        let shown = || String::from_utf8_lossy(path);
+        let o = options_for(flags, mode).ok_or_else(|| format!("{}: bad open flags", shown()))?;
+        let file = self
+            .fs
+            .open_with(std::ffi::OsStr::from_bytes(path), &o)
+            .map_err(|e| format!("{}: {}", shown(), std::io::Error::from_raw_os_error(e.errno())))?;
+        let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
+        let served = Arc::new(Served {
+            file,
+            path: path.to_vec(),
+            dir,
+            flags,
+            listing: Mutex::new(None),
+            recorded: std::sync::atomic::AtomicBool::new(false),
+        });
+        self.fds.write().insert(fd, served);
+        Ok(())
     }
 
     /// Answer system call `nr` as the trap path would (for the preload
@@ -441,8 +711,18 @@ impl Emulation {
 use std::os::unix::ffi::OsStrExt;
 
 impl Emulator for Emulation {
+    fn before_fork_or_exec(&self) {
+        self.record_all();
+    }
+
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
         let cwd = libc::AT_FDCWD;
+        if let Some(r) = reserved(nr, a) {
+            return Some(r);
+        }
+        if trap::forked_child() {
+            return self.emulate_in_forked_child(nr, a);
+        }
         match nr {
             libc::SYS_open => self.open(cwd, a[0], a[1], a[2]),
             libc::SYS_openat => self.open(a[0] as i32, a[1], a[2], a[3]),
@@ -457,6 +737,10 @@ impl Emulator for Emulation {
             libc::SYS_pread64 => self.read(a[0], a[1], a[2], Some(a[3])),
             libc::SYS_write => self.write(a[0], a[1], a[2], None),
             libc::SYS_pwrite64 => self.write(a[0], a[1], a[2], Some(a[3])),
+            libc::SYS_readv => self.vectored(a[0], a[1], a[2], None, Dir::Read),
+            libc::SYS_writev => self.vectored(a[0], a[1], a[2], None, Dir::Write),
+            libc::SYS_preadv | libc::SYS_preadv2 => self.vectored(a[0], a[1], a[2], at(nr, a), Dir::Read),
+            libc::SYS_pwritev | libc::SYS_pwritev2 => self.vectored(a[0], a[1], a[2], at(nr, a), Dir::Write),
             libc::SYS_lseek => self.lseek(a[0], a[1], a[2]),
             libc::SYS_fstat => self.fstat(a[0], a[1]),
             libc::SYS_stat => self.stat_at(cwd as u64, a[0], a[1], 0, None),
@@ -573,6 +857,137 @@ impl Emulator for Emulation {
     }
 }
 
+/// Keep the program below the descriptor floor, where the lintel runtime
+/// keeps its own descriptors ([`lintel::set_descriptor_floor`]): the
+/// program sees the floor as its descriptor limit, so `dup2` onto a
+/// number above it fails as above any limit, `close` finds nothing
+/// there, and `close_range` stops below it. `None`: not such a call.
+fn reserved(nr: i64, a: [u64; 6]) -> R {
+    let floor = lintel::descriptor_floor() as u64;
+    if floor == 0 {
+        return None;
+    }
+    let nofile = |resource: u64| resource == libc::RLIMIT_NOFILE as u64;
+    match nr {
+        libc::SYS_dup2 | libc::SYS_dup3 if a[1] >= floor && a[1] <= i32::MAX as u64 => Some(err(libc::EBADF)),
+        libc::SYS_fcntl if matches!(a[1] as i32, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && a[2] >= floor => {
+            Some(err(libc::EINVAL))
+        }
+        libc::SYS_close if a[0] >= floor && a[0] <= i32::MAX as u64 => Some(err(libc::EBADF)),
+        libc::SYS_close_range if a[0] >= floor => Some(0),
+        libc::SYS_close_range if a[1] >= floor => Some(trap::raw_syscall(
+            libc::SYS_close_range,
+            [a[0], floor - 1, a[2], 0, 0, 0],
+        )),
+        libc::SYS_getrlimit if nofile(a[0]) => Some(nofile_view(floor, a[1])),
+        libc::SYS_setrlimit if nofile(a[0]) => Some(0),
+        libc::SYS_prlimit64 if nofile(a[1]) && (a[0] == 0 || a[0] == std::process::id() as u64) => {
+            Some(if a[3] != 0 { nofile_view(floor, a[3]) } else { 0 })
+        }
+        _ => None,
+    }
+}
+
+/// The program's descriptor limits (the kernel's, capped at the floor)
+/// written to its `struct rlimit` at `to`. Raising them is accepted and
+/// changes nothing: the floor is the most the program may have.
+fn nofile_view(floor: u64, to: u64) -> i64 {
+    let mut lim = [0u64; 2];
+    let r = trap::raw_syscall(
+        libc::SYS_prlimit64,
+        [0, libc::RLIMIT_NOFILE as u64, 0, lim.as_mut_ptr() as u64, 0, 0],
+    );
+    if r < 0 {
+        return r;
+    }
+    let view = [lim[0].min(floor), lim[1].min(floor)];
+    let bytes: Vec<u8> = view.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    user::write(to, &bytes).map_or_else(err, |()| 0)
+}
+
+/// Which way a vectored call moves data.
+#[derive(Clone, Copy)]
+enum Dir {
+    Read,
+    Write,
+}
+
+/// The offset of a `preadv`/`pwritev` (`preadv2` and `pwritev2` take -1
+/// for the file's own offset).
+fn at(nr: i64, a: [u64; 6]) -> Option<u64> {
+    let v2 = nr == libc::SYS_preadv2 || nr == libc::SYS_pwritev2;
+    (!(v2 && a[3] as i64 == -1)).then_some(a[3])
+}
+
+/// Whether descriptor `fd` is a served file's placeholder (asked of the
+/// kernel, with no allocation: a forked child may hold no malloc lock).
+fn placeholder_fd(fd: i32) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
+    let mut digits = [0u8; 10];
+    let (mut n, mut i) = (fd as u32, digits.len());
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    path[14..14 + digits.len() - i].copy_from_slice(&digits[i..]);
+    let mut link = [0u8; 32];
+    let n = trap::raw_syscall(
+        libc::SYS_readlinkat,
+        [
+            libc::AT_FDCWD as u64,
+            path.as_ptr() as u64,
+            link.as_mut_ptr() as u64,
+            link.len() as u64,
+            0,
+            0,
+        ],
+    );
+    n > 0 && link[..n as usize].starts_with(PLACEHOLDER_LINK)
+}
+
+/// What `/proc/self/fd/N` reads for a placeholder.
+const PLACEHOLDER_LINK: &[u8] = b"/memfd:lintel-served";
+
+/// A placeholder descriptor: an empty memfd of its own, named so that an
+/// image this one `exec`s recognizes it.
+fn placeholder(cloexec: bool) -> i64 {
+    let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
+    trap::raw_syscall(
+        libc::SYS_memfd_create,
+        [c"lintel-served".as_ptr() as u64, flags as u64, 0, 0, 0, 0],
+    )
+}
+
+/// The client's open options for `open(2)` flags and a mode.
+fn options_for(flags: i32, mode: u32) -> Option<OpenOptions> {
+    let acc = flags & libc::O_ACCMODE;
+    let passed = flags
+        & !(libc::O_ACCMODE
+            | libc::O_CLOEXEC
+            | libc::O_CREAT
+            | libc::O_TRUNC
+            | libc::O_EXCL
+            | libc::O_APPEND);
+    let mut o = OpenOptions::new();
+    o.read(acc != libc::O_WRONLY)
+        .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
+        .append(flags & libc::O_APPEND != 0)
+        .create(flags & libc::O_CREAT != 0)
+        .create_new(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
+        .truncate(flags & libc::O_TRUNC != 0)
+        .mode(mode)
+        .custom_flags(passed as u32)
+        .mapped_max(MAPPED_MAX_CALL);
+    (acc != libc::O_ACCMODE).then_some(o)
+}
+
 /// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.
 fn fd_link(path: &[u8]) -> Option<i32> {
     let n = path
@@ -671,4 +1086,58 @@ fn dirents(entries: &[lintel_fs::DirEntry]) -> Vec<u8> {
         put(e.ino, kind, &e.name);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_stays_below_the_descriptor_floor() {
+        assert_eq!(
+            reserved(libc::SYS_dup2, [0, 5000, 0, 0, 0, 0]),
+            None,
+            "no floor: untouched"
+        );
+        lintel::set_descriptor_floor(5000);
+        let call = |nr, a: [u64; 3]| reserved(nr, [a[0], a[1], a[2], 0, 0, 0]);
+        assert_eq!(call(libc::SYS_dup2, [0, 5000, 0]), Some(err(libc::EBADF)));
+        assert_eq!(call(libc::SYS_dup3, [0, 7000, 0]), Some(err(libc::EBADF)));
+        assert_eq!(call(libc::SYS_dup2, [0, 4999, 0]), None);
+        assert_eq!(
+            call(libc::SYS_fcntl, [0, libc::F_DUPFD_CLOEXEC as u64, 5000]),
+            Some(err(libc::EINVAL))
+        );
+        assert_eq!(call(libc::SYS_fcntl, [0, libc::F_DUPFD as u64, 10]), None);
+        assert_eq!(call(libc::SYS_close, [6000, 0, 0]), Some(err(libc::EBADF)));
+        assert_eq!(
+            call(libc::SYS_close, [u64::MAX, 0, 0]),
+            None,
+            "-1: the kernel's EBADF"
+        );
+        assert_eq!(call(libc::SYS_close_range, [5001, u32::MAX as u64, 0]), Some(0));
+        let mut lim = [0u64; 2];
+        let to = lim.as_mut_ptr() as u64;
+        assert_eq!(
+            call(libc::SYS_getrlimit, [libc::RLIMIT_NOFILE as u64, to, 0]),
+            Some(0)
+        );
+        assert!(lim[0] <= 5000 && lim[1] <= 5000 && lim[0] > 0, "{lim:?}");
+        assert_eq!(
+            call(libc::SYS_getrlimit, [libc::RLIMIT_STACK as u64, to, 0]),
+            None
+        );
+        lintel::set_descriptor_floor(0);
+    }
+
+    #[test]
+    fn placeholders_are_told_from_other_descriptors() {
+        let p = placeholder(true);
+        assert!(p >= 0);
+        assert!(placeholder_fd(p as i32));
+        assert!(!placeholder_fd(0) || !placeholder_fd(2));
+        assert!(!placeholder_fd(-1));
+        trap::raw_syscall(libc::SYS_close, [p as u64, 0, 0, 0, 0, 0]);
+        assert!(!placeholder_fd(p as i32), "closed");
+    }
 }

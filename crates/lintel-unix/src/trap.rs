@@ -27,6 +27,12 @@ pub trait Emulator {
     /// `Some(result)` (a value, or `-errno`) to answer the call here;
     /// `None` to make it for real.
     fn emulate(&self, nr: i64, args: [u64; 6]) -> Option<i64>;
+
+    /// Called just before the thread `exec`s (what the new image will need
+    /// must be in place by then). Forks get no call here: glibc holds
+    /// malloc's locks while it makes the system call; the preload library
+    /// calls [`Emulator::before_fork_or_exec`] from its `fork` wrapper.
+    fn before_fork_or_exec(&self) {}
 }
 
 const PR_SET_SYSCALL_USER_DISPATCH: i32 = 59;
@@ -156,6 +162,27 @@ pub fn arm(emulator: &'static dyn Emulator) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Arm the calling thread again with the emulator it had (in a forked
+/// child, whose memory holds it but whose arming is gone).
+fn rearm() -> i64 {
+    let (start, end) = (
+        lintel_trap_start as *const () as usize as u64,
+        lintel_trap_end as *const () as usize as u64,
+    );
+    let sel = SELECTOR.with(|s| s.as_ptr() as u64);
+    raw_syscall(
+        libc::SYS_prctl,
+        [
+            PR_SET_SYSCALL_USER_DISPATCH as u64,
+            PR_SYS_DISPATCH_ON,
+            start,
+            end - start,
+            sel,
+            0,
+        ],
+    )
+}
+
 /// Disarm the calling thread: its system calls go to the kernel again.
 pub fn disarm() {
     SELECTOR.with(|s| s.set(ALLOW));
@@ -216,6 +243,9 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             // A fork is made from here: the child returns through its copy
             // of this frame. `vfork` becomes a fork (which POSIX allows):
             // sharing memory, the child would start inside our stub.
+            // (What a child needs is recorded before, where it is safe to
+            // allocate: glibc's fork holds malloc's locks by the time it
+            // makes this call. The preload library wraps fork and vfork.)
             libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
                 let (nr, a) = match nr {
                     libc::SYS_clone => (nr, args),
@@ -223,9 +253,20 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
                 };
                 let r = raw_syscall(nr, a);
                 if r == 0 {
+                    // The child: arming is not inherited, and its copy of
+                    // the lintel runtime has no threads. It is armed again
+                    // (so the emulation can note the served files it opens
+                    // before it execs) and marked a forked child.
                     FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let _ = rearm();
                 }
                 r
+            }
+            libc::SYS_execve | libc::SYS_execveat => {
+                if let Some(e) = EMULATOR.with(|e| e.get()) {
+                    e.before_fork_or_exec();
+                }
+                raw_syscall(nr, args)
             }
             libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
             libc::SYS_rt_sigaction => sigaction(args),

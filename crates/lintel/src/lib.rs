@@ -99,6 +99,33 @@ pub use settings::{
     max_message, set_force_vanilla, set_max_message, set_max_server_threads, set_spin, spinning,
 };
 
+/// Keep the runtime's own descriptors (sockets, memfds, eventfds, epoll,
+/// pidfds, and every descriptor a peer sends) at `floor` or above, when
+/// the kernel has room there. For a process whose code chooses descriptor
+/// numbers itself (a shell's `exec 3<file`, `dup2`, `closefrom`): the
+/// emulation library sets it, and keeps the program below it. Affects
+/// descriptors made from now on; 0 (the default) leaves them where the
+/// kernel puts them.
+///
+/// ```
+/// lintel::set_descriptor_floor(0);
+/// assert_eq!(lintel::descriptor_floor(), 0);
+/// ```
+pub fn set_descriptor_floor(floor: i32) {
+    sys::set_descriptor_floor(floor)
+}
+
+/// The floor [`set_descriptor_floor`] set (0 if none).
+pub fn descriptor_floor() -> i32 {
+    sys::descriptor_floor()
+}
+
+/// `fd` moved to the floor or above (see [`set_descriptor_floor`]), for
+/// libraries that keep descriptors of their own beside the runtime's.
+pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
+    sys::above_floor(fd)
+}
+
 /// Counts of this domain's live runtime objects, for tests and monitoring.
 pub mod introspect {
     /// Connections to other domains that are alive.

@@ -1063,7 +1063,7 @@ impl Passed for std::os::fd::OwnedFd {
 impl Wire for std::os::fd::OwnedFd {
     fn encode(&self, w: &mut Writer<'_>) {
         if let Ok(fd) = self.try_clone() {
-            w.buffer(crate::Buffer::Fd(fd));
+            w.buffer(crate::Buffer::Fd(crate::sys::above_floor(fd)));
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {

@@ -22,6 +22,28 @@ use rustix::thread::futex;
 /// Most descriptors one socket message may carry; more is a protocol error.
 pub const MAX_FDS_PER_MSG: usize = 64;
 
+/// The lowest number the runtime keeps its own descriptors at (0: where
+/// the kernel puts them). See [`crate::set_descriptor_floor`].
+static FLOOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+pub fn set_descriptor_floor(floor: i32) {
+    FLOOR.store(floor.max(0), std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn descriptor_floor() -> i32 {
+    FLOOR.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `fd` moved to the lowest free number at or above the floor (kept where
+/// it is if there is no floor, or no room above it).
+pub fn above_floor(fd: OwnedFd) -> OwnedFd {
+    let floor = descriptor_floor();
+    if floor == 0 || std::os::fd::AsRawFd::as_raw_fd(&fd) >= floor {
+        return fd;
+    }
+    rustix::io::fcntl_dupfd_cloexec(&fd, floor).unwrap_or(fd)
+}
+
 /// Sleep on `word` while it holds `expected`, at most `timeout`. Shared
 /// (non-private) futex: the word may live in memory mapped by another process.
 /// Spurious returns are normal; callers re-check their condition.
@@ -100,10 +122,10 @@ pub fn current_cpu() -> u32 {
 /// A non-blocking eventfd, for waking the watcher thread.
 pub fn eventfd() -> io::Result<OwnedFd> {
     use rustix::event::EventfdFlags;
-    Ok(rustix::event::eventfd(
+    Ok(above_floor(rustix::event::eventfd(
         0,
         EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
-    )?)
+    )?))
 }
 
 /// Make an eventfd readable (add one to its counter).
@@ -120,21 +142,22 @@ pub fn eventfd_clear(fd: BorrowedFd<'_>) {
 /// A connected pair of `SOCK_SEQPACKET` sockets: message boundaries kept,
 /// each send atomic, hang-up seen by the other end when the last copy closes.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(rustix::net::socketpair(
+    let (a, b) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
         None,
-    )?)
+    )?;
+    Ok((above_floor(a), above_floor(b)))
 }
 
 fn seqpacket_socket() -> io::Result<OwnedFd> {
-    Ok(rustix::net::socket_with(
+    Ok(above_floor(rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
         None,
-    )?)
+    )?))
 }
 
 /// A `SOCK_SEQPACKET` socket listening at `path` (which must not exist).
@@ -148,7 +171,7 @@ pub fn seqpacket_listen(path: &std::path::Path) -> io::Result<OwnedFd> {
 /// Accept one connection: the socket, the peer's pid as the kernel records
 /// it, and whether the peer runs as our user.
 pub fn seqpacket_accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, u32, bool)> {
-    let sock = rustix::net::accept_with(listener, SocketFlags::CLOEXEC)?;
+    let sock = above_floor(rustix::net::accept_with(listener, SocketFlags::CLOEXEC)?);
     let cred = rustix::net::sockopt::socket_peercred(&sock)?;
     let same_user = cred.uid == rustix::process::geteuid();
     Ok((sock, cred.pid.as_raw_nonzero().get() as u32, same_user))
@@ -218,7 +241,7 @@ pub fn recv_msg(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Recv> {
     let mut pid = None;
     for msg in control.drain() {
         match msg {
-            RecvAncillaryMessage::ScmRights(iter) => fds.extend(iter),
+            RecvAncillaryMessage::ScmRights(iter) => fds.extend(iter.map(above_floor)),
             RecvAncillaryMessage::ScmCredentials(c) => pid = Some(c.pid.as_raw_nonzero().get() as u32),
             _ => {}
         }
@@ -247,10 +270,10 @@ pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
         .ok()
         .and_then(rustix::process::Pid::from_raw)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad pid"))?;
-    Ok(rustix::process::pidfd_open(
+    Ok(above_floor(rustix::process::pidfd_open(
         pid,
         rustix::process::PidfdFlags::empty(),
-    )?)
+    )?))
 }
 
 /// The pid of the process that created the peer end of `sock`, as the kernel
@@ -274,7 +297,10 @@ pub fn clear_cloexec(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// A new memfd of `len` bytes, sealed so nobody can shrink or grow it (a peer
 /// that could truncate it would make our accesses fault with SIGBUS).
 pub fn sealed_memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
-    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let fd = above_floor(rustix::fs::memfd_create(
+        name,
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?);
     rustix::fs::ftruncate(&fd, len as u64)?;
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
     Ok(fd)
@@ -301,7 +327,10 @@ pub fn check_sealed_memfd(fd: BorrowedFd<'_>, len: usize) -> Result<(), &'static
 /// A memfd for a sealed snapshot of `len` bytes: sealed against resizing
 /// now, against writing once its writer is done ([`seal_snapshot`]).
 pub fn snapshot_memfd(len: usize) -> io::Result<OwnedFd> {
-    let fd = rustix::fs::memfd_create("lintel-sealed", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
+    let fd = above_floor(rustix::fs::memfd_create(
+        "lintel-sealed",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?);
     rustix::fs::ftruncate(&fd, len as u64)?;
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
     Ok(fd)
@@ -469,7 +498,7 @@ pub struct Poller {
 impl Poller {
     pub fn new() -> io::Result<Poller> {
         Ok(Poller {
-            fd: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+            fd: above_floor(epoll::create(epoll::CreateFlags::CLOEXEC)?),
         })
     }
 

@@ -76,7 +76,16 @@ fn main() -> ExitCode {
             });
         }
     });
-    let status = Command::new(program)
+    let mut command = Command::new(program);
+    // The program's runtime keeps its descriptors at this floor and above,
+    // the same in every image the program execs.
+    match lintel_unix::choose_descriptor_floor() {
+        Ok(floor) => {
+            command.env(lintel_unix::ENV_FD_FLOOR, floor.to_string());
+        }
+        Err(e) => eprintln!("lintel-run: no room kept for the runtime's descriptors: {e}"),
+    }
+    let status = command
         .args(&prog[1..])
         .env("LD_PRELOAD", &lib)
         .env(lintel_unix::ENV_SOCKET, &sock)
