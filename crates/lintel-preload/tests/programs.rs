@@ -295,6 +295,15 @@ print(os.pread(fd, 8, 1000).hex(), os.lseek(fd, 0, os.SEEK_END))
 os.close(fd)
 os.rename(p, p + ".2")
 os.remove(p + ".2")
+# Private mappings: the file's bytes, copy-on-write; the file unchanged.
+import mmap
+fd = os.open(os.path.join(root, "data", "blob.bin"), os.O_RDONLY)
+m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+print(len(m), m[1000:1008].hex(), m[-3:].hex(), m.find(m[200000:200016]))
+w = mmap.mmap(fd, 8192, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=4096)
+w[0:4] = b"WXYZ"
+print(w[:6], os.pread(fd, 4, 4096).hex())
+m.close(); w.close(); os.close(fd)
 # Signals: a handler runs (and returns) in a program whose calls trap, a
 # mask it sets holds, and a thread reads a served file.
 import signal, threading

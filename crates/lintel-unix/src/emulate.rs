@@ -237,6 +237,69 @@ impl Emulation {
         Some(done as i64)
     }
 
+    /// `mmap` of a served file. A private mapping is made anonymous and
+    /// filled with the file's bytes at the time of the call (POSIX leaves
+    /// unspecified whether later changes to the file show through a
+    /// private mapping; here they do not), then given the protection
+    /// asked for: what the dynamic loader, `MAP_PRIVATE` readers and
+    /// copy-on-write users need. A shared mapping would have to be the
+    /// service's cache paged into this process, kept coherent with other
+    /// clients' writes: not built, `ENODEV` (as for a file system without
+    /// `mmap`), so programs that can fall back to reads do.
+    fn mmap(&self, a: [u64; 6]) -> R {
+        let s = self.served(a[4])?;
+        let (addr, len, prot, flags, off) = (a[0], a[1], a[2], a[3] as i32, a[5]);
+        const PAGE: u64 = 4096;
+        if s.dir || flags & 0x0f != libc::MAP_PRIVATE {
+            return Some(err(libc::ENODEV));
+        }
+        if len == 0 || !off.is_multiple_of(PAGE) || off.checked_add(len).is_none() {
+            return Some(err(libc::EINVAL));
+        }
+        if s.flags & libc::O_ACCMODE == libc::O_WRONLY {
+            return Some(err(libc::EACCES));
+        }
+        let kept = flags
+            & (libc::MAP_FIXED
+                | libc::MAP_FIXED_NOREPLACE
+                | libc::MAP_NORESERVE
+                | libc::MAP_POPULATE
+                | libc::MAP_32BIT);
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | kept) as u64;
+        let map = trap::raw_syscall(libc::SYS_mmap, [addr, len, rw, anon, u64::MAX, 0]);
+        if map < 0 {
+            return Some(map);
+        }
+        user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+        let unmap = |e: i64| {
+            trap::raw_syscall(libc::SYS_munmap, [map as u64, len, 0, 0, 0, 0]);
+            Some(e)
+        };
+        let mut buf = vec![0u8; (len as usize).min(1 << 20)];
+        let mut done = 0u64;
+        while done < len {
+            let want = ((len - done) as usize).min(buf.len());
+            match s.file.read_at(&mut buf[..want], off + done) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if let Err(e) = user::write(map as u64 + done, &buf[..n]) {
+                        return unmap(err(e));
+                    }
+                    done += n as u64;
+                }
+                Err(e) => return unmap(fs_err(e)),
+            }
+        }
+        if prot != rw {
+            let r = trap::raw_syscall(libc::SYS_mprotect, [map as u64, len, prot, 0, 0, 0]);
+            if r < 0 {
+                return unmap(r);
+            }
+        }
+        Some(map)
+    }
+
     /// A forked child that has not `exec`ed cannot reach the service: its
     /// copy of the lintel runtime has no threads, and its connections'
     /// memory is the parent's. Opens of served paths are deferred to the
@@ -763,7 +826,7 @@ impl Emulator for Emulation {
                 .map(|s| s.file.set_len(a[1]).map_or_else(fs_err, |()| 0)),
             libc::SYS_fadvise64 => self.served(a[0]).map(|_| 0),
             libc::SYS_ioctl => self.served(a[0]).map(|_| err(libc::ENOTTY)),
-            libc::SYS_mmap => self.served(a[4]).map(|_| err(libc::ENODEV)),
+            libc::SYS_mmap => self.mmap(a),
             // In-kernel copies cannot reach a served file: programs fall
             // back to reading and writing.
             libc::SYS_copy_file_range => {
