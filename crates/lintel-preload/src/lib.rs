@@ -336,10 +336,7 @@ fn real_fork() -> Fork {
 /// the new image.
 fn before_fork() {
     if let Some(e) = emulation() {
-        trap::allowed(|| {
-            use lintel_unix::trap::Emulator as _;
-            e.before_fork_or_exec()
-        });
+        trap::allowed(|| e.record_all());
     }
 }
 

@@ -248,6 +248,31 @@ fn programs_choose_descriptor_numbers_freely() {
     assert_eq!(snapshot(s), snapshot(n));
 }
 
+/// A working directory in the served tree: `cd`, relative paths,
+/// `getcwd`, a subshell's `cd` and redirection, and the directory carried
+/// across `exec`.
+#[test]
+fn a_served_working_directory_works_like_a_host_one() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for cmd in [
+        &[
+            "sh",
+            "-c",
+            "cd %R/docs && pwd && cat readme.md && ls notes && cd notes && /bin/pwd && cat one.txt && echo new > made.txt && (cd .. && cat notes/made.txt > copy.txt) && cd ../.. && pwd && cat docs/copy.txt && sh -c 'cd docs; pwd; wc -c copy.txt'; cd %R/a.txt; cd %R/nope; echo $?",
+        ][..],
+        &[
+            "python3",
+            "-c",
+            "import os,sys; os.chdir(sys.argv[1] + '/docs'); print(os.getcwd()); print(sorted(os.listdir('.')), open('notes/one.txt').read()); fd = os.open('..', os.O_RDONLY); os.fchdir(fd); print(os.getcwd(), os.path.exists('a.txt'))",
+            "%R",
+        ],
+    ] {
+        same(n, s, cmd);
+    }
+    assert_eq!(snapshot(s), snapshot(n));
+}
+
 /// A forked child that has not `exec`ed cannot reach the file service:
 /// what it does to a served file fails with EIO, loudly, and nothing is
 /// written elsewhere in its place. (Natively the subshell writes the

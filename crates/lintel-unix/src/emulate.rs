@@ -43,12 +43,20 @@ const RECORD_MAGIC: &[u8; 8] = b"LNTLSRV1";
 /// (it cannot reach the service): magic, open flags, mode, the path's
 /// length, the path. The image it `exec`s opens it.
 const DEFERRED_MAGIC: &[u8; 8] = b"LNTLDEF1";
+/// What carries a served working directory across `exec`: magic, path.
+const CWD_MAGIC: &[u8; 8] = b"LNTLCWD1";
 
 /// The emulation's state in a process.
 pub struct Emulation {
     fs: Fs,
     prefix: Prefix,
     fds: parking_lot::RwLock<HashMap<i32, Arc<Served>>>,
+    /// The working directory while it is in the served tree (its path
+    /// relative to the root); `None` while it is the kernel's.
+    cwd: parking_lot::RwLock<Option<Vec<u8>>>,
+    /// The descriptor of the record that carries the working directory
+    /// to an `exec`ed image (closed again if the `exec` fails); -1: none.
+    cwd_record: std::sync::atomic::AtomicI32,
 }
 
 type R = Option<i64>;
@@ -75,6 +83,8 @@ impl Emulation {
             fs,
             prefix,
             fds: parking_lot::RwLock::new(HashMap::new()),
+            cwd: parking_lot::RwLock::new(None),
+            cwd_record: std::sync::atomic::AtomicI32::new(-1),
         }
     }
 
@@ -96,13 +106,85 @@ impl Emulation {
             return Ok(self.prefix.strip(&p));
         }
         if dirfd == libc::AT_FDCWD {
-            return Ok(None);
+            // Relative to a served working directory: served, unless it
+            // climbs out of the tree (then it names nothing here).
+            return match self.served_cwd() {
+                Some(c) => paths::join(&c, &p).map(Some).ok_or(libc::ENOENT),
+                None => Ok(None),
+            };
         }
         match self.served(dirfd as u64) {
             Some(d) if d.dir => paths::join(&d.path, &p).map(Some).ok_or(libc::ENOENT),
             Some(_) => Err(libc::ENOTDIR),
             None => Ok(None),
         }
+    }
+
+    /// The served working directory, if it is one. (`try_read`: a forked
+    /// child must not wait on a lock a thread of its parent held.)
+    fn served_cwd(&self) -> Option<Vec<u8>> {
+        self.cwd.try_read().and_then(|c| c.clone())
+    }
+
+    /// `chdir`: into the served tree (the service says whether it is a
+    /// directory), or out of it (the kernel's working directory again;
+    /// `..` from the served root leads to the prefix's parent).
+    fn chdir(&self, path: u64) -> R {
+        let target = match self.path_at(libc::AT_FDCWD, path) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return self.kernel_chdir(libc::SYS_chdir, path),
+            Err(libc::ENOENT) => {
+                let (Some(cwd), Ok(p)) = (self.served_cwd(), user::cstr(path)) else {
+                    return Some(err(libc::ENOENT));
+                };
+                let Some(mut host) = paths::outside(&self.prefix, &cwd, &p) else {
+                    return Some(err(libc::ENOENT));
+                };
+                host.push(0);
+                return self.kernel_chdir(libc::SYS_chdir, host.as_ptr() as u64);
+            }
+            Err(e) => return Some(err(e)),
+        };
+        match self.fs.stat(std::ffi::OsStr::from_bytes(&target)) {
+            Ok(st) if st.is_dir() => {
+                *self.cwd.write() = Some(target);
+                Some(0)
+            }
+            Ok(_) => Some(err(libc::ENOTDIR)),
+            Err(e) => Some(fs_err(e)),
+        }
+    }
+
+    /// `fchdir`: a served directory's descriptor, or the kernel's.
+    fn fchdir(&self, fd: u64) -> R {
+        match self.served(fd) {
+            Some(s) if s.dir => {
+                *self.cwd.write() = Some(s.path.clone());
+                Some(0)
+            }
+            Some(_) => Some(err(libc::ENOTDIR)),
+            None => self.kernel_chdir(libc::SYS_fchdir, fd),
+        }
+    }
+
+    /// A working-directory change made by the kernel; on success the
+    /// served one is left.
+    fn kernel_chdir(&self, nr: i64, arg: u64) -> R {
+        let r = trap::raw_syscall(nr, [arg, 0, 0, 0, 0, 0]);
+        if r == 0 {
+            *self.cwd.write() = None;
+        }
+        Some(r)
+    }
+
+    /// `getcwd` while the working directory is served: the prefix's path.
+    fn getcwd(&self, buf: u64, size: u64) -> R {
+        let mut path = self.prefix.absolute(&self.served_cwd()?);
+        path.push(0);
+        if (size as usize) < path.len() {
+            return Some(err(libc::ERANGE));
+        }
+        Some(user::write(buf, &path).map_or_else(err, |()| path.len() as i64))
     }
 
     /// A new descriptor number for `served`: a private memfd holds it.
@@ -311,8 +393,24 @@ impl Emulation {
         let fd = |i: usize| placeholder_fd(a[i] as i32).then(|| err(libc::EIO));
         let path = |dirfd: u64, p: u64| self.child_path(dirfd as i32, p).then(|| err(libc::EIO));
         match nr {
+            // Into a served directory unchecked (the child cannot ask the
+            // service; what it opens there finds out), out of one by the
+            // kernel.
+            libc::SYS_chdir => match self.path_at(libc::AT_FDCWD, a[0]) {
+                Ok(Some(rel)) => {
+                    *self.cwd.try_write()? = Some(rel);
+                    Some(0)
+                }
+                Ok(None) => self.kernel_chdir(libc::SYS_chdir, a[0]),
+                Err(e) => Some(err(e)),
+            },
+            libc::SYS_fchdir if placeholder_fd(a[0] as i32) => Some(err(libc::EIO)),
+            libc::SYS_getcwd => self.getcwd(a[0], a[1]),
             libc::SYS_open => self.defer_open(a[0], a[1], a[2]),
-            libc::SYS_openat if a[0] == cwd || self.child_path(libc::AT_FDCWD, a[1]) => {
+            libc::SYS_openat
+                if a[0] as i32 == libc::AT_FDCWD
+                    || user::cstr(a[1]).is_ok_and(|p| p.first() == Some(&b'/')) =>
+            {
                 self.defer_open(a[1], a[2], a[3])
             }
             libc::SYS_openat => fd(0),
@@ -381,7 +479,8 @@ impl Emulation {
     fn child_path(&self, dirfd: i32, path: u64) -> bool {
         match user::cstr(path) {
             Ok(p) if p.first() == Some(&b'/') => self.prefix.strip(&p).is_some(),
-            Ok(_) | Err(_) => dirfd != libc::AT_FDCWD && placeholder_fd(dirfd),
+            Ok(_) | Err(_) if dirfd == libc::AT_FDCWD => self.served_cwd().is_some(),
+            Ok(_) | Err(_) => placeholder_fd(dirfd),
         }
     }
 
@@ -447,16 +546,49 @@ impl Emulation {
         }
     }
 
+    /// Before an `exec`: a placeholder that carries a served working
+    /// directory to the new image (no call needed: a forked child does it
+    /// too). Closed again by [`Self::exec_failed`].
+    fn record_cwd(&self) {
+        let Some(cwd) = self.served_cwd() else { return };
+        let fd = placeholder(false);
+        if fd < 0 {
+            return;
+        }
+        let mut rec = CWD_MAGIC.to_vec();
+        rec.extend_from_slice(&cwd);
+        trap::raw_syscall(
+            libc::SYS_pwrite64,
+            [fd as u64, rec.as_ptr() as u64, rec.len() as u64, 0, 0, 0],
+        );
+        let old = self
+            .cwd_record
+            .swap(fd as i32, std::sync::atomic::Ordering::AcqRel);
+        if old >= 0 {
+            trap::raw_syscall(libc::SYS_close, [old as u64, 0, 0, 0, 0, 0]);
+        }
+    }
+
+    /// An `exec` failed (a shell tries each directory of `PATH`): the
+    /// working directory's record goes.
+    pub fn exec_failed(&self) {
+        let fd = self.cwd_record.swap(-1, std::sync::atomic::Ordering::AcqRel);
+        if fd >= 0 {
+            trap::raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        }
+    }
+
     /// In a forked child (no service to call): a placeholder that records
     /// the open, for the image the child `exec`s to make. Reading or
     /// writing it before then reaches nothing.
     fn defer_open(&self, path: u64, flags: u64, mode: u64) -> R {
         let p = user::cstr(path).ok()?;
-        if p.first() != Some(&b'/') {
-            // Relative to a served directory: nothing to defer it to.
-            return None;
-        }
-        let rel = self.prefix.strip(&p)?;
+        let rel = if p.first() == Some(&b'/') {
+            self.prefix.strip(&p)?
+        } else {
+            // Relative: served only from a served working directory.
+            paths::join(&self.served_cwd()?, &p)?
+        };
         let flags = flags as i32;
         let fd = placeholder(flags & libc::O_CLOEXEC != 0);
         if fd < 0 {
@@ -495,6 +627,11 @@ impl Emulation {
                 [fd as u64, rec.as_mut_ptr() as u64, rec.len() as u64, 0, 0, 0],
             );
             let rec = &rec[..n.max(0) as usize];
+            if rec.len() > 8 && &rec[..8] == CWD_MAGIC {
+                *self.cwd.write() = Some(rec[8..].to_vec());
+                trap::raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+                continue;
+            }
             let adopted = if rec.len() >= 20 && &rec[..8] == DEFERRED_MAGIC {
                 self.adopt_deferred(fd, rec)
             } else {
@@ -775,7 +912,14 @@ use std::os::unix::ffi::OsStrExt;
 
 impl Emulator for Emulation {
     fn before_fork_or_exec(&self) {
+        // The trap path calls this for `exec` only (forks are recorded by
+        // the preload library's wrapper, which calls `record_all`).
         self.record_all();
+        self.record_cwd();
+    }
+
+    fn exec_failed(&self) {
+        Emulation::exec_failed(self);
     }
 
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
@@ -796,6 +940,14 @@ impl Emulator for Emulation {
                 a[1],
             ),
             libc::SYS_close => self.close(a[0]),
+            libc::SYS_chdir => self.chdir(a[0]),
+            libc::SYS_fchdir => self.fchdir(a[0]),
+            libc::SYS_getcwd => self.getcwd(a[0], a[1]),
+            libc::SYS_truncate => self.on_path(cwd, a[0], |p| {
+                let mut o = OpenOptions::new();
+                o.write(true);
+                self.fs.open_with(p, &o)?.set_len(a[1])
+            }),
             libc::SYS_read => self.read(a[0], a[1], a[2], None),
             libc::SYS_pread64 => self.read(a[0], a[1], a[2], Some(a[3])),
             libc::SYS_write => self.write(a[0], a[1], a[2], None),

@@ -28,6 +28,33 @@ impl Prefix {
     }
 }
 
+impl Prefix {
+    /// The prefix itself.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The absolute path a program sees for `rel` (relative to the root).
+    pub fn absolute(&self, rel: &[u8]) -> Vec<u8> {
+        let mut p = self.0.clone();
+        if rel != b"." {
+            p.push(b'/');
+            p.extend_from_slice(rel);
+        }
+        p
+    }
+}
+
+/// Where the relative path `rel` leads from the served directory `dir`
+/// when it climbs out of the served tree: the absolute host path.
+pub fn outside(prefix: &Prefix, dir: &[u8], rel: &[u8]) -> Option<Vec<u8>> {
+    let mut whole = prefix.absolute(dir);
+    whole.push(b'/');
+    whole.extend_from_slice(rel);
+    let p = normalize(&whole)?;
+    prefix.strip(&p).is_none().then_some(p)
+}
+
 /// Join a served directory's path (relative to the root) and a relative
 /// path under it; `None` if the result leaves the root.
 pub fn join(dir: &[u8], rel: &[u8]) -> Option<Vec<u8>> {
@@ -67,6 +94,17 @@ fn normalize(path: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn climbing_out_of_the_served_tree_leads_to_the_host() {
+        let p = Prefix::new(b"/srv/data").unwrap();
+        assert_eq!(p.absolute(b"."), b"/srv/data".to_vec());
+        assert_eq!(p.absolute(b"a/b"), b"/srv/data/a/b".to_vec());
+        assert_eq!(outside(&p, b".", b".."), Some(b"/srv".to_vec()));
+        assert_eq!(outside(&p, b"a", b"../../../etc"), Some(b"/etc".to_vec()));
+        assert_eq!(outside(&p, b"a", b"../b"), None, "still served");
+        assert_eq!(join(b"a", b"../.."), None);
+    }
 
     #[test]
     fn paths_under_the_prefix_map_to_the_root() {

@@ -31,8 +31,12 @@ pub trait Emulator {
     /// Called just before the thread `exec`s (what the new image will need
     /// must be in place by then). Forks get no call here: glibc holds
     /// malloc's locks while it makes the system call; the preload library
-    /// calls [`Emulator::before_fork_or_exec`] from its `fork` wrapper.
+    /// records what a child needs from its `fork` wrapper.
     fn before_fork_or_exec(&self) {}
+
+    /// Called when an `exec` returned (it failed): undo what
+    /// [`Emulator::before_fork_or_exec`] left for the new image.
+    fn exec_failed(&self) {}
 }
 
 const PR_SET_SYSCALL_USER_DISPATCH: i32 = 59;
@@ -263,10 +267,15 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
                 r
             }
             libc::SYS_execve | libc::SYS_execveat => {
-                if let Some(e) = EMULATOR.with(|e| e.get()) {
+                let e = EMULATOR.with(|e| e.get());
+                if let Some(e) = e {
                     e.before_fork_or_exec();
                 }
-                raw_syscall(nr, args)
+                let r = raw_syscall(nr, args);
+                if let Some(e) = e {
+                    e.exec_failed();
+                }
+                r
             }
             libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
             libc::SYS_rt_sigaction => sigaction(args),
