@@ -153,6 +153,21 @@ impl Fs {
         self.export.rename(bytes(&from), bytes(&to))
     }
 
+    /// The target of the symlink `path`.
+    pub fn read_link(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
+        self.export.read_link(bytes(&path))
+    }
+
+    /// Make `path` a symlink to `target`.
+    pub fn symlink(&self, target: impl AsRef<Path>, path: impl AsRef<Path>) -> Result<(), FsError> {
+        self.export.symlink(bytes(&target), bytes(&path))
+    }
+
+    /// Make `to` a hard link to the file `from`.
+    pub fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
+        self.export.link(bytes(&from), bytes(&to))
+    }
+
     /// What the service has done for mapped windows (faults paged in,
     /// windows moved, tokens granted and recalled, clients evicted).
     pub fn counters(&self) -> Result<crate::proto::Counters, FsError> {

@@ -186,6 +186,13 @@ pub trait Export {
     /// Change `path`'s mode, owner or times (of a symlink itself when
     /// `follow` is false: owner and times only).
     fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError>;
+    /// The target of the symlink `path` (`EINVAL` if it is not one).
+    fn read_link(&self, path: &[u8]) -> Result<Vec<u8>, FsError>;
+    /// Make `path` a symlink to `target` (any bytes: following it later
+    /// stays beneath the root, as every lookup does).
+    fn symlink(&self, target: &[u8], path: &[u8]) -> Result<(), FsError>;
+    /// Make `to` a new name of the file `from` (a hard link).
+    fn link(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// What the service has done for mapped windows.
     fn counters(&self) -> Result<Counters, FsError>;
     /// Start a session for mapped windows: the caller's userfaultfd (the

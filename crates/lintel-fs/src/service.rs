@@ -344,6 +344,31 @@ impl Export for ExportImpl {
         Ok(self.read_only)
     }
 
+    fn read_link(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
+        let (dir, name) = self.parent(path)?;
+        Ok(rustix::fs::readlinkat(&dir, name, Vec::new())?.into_bytes())
+    }
+
+    fn symlink(&self, target: &[u8], path: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        if target.is_empty() || target.contains(&0) {
+            return Err(FsError::Invalid(
+                "a symlink's target must be non-empty, without NUL".into(),
+            ));
+        }
+        let (dir, name) = self.parent(path)?;
+        rustix::fs::symlinkat(target, &dir, name)?;
+        Ok(())
+    }
+
+    fn link(&self, from: &[u8], to: &[u8]) -> Result<(), FsError> {
+        self.writable()?;
+        let (from_dir, from_name) = self.parent(from)?;
+        let (to_dir, to_name) = self.parent(to)?;
+        rustix::fs::linkat(&from_dir, from_name, &to_dir, to_name, AtFlags::empty())?;
+        Ok(())
+    }
+
     fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError> {
         self.writable()?;
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };

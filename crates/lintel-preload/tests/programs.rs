@@ -215,6 +215,12 @@ fn programs_that_write_leave_the_same_tree() {
             "wc -l < %R/data/lines.txt; head -c 20 %R/made/r.txt | tr a-z A-Z",
         ],
         &["cat", "%R/made/r.txt", "%R/made/two.txt"],
+        // Symlinks and hard links, made and read through the service.
+        &[
+            "sh",
+            "-c",
+            "cd %R/docs && ln -s readme.md link.md && ln readme.md hard.md && readlink link.md && cat link.md hard.md && stat -c '%F %h %N' link.md hard.md readme.md && rm link.md && ln -s notes/one.txt keep.txt && cat keep.txt",
+        ],
     ] {
         same(n, s, cmd);
     }

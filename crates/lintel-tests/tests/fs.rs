@@ -241,6 +241,41 @@ fn nothing_outside_the_export_is_reached() {
     });
 }
 
+/// Symlinks and hard links are made and read through the service; a link
+/// whose target leads out may be made (its target is only bytes) but
+/// never followed, and no link is made outside.
+#[test]
+fn symlinks_and_hard_links_are_made_and_read_beneath_the_root() {
+    both_placements(|fs, root| {
+        fs.create_dir("d", 0o755).unwrap();
+        fs.write("d/a.txt", b"alpha").unwrap();
+        fs.symlink("a.txt", "d/s").unwrap();
+        assert_eq!(fs.read_link("d/s").unwrap(), b"a.txt");
+        assert_eq!(std::fs::read_link(root.join("d/s")).unwrap(), Path::new("a.txt"));
+        assert_eq!(fs.read("d/s").unwrap(), b"alpha", "followed inside");
+        assert!(fs.symlink_stat("d/s").unwrap().is_symlink());
+        assert_eq!(errno(fs.read_link("d/a.txt")), EINVAL, "not a symlink");
+        assert_eq!(errno(fs.read_link("d/none")), ENOENT);
+        assert_eq!(errno(fs.symlink("a.txt", "d/s")), EEXIST);
+
+        fs.hard_link("d/a.txt", "b.txt").unwrap();
+        fs.write("d/a.txt", b"ALPHA").unwrap();
+        assert_eq!(
+            std::fs::read(root.join("b.txt")).unwrap(),
+            b"ALPHA",
+            "one file, two names"
+        );
+        assert_eq!(errno(fs.hard_link("d/none", "c.txt")), ENOENT);
+
+        fs.symlink("/etc/hostname", "out").unwrap();
+        assert_eq!(fs.read_link("out").unwrap(), b"/etc/hostname");
+        assert_eq!(errno(fs.read("out")), EXDEV, "never followed out");
+        assert_eq!(errno(fs.symlink("x", "../planted")), EXDEV);
+        assert_eq!(errno(fs.hard_link("d/a.txt", "../planted")), EXDEV);
+        assert!(!root.parent().unwrap().join("planted").exists());
+    });
+}
+
 /// A host thread swaps an inside directory for a symlink that leads out,
 /// and moves a directory out of the export and back, while the client opens
 /// paths through them: it reads inside data or gets an error, never the
@@ -319,7 +354,10 @@ fn a_read_only_export_refuses_every_change() {
     erofs(fs.remove_dir("d"));
     erofs(fs.remove_file("f"));
     erofs(fs.rename("f", "g"));
+    erofs(fs.symlink("f", "s"));
+    erofs(fs.hard_link("f", "h"));
     assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"data");
+    assert!(!dir.path().join("s").exists() && !dir.path().join("h").exists());
     assert!(!dir.path().join("new").exists());
 }
 

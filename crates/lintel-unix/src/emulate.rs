@@ -457,7 +457,10 @@ impl Emulation {
             | libc::SYS_lgetxattr
             | libc::SYS_listxattr
             | libc::SYS_llistxattr => path(cwd, a[0]),
-            libc::SYS_rename => path(cwd, a[0]).or_else(|| path(cwd, a[1])),
+            libc::SYS_rename | libc::SYS_link => path(cwd, a[0]).or_else(|| path(cwd, a[1])),
+            libc::SYS_symlink => path(cwd, a[1]),
+            libc::SYS_symlinkat => path(a[1], a[2]),
+            libc::SYS_linkat => path(a[0], a[1]).or_else(|| path(a[2], a[3])),
             libc::SYS_newfstatat
             | libc::SYS_statx
             | libc::SYS_unlinkat
@@ -892,6 +895,63 @@ impl Emulation {
         self.set_attr(dirfd, path, flags, attr)
     }
 
+    /// `readlink`: a served symlink's target; `/proc/self/fd/N` of a
+    /// served `N` reads as the path the program opened.
+    fn readlink(&self, dirfd: i32, path: u64, buf: u64, size: u64) -> R {
+        if (size as i64) <= 0 {
+            return self.path_at(dirfd, path).ok()?.map(|_| err(libc::EINVAL));
+        }
+        let p = user::cstr(path).ok()?;
+        let target = if let Some(s) = fd_link(&p).and_then(|fd| self.served(fd as u64)) {
+            Ok(self.prefix.absolute(&s.path))
+        } else {
+            match self.path_at(dirfd, path) {
+                Ok(Some(rel)) => self.fs.read_link(std::ffi::OsStr::from_bytes(&rel)),
+                Ok(None) => return None,
+                Err(e) => return Some(err(e)),
+            }
+        };
+        Some(match target {
+            Ok(t) => {
+                let n = t.len().min(size as usize);
+                user::write(buf, &t[..n]).map_or_else(err, |()| n as i64)
+            }
+            Err(e) => fs_err(e),
+        })
+    }
+
+    /// `symlink`: made by the service when the new name is served (the
+    /// target is stored as given).
+    fn symlink(&self, target: u64, dirfd: i32, path: u64) -> R {
+        let rel = match self.path_at(dirfd, path) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        let target = match user::cstr(target) {
+            Ok(t) => t,
+            Err(e) => return Some(err(e)),
+        };
+        let os = std::ffi::OsStr::from_bytes;
+        Some(self.fs.symlink(os(&target), os(&rel)).map_or_else(fs_err, |()| 0))
+    }
+
+    /// `link`: both names served, or `EXDEV`.
+    fn link(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
+        match (self.path_at(olddir, old), self.path_at(newdir, new)) {
+            (Ok(None), Ok(None)) => None,
+            (Err(e), _) | (_, Err(e)) => Some(err(e)),
+            (Ok(Some(_)), Ok(None)) | (Ok(None), Ok(Some(_))) => Some(err(libc::EXDEV)),
+            (Ok(Some(_)), Ok(Some(_))) if flags & !(libc::AT_SYMLINK_FOLLOW as u64) != 0 => {
+                Some(err(libc::EINVAL))
+            }
+            (Ok(Some(a)), Ok(Some(b))) => {
+                let os = std::ffi::OsStr::from_bytes;
+                Some(self.fs.hard_link(os(&a), os(&b)).map_or_else(fs_err, |()| 0))
+            }
+        }
+    }
+
     fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
@@ -1011,16 +1071,12 @@ impl Emulator for Emulation {
             libc::SYS_faccessat | libc::SYS_faccessat2 => {
                 self.on_path(a[0] as i32, a[1], |p| self.fs.stat(p).map(drop))
             }
-            libc::SYS_readlink => self.on_path(cwd, a[0], |p| {
-                self.fs
-                    .symlink_stat(p)
-                    .and_then(|_| Err(FsError::Invalid("not a symlink".into())))
-            }),
-            libc::SYS_readlinkat => self.on_path(a[0] as i32, a[1], |p| {
-                self.fs
-                    .symlink_stat(p)
-                    .and_then(|_| Err(FsError::Invalid("not a symlink".into())))
-            }),
+            libc::SYS_readlink => self.readlink(cwd, a[0], a[1], a[2]),
+            libc::SYS_readlinkat => self.readlink(a[0] as i32, a[1], a[2], a[3]),
+            libc::SYS_symlink => self.symlink(a[0], cwd, a[1]),
+            libc::SYS_symlinkat => self.symlink(a[0], a[1] as i32, a[2]),
+            libc::SYS_link => self.link(cwd, a[0], cwd, a[1], 0),
+            libc::SYS_linkat => self.link(a[0] as i32, a[1], a[2] as i32, a[3], a[4]),
             libc::SYS_chmod => self.set_attr(
                 cwd,
                 a[0],
