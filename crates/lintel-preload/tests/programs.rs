@@ -279,6 +279,27 @@ fn a_served_working_directory_works_like_a_host_one() {
     assert_eq!(snapshot(s), snapshot(n));
 }
 
+/// Debian's `git` keeps a repository in the served tree: init, add,
+/// commit, status, diff, log, fsck and a read of a blob (fixed dates and
+/// names, so the commits hash alike both ways). Git's index records
+/// inode numbers, so the trees are compared through git, not byte for
+/// byte.
+#[test]
+fn git_keeps_a_repository_in_a_served_tree() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    let env = "export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 \
+        GIT_AUTHOR_NAME=n GIT_AUTHOR_EMAIL=n@example.org GIT_COMMITTER_NAME=n \
+        GIT_COMMITTER_EMAIL=n@example.org GIT_AUTHOR_DATE='1700000000 +0000' \
+        GIT_COMMITTER_DATE='1700000000 +0000';";
+    for script in [
+        "git init -q -b main %R/repo && cd %R/repo && cp -r ../docs ../a.txt . && git add . && git commit -qm first && echo more >> a.txt && rm docs/notes/one.txt && git status --short && git diff --stat && git commit -qam second && git log --format='%H %s' && git fsck --no-progress 2>&1 && git cat-file -p HEAD:a.txt && git ls-tree -r HEAD",
+        "cd %R/repo && git gc -q && git count-objects -v | grep -v size && git checkout -q HEAD~1 -- docs && git status --short && git log --format=%H -1",
+    ] {
+        same(n, s, &["sh", "-c", &format!("{env} {script}")]);
+    }
+}
+
 /// A forked child that has not `exec`ed cannot reach the file service:
 /// what it does to a served file fails with EIO, loudly, and nothing is
 /// written elsewhere in its place. (Natively the subshell writes the

@@ -201,3 +201,63 @@ fn join_with_hands_the_childs_handlers_the_parents_doors_before_any_call() {
         .expect("the child already held our door");
     assert_eq!(r.data, 41u64.to_le_bytes());
 }
+
+/// Calls made from a thread-local's destructor, after the thread's own
+/// lintel state is gone (what an exit handler meets too: git unlinks its
+/// lock files from one, after the main thread's thread-locals are
+/// destroyed), go through: a raw call and a stub call (the file
+/// service's), and the thread leaves no slot held.
+#[test]
+fn calls_from_a_thread_locals_destructor_go_through() {
+    use std::sync::{Arc, Mutex};
+    type Got = Arc<Mutex<Vec<String>>>;
+    struct CallOnDrop(Door, lintel_fs::Fs, Got);
+    impl Drop for CallOnDrop {
+        fn drop(&mut self) {
+            let raw = lintel_tests::call(&self.0, m::ECHO, b"late", &[]).map(|r| r.data);
+            let stub = self.1.remove_file("doomed");
+            self.2.lock().unwrap().push(format!("{raw:?} {stub:?}"));
+        }
+    }
+    thread_local! {
+        static LATE: std::cell::RefCell<Option<CallOnDrop>> = const { std::cell::RefCell::new(None) };
+    }
+    let p = Peer::start("plain");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("doomed"), b"x").unwrap();
+    let svc = lintel_tests::fs::FsService::start(dir.path(), false);
+    let got: Got = Arc::default();
+    for _ in 0..3 {
+        let (ctl, fs, g) = (p.ctl.clone(), svc.fs.clone(), got.clone());
+        std::thread::spawn(move || {
+            // Made before the thread's first call, so its destructor runs
+            // after lintel's.
+            LATE.with(|l| *l.borrow_mut() = Some(CallOnDrop(ctl.clone(), fs.clone(), g)));
+            assert_eq!(
+                lintel_tests::call(&ctl, m::ECHO, b"first", &[]).unwrap().data,
+                b"first"
+            );
+            fs.stat(".").unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), 3);
+    assert!(got[0].starts_with("Ok([108, 97, 116, 101]) Ok(())"), "{got:?}");
+    assert!(
+        got[1].starts_with("Ok([108, 97, 116, 101]) Err("),
+        "the file was gone: {got:?}"
+    );
+    assert!(!dir.path().join("doomed").exists());
+    // Nothing held: many more threads can still call.
+    let threads: Vec<_> = (0..80)
+        .map(|_| {
+            let ctl = p.ctl.clone();
+            std::thread::spawn(move || lintel_tests::call(&ctl, m::ECHO, b"x", &[]).unwrap().data)
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), b"x");
+    }
+}

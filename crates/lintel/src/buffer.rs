@@ -494,7 +494,7 @@ impl Drop for Loaned {
         // Let go of during a call from its lender: it rides back with the
         // reply (no message, no wait for the watcher threads).
         if SERVING.get() == conn.id {
-            RETURNS.with_borrow_mut(|r| r.push((self.off, self.len as u32)));
+            let _ = RETURNS.try_with(|r| r.borrow_mut().push((self.off, self.len as u32)));
             return;
         }
         if conn.return_loan(self.off, self.len as u32) {
@@ -525,7 +525,9 @@ pub(crate) fn serving(conn: u64) -> impl Drop {
 
 /// The caller's loans let go of during the call just served.
 pub(crate) fn take_returns() -> Vec<(u64, u32)> {
-    RETURNS.with_borrow_mut(std::mem::take)
+    RETURNS
+        .try_with(|r| std::mem::take(&mut *r.borrow_mut()))
+        .unwrap_or_default()
 }
 
 /// Write `returns` as [`BUF_RETURNED`] descriptors after the `first`

@@ -168,7 +168,10 @@ pub(crate) fn call_with(
 /// it was on `conn` and is still ours (the common case), else [`lease`].
 #[inline]
 fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
-    match LAST.take() {
+    // `try_with` throughout: a call may come from a thread-local's
+    // destructor or an exit handler, after these are gone; it then takes
+    // a lease for itself alone.
+    match LAST.try_with(Cell::take).ok().flatten() {
         Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(l.claim) => Ok(l),
         last => lease(conn, last),
     }
@@ -182,7 +185,8 @@ fn end_call(lease: Rc<Lease>) {
     if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
         forget(&lease);
     } else {
-        LAST.set(Some(lease));
+        let mut lease = Some(lease);
+        let _ = LAST.try_with(|l| l.set(lease.take()));
     }
 }
 
@@ -571,7 +575,10 @@ fn lease(conn: &Arc<Conn>, last: Option<Rc<Lease>>) -> Result<Rc<Lease>, CallErr
         forget(&l); // taken by another thread while this one was idle
         return new_lease(conn);
     }
-    let found = LEASES.with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned());
+    let found = LEASES
+        .try_with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned())
+        .ok()
+        .flatten();
     match found {
         Some(l) if l.area.leases.begin(l.claim) => Ok(l),
         Some(l) => {
@@ -588,7 +595,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         return Err(CallError::PeerDied);
     }
     // Forget leases on dead connections so their areas can go.
-    LEASES.with(|l| l.borrow_mut().retain(|x| !x.conn.is_dead()));
+    let _ = LEASES.try_with(|l| l.borrow_mut().retain(|x| !x.conn.is_dead()));
     let area = {
         let mut out = conn.out.lock();
         match &*out {
@@ -627,7 +634,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     if let Some(seq) = claim.drained {
         release_late_doors(&lease, seq);
     }
-    LEASES.with(|l| l.borrow_mut().push(lease.clone()));
+    let _ = LEASES.try_with(|l| l.borrow_mut().push(lease.clone()));
     Ok(lease)
 }
 
@@ -650,5 +657,5 @@ fn release_late_doors(lease: &Lease, seq: u32) {
 /// Drop this thread's (void) lease; its slot is no longer its own.
 #[cold]
 fn forget(lease: &Rc<Lease>) {
-    LEASES.with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
+    let _ = LEASES.try_with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
 }

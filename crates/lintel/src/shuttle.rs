@@ -114,18 +114,25 @@ const CANCEL_THIS: u32 = 1;
 const CANCEL_NEXT: u32 = 2;
 
 thread_local! {
-    static CURRENT: Arc<Shuttle> = Arc::new(Shuttle {
+    static CURRENT: Arc<Shuttle> = fresh();
+}
+
+fn fresh() -> Arc<Shuttle> {
+    Arc::new(Shuttle {
         alerted: AtomicU32::new(0),
         out_conn: AtomicU64::new(0),
         out_slot: AtomicU32::new(0),
         out_seq: AtomicU32::new(0),
         cancelled: AtomicU32::new(0),
         waiting_on: AtomicUsize::new(0),
-    });
+    })
 }
 
+/// The thread's shuttle; a fresh one, which nobody can alert, for a call
+/// made from a thread-local's destructor or an exit handler after the
+/// thread's own is gone.
 pub(crate) fn current_arc() -> Arc<Shuttle> {
-    CURRENT.with(|s| s.clone())
+    CURRENT.try_with(|s| s.clone()).unwrap_or_else(|_| fresh())
 }
 
 /// A handle to a thread's shuttle, usable from any thread to alert it.
@@ -175,12 +182,14 @@ pub fn current() -> ShuttleHandle {
 /// Whether this thread's shuttle has been alerted.
 #[inline]
 pub fn alerted() -> bool {
-    CURRENT.with(|s| s.alerted.load(Relaxed) != 0)
+    CURRENT
+        .try_with(|s| s.alerted.load(Relaxed) != 0)
+        .unwrap_or(false)
 }
 
 /// Clear this thread's alert.
 pub fn clear_alert() {
-    CURRENT.with(|s| s.alerted.store(0, SeqCst))
+    let _ = CURRENT.try_with(|s| s.alerted.store(0, SeqCst));
 }
 
 /// The sleep was cut short by an alert.
@@ -236,7 +245,7 @@ pub(crate) fn check_call() -> Result<(), crate::CallError> {
     if crate::deadline::passed(crate::deadline::current()) {
         return Err(crate::CallError::TimedOut);
     }
-    if CURRENT.with(|s| s.take_cancel()) {
+    if CURRENT.try_with(|s| s.take_cancel()).unwrap_or(false) {
         return Err(crate::CallError::Cancelled);
     }
     Ok(())

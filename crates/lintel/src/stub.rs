@@ -774,7 +774,13 @@ thread_local! {
 }
 
 fn take_scratch() -> Scratch {
-    SCRATCH.with(|s| s.borrow_mut().pop()).unwrap_or_default()
+    // `try_with`: a call may come from another thread-local's destructor
+    // or an exit handler, after this one is gone.
+    SCRATCH
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 fn put_scratch(mut s: Scratch) {
@@ -791,7 +797,7 @@ fn put_scratch(mut s: Scratch) {
     if !crate::bulk::kept_buffer(s.reply.data.capacity()) {
         s.reply.data = Vec::new();
     }
-    SCRATCH.with(|p| {
+    let _ = SCRATCH.try_with(|p| {
         let mut p = p.borrow_mut();
         if p.len() < SCRATCH_KEEP {
             p.push(s);
@@ -1109,7 +1115,13 @@ pub struct OutBuf(Vec<u8>);
 impl OutBuf {
     /// An empty buffer.
     pub fn new() -> OutBuf {
-        OutBuf(OUTBUFS.with(|p| p.borrow_mut().pop()).unwrap_or_default())
+        OutBuf(
+            OUTBUFS
+                .try_with(|p| p.borrow_mut().pop())
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        )
     }
 
     /// A buffer holding a copy of `b`.
@@ -1148,7 +1160,7 @@ impl Drop for OutBuf {
             return;
         }
         v.clear();
-        OUTBUFS.with(|p| {
+        let _ = OUTBUFS.try_with(|p| {
             let mut p = p.borrow_mut();
             if p.len() < SCRATCH_KEEP * 4 {
                 p.push(v);
