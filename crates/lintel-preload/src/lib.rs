@@ -8,19 +8,46 @@
 #![cfg(target_arch = "x86_64")]
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
 use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SOCKET};
 
-static EMULATION: OnceLock<Emulation> = OnceLock::new();
+/// This process's emulation: made by the constructor, made anew by a
+/// forked child (the parent's is left behind, never freed).
+static EMULATION: AtomicPtr<Emulation> = AtomicPtr::new(std::ptr::null_mut());
+
+fn current() -> Option<&'static Emulation> {
+    // SAFETY: a non-null pointer here came from `Box::leak` and is never
+    // freed.
+    unsafe { EMULATION.load(Ordering::Acquire).as_ref() }
+}
+
+/// A connection to the launcher's file service and an emulation on it.
+fn connect(prefix: Prefix) -> Option<&'static Emulation> {
+    let sock = std::env::var_os(ENV_SOCKET)?;
+    let doors = match lintel::boot::connect(std::path::Path::new(&sock), &[]) {
+        Ok(d) if !d.is_empty() => d,
+        Ok(_) => {
+            eprintln!("lintel-unix: the service offered no door");
+            return None;
+        }
+        Err(e) => {
+            eprintln!("lintel-unix: cannot reach the file service: {e}");
+            return None;
+        }
+    };
+    let fs = lintel_fs::Fs::from_door(doors[0].clone());
+    Some(Box::leak(Box::new(Emulation::new(fs, prefix))))
+}
 
 /// Run when the library is loaded: if the launcher set the environment,
 /// connect and arm the main thread. Any failure leaves the program
 /// running unemulated, and says why on stderr.
 extern "C" fn start() {
-    let (Some(sock), Some(prefix)) = (std::env::var_os(ENV_SOCKET), std::env::var_os(ENV_PREFIX)) else {
+    let (Some(_), Some(prefix)) = (std::env::var_os(ENV_SOCKET), std::env::var_os(ENV_PREFIX)) else {
         return;
     };
     use std::os::unix::ffi::OsStrExt;
@@ -41,15 +68,11 @@ extern "C" fn start() {
         Ok(f) => lintel::set_descriptor_floor(f.min(i32::MAX as u64) as i32),
         Err(e) => eprintln!("lintel-unix: no room kept for the runtime's descriptors: {e}"),
     }
-    let doors = match lintel::boot::connect(std::path::Path::new(&sock), &[]) {
-        Ok(d) if !d.is_empty() => d,
-        Ok(_) => return eprintln!("lintel-unix: the service offered no door"),
-        Err(e) => return eprintln!("lintel-unix: cannot reach the file service: {e}"),
-    };
-    let fs = lintel_fs::Fs::from_door(doors[0].clone());
-    let emulation = EMULATION.get_or_init(|| Emulation::new(fs, prefix));
+    let Some(emulation) = connect(prefix) else { return };
+    lintel_unix::emulate::set_reviver(revive);
     // Served files this image inherits from the one that exec'd it.
     emulation.adopt_inherited();
+    EMULATION.store(emulation as *const Emulation as *mut Emulation, Ordering::Release);
     if let Err(e) = trap::arm(emulation) {
         eprintln!("lintel-unix: cannot arm syscall user dispatch: {e}");
     }
@@ -88,7 +111,7 @@ extern "C" fn armed_start(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `p` is the `Start` boxed by `pthread_create` below, given to
     // this thread alone.
     let s = unsafe { Box::from_raw(p as *mut Start) };
-    if let Some(e) = EMULATION.get() {
+    if let Some(e) = current() {
         let _ = trap::arm(e);
     }
     (s.routine)(s.arg)
@@ -139,7 +162,7 @@ pub unsafe extern "C" fn pthread_create(
 /// The emulation, if this thread runs the program's code under it.
 fn emulation() -> Option<&'static Emulation> {
     if trap::trapping() && !trap::forked_child() {
-        EMULATION.get()
+        current()
     } else {
         None
     }
@@ -162,9 +185,7 @@ fn libc_ret(r: i64) -> isize {
 fn raw(nr: i64, args: [u64; 6]) -> isize {
     if trap::trapping()
         && trap::forked_child()
-        && let Some(r) = EMULATION
-            .get()
-            .and_then(|e| trap::allowed(|| e.emulate_call(nr, args)))
+        && let Some(r) = current().and_then(|e| trap::allowed(|| e.emulate_call(nr, args)))
     {
         return libc_ret(r);
     }
@@ -340,7 +361,37 @@ fn before_fork() {
     }
 }
 
-/// fork(2), with served files recorded for the child first.
+/// In the child of a fork made through the `fork` wrapper, on its first
+/// use of a served file (a fork that `exec`s at once pays nothing): a
+/// lintel runtime of its own, connected to the service anew, and an
+/// emulation that takes over the served files the parent recorded before
+/// the fork (by key: the same open files, offsets shared) and its working
+/// directory. If the service cannot be reached, the child stays as the
+/// trap path left it: its use of served files fails with EIO.
+fn revive() -> Option<&'static Emulation> {
+    let parent = current()?;
+    // Only once, and only in the child of a fork whose served files were
+    // recorded (not a raw `clone` the wrappers did not see).
+    if !trap::forked_child() || !RECORDED_FORK.swap(false, Ordering::AcqRel) {
+        return None;
+    }
+    trap::allowed(|| {
+        lintel::after_fork();
+        let e = connect(parent.prefix().clone())?;
+        e.inherit_cwd(parent);
+        e.adopt_inherited();
+        EMULATION.store(e as *const Emulation as *mut Emulation, Ordering::Release);
+        trap::adopted_child(e);
+        Some(e)
+    })
+}
+
+/// Set (in the parent, copied into the child) while a wrapped fork is
+/// made: its child may revive.
+static RECORDED_FORK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// fork(2), with served files recorded for the child first (it gets a
+/// runtime of its own when it first needs one: see `revive`).
 ///
 /// # Safety
 ///
@@ -348,8 +399,13 @@ fn before_fork() {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
     before_fork();
+    RECORDED_FORK.store(true, Ordering::Release);
     // SAFETY: libc's fork, as the caller asked.
-    unsafe { real_fork()() }
+    let pid = unsafe { real_fork()() };
+    if pid != 0 {
+        RECORDED_FORK.store(false, Ordering::Release);
+    }
+    pid
 }
 
 /// vfork(2), made a fork (POSIX allows it; a child sharing this memory
@@ -362,6 +418,8 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
     before_fork();
-    // SAFETY: libc's fork in place of vfork.
+    // SAFETY: libc's fork in place of vfork. (Its child may only `exec`
+    // or `_exit`: it needs no runtime; the trap path carries its served
+    // files and redirections to the image it `exec`s.)
     unsafe { real_fork()() }
 }

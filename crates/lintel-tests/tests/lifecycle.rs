@@ -468,3 +468,58 @@ fn dropping_many_doors_sends_their_releases_in_a_few_messages() {
         "{n} doors dropped, {sent} release messages"
     );
 }
+
+/// A child made by `fork` (in this multithreaded test process) that calls
+/// `lintel::after_fork` gets a domain of its own: its doors to the
+/// parent's peers fail with `PeerDied` instead of writing into the
+/// parent's call slots, its co-located doors work, and it can start and
+/// call a peer of its own. The parent's calls go on undisturbed, also
+/// while the child runs.
+#[test]
+fn a_forked_child_gets_a_domain_of_its_own() {
+    let p = Peer::start("plain");
+    assert_eq!(p.call(m::ECHO, b"before", &[]).unwrap().data, b"before");
+    let local = Door::create(5, |req: Request<'_>, reply: &mut Reply| {
+        reply.data.extend_from_slice(req.data);
+        Ok(())
+    });
+    let connections = lintel::introspect::connections();
+    // SAFETY: the child runs only the code below and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        lintel::after_fork();
+        let code = (|| {
+            if lintel_tests::call(&p.ctl, m::ECHO, b"child", &[]).err() != Some(CallError::PeerDied) {
+                return 2;
+            }
+            let mut r = Reply::new();
+            if local.call(b"here", &[], &mut r).is_err() || r.data != b"here" {
+                return 3;
+            }
+            let q = Peer::start("plain");
+            for _ in 0..200 {
+                if q.call(m::ECHO, b"own", &[]).map(|r| r.data).ok().as_deref() != Some(&b"own"[..]) {
+                    return 4;
+                }
+            }
+            if lintel::introspect::connections() != 1 {
+                return 5;
+            }
+            0
+        })();
+        // SAFETY: leaves the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    for i in 0..2000u32 {
+        let d = i.to_le_bytes();
+        assert_eq!(p.call(m::ECHO, &d, &[]).unwrap().data, d);
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
+    assert_eq!(p.call(m::ECHO, b"after", &[]).unwrap().data, b"after");
+    assert_eq!(lintel::introspect::connections(), connections);
+}

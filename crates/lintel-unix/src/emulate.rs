@@ -120,6 +120,17 @@ impl Emulation {
         }
     }
 
+    /// The served prefix.
+    pub fn prefix(&self) -> &Prefix {
+        &self.prefix
+    }
+
+    /// Take the working directory `parent` had (a forked child's new
+    /// emulation).
+    pub fn inherit_cwd(&self, parent: &Emulation) {
+        *self.cwd.write() = parent.served_cwd();
+    }
+
     /// The served working directory, if it is one. (`try_read`: a forked
     /// child must not wait on a lock a thread of its parent held.)
     fn served_cwd(&self) -> Option<Vec<u8>> {
@@ -389,9 +400,6 @@ impl Emulation {
     /// other use of a served file or path fails with `EIO`, so nothing is
     /// read from or written to the placeholder behind it.
     fn emulate_in_forked_child(&self, nr: i64, a: [u64; 6]) -> R {
-        let cwd = libc::AT_FDCWD as u64;
-        let fd = |i: usize| placeholder_fd(a[i] as i32).then(|| err(libc::EIO));
-        let path = |dirfd: u64, p: u64| self.child_path(dirfd as i32, p).then(|| err(libc::EIO));
         match nr {
             // Into a served directory unchecked (the child cannot ask the
             // service; what it opens there finds out), out of one by the
@@ -404,7 +412,6 @@ impl Emulation {
                 Ok(None) => self.kernel_chdir(libc::SYS_chdir, a[0]),
                 Err(e) => Some(err(e)),
             },
-            libc::SYS_fchdir if placeholder_fd(a[0] as i32) => Some(err(libc::EIO)),
             libc::SYS_getcwd => self.getcwd(a[0], a[1]),
             libc::SYS_open => self.defer_open(a[0], a[1], a[2]),
             libc::SYS_openat
@@ -413,12 +420,23 @@ impl Emulation {
             {
                 self.defer_open(a[1], a[2], a[3])
             }
-            libc::SYS_openat => fd(0),
             libc::SYS_creat => self.defer_open(
                 a[0],
                 (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) as u64,
                 a[1],
             ),
+            _ => self.child_touches_served(nr, a).then(|| err(libc::EIO)),
+        }
+    }
+
+    /// Whether call `nr` of a forked child touches a served file or path:
+    /// a placeholder descriptor, an absolute path under the prefix, or a
+    /// path relative to a served directory.
+    fn child_touches_served(&self, nr: i64, a: [u64; 6]) -> bool {
+        let cwd = libc::AT_FDCWD as u64;
+        let fd = |i: usize| placeholder_fd(a[i] as i32);
+        let path = |dirfd: u64, p: u64| self.child_path(dirfd as i32, p);
+        match nr {
             libc::SYS_read
             | libc::SYS_write
             | libc::SYS_pread64
@@ -438,12 +456,17 @@ impl Emulation {
             | libc::SYS_fallocate
             | libc::SYS_fchmod
             | libc::SYS_fchown
+            | libc::SYS_fchdir
             | libc::SYS_fgetxattr
             | libc::SYS_flistxattr => fd(0),
-            libc::SYS_mmap if a[3] & libc::MAP_ANONYMOUS as u64 == 0 => fd(4),
-            libc::SYS_sendfile => fd(0).or_else(|| fd(1)),
-            libc::SYS_copy_file_range | libc::SYS_splice => fd(0).or_else(|| fd(2)),
-            libc::SYS_stat
+            libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
+            libc::SYS_sendfile => fd(0) || fd(1),
+            libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
+            libc::SYS_open
+            | libc::SYS_creat
+            | libc::SYS_chdir
+            | libc::SYS_truncate
+            | libc::SYS_stat
             | libc::SYS_lstat
             | libc::SYS_access
             | libc::SYS_unlink
@@ -457,11 +480,11 @@ impl Emulation {
             | libc::SYS_lgetxattr
             | libc::SYS_listxattr
             | libc::SYS_llistxattr => path(cwd, a[0]),
-            libc::SYS_rename | libc::SYS_link => path(cwd, a[0]).or_else(|| path(cwd, a[1])),
+            libc::SYS_rename | libc::SYS_link => path(cwd, a[0]) || path(cwd, a[1]),
             libc::SYS_symlink => path(cwd, a[1]),
             libc::SYS_symlinkat => path(a[1], a[2]),
-            libc::SYS_linkat => path(a[0], a[1]).or_else(|| path(a[2], a[3])),
-            libc::SYS_newfstatat
+            libc::SYS_openat
+            | libc::SYS_newfstatat
             | libc::SYS_statx
             | libc::SYS_unlinkat
             | libc::SYS_mkdirat
@@ -471,8 +494,10 @@ impl Emulation {
             | libc::SYS_fchmodat
             | libc::SYS_fchownat
             | libc::SYS_utimensat => path(a[0], a[1]),
-            libc::SYS_renameat | libc::SYS_renameat2 => path(a[0], a[1]).or_else(|| path(a[2], a[3])),
-            _ => None,
+            libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {
+                path(a[0], a[1]) || path(a[2], a[3])
+            }
+            _ => false,
         }
     }
 
@@ -988,6 +1013,14 @@ impl Emulator for Emulation {
             return Some(r);
         }
         if trap::forked_child() {
+            // A child forked through the preload library's wrapper gets a
+            // runtime of its own on its first use of a served file; any
+            // other forked child serves what it can without one.
+            if self.child_touches_served(nr, a)
+                && let Some(e) = REVIVER.get().and_then(|revive| revive())
+            {
+                return e.emulate(nr, a);
+            }
             return self.emulate_in_forked_child(nr, a);
         }
         match nr {
@@ -1126,6 +1159,19 @@ impl Emulator for Emulation {
             _ => None,
         }
     }
+}
+
+/// How a forked child gets a lintel runtime and an emulation of its own
+/// (set by the preload library; `None` from it: not possible here).
+static REVIVER: std::sync::OnceLock<fn() -> Option<&'static Emulation>> = std::sync::OnceLock::new();
+
+/// Set how a forked child gets a runtime of its own: called (once per
+/// child, on its only thread) on the child's first use of a served file,
+/// it returns the child's new emulation, or `None` to leave the child
+/// without one (its use of served files then fails with EIO, and its
+/// opens are deferred to the image it `exec`s).
+pub fn set_reviver(revive: fn() -> Option<&'static Emulation>) {
+    let _ = REVIVER.set(revive);
 }
 
 /// Keep the program below the descriptor floor, where the lintel runtime

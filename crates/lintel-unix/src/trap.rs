@@ -90,13 +90,21 @@ thread_local! {
 }
 
 /// Set in a child forked by a trapped program: its copy of the lintel
-/// runtime has no threads, and its calls must not go through it.
+/// runtime has no threads, and its calls must not go through it (until
+/// the preload library gives it a runtime of its own, [`adopted_child`]).
 static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether this process is a child forked from a trapped program (it is
 /// not armed: its calls go to the kernel until it `exec`s).
 pub fn forked_child() -> bool {
     FORKED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The forked child has a lintel runtime and an emulator of its own now:
+/// the calling thread (its only one) answers through `emulator`.
+pub fn adopted_child(emulator: &'static dyn Emulator) {
+    EMULATOR.with(|e| e.set(Some(emulator)));
+    FORKED.store(false, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// A system call made for real, from the exempt range: it never traps.

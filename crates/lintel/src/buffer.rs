@@ -259,6 +259,9 @@ struct Pool {
     ranges: Mutex<Ranges>,
     /// Loans lent out, by connection: `offset → pages` (bytes).
     out: Mutex<HashMap<u64, HashMap<usize, usize>>>,
+    /// The fork generation it was made in: a forked child's parent's
+    /// pool is shared with the parent, so the child makes no loans of it.
+    generation: u64,
 }
 
 static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
@@ -272,9 +275,16 @@ fn pool() -> Result<&'static Pool, CallError> {
             map: Arc::new(map),
             ranges: Mutex::new(Ranges::new(POOL_SIZE)),
             out: Mutex::new(HashMap::new()),
+            generation: crate::domain::GENERATION.load(std::sync::atomic::Ordering::SeqCst),
         })
     });
-    p.as_ref().map_err(|e| CallError::Local(e.clone()))
+    let p = p.as_ref().map_err(|e| CallError::Local(e.clone()))?;
+    if p.generation != crate::domain::GENERATION.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(CallError::Local(
+            "the loan pool is the parent process's: a forked child makes no loans".into(),
+        ));
+    }
+    Ok(p)
 }
 
 fn pages(len: usize) -> usize {

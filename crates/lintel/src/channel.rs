@@ -654,6 +654,14 @@ fn release_late_doors(lease: &Lease, seq: u32) {
     }
 }
 
+/// In a forked child: the leases this thread held are the parent's (their
+/// slots live in memory the parent shares); forget them without giving
+/// anything back.
+pub(crate) fn forget_thread_leases() {
+    let _ = LAST.try_with(|l| std::mem::forget(l.take()));
+    let _ = LEASES.try_with(|l| std::mem::forget(std::mem::take(&mut *l.borrow_mut())));
+}
+
 /// Drop this thread's (void) lease; its slot is no longer its own.
 #[cold]
 fn forget(lease: &Rc<Lease>) {

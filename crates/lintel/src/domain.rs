@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
@@ -49,7 +49,13 @@ struct Tickets {
     by_ino: HashMap<u64, u64>,
 }
 
-static DOMAIN: OnceLock<Domain> = OnceLock::new();
+/// This process's domain: null until first use, then a leaked box that
+/// lives as long as the process; a forked child replaces it with one of
+/// its own ([`after_fork`]), leaking the parent's.
+static DOMAIN: crate::leaked::Leaked<Domain> = crate::leaked::Leaked::new();
+/// How many times this process forked and replaced its domain; state made
+/// under an older generation (the loan pool) is the parent's.
+pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// The sink of doors served here ([`crate::door::UnrefSink`]): the domain's
 /// one unreferenced thread delivers them in order.
@@ -68,15 +74,35 @@ pub(crate) fn get() -> &'static Domain {
 
 #[cold]
 fn start() -> &'static Domain {
-    let mut started = false;
-    let d = DOMAIN.get_or_init(|| {
-        started = true;
-        Domain::new()
-    });
-    if started {
-        d.start_threads();
+    DOMAIN.get_or_make(Domain::new, Domain::start_threads)
+}
+
+/// In a forked child, before it uses lintel: the parent's domain is left
+/// behind (its threads do not exist here, its connections' memory is
+/// shared with the parent), its sockets are closed so its peers see only
+/// the parent, and the next use starts a domain of this process's own.
+/// Runs on the child's only thread; takes no lock a parent thread could
+/// have held at the fork (those it cannot take are skipped).
+pub(crate) fn after_fork() {
+    GENERATION.fetch_add(1, SeqCst);
+    crate::channel::forget_thread_leases();
+    let Some(old) = DOMAIN.abandon() else { return };
+    let Some(conns) = old.conns.try_lock() else { return };
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok();
+    for conn in conns.values() {
+        conn.dead.store(true, SeqCst);
+        // Put /dev/null where the socket was: this process's reference to
+        // the connection goes, and the number stays taken until the
+        // connection's own descriptor is dropped.
+        if let Some(null) = &null {
+            let _ = sys::replace_fd(null.as_fd(), conn.sock.as_fd());
+        }
     }
-    d
 }
 
 impl Domain {

@@ -79,6 +79,7 @@ mod door;
 mod error;
 mod grants;
 mod handshake;
+mod leaked;
 mod lease;
 pub mod pool;
 mod server;
@@ -124,6 +125,30 @@ pub fn descriptor_floor() -> i32 {
 /// libraries that keep descriptors of their own beside the runtime's.
 pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
     sys::above_floor(fd)
+}
+
+/// Call in a child made by `fork` (one that does not `exec` at once),
+/// before it uses lintel: the parent's connections stay the parent's
+/// (their memory is shared with it, and their threads are not in the
+/// child), and the child gets a domain of its own. Doors the child held
+/// from before the fork that lead to other domains fail with
+/// [`CallError::PeerDied`]; doors it serves itself keep working
+/// co-located; it can `boot::connect` anew. Loans cannot be made in such
+/// a child (the pool is the parent's). Without this call a forked child
+/// that uses lintel corrupts its parent's calls.
+///
+/// ```no_run
+/// // SAFETY (of the fork): the child only calls async-signal-safe code
+/// // and lintel::after_fork before exiting.
+/// let pid = unsafe { libc::fork() };
+/// if pid == 0 {
+///     lintel::after_fork();
+///     // ... connect again, call, then exit
+///     std::process::exit(0);
+/// }
+/// ```
+pub fn after_fork() {
+    domain::after_fork()
 }
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.

@@ -34,6 +34,18 @@ pub fn descriptor_floor() -> i32 {
     FLOOR.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Make descriptor number `at` refer to what `with` does (`dup3`),
+/// closing what it referred to.
+pub fn replace_fd(with: BorrowedFd<'_>, at: BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: the number `at` stays open (now to `with`'s file) and keeps
+    // its one owner, who closes it as before; the temporary OwnedFd is
+    // forgotten, never closed here.
+    let mut target = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(at.as_raw_fd()) });
+    rustix::io::dup3(with, &mut target, rustix::io::DupFlags::CLOEXEC)?;
+    Ok(())
+}
+
 /// `fd` moved to the lowest free number at or above the floor (kept where
 /// it is if there is no floor, or no room above it).
 pub fn above_floor(fd: OwnedFd) -> OwnedFd {
