@@ -96,6 +96,39 @@ impl Manifest {
         }
     }
 
+    /// Where the system booted from the manifest at `path` listens for
+    /// tools, read without checking its domains and services (for a tool
+    /// that does not carry the system's registry, such as `lintel-run`
+    /// joining its file service).
+    pub fn socket_at(path: &Path) -> Result<PathBuf, ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
+            file: path.display().to_string(),
+            problems: vec![Problem {
+                line: 0,
+                column: 0,
+                message: format!("cannot read the manifest: {e}"),
+            }],
+        })?;
+        let mut diag = Diag {
+            text: &text,
+            problems: Vec::new(),
+        };
+        let raw: RawManifest = match toml::from_str(&text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                diag.at(e.span(), e.message().trim_end().to_string());
+                return Err(diag.into_error(path));
+            }
+        };
+        let system = system_of(&raw, path, &mut diag);
+        let socket = socket_of(&raw, path, &system, &mut diag);
+        if diag.problems.is_empty() {
+            Ok(socket)
+        } else {
+            Err(diag.into_error(path))
+        }
+    }
+
     /// The domain hosting `service`.
     pub fn domain_of(&self, service: &str) -> Option<&DomainSpec> {
         self.domains
@@ -239,42 +272,7 @@ fn valid_name(s: &str) -> bool {
 }
 
 fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_>) -> Manifest {
-    let system = match &raw.system {
-        Some(s) => {
-            if !valid_name(s.get_ref()) {
-                diag.at(
-                    Some(s.span()),
-                    format!(
-                        "system name `{}` must be 1-64 letters, digits, `-` or `_`",
-                        s.get_ref()
-                    ),
-                );
-            }
-            s.get_ref().clone()
-        }
-        None => {
-            let stem = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let cleaned: String = stem
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .take(64)
-                .collect();
-            if cleaned.is_empty() {
-                "lintel".into()
-            } else {
-                cleaned
-            }
-        }
-    };
+    let system = system_of(raw, path, diag);
 
     // Domains in file order (the map does not keep it; the spans do).
     let mut raw_domains: Vec<_> = raw.domain.iter().collect();
@@ -391,28 +389,7 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         svc.to_string()
     });
 
-    let socket = match &raw.socket {
-        Some(s) => {
-            let p = Path::new(s.get_ref());
-            let p = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                path.parent().unwrap_or(Path::new(".")).join(p)
-            };
-            // sun_path holds 108 bytes including the terminating NUL.
-            if p.as_os_str().len() >= 108 {
-                diag.at(
-                    Some(s.span()),
-                    format!(
-                        "socket path `{}` is longer than a Unix socket path may be (107 bytes)",
-                        p.display()
-                    ),
-                );
-            }
-            p
-        }
-        None => default_socket(&system),
-    };
+    let socket = socket_of(raw, path, &system, diag);
 
     let mut settings = BTreeMap::new();
     let mut raw_settings: Vec<_> = raw.service.iter().collect();
@@ -458,6 +435,73 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         domains,
         settings,
         dir,
+    }
+}
+
+/// The system's name: the `system` key, else the file's stem.
+fn system_of(raw: &RawManifest, path: &Path, diag: &mut Diag<'_>) -> String {
+    match &raw.system {
+        Some(s) => {
+            if !valid_name(s.get_ref()) {
+                diag.at(
+                    Some(s.span()),
+                    format!(
+                        "system name `{}` must be 1-64 letters, digits, `-` or `_`",
+                        s.get_ref()
+                    ),
+                );
+            }
+            s.get_ref().clone()
+        }
+        None => {
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let cleaned: String = stem
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(64)
+                .collect();
+            if cleaned.is_empty() {
+                "lintel".into()
+            } else {
+                cleaned
+            }
+        }
+    }
+}
+
+/// Where the supervisor listens: `socket` (relative to the manifest),
+/// else the default for the system's name.
+fn socket_of(raw: &RawManifest, path: &Path, system: &str, diag: &mut Diag<'_>) -> PathBuf {
+    match &raw.socket {
+        Some(s) => {
+            let p = Path::new(s.get_ref());
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                path.parent().unwrap_or(Path::new(".")).join(p)
+            };
+            // sun_path holds 108 bytes including the terminating NUL.
+            if p.as_os_str().len() >= 108 {
+                diag.at(
+                    Some(s.span()),
+                    format!(
+                        "socket path `{}` is longer than a Unix socket path may be (107 bytes)",
+                        p.display()
+                    ),
+                );
+            }
+            p
+        }
+        None => default_socket(system),
     }
 }
 
@@ -621,5 +665,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.socket, PathBuf::from("/x/run/s.sock"));
+    }
+
+    #[test]
+    fn a_tool_finds_the_socket_without_the_systems_registry() {
+        let dir = std::env::temp_dir().join(format!("lintel-socket-at-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sys.toml");
+        // Services this test's registry does not know: only the socket is read.
+        std::fs::write(
+            &path,
+            "socket = \"run/s.sock\"\n[domain.a]\nservices = [\"unknown\"]\n",
+        )
+        .unwrap();
+        let full = Manifest::load(&path, &registry()).map(|m| m.socket);
+        assert!(full.is_err(), "the full check refuses the unknown service");
+        assert_eq!(Manifest::socket_at(&path).unwrap(), dir.join("run/s.sock"));
+        std::fs::write(&path, "system = \"named\"\n").unwrap();
+        assert!(
+            Manifest::socket_at(&path)
+                .unwrap()
+                .to_string_lossy()
+                .ends_with("-named.sock")
+        );
+        std::fs::write(&path, "system = \"bad name!\"\n").unwrap();
+        assert!(Manifest::socket_at(&path).is_err());
+        std::fs::write(&path, "socket = 3\n").unwrap();
+        assert!(Manifest::socket_at(&path).is_err());
+        assert!(Manifest::socket_at(&dir.join("missing.toml")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

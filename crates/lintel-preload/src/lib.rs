@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
-use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SOCKET};
+use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET};
 
 /// This process's emulation: made by the constructor, made anew by a
 /// forked child (the parent's is left behind, never freed).
@@ -25,11 +25,13 @@ fn current() -> Option<&'static Emulation> {
     unsafe { EMULATION.load(Ordering::Acquire).as_ref() }
 }
 
-/// A connection to the launcher's file service and an emulation on it.
+/// A connection to the file service and an emulation on it: the first
+/// door the launcher's socket offers, or (joining a running system) the
+/// service of that name, looked up through the supervisor's name service.
 fn connect(prefix: Prefix) -> Option<&'static Emulation> {
     let sock = std::env::var_os(ENV_SOCKET)?;
-    let doors = match lintel::boot::connect(std::path::Path::new(&sock), &[]) {
-        Ok(d) if !d.is_empty() => d,
+    let door = match lintel::boot::connect(std::path::Path::new(&sock), &[]) {
+        Ok(d) if !d.is_empty() => d[0].clone(),
         Ok(_) => {
             eprintln!("lintel-unix: the service offered no door");
             return None;
@@ -39,7 +41,17 @@ fn connect(prefix: Prefix) -> Option<&'static Emulation> {
             return None;
         }
     };
-    let fs = lintel_fs::Fs::from_door(doors[0].clone());
+    let door = match std::env::var(ENV_SERVICE) {
+        Ok(name) => match lintel_boot::Names::new(door).lookup(&name) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("lintel-unix: no file service `{name}`: {e}");
+                return None;
+            }
+        },
+        Err(_) => door,
+    };
+    let fs = lintel_fs::Fs::from_door(door);
     Some(Box::leak(Box::new(Emulation::new(fs, prefix))))
 }
 

@@ -26,6 +26,10 @@ pub mod user;
 /// Where the launcher's file service listens (set in the program's
 /// environment).
 pub const ENV_SOCKET: &str = "LINTEL_UNIX_SOCKET";
+/// The name of the file service to look up through the name service that
+/// answers at [`ENV_SOCKET`] (a running system's supervisor), instead of
+/// taking the first door offered there (set by `lintel-run --manifest`).
+pub const ENV_SERVICE: &str = "LINTEL_UNIX_SERVICE";
 /// The served prefix (set in the program's environment).
 pub const ENV_PREFIX: &str = "LINTEL_UNIX_PREFIX";
 /// The descriptor floor of a program's lintel runtime (set in the

@@ -1,16 +1,22 @@
 //! `lintel-run --root DIR --prefix /PATH [--read-only] -- PROGRAM ARGS...`
+//! `lintel-run --manifest M [--service NAME] --prefix /PATH -- PROGRAM ARGS...`
 //!
-//! Export DIR through a lintel file service in this process and run
-//! PROGRAM with the emulation library preloaded: its file I/O under /PATH
-//! is served from DIR (the prefix need not exist on the host). Exits with
-//! PROGRAM's status.
+//! Run PROGRAM with the emulation library preloaded: its file I/O under
+//! /PATH (which need not exist on the host) is served by a lintel file
+//! service. With `--root`, this process exports DIR itself. With
+//! `--manifest`, the program joins the file service NAME (default `fs`)
+//! of the system running from manifest M: every process image looks it
+//! up through the system's name service. Exits with PROGRAM's status.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 fn usage() -> ExitCode {
-    eprintln!("usage: lintel-run --root DIR --prefix /PATH [--read-only] -- PROGRAM ARGS...");
+    eprintln!(
+        "usage: lintel-run --root DIR --prefix /PATH [--read-only] -- PROGRAM ARGS...\n       \
+         lintel-run --manifest M [--service NAME] --prefix /PATH -- PROGRAM ARGS..."
+    );
     ExitCode::from(2)
 }
 
@@ -35,27 +41,82 @@ fn main() -> ExitCode {
     };
     let (opts, prog) = (&args[..split], &args[split + 1..]);
     let (mut root, mut prefix, mut read_only) = (None, None, false);
+    let (mut manifest, mut service_name) = (None, None);
     let mut it = opts.iter();
     while let Some(o) = it.next() {
         match o.as_str() {
             "--root" => root = it.next().cloned(),
+            "--manifest" => manifest = it.next().cloned(),
+            "--service" => service_name = it.next().cloned(),
             "--prefix" => prefix = it.next().cloned(),
             "--read-only" => read_only = true,
             _ => return usage(),
         }
     }
-    let (Some(root), Some(prefix), Some(program)) = (root, prefix, prog.first()) else {
+    let (Some(prefix), Some(program)) = (prefix, prog.first()) else {
         return usage();
     };
     let Some(lib) = library() else {
         eprintln!("lintel-run: liblintel_preload.so not found beside this program");
         return ExitCode::from(2);
     };
-    let service = match lintel_fs::Service::new(&root, read_only) {
+    let (sock, service) = match (root, manifest) {
+        (Some(root), None) if service_name.is_none() => match serve(&root, read_only) {
+            Ok(sock) => (sock, None),
+            Err(code) => return code,
+        },
+        (None, Some(manifest)) if !read_only => {
+            let name = service_name.unwrap_or_else(|| "fs".into());
+            match join(std::path::Path::new(&manifest), &name) {
+                Ok(sock) => (sock, Some(name)),
+                Err(code) => return code,
+            }
+        }
+        _ => return usage(),
+    };
+    let mut command = Command::new(program);
+    // The program's runtime keeps its descriptors at this floor and above,
+    // the same in every image the program execs.
+    match lintel_unix::choose_descriptor_floor() {
+        Ok(floor) => {
+            command.env(lintel_unix::ENV_FD_FLOOR, floor.to_string());
+        }
+        Err(e) => eprintln!("lintel-run: no room kept for the runtime's descriptors: {e}"),
+    }
+    if let Some(name) = &service {
+        command.env(lintel_unix::ENV_SERVICE, name);
+    }
+    let status = command
+        .args(&prog[1..])
+        .env("LD_PRELOAD", &lib)
+        .env(lintel_unix::ENV_SOCKET, &sock)
+        .env(lintel_unix::ENV_PREFIX, &prefix)
+        .status();
+    if service.is_none() {
+        let _ = std::fs::remove_file(&sock);
+    }
+    match status {
+        Ok(s) => match s.code() {
+            Some(c) => ExitCode::from(c as u8),
+            None => {
+                ExitCode::from(128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0) as u8)
+            }
+        },
+        Err(e) => {
+            eprintln!("lintel-run: cannot run {program}: {e}");
+            ExitCode::from(127)
+        }
+    }
+}
+
+/// Export `root` from this process; the socket every process image of the
+/// program connects to.
+fn serve(root: &str, read_only: bool) -> Result<PathBuf, ExitCode> {
+    let service = match lintel_fs::Service::new(root, read_only) {
         Ok(s) => s.into_door(),
         Err(e) => {
             eprintln!("lintel-run: cannot export {root}: {e}");
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     let sock = std::env::temp_dir().join(format!("lintel-run-{}.sock", std::process::id()));
@@ -64,7 +125,7 @@ fn main() -> ExitCode {
         Ok(l) => l,
         Err(e) => {
             eprintln!("lintel-run: cannot listen at {}: {e}", sock.display());
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         }
     };
     // Every process of the program (each image after exec) connects.
@@ -76,32 +137,42 @@ fn main() -> ExitCode {
             });
         }
     });
-    let mut command = Command::new(program);
-    // The program's runtime keeps its descriptors at this floor and above,
-    // the same in every image the program execs.
-    match lintel_unix::choose_descriptor_floor() {
-        Ok(floor) => {
-            command.env(lintel_unix::ENV_FD_FLOOR, floor.to_string());
-        }
-        Err(e) => eprintln!("lintel-run: no room kept for the runtime's descriptors: {e}"),
-    }
-    let status = command
-        .args(&prog[1..])
-        .env("LD_PRELOAD", &lib)
-        .env(lintel_unix::ENV_SOCKET, &sock)
-        .env(lintel_unix::ENV_PREFIX, &prefix)
-        .status();
-    let _ = std::fs::remove_file(&sock);
-    match status {
-        Ok(s) => match s.code() {
-            Some(c) => ExitCode::from(c as u8),
-            None => {
-                ExitCode::from(128 + std::os::unix::process::ExitStatusExt::signal(&s).unwrap_or(0) as u8)
-            }
-        },
+    Ok(sock)
+}
+
+/// The socket of the system running from `manifest`, once its file service
+/// `name` answers there (so a wrong name or a system that is not running
+/// is said here, once, not by every process of the program).
+fn join(manifest: &std::path::Path, name: &str) -> Result<PathBuf, ExitCode> {
+    let sock = match lintel_boot::Manifest::socket_at(manifest) {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("lintel-run: cannot run {program}: {e}");
-            ExitCode::from(127)
+            eprintln!("lintel-run: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    let names = match lintel::boot::connect(&sock, &[]) {
+        Ok(d) if !d.is_empty() => lintel_boot::Names::new(d[0].clone()),
+        Ok(_) | Err(_) => {
+            eprintln!(
+                "lintel-run: no system answers at {} (is the system of {} running?)",
+                sock.display(),
+                manifest.display()
+            );
+            return Err(ExitCode::from(2));
+        }
+    };
+    match names.lookup_within(name, std::time::Duration::from_secs(10)) {
+        Ok(door) => {
+            if let Err(e) = lintel_fs::Fs::from_door(door).stat(".") {
+                eprintln!("lintel-run: `{name}` is not a file service: {e}");
+                return Err(ExitCode::from(2));
+            }
+            Ok(sock)
+        }
+        Err(e) => {
+            eprintln!("lintel-run: {e}");
+            Err(ExitCode::from(2))
         }
     }
 }
