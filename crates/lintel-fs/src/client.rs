@@ -153,6 +153,11 @@ impl Fs {
         self.export.rename(bytes(&from), bytes(&to))
     }
 
+    /// The exported file system's figures (`statfs(2)` of the root).
+    pub fn statfs(&self) -> Result<crate::proto::FsStat, FsError> {
+        self.export.statfs()
+    }
+
     /// The target of the symlink `path`.
     pub fn read_link(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
         self.export.read_link(bytes(&path))

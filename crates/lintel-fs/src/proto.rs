@@ -58,6 +58,26 @@ pub struct Stat {
     pub ctime: Timespec,
 }
 
+/// The exported file system's figures, field for field what `statfs(2)`
+/// reports for the export's root.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct FsStat {
+    /// The file system's type (`f_type`).
+    pub kind: u64,
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Free blocks an unprivileged user may use.
+    pub blocks_available: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u64,
+    /// Fragment size (`f_frsize`).
+    pub fragment_size: u64,
+    /// Mount flags (`f_flags`), with `ST_RDONLY` set for a read-only export.
+    pub flags: u64,
+}
+
 /// `S_IFMT` and the type values this crate tests for.
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
@@ -193,6 +213,8 @@ pub trait Export {
     fn symlink(&self, target: &[u8], path: &[u8]) -> Result<(), FsError>;
     /// Make `to` a new name of the file `from` (a hard link).
     fn link(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
+    /// The exported file system's figures (`statfs(2)` of the root).
+    fn statfs(&self) -> Result<FsStat, FsError>;
     /// What the service has done for mapped windows.
     fn counters(&self) -> Result<Counters, FsError>;
     /// Start a session for mapped windows: the caller's userfaultfd (the

@@ -344,6 +344,24 @@ impl Export for ExportImpl {
         Ok(self.read_only)
     }
 
+    fn statfs(&self) -> Result<crate::proto::FsStat, FsError> {
+        let s = rustix::fs::fstatfs(&self.root)?;
+        let v = rustix::fs::fstatvfs(&self.root)?;
+        let read_only = if self.read_only { libc::ST_RDONLY } else { 0 };
+        Ok(crate::proto::FsStat {
+            kind: s.f_type as u64,
+            block_size: s.f_bsize as u64,
+            blocks: s.f_blocks,
+            blocks_free: s.f_bfree,
+            blocks_available: s.f_bavail,
+            files: s.f_files,
+            files_free: s.f_ffree,
+            name_max: s.f_namelen as u64,
+            fragment_size: s.f_frsize as u64,
+            flags: v.f_flag.bits() | read_only,
+        })
+    }
+
     fn read_link(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
         let (dir, name) = self.parent(path)?;
         Ok(rustix::fs::readlinkat(&dir, name, Vec::new())?.into_bytes())

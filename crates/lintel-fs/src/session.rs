@@ -33,6 +33,10 @@ pub(crate) const MAX_WINDOW: u64 = 64 << 20;
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 struct Binding {
+    /// Unique among the session's bindings, ever: a slot and a mapping
+    /// address are both reused once a file is let go of, and a late
+    /// update meant for the binding before must not land in this one.
+    id: u64,
     open: Arc<Opened>,
     /// Where the client mapped the cache, once it said so.
     base: Option<u64>,
@@ -58,6 +62,20 @@ impl Mapped {
 }
 
 const CHUNK: u64 = 64 * 1024;
+
+/// For tests: `LINTEL_FS_PAGER_DELAY_US` makes the pager sleep that long
+/// after it wakes a faulting thread, so what the pager does then races
+/// what the woken client does next (nothing may depend on it).
+fn pager_delay() -> Option<std::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<std::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        let us = std::env::var("LINTEL_FS_PAGER_DELAY_US")
+            .ok()?
+            .parse::<u64>()
+            .ok()?;
+        Some(std::time::Duration::from_micros(us))
+    })
+}
 
 /// The service's half of a session.
 pub(crate) struct SessionCore {
@@ -145,26 +163,27 @@ impl SessionCore {
             let base = b.base?;
             (base..base + SPAN)
                 .contains(&addr)
-                .then(|| (b.open.clone(), base))
+                .then(|| (b.open.clone(), base, b.id))
         });
-        let (open, base) = found.ok_or("faulted outside every mapping it declared")?;
+        let (open, base, id) = found.ok_or("faulted outside every mapping it declared")?;
         let at = (addr - base) & !(FAULT_WINDOW - 1);
         let epoch = open.node.epoch.load(SeqCst);
         open.node
             .fill(&open.fd, at, FAULT_WINDOW)
             .map_err(|_| "faulted where no window can be")?;
+        // Noted before the faulting thread is woken: once it runs on, the
+        // client may let the file go and map another one at the same
+        // address and slot, which must not inherit this note. (A chunk
+        // noted but not mapped only costs a fault later.)
+        if let Some(b) = self.bindings.lock().iter_mut().flatten().find(|b| b.id == id) {
+            b.mapped.current(epoch).insert(at / CHUNK);
+        }
         // Counted before the faulting thread runs on (it may read the
         // counters at once).
         self.tally.faults.fetch_add(1, SeqCst);
         uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")?;
-        if let Some(b) = self
-            .bindings
-            .lock()
-            .iter_mut()
-            .flatten()
-            .find(|b| b.base == Some(base))
-        {
-            b.mapped.current(epoch).insert(at / CHUNK);
+        if let Some(d) = pager_delay() {
+            std::thread::sleep(d);
         }
         Ok(())
     }
@@ -370,7 +389,9 @@ impl Session for SessionImpl {
             .position(Option::is_none)
             .ok_or_else(|| FsError::Invalid("every descriptor of the session is in use".into()))?;
         let writable = open.writable;
+        static NEXT_BINDING: AtomicU64 = AtomicU64::new(1);
         bindings[slot] = Some(Binding {
+            id: NEXT_BINDING.fetch_add(1, SeqCst),
             open,
             base: None,
             mapped: Mapped::default(),
@@ -434,16 +455,20 @@ impl Session for SessionImpl {
         // at a time (a window it had before costs no fill, no ioctl).
         let epoch = open.node.epoch.load(SeqCst);
         let chunks: Vec<u64> = (off / CHUNK..(off + len).div_ceil(CHUNK)).collect();
-        let missing: Vec<u64> = {
+        let (missing, id): (Vec<u64>, u64) = {
             let mut b = self.core.bindings.lock();
             match b[slot as usize].as_mut() {
                 Some(b) => {
                     let done = b.mapped.current(epoch);
-                    chunks.into_iter().filter(|c| !done.contains(c)).collect()
+                    (chunks.into_iter().filter(|c| !done.contains(c)).collect(), b.id)
                 }
-                None => chunks,
+                None => return Err(FsError::Closed),
             }
         };
+        // The cache must reach past the window whatever the notes say: a
+        // mapping is read past its file's end with SIGBUS, not a fault the
+        // pager sees.
+        open.node.grow(off + len)?;
         for run in missing.chunk_by(|a, b| a + 1 == *b) {
             let (from, to) = (run[0] * CHUNK, (run[run.len() - 1] + 1) * CHUNK);
             open.node.fill(&open.fd, from, to - from)?;
@@ -452,7 +477,9 @@ impl Session for SessionImpl {
                 return Err(FsError::Closed);
             }
         }
-        if let Some(b) = self.core.bindings.lock()[slot as usize].as_mut() {
+        if let Some(b) = self.core.bindings.lock()[slot as usize].as_mut()
+            && b.id == id
+        {
             b.mapped.current(epoch).extend(missing);
         }
         token::set_window(&self.core.desc(slot as usize), off, len);

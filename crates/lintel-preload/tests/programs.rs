@@ -52,7 +52,31 @@ fn run(cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
     (out.status.code().unwrap_or(-1), out.stdout, out.stderr)
 }
 
+/// `cargo test` rebuilds `lintel-run` but not the preload library (a
+/// `cdylib`, which no test links): refuse to test a library older than
+/// the launcher built from the same sources.
+fn check_library_is_current() {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let run = Path::new(env!("CARGO_BIN_EXE_lintel-run"));
+        let lib = run.with_file_name("liblintel_preload.so");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let (Some(r), Some(l)) = (modified(run), modified(&lib)) else {
+            panic!(
+                "{} is missing: run `cargo build --release -p lintel-preload`",
+                lib.display()
+            );
+        };
+        assert!(
+            l + Duration::from_secs(120) >= r,
+            "{} is older than lintel-run: run `cargo build --release -p lintel-preload` (bash .ci/run does)",
+            lib.display()
+        );
+    });
+}
+
 fn lintel_run(root: &Path, cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
+    check_library_is_current();
     let mut full = vec![
         env!("CARGO_BIN_EXE_lintel-run"),
         "--root",
@@ -215,6 +239,8 @@ fn programs_that_write_leave_the_same_tree() {
             "wc -l < %R/data/lines.txt; head -c 20 %R/made/r.txt | tr a-z A-Z",
         ],
         &["cat", "%R/made/r.txt", "%R/made/two.txt"],
+        // The file system's figures that do not change between runs.
+        &["stat", "-f", "-c", "%T %l %S", "%R/docs", "%R/a.txt"],
         // Symlinks and hard links, made and read through the service.
         &[
             "sh",

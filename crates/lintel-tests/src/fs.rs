@@ -55,7 +55,18 @@ impl FsService {
 
     /// With the share-lock timeout after which a client is evicted.
     pub fn start_with(root: &Path, read_only: bool, lock_timeout: std::time::Duration) -> FsService {
+        FsService::start_env(root, read_only, lock_timeout, &[])
+    }
+
+    /// With environment variables for the service's process.
+    pub fn start_env(
+        root: &Path,
+        read_only: bool,
+        lock_timeout: std::time::Duration,
+        env: &[(&str, &str)],
+    ) -> FsService {
         let mut cmd = Command::new(crate::bin_path("lintel-fs-peer"));
+        cmd.envs(env.iter().copied());
         cmd.arg("serve")
             .arg(root)
             .arg(if read_only { "read-only" } else { "read-write" })

@@ -457,6 +457,7 @@ impl Emulation {
             | libc::SYS_fchmod
             | libc::SYS_fchown
             | libc::SYS_fchdir
+            | libc::SYS_fstatfs
             | libc::SYS_fgetxattr
             | libc::SYS_flistxattr => fd(0),
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
@@ -466,6 +467,7 @@ impl Emulation {
             | libc::SYS_creat
             | libc::SYS_chdir
             | libc::SYS_truncate
+            | libc::SYS_statfs
             | libc::SYS_stat
             | libc::SYS_lstat
             | libc::SYS_access
@@ -920,6 +922,18 @@ impl Emulation {
         self.set_attr(dirfd, path, flags, attr)
     }
 
+    /// `statfs`/`fstatfs` of something served: the export's file system.
+    fn statfs(&self, served: Result<bool, i32>, buf: u64) -> R {
+        match served {
+            Ok(false) => None,
+            Err(e) => Some(err(e)),
+            Ok(true) => Some(match self.fs.statfs() {
+                Ok(f) => user::write(buf, &statfs_bytes(&f)).map_or_else(err, |()| 0),
+                Err(e) => fs_err(e),
+            }),
+        }
+    }
+
     /// `readlink`: a served symlink's target; `/proc/self/fd/N` of a
     /// served `N` reads as the path the program opened.
     fn readlink(&self, dirfd: i32, path: u64, buf: u64, size: u64) -> R {
@@ -1033,6 +1047,15 @@ impl Emulator for Emulation {
                 a[1],
             ),
             libc::SYS_close => self.close(a[0]),
+            libc::SYS_statfs => match self.path_at(cwd, a[0]) {
+                // The path must name something, as for the kernel.
+                Ok(Some(rel)) => match self.fs.stat(std::ffi::OsStr::from_bytes(&rel)) {
+                    Ok(_) => self.statfs(Ok(true), a[1]),
+                    Err(e) => Some(fs_err(e)),
+                },
+                other => self.statfs(other.map(|p| p.is_some()), a[1]),
+            },
+            libc::SYS_fstatfs => self.statfs(Ok(self.served(a[0]).is_some()), a[1]),
             libc::SYS_chdir => self.chdir(a[0]),
             libc::SYS_fchdir => self.fchdir(a[0]),
             libc::SYS_getcwd => self.getcwd(a[0], a[1]),
@@ -1344,6 +1367,26 @@ fn stat_bytes(s: &Stat) -> Vec<u8> {
     st.st_ctime = s.ctime.sec;
     st.st_ctime_nsec = s.ctime.nsec as i64;
     crate::raw::bytes_of(&st).to_vec()
+}
+
+/// `struct statfs` from the service's figures.
+fn statfs_bytes(f: &lintel_fs::FsStat) -> Vec<u8> {
+    let mut s: libc::statfs = crate::raw::zeroed();
+    s.f_type = f.kind as _;
+    s.f_bsize = f.block_size as _;
+    s.f_blocks = f.blocks;
+    s.f_bfree = f.blocks_free;
+    s.f_bavail = f.blocks_available;
+    s.f_files = f.files;
+    s.f_ffree = f.files_free;
+    s.f_namelen = f.name_max as _;
+    s.f_frsize = f.fragment_size as _;
+    let mut bytes = crate::raw::bytes_of(&s).to_vec();
+    // `f_flags` follows `f_frsize` in the kernel's struct (the libc crate
+    // keeps it among its private spare words).
+    let at = std::mem::offset_of!(libc::statfs, f_frsize) + 8;
+    bytes[at..at + 8].copy_from_slice(&f.flags.to_ne_bytes());
+    bytes
 }
 
 fn unsafe_zeroed_stat() -> libc::stat {

@@ -7,6 +7,7 @@ pub trait Pod: Copy {}
 impl Pod for libc::stat {}
 impl Pod for libc::statx {}
 impl Pod for libc::statx_timestamp {}
+impl Pod for libc::statfs {}
 
 /// An all-zero value.
 pub fn zeroed<T: Pod>() -> T {
