@@ -356,6 +356,12 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 print("parent", os.read(fd, 5), open(os.path.join(root, "from-child.txt")).read())
+# posix_spawn and system(), which glibc makes with a clone sharing memory
+# until the child execs.
+pid = os.posix_spawn("/bin/cat", ["cat", os.path.join(root, "docs", "readme.md")], os.environ)
+print(os.waitpid(pid, 0)[1])
+print(os.system("wc -l < " + os.path.join(root, "a.txt") + " > " + os.path.join(root, "count.txt")))
+print(open(os.path.join(root, "count.txt")).read())
 "#;
     python_both(n, s, script);
     assert_eq!(snapshot(s), snapshot(n));

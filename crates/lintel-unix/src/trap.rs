@@ -251,6 +251,22 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             // cleanly. Threads are made with the selector at ALLOW
             // ([`allowed`]; the preload library wraps pthread_create).
             libc::SYS_clone3 => -(libc::ENOSYS as i64),
+            // posix_spawn's (and `system`'s) child: a vfork-like clone on a
+            // stack of its own. Made a fork (no shared memory, as `vfork`
+            // here), which resumes on that stack as the real clone would;
+            // the parent still waits for its `exec` (CLONE_VFORK). What it
+            // loses: an `exec` failure is not written back into the
+            // parent's memory, so the parent sees a child exiting 127.
+            libc::SYS_clone if is_spawn_clone(args[0]) && args[1] != 0 => {
+                let flags = args[0] & !(libc::CLONE_VM as u64);
+                let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
+                if r == 0 {
+                    FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let _ = rearm();
+                    uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
+                }
+                r
+            }
             libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
             // A fork is made from here: the child returns through its copy
             // of this frame. `vfork` becomes a fork (which POSIX allows):
@@ -295,6 +311,16 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
         uc.uc_mcontext.gregs[libc::REG_RAX as usize] = answer;
     }
     SELECTOR.with(|s| s.set(before));
+}
+
+/// A clone that makes a process which shares our memory only until it
+/// `exec`s or exits (`CLONE_VM | CLONE_VFORK`, no thread, no new TLS):
+/// what posix_spawn makes.
+fn is_spawn_clone(flags: u64) -> bool {
+    let f = flags as i32;
+    let must = libc::CLONE_VM | libc::CLONE_VFORK;
+    let never = libc::CLONE_THREAD | libc::CLONE_SETTLS | libc::CLONE_SIGHAND | libc::CLONE_FILES;
+    f & must == must && f & never == 0
 }
 
 const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
