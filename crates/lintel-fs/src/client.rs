@@ -479,6 +479,31 @@ impl File {
         self.file.stat()
     }
 
+    /// Take, change or drop (`Unlock`) an advisory lock on `[start, start
+    /// + len)` (`len` 0: to any end), held by this open file and every
+    /// holder of its door; with `wait`, until it can be had (see
+    /// [`crate::proto::OpenFile::lock`]).
+    pub fn lock(
+        &self,
+        kind: crate::proto::LockKind,
+        start: u64,
+        len: u64,
+        wait: bool,
+    ) -> Result<(), FsError> {
+        self.file.lock(kind, start, len, wait)
+    }
+
+    /// The first lock of another open file that would conflict with `kind`
+    /// on the range.
+    pub fn test_lock(
+        &self,
+        kind: crate::proto::LockKind,
+        start: u64,
+        len: u64,
+    ) -> Result<Option<crate::proto::LockHolder>, FsError> {
+        self.file.test_lock(kind, start, len)
+    }
+
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
         self.file.truncate(len)

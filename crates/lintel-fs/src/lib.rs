@@ -31,6 +31,7 @@
 
 mod client;
 mod error;
+mod lock;
 pub mod mapped;
 mod node;
 mod path;
@@ -43,7 +44,7 @@ mod uffd;
 
 pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};
 pub use error::FsError;
-pub use proto::{Attr, DirEntry, FsStat, Kind, SetTime, Stat, Timespec};
+pub use proto::{Attr, DirEntry, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec};
 pub use service::{LOCK_TIMEOUT, MAX_SESSIONS, Service};
 
 /// Register the file service as `name` in a `lintel_boot` registry. The

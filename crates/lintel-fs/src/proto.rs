@@ -78,6 +78,25 @@ pub struct FsStat {
     pub flags: u64,
 }
 
+/// A byte-range lock's kind (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum LockKind {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// A lock that stands in the way ([`OpenFile::test_lock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub struct LockHolder {
+    pub kind: LockKind,
+    pub start: u64,
+    /// 0: to any end.
+    pub len: u64,
+    /// Always -1: the holder is another client's open file.
+    pub pid: i32,
+}
+
 /// `S_IFMT` and the type values this crate tests for.
 const S_IFMT: u32 = 0o170000;
 const S_IFDIR: u32 = 0o040000;
@@ -281,4 +300,13 @@ pub trait OpenFile {
     fn list(&self) -> Result<Vec<DirEntry>, FsError>;
     /// Change the open file's mode, owner or times.
     fn set_attr(&self, attr: Attr) -> Result<(), FsError>;
+    /// Take, change or drop (`Unlock`) an advisory lock on `[start, start
+    /// + len)` (`len` 0: to any end), held by this open file as Linux's
+    /// open-file-description locks are. With `wait`, waits until no other
+    /// open file's lock conflicts, or the call's deadline passes or it is
+    /// cancelled (as `F_SETLKW`); without, `EAGAIN` at once.
+    fn lock(&self, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<(), FsError>;
+    /// The first lock of another open file that would conflict with
+    /// `kind` on the range (as `F_GETLK`).
+    fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError>;
 }

@@ -34,8 +34,8 @@ use crate::FsError;
 use crate::node::Node;
 use crate::path;
 use crate::proto::{
-    Attr, DirEntry, Export, ExportServer, Kind, MAX_IO, OpenFile, OpenFileClient, OpenFileServer,
-    SessionClient, SetTime, Stat, Timespec, Whence,
+    Attr, DirEntry, Export, ExportServer, Kind, LockHolder, LockKind, MAX_IO, OpenFile, OpenFileClient,
+    OpenFileServer, SessionClient, SetTime, Stat, Timespec, Whence,
 };
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
@@ -625,6 +625,29 @@ impl OpenFile for Opened {
     fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
         let _token = self.settle()?;
         set_attr(&self.fd, attr)
+    }
+
+    fn lock(&self, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<(), FsError> {
+        // Waiting is polling, not a blocked `F_OFD_SETLKW`: a server thread
+        // must stay free to notice that its caller died or gave up (an
+        // alert), and a lock another client holds for ever must not hold
+        // the pool's threads for ever.
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match crate::lock::set(self.fd.as_fd(), kind, start, len) {
+                Err(e) if wait && e.errno() == libc::EAGAIN => {
+                    if lintel::shuttle::sleep_alertable(pause).is_err() {
+                        return Err(FsError::Os { errno: libc::EINTR });
+                    }
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
+        crate::lock::test(self.fd.as_fd(), kind, start, len)
     }
 }
 

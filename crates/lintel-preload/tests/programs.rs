@@ -326,6 +326,39 @@ fn git_keeps_a_repository_in_a_served_tree() {
     }
 }
 
+/// Locks keep processes that share a served file apart: two `sqlite3`
+/// processes inserting into one database at once (its journal locks with
+/// `fcntl`) lose no row and leave it whole; a lock held by a process is
+/// refused to another until the holder is killed.
+#[test]
+fn locks_keep_concurrent_processes_apart() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    same(
+        n,
+        s,
+        &[
+            "sh",
+            "-c",
+            "sqlite3 %R/shared.db 'create table t(x integer);' && \
+             for w in 1 2 3; do (for i in $(seq 1 150); do echo \"insert into t values($w);\"; done | sqlite3 -cmd '.timeout 20000' %R/shared.db) & done; wait; \
+             sqlite3 %R/shared.db 'select count(*), sum(x) from t; pragma integrity_check;'",
+        ],
+    );
+    same(
+        n,
+        s,
+        &[
+            "sh",
+            "-c",
+            "python3 -c 'import fcntl, sys, time; f = open(sys.argv[1], \"r+\"); fcntl.lockf(f, fcntl.LOCK_EX); open(sys.argv[2], \"w\").write(\"held\"); time.sleep(60)' %R/a.txt %R/held & P=$!; \
+             until [ -s %R/held ]; do sleep 0.05; done; \
+             try='import fcntl, sys; f = open(sys.argv[1], \"r+\")\ntry:\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print(\"had it\")\nexcept OSError as e: print(\"refused\", e.errno)'; \
+             python3 -c \"$try\" %R/a.txt; kill $P; wait; python3 -c \"$try\" %R/a.txt",
+        ],
+    );
+}
+
 /// Forked children that do not `exec` use their parent's served files as
 /// on the host: a subshell writes a file, a child reads from an inherited
 /// descriptor and the parent goes on at the offset it left, a child `cd`s

@@ -983,3 +983,43 @@ fn a_new_mapping_never_inherits_the_last_ones_pages() {
         assert_eq!(&got, want, "round {i}");
     }
 }
+
+/// Byte-range locks are the service's, per open file: two opens conflict
+/// as two processes' would, a waiting lock is had once the holder lets go,
+/// `test_lock` names the holder's range, and closing the holder's file
+/// frees its locks. Over both placements.
+#[test]
+fn byte_range_locks_conflict_between_open_files_and_go_with_them() {
+    use lintel_fs::LockKind::{Read, Unlock, Write};
+    both_placements(|fs, _root| {
+        fs.write("db", &[0u8; 4096]).unwrap();
+        let a = fs.open_with("db", &rw()).unwrap();
+        let b = fs.open_with("db", &rw()).unwrap();
+        a.lock(Write, 100, 10, false).unwrap();
+        assert_eq!(errno(b.lock(Read, 105, 1, false)), libc::EAGAIN);
+        b.lock(Read, 110, 0, false).unwrap();
+        let h = b
+            .test_lock(Write, 0, 200)
+            .unwrap()
+            .expect("a's lock is in the way");
+        assert_eq!((h.kind, h.start, h.len), (Write, 100, 10));
+        assert_eq!(a.test_lock(Read, 0, 100).unwrap(), None);
+        // A waiting lock is had when the holder lets go.
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            a.lock(Unlock, 0, 0, false).unwrap();
+            a
+        });
+        let start = Instant::now();
+        b.lock(Write, 100, 10, true).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(50), "it waited");
+        let a = t.join().unwrap();
+        assert_eq!(errno(a.lock(Read, 100, 1, false)), libc::EAGAIN);
+        // Closing the holder's file frees its locks.
+        drop(b);
+        assert!(lintel_tests::eventually(Duration::from_secs(5), || a
+            .lock(Write, 0, 0, false)
+            .is_ok()));
+        assert_eq!(errno(a.lock(Read, u64::MAX, 1, false)), libc::EINVAL);
+    });
+}
