@@ -217,7 +217,7 @@ fn do_read(fd: i32, buf: *mut libc::c_void, count: usize, at: Option<u64>) -> is
     if !e.serves(fd) {
         return raw(nr, args);
     }
-    if !lintel_unix::user::writable(buf as u64, count) {
+    if !trap::allowed(|| lintel_unix::user::writable(buf as u64, count)) {
         return libc_ret(-(libc::EFAULT as i64));
     }
     // SAFETY: the kernel accepts writes to all `count` bytes at `buf`
@@ -242,7 +242,7 @@ fn do_write(fd: i32, buf: *const libc::c_void, count: usize, at: Option<u64>) ->
     if !e.serves(fd) {
         return raw(nr, args);
     }
-    if !lintel_unix::user::readable(buf as u64, count) {
+    if !trap::allowed(|| lintel_unix::user::readable(buf as u64, count)) {
         return libc_ret(-(libc::EFAULT as i64));
     }
     // SAFETY: the kernel reads all `count` bytes at `buf` (checked above).

@@ -225,6 +225,13 @@ fn programs_that_write_leave_the_same_tree() {
         &["mkdir", "%R/out"],
         &["tar", "-xf", "%R/made/t.tar", "-C", "%R/out"],
         &["rm", "%R/data/copy.bin"],
+        // Modes, times and (refused, so left out) extended attributes.
+        &["cp", "-a", "%R/docs", "%R/docs-copy"],
+        &[
+            "sh",
+            "-c",
+            "sed -i s/lintel/LINTEL/ %R/docs-copy/readme.md && cat %R/docs-copy/readme.md",
+        ],
         &["mv", "%R/a.txt", "%R/made/a-moved.txt"],
         // Redirections: the shell opens the served file; its child execs
         // the command with it as a descriptor (the offset shared).

@@ -460,7 +460,9 @@ impl Emulation {
             | libc::SYS_flock
             | libc::SYS_fstatfs
             | libc::SYS_fgetxattr
-            | libc::SYS_flistxattr => fd(0),
+            | libc::SYS_flistxattr
+            | libc::SYS_fsetxattr
+            | libc::SYS_fremovexattr => fd(0),
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
             libc::SYS_sendfile => fd(0) || fd(1),
             libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
@@ -482,7 +484,11 @@ impl Emulation {
             | libc::SYS_getxattr
             | libc::SYS_lgetxattr
             | libc::SYS_listxattr
-            | libc::SYS_llistxattr => path(cwd, a[0]),
+            | libc::SYS_llistxattr
+            | libc::SYS_setxattr
+            | libc::SYS_lsetxattr
+            | libc::SYS_removexattr
+            | libc::SYS_lremovexattr => path(cwd, a[0]),
             libc::SYS_rename | libc::SYS_link => path(cwd, a[0]) || path(cwd, a[1]),
             libc::SYS_symlink => path(cwd, a[1]),
             libc::SYS_symlinkat => path(a[1], a[2]),
@@ -1267,6 +1273,15 @@ impl Emulator for Emulation {
             }
             libc::SYS_fgetxattr => self.served(a[0]).map(|_| err(libc::ENODATA)),
             libc::SYS_flistxattr => self.served(a[0]).map(|_| 0),
+            // Setting one is not supported (`cp -a` then keeps to the mode
+            // bits, as on a file system without them).
+            libc::SYS_setxattr | libc::SYS_removexattr => self
+                .on_path(cwd, a[0], |p| self.fs.stat(p).map(drop))
+                .map(|r| if r == 0 { err(libc::EOPNOTSUPP) } else { r }),
+            libc::SYS_lsetxattr | libc::SYS_lremovexattr => self
+                .on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop))
+                .map(|r| if r == 0 { err(libc::EOPNOTSUPP) } else { r }),
+            libc::SYS_fsetxattr | libc::SYS_fremovexattr => self.served(a[0]).map(|_| err(libc::EOPNOTSUPP)),
             _ => None,
         }
     }
