@@ -10,7 +10,10 @@
 //! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
 //!   data above the vanilla path's size through lintel's bulk segments;
 //!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
-//!   mapped, and whenever the mapped path is unavailable.
+//!   mapped, and whenever the mapped path is unavailable. Reads of
+//!   [`SPLICE_MIN`] bytes or more come through a pipe instead, spliced
+//!   into it by the service ([`crate::spliced`]): one copy, as a native
+//!   `read` makes.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -23,6 +26,7 @@ use rustix::fs::OFlags;
 use crate::FsError;
 use crate::mapped::{Mapped, MappedSession};
 use crate::proto::{DirEntry, Export, ExportClient, MAX_IO, OpenFile, OpenFileClient, Stat, Whence};
+use crate::spliced::{Pipe, SPLICE_MIN};
 
 /// Reads and writes up to this many bytes take the mapped path (when the
 /// file is mapped); larger ones move in one call on the copy path.
@@ -343,6 +347,8 @@ pub struct File {
     file: OpenFileClient,
     /// Where replies land before they are copied to the caller's buffer.
     scratch: Mutex<Vec<u8>>,
+    /// The pipe of spliced reads, shared with this handle's clones.
+    pipe: Arc<Mutex<Pipe>>,
     mapped: Option<Arc<Mapped>>,
     path: IoPath,
     mapped_max: usize,
@@ -354,6 +360,7 @@ impl File {
         File {
             file,
             scratch: Mutex::new(Vec::new()),
+            pipe: Arc::default(),
             mapped: None,
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
@@ -398,6 +405,7 @@ impl File {
     pub fn try_clone(&self) -> File {
         let mut f = File::from_client(self.file.clone());
         f.mapped = self.mapped.clone();
+        f.pipe = self.pipe.clone();
         f.path = self.path;
         f.mapped_max = self.mapped_max;
         f.append = self.append;
@@ -408,6 +416,11 @@ impl File {
     pub fn read_shared(&self, buf: &mut [u8]) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
             && let Some(n) = m.read(None, buf)?
+        {
+            return Ok(n);
+        }
+        if buf.len() >= SPLICE_MIN
+            && let Some(n) = self.pipe.lock().read(&self.file, None, buf)?
         {
             return Ok(n);
         }
@@ -449,6 +462,11 @@ impl File {
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
             && let Some(n) = m.read(Some(at), buf)?
+        {
+            return Ok(n);
+        }
+        if buf.len() >= SPLICE_MIN
+            && let Some(n) = self.pipe.lock().read(&self.file, Some(at), buf)?
         {
             return Ok(n);
         }

@@ -153,6 +153,8 @@ pub struct Counters {
     pub evictions: u64,
     /// Calls on open files (the copy path: read, write, seek, stat, …).
     pub file_calls: u64,
+    /// Bytes it moved into clients' pipes (spliced reads).
+    pub spliced_bytes: u64,
 }
 
 /// How to set one of a file's times.
@@ -285,6 +287,19 @@ pub trait OpenFile {
     /// Write at `at` (Linux appends instead if opened `O_APPEND`); the
     /// offset does not move.
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError>;
+    /// Attach the write end of a pipe of the caller's for
+    /// [`read_spliced`](OpenFile::read_spliced); returns its number. At
+    /// most [`MAX_PIPES`](crate::service::MAX_PIPES) per open file (one
+    /// per process reading it); a number whose pipe lost its reader is
+    /// given out again.
+    fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError>;
+    /// As [`read`](OpenFile::read) (`at` `None`) or
+    /// [`read_at`](OpenFile::read_at), but the bytes go into attached pipe
+    /// `pipe`, moved by the kernel as page references (`splice`), not
+    /// through the call; returns how many. The caller reads them out
+    /// before it calls again with that pipe. An `Invalid` error says the
+    /// pipe (or the file) cannot be used this way: read through the call.
+    fn read_spliced(&self, pipe: u32, at: Option<u64>, len: u32) -> Result<u32, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
     fn stat(&self) -> Result<Stat, FsError>;

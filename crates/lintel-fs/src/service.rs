@@ -103,6 +103,7 @@ pub(crate) struct Tally {
     pub recalls: AtomicU64,
     pub evictions: AtomicU64,
     pub file_calls: AtomicU64,
+    pub spliced_bytes: AtomicU64,
 }
 
 impl Service {
@@ -293,6 +294,7 @@ impl Export for ExportImpl {
             offset: Mutex::new(0),
             revoked: AtomicBool::new(false),
             positional: std::sync::OnceLock::new(),
+            pipes: Mutex::new(Vec::new()),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
         Ok(OpenFileClient::from_door(self.door_of(open)))
@@ -438,6 +440,7 @@ impl Export for ExportImpl {
             recalls: c.recalls.load(SeqCst),
             evictions: c.evictions.load(SeqCst),
             file_calls: c.file_calls.load(SeqCst),
+            spliced_bytes: c.spliced_bytes.load(SeqCst),
         })
     }
 
@@ -467,7 +470,14 @@ pub(crate) struct Opened {
     /// it: writing back a window's bytes must land at their offsets, and
     /// Linux appends every `pwrite` on an `O_APPEND` description.
     positional: std::sync::OnceLock<OwnedFd>,
+    /// Pipes attached by its clients for spliced reads (write ends), by
+    /// number; `None` once found broken.
+    pipes: Mutex<Vec<Option<OwnedFd>>>,
 }
+
+/// Most pipes one open file keeps attached (one per client process that
+/// reads it in large pieces); a client past it takes the copy path.
+pub const MAX_PIPES: usize = 64;
 
 impl Opened {
     /// A descriptor of this file that writes at the offsets it is given.
@@ -492,6 +502,48 @@ impl Opened {
         }
         self.tally.file_calls.fetch_add(1, SeqCst);
         Ok(self.node.settle(Instant::now() + self.timeout))
+    }
+
+    /// Move up to `len` bytes at `at` into attached pipe `pipe` by
+    /// reference (`splice`); how many. Never blocks on the pipe: one the
+    /// client left bytes in, or a broken one, is an `Invalid` error (the
+    /// client then drops it), as is a file the kernel cannot splice.
+    fn splice_into(&self, pipe: u32, at: u64, len: u32) -> Result<usize, FsError> {
+        use rustix::pipe::{SpliceFlags, splice};
+        let unusable = |why: &str| FsError::Invalid(format!("pipe {pipe}: {why}"));
+        let mut pipes = self.pipes.lock();
+        let Some(slot) = pipes.get_mut(pipe as usize) else {
+            return Err(unusable("not attached"));
+        };
+        let Some(to) = slot.as_ref() else {
+            return Err(unusable("broken"));
+        };
+        let len = len.min(MAX_IO) as usize;
+        let (mut off, mut done) = (at, 0);
+        while done < len {
+            match splice(
+                &self.fd,
+                Some(&mut off),
+                to,
+                None,
+                len - done,
+                SpliceFlags::NONBLOCK,
+            ) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(Errno::INTR) => {}
+                Err(_) if done > 0 => break,
+                Err(Errno::AGAIN) => return Err(unusable("full")),
+                Err(Errno::PIPE) => {
+                    *slot = None;
+                    return Err(unusable("its reader is gone"));
+                }
+                Err(Errno::INVAL) => return Err(unusable("the file cannot be spliced")),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.tally.spliced_bytes.fetch_add(done as u64, SeqCst);
+        Ok(done)
     }
 
     fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
@@ -554,6 +606,58 @@ impl OpenFile for Opened {
     fn read_at(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
         let _token = self.settle()?;
         self.read_into(at, len, data).map(drop)
+    }
+
+    fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError> {
+        use rustix::event::{PollFd, PollFlags, poll};
+        if self.revoked.load(SeqCst) {
+            return Err(FsError::Closed);
+        }
+        let st = rustix::fs::fstat(&pipe)?;
+        let mode = rustix::fs::fcntl_getfl(&pipe)? & OFlags::ACCMODE;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo
+            || mode != OFlags::WRONLY
+        {
+            return Err(FsError::Invalid("not the write end of a pipe".into()));
+        }
+        let mut pipes = self.pipes.lock();
+        // A pipe whose reader is gone says so (POLLERR): its number is free.
+        for slot in pipes.iter_mut() {
+            if let Some(p) = slot {
+                let mut fds = [PollFd::new(p, PollFlags::OUT)];
+                let gone = poll(&mut fds, Some(&rustix::time::Timespec::default())).is_ok()
+                    && fds[0].revents().contains(PollFlags::ERR);
+                if gone {
+                    *slot = None;
+                }
+            }
+        }
+        let at = match pipes.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if pipes.len() < MAX_PIPES => {
+                pipes.push(None);
+                pipes.len() - 1
+            }
+            None => return Err(FsError::Invalid(format!("{MAX_PIPES} pipes attached already"))),
+        };
+        pipes[at] = Some(pipe);
+        Ok(at as u32)
+    }
+
+    fn read_spliced(&self, pipe: u32, at: Option<u64>, len: u32) -> Result<u32, FsError> {
+        let _token = self.settle()?;
+        if !self.readable {
+            return Err(Errno::BADF.into());
+        }
+        match at {
+            Some(at) => self.splice_into(pipe, at, len).map(|n| n as u32),
+            None => {
+                let mut offset = self.offset.lock();
+                let n = self.splice_into(pipe, *offset, len)?;
+                *offset += n as u64;
+                Ok(n as u32)
+            }
+        }
     }
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {

@@ -217,15 +217,10 @@ fn do_read(fd: i32, buf: *mut libc::c_void, count: usize, at: Option<u64>) -> is
     if !e.serves(fd) {
         return raw(nr, args);
     }
-    if !trap::allowed(|| lintel_unix::user::writable(buf as u64, count)) {
-        return libc_ret(-(libc::EFAULT as i64));
-    }
-    // SAFETY: the kernel accepts writes to all `count` bytes at `buf`
-    // (checked just above, or before with no change of mappings since).
-    let slice = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count) };
-    match trap::allowed(|| e.read_to(fd, slice, at)) {
-        Some(r) => libc_ret(r),
-        None => raw(nr, args),
+    match trap::allowed(|| lintel_unix::user::with_writable(buf as u64, count, |b| e.read_to(fd, b, at))) {
+        Err(e) => libc_ret(-(e as i64)),
+        Ok(Some(r)) => libc_ret(r),
+        Ok(None) => raw(nr, args),
     }
 }
 

@@ -502,11 +502,20 @@ fn a_killed_client_or_service_leaves_the_others_consistent() {
     assert_eq!(svc.fs.stat("f").unwrap().size, size, "the service goes on");
 
     let mine = svc.fs.open("f").unwrap();
+    let copy = OpenOptions::new()
+        .read(true)
+        .io_path(lintel_fs::IoPath::Copy)
+        .clone();
+    let spliced = svc.fs.open_with("f", &copy).unwrap();
+    let mut big = vec![0u8; 1 << 20];
+    assert_eq!(spliced.read_at(&mut big, 0).unwrap(), 1 << 20);
     svc.kill();
     let start = Instant::now();
     let e = mine.read_at(&mut [0u8; 10], 0).unwrap_err();
     assert_eq!(e.errno(), EIO, "{e}");
     assert!(matches!(e, FsError::Stub(_)), "{e:?}");
+    let e = spliced.read_at(&mut big, 0).unwrap_err();
+    assert_eq!(e.errno(), EIO, "a spliced read of a dead service: {e}");
     let e = reader.peer.read(fr, 10, &mut out).unwrap_err();
     assert_eq!(e.errno(), EIO, "{e}");
     assert!(
@@ -1022,4 +1031,124 @@ fn byte_range_locks_conflict_between_open_files_and_go_with_them() {
             .is_ok()));
         assert_eq!(errno(a.lock(Read, u64::MAX, 1, false)), libc::EINVAL);
     });
+}
+
+#[test]
+fn large_reads_come_through_a_pipe_and_match_the_file() {
+    both_placements(|fs, host| {
+        let data: Vec<u8> = (0..(5 << 20) + 77)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        std::fs::write(host.join("big"), &data).unwrap();
+        let before = fs.counters().unwrap();
+        // The copy path (a mapped file reads pieces up to a megabyte
+        // through its window).
+        let copy = OpenOptions::new()
+            .read(true)
+            .io_path(lintel_fs::IoPath::Copy)
+            .clone();
+        let mut f = fs.open_with("big", &copy).unwrap();
+        // Sequential reads at the shared offset, in pieces that do not
+        // line up with pages, then past the end.
+        let mut got = Vec::new();
+        let mut piece = vec![0u8; 200_003];
+        loop {
+            let n = f.read(&mut piece).unwrap();
+            if n == 0 {
+                break;
+            }
+            assert!(
+                n == piece.len() || got.len() + n == data.len(),
+                "short only at the end"
+            );
+            got.extend_from_slice(&piece[..n]);
+        }
+        assert!(got == data, "sequential spliced reads give the file");
+        // Positional reads larger than a pipe, at odd offsets; the offset
+        // stays where it was.
+        let mut big = vec![0u8; 3 << 20];
+        assert_eq!(f.read_at(&mut big, 12_345).unwrap(), 3 << 20);
+        assert!(big == data[12_345..12_345 + (3 << 20)]);
+        assert_eq!(f.read_at(&mut big, data.len() as u64 - 1000).unwrap(), 1000);
+        assert!(big[..1000] == data[data.len() - 1000..]);
+        assert_eq!(f.read_at(&mut big, data.len() as u64 + 5).unwrap(), 0);
+        assert_eq!(f.stream_position().unwrap(), data.len() as u64);
+        let after = fs.counters().unwrap();
+        assert!(
+            after.spliced_bytes - before.spliced_bytes >= data.len() as u64 + (3 << 20),
+            "the large reads were spliced ({} bytes)",
+            after.spliced_bytes - before.spliced_bytes
+        );
+
+        // A write through another open is seen by the next large read, and
+        // a truncation by the one after.
+        let w = fs
+            .open_with("big", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0xAB; 70_000], 1_000_000).unwrap();
+        assert_eq!(f.read_at(&mut big[..100_000], 990_000).unwrap(), 100_000);
+        assert!(big[..10_000] == data[990_000..1_000_000]);
+        assert!(big[10_000..80_000].iter().all(|&b| b == 0xAB));
+        assert!(big[80_000..100_000] == data[1_070_000..1_090_000]);
+        w.set_len(1_050_000).unwrap();
+        assert_eq!(f.read_at(&mut big[..100_000], 990_000).unwrap(), 60_000);
+
+        // A write-only open cannot be read, spliced or not.
+        assert_eq!(errno(w.read_at(&mut big[..100_000], 0)), EBADF);
+    });
+}
+
+#[test]
+fn pipes_a_client_attaches_are_checked_and_bounded() {
+    use lintel_fs::proto::{OpenFile, OpenFileClient};
+    use std::os::fd::OwnedFd;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![7u8; 100_000]).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let f = svc.fs.open("f").unwrap();
+    let raw = OpenFileClient::from_door(f.door().clone());
+    let pipe = || rustix::pipe::pipe().unwrap();
+    // Not a pipe, and the wrong end of one: refused.
+    let file = OwnedFd::from(std::fs::File::open(dir.path().join("f")).unwrap());
+    assert_eq!(errno(raw.attach_pipe(file)), EINVAL);
+    let (r, _w) = pipe();
+    assert_eq!(errno(raw.attach_pipe(r)), EINVAL);
+    // A pipe number never attached, and a pipe left full: refused, the
+    // service unblocked.
+    assert_eq!(errno(raw.read_spliced(99, Some(0), 10)), EINVAL);
+    let (r, w) = pipe();
+    let n = raw.attach_pipe(w).unwrap();
+    assert_eq!(raw.read_spliced(n, Some(0), 65_536).unwrap(), 65_536);
+    let start = Instant::now();
+    assert_eq!(
+        errno(raw.read_spliced(n, Some(0), 60_000)),
+        EINVAL,
+        "never blocks on a full pipe"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+    drop(r);
+    // Pipes are bounded per open file; those whose reader is gone make
+    // room again.
+    let mut kept = Vec::new();
+    let mut refused = false;
+    for _ in 0..=lintel_fs::MAX_PIPES {
+        let (r, w) = pipe();
+        match raw.attach_pipe(w) {
+            Ok(_) => kept.push(r),
+            Err(e) => {
+                assert_eq!(e.errno(), EINVAL, "{e}");
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused && kept.len() <= lintel_fs::MAX_PIPES);
+    kept.pop();
+    let (_r, w) = pipe();
+    raw.attach_pipe(w)
+        .expect("a pipe whose reader closed frees its number");
+    // The file still reads right through the call and through pipes.
+    let mut buf = vec![0u8; 100_000];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), 100_000);
+    assert!(buf.iter().all(|&b| b == 7));
 }

@@ -285,14 +285,17 @@ impl Emulation {
         if s.dir {
             return Some(err(libc::EISDIR));
         }
-        let mut v = vec![0u8; (count as usize).min(MAX_IO)];
-        let n = match at {
-            None => s.file.read_shared(&mut v),
-            Some(at) => s.file.read_at(&mut v, at),
-        };
+        // Straight into the program's buffer (checked through the kernel
+        // first): the mapped window's memcpy or the pipe's read is the only
+        // copy.
+        let n = user::with_writable(buf, (count as usize).min(MAX_IO), |v| match at {
+            None => s.file.read_shared(v),
+            Some(at) => s.file.read_at(v, at),
+        });
         Some(match n {
-            Ok(n) => user::write(buf, &v[..n]).map_or_else(err, |()| n as i64),
-            Err(e) => fs_err(e),
+            Ok(Ok(n)) => n as i64,
+            Ok(Err(e)) => fs_err(e),
+            Err(e) => err(e),
         })
     }
 

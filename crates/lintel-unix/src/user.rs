@@ -156,6 +156,25 @@ pub fn writable(addr: u64, len: usize) -> bool {
     accessible(addr, len, true)
 }
 
+/// Run `f` on the program's buffer `[addr, addr + len)` as a slice, if
+/// the kernel finds all of it writable ([`writable`]): a read lands in it
+/// with no copy on the way. `EFAULT` if it is not writable.
+pub fn with_writable<R>(addr: u64, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, i32> {
+    if len == 0 {
+        return Ok(f(&mut []));
+    }
+    if !writable(addr, len) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the kernel accepted a write to every page of the range, and
+    // the program has not changed its mappings since (the map generation
+    // says so), so the range is mapped writable memory of this process.
+    // The program is inside a system call on it (a `read`), so it does
+    // not use the bytes until the call returns.
+    let slice = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+    Ok(f(slice))
+}
+
 /// Whether `[addr, addr + len)` is readable memory of the program.
 pub fn readable(addr: u64, len: usize) -> bool {
     accessible(addr, len, false)

@@ -1,0 +1,156 @@
+//! Spliced reads: large copy-path reads whose bytes come through a pipe of
+//! the client's instead of through the call.
+//!
+//! A read through the call copies each byte several times on its way
+//! (host page cache into the service's buffer, into the reply's segment,
+//! out of it). Here the client attaches the write end of a pipe to the
+//! open file once ([`OpenFile::attach_pipe`]); each read asks the service
+//! to `splice` the range into it (the kernel moves page references, no
+//! copy) and then reads the bytes out of the pipe straight into the
+//! caller's buffer: one copy, the one a native `read` makes. The pipe
+//! never blocks either side: the service splices without blocking (a pipe
+//! left with bytes in it is refused), and the client's end is
+//! non-blocking, so a service that promises bytes it did not send gets an
+//! error, not a hang. Any trouble with the pipe drops it; the read then
+//! goes through the call.
+//!
+//! Coherence is the copy path's: the service splices under the file's
+//! token lock, with the host file current; the bytes a read returns are
+//! the file's at that moment (or, for a write racing the read, a mix, as
+//! between a Linux `read` and a concurrent `write`).
+
+use std::os::fd::OwnedFd;
+
+use rustix::io::Errno;
+use rustix::pipe::PipeFlags;
+
+use crate::FsError;
+use crate::proto::{MAX_IO, OpenFile, OpenFileClient};
+
+/// Reads of at least this many bytes that do not take the mapped path are
+/// spliced.
+pub const SPLICE_MIN: usize = 8 << 10;
+
+/// The pipe size asked for (Linux's default limit for an unprivileged
+/// process, `/proc/sys/fs/pipe-max-size`); a smaller pipe serves too.
+const PIPE_SIZE: usize = 1 << 20;
+
+const PAGE: usize = 4096;
+
+/// A file handle's pipe, attached or not.
+#[derive(Default)]
+pub(crate) enum Pipe {
+    /// Not tried yet.
+    #[default]
+    Unattached,
+    Attached {
+        read: OwnedFd,
+        number: u32,
+        /// Bytes asked for at most per call: the pipe's size less a page,
+        /// since a range that does not start on a page boundary takes one
+        /// page slot more than its length says.
+        per_call: usize,
+    },
+    /// Attaching failed (no pipes left, an old service): copy path only.
+    Refused,
+}
+
+impl Pipe {
+    /// Read into `buf` at `at` (or the shared offset) through the pipe:
+    /// as many bytes as a read through the call gives (all of `buf` up
+    /// to [`MAX_IO`], fewer only at the end of the file), in rounds of the
+    /// pipe's size. `Ok(None)`: no pipe to use; read through the call.
+    pub(crate) fn read(
+        &mut self,
+        file: &OpenFileClient,
+        at: Option<u64>,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, FsError> {
+        if let Pipe::Unattached = self {
+            *self = attach(file);
+        }
+        let total = buf.len().min(MAX_IO as usize);
+        let mut done = 0;
+        while done < total {
+            let Pipe::Attached {
+                read,
+                number,
+                per_call,
+            } = self
+            else {
+                return Ok((done > 0).then_some(done));
+            };
+            let want = (total - done).min(*per_call);
+            let n = match file.read_spliced(*number, at.map(|a| a + done as u64), want as u32) {
+                Ok(n) => n as usize,
+                Err(FsError::Invalid(_)) => {
+                    // The pipe or this file cannot be spliced: this handle
+                    // reads through the call from now on.
+                    *self = Pipe::Refused;
+                    continue;
+                }
+                Err(e) if done > 0 => {
+                    tracing::debug!("a spliced read stopped short: {e}");
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            let drained = if n > want {
+                Err(FsError::Invalid(format!(
+                    "the service spliced {n} bytes for {want}"
+                )))
+            } else {
+                drain(read, &mut buf[done..done + n])
+            };
+            if let Err(e) = drained {
+                *self = Pipe::Unattached;
+                return Err(e);
+            }
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(Some(done))
+    }
+}
+
+/// A new pipe, its write end attached to `file`.
+fn attach(file: &OpenFileClient) -> Pipe {
+    let Ok((read, write)) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) else {
+        return Pipe::Refused;
+    };
+    let size = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE)
+        .or_else(|_| rustix::pipe::fcntl_getpipe_size(&write))
+        .unwrap_or(16 * PAGE);
+    if size < 2 * PAGE {
+        return Pipe::Refused;
+    }
+    match file.attach_pipe(write) {
+        Ok(number) => Pipe::Attached {
+            read,
+            number,
+            per_call: size - PAGE,
+        },
+        Err(_) => Pipe::Refused,
+    }
+}
+
+/// Read exactly `buf.len()` bytes the service put in the pipe.
+fn drain(read: &OwnedFd, buf: &mut [u8]) -> Result<(), FsError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::read(read, &mut buf[done..]) {
+            Ok(0) | Err(Errno::AGAIN) => {
+                return Err(FsError::Invalid(format!(
+                    "the service promised {} bytes in the pipe and sent {done}",
+                    buf.len()
+                )));
+            }
+            Ok(k) => done += k,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
