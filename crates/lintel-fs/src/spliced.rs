@@ -120,6 +120,12 @@ fn attach(file: &OpenFileClient) -> Pipe {
     let Ok((read, write)) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK) else {
         return Pipe::Refused;
     };
+    // Out of the way of programs that choose descriptor numbers (the
+    // write end leaves with the call, but is ours until then).
+    let (read, write) = (
+        lintel::above_descriptor_floor(read),
+        lintel::above_descriptor_floor(write),
+    );
     let size = rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE)
         .or_else(|_| rustix::pipe::fcntl_getpipe_size(&write))
         .unwrap_or(16 * PAGE);

@@ -313,6 +313,14 @@ fn programs_choose_descriptor_numbers_freely() {
             "%R/a.txt",
         ],
         &["sh", "-c", "cat < %R/missing; echo $?"],
+        // Large reads (spliced through a pipe of the library's) before and
+        // after the program puts descriptors of its own on every low number.
+        &[
+            "python3",
+            "-c",
+            "import os,sys,hashlib; fd = os.open(sys.argv[1], os.O_RDONLY); a = os.read(fd, 100000); null = os.open('/dev/null', os.O_RDONLY); [os.dup2(null, n) for n in range(3, 64) if n not in (fd, null)]; b = os.read(fd, 150000); print(len(a), len(b), hashlib.sha256(a + b).hexdigest())",
+            "%R/data/blob.bin",
+        ],
     ] {
         same(n, s, cmd);
     }
