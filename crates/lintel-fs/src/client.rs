@@ -101,6 +101,7 @@ impl Fs {
         let mut f = File::from_client(file);
         f.path = options.path;
         f.mapped_max = options.mapped_max;
+        f.splice_min = options.splice_min;
         f.append = options.append;
         if options.path != IoPath::Copy
             && readable
@@ -246,6 +247,7 @@ pub struct OpenOptions {
     mode: u32,
     path: IoPath,
     mapped_max: usize,
+    splice_min: usize,
 }
 
 impl Default for OpenOptions {
@@ -269,6 +271,7 @@ impl OpenOptions {
             mode: 0o666,
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
+            splice_min: SPLICE_MIN,
         }
     }
     /// With [`IoPath::Auto`], calls above `bytes` take the copy path
@@ -276,6 +279,13 @@ impl OpenOptions {
     /// calls is faster copied: mapping fills the service's cache first.
     pub fn mapped_max(&mut self, bytes: usize) -> &mut Self {
         self.mapped_max = bytes;
+        self
+    }
+    /// Copy-path reads of `bytes` or more are spliced through a pipe
+    /// ([`crate::spliced`]; default [`SPLICE_MIN`]); `usize::MAX`: none
+    /// (every byte through the call, no pipe descriptor kept).
+    pub fn splice_min(&mut self, bytes: usize) -> &mut Self {
+        self.splice_min = bytes;
         self
     }
     /// Which path reads and writes take (default [`IoPath::Auto`]).
@@ -352,6 +362,7 @@ pub struct File {
     mapped: Option<Arc<Mapped>>,
     path: IoPath,
     mapped_max: usize,
+    splice_min: usize,
     append: bool,
 }
 
@@ -364,6 +375,7 @@ impl File {
             mapped: None,
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
+            splice_min: SPLICE_MIN,
             append: false,
         }
     }
@@ -408,6 +420,7 @@ impl File {
         f.pipe = self.pipe.clone();
         f.path = self.path;
         f.mapped_max = self.mapped_max;
+        f.splice_min = self.splice_min;
         f.append = self.append;
         f
     }
@@ -419,7 +432,7 @@ impl File {
         {
             return Ok(n);
         }
-        if buf.len() >= SPLICE_MIN
+        if buf.len() >= self.splice_min
             && let Some(n) = self.pipe.lock().read(&self.file, None, buf)?
         {
             return Ok(n);
@@ -465,7 +478,7 @@ impl File {
         {
             return Ok(n);
         }
-        if buf.len() >= SPLICE_MIN
+        if buf.len() >= self.splice_min
             && let Some(n) = self.pipe.lock().read(&self.file, Some(at), buf)?
         {
             return Ok(n);

@@ -288,18 +288,22 @@ pub trait OpenFile {
     /// offset does not move.
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError>;
     /// Attach the write end of a pipe of the caller's for
+    /// [`read_spliced_at`](OpenFile::read_spliced_at) and
     /// [`read_spliced`](OpenFile::read_spliced); returns its number. At
     /// most [`MAX_PIPES`](crate::service::MAX_PIPES) per open file (one
     /// per process reading it); a number whose pipe lost its reader is
     /// given out again.
     fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError>;
-    /// As [`read`](OpenFile::read) (`at` `None`) or
-    /// [`read_at`](OpenFile::read_at), but the bytes go into attached pipe
+    /// As [`read_at`](OpenFile::read_at), but the bytes go into attached pipe
     /// `pipe`, moved by the kernel as page references (`splice`), not
     /// through the call; returns how many. The caller reads them out
     /// before it calls again with that pipe. An `Invalid` error says the
     /// pipe (or the file) cannot be used this way: read through the call.
-    fn read_spliced(&self, pipe: u32, at: Option<u64>, len: u32) -> Result<u32, FsError>;
+    fn read_spliced_at(&self, pipe: u32, at: u64, len: u32) -> Result<u32, FsError>;
+    /// [`read_spliced_at`](OpenFile::read_spliced_at) at the shared
+    /// offset, which advances past the bytes (arguments small enough for
+    /// lintel's fast path).
+    fn read_spliced(&self, pipe: u32, len: u32) -> Result<u32, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
     fn stat(&self) -> Result<Stat, FsError>;

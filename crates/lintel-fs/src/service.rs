@@ -644,20 +644,23 @@ impl OpenFile for Opened {
         Ok(at as u32)
     }
 
-    fn read_spliced(&self, pipe: u32, at: Option<u64>, len: u32) -> Result<u32, FsError> {
+    fn read_spliced_at(&self, pipe: u32, at: u64, len: u32) -> Result<u32, FsError> {
         let _token = self.settle()?;
         if !self.readable {
             return Err(Errno::BADF.into());
         }
-        match at {
-            Some(at) => self.splice_into(pipe, at, len).map(|n| n as u32),
-            None => {
-                let mut offset = self.offset.lock();
-                let n = self.splice_into(pipe, *offset, len)?;
-                *offset += n as u64;
-                Ok(n as u32)
-            }
+        self.splice_into(pipe, at, len).map(|n| n as u32)
+    }
+
+    fn read_spliced(&self, pipe: u32, len: u32) -> Result<u32, FsError> {
+        let _token = self.settle()?;
+        if !self.readable {
+            return Err(Errno::BADF.into());
         }
+        let mut offset = self.offset.lock();
+        let n = self.splice_into(pipe, *offset, len)?;
+        *offset += n as u64;
+        Ok(n as u32)
     }
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {

@@ -28,7 +28,9 @@ use crate::FsError;
 use crate::proto::{MAX_IO, OpenFile, OpenFileClient};
 
 /// Reads of at least this many bytes that do not take the mapped path are
-/// spliced.
+/// spliced. Smaller ones go through the call: at 4 KiB the two ways
+/// measured alike (2.2–2.5× a native `read` either way, suite `fs`), and
+/// the call needs no pipe.
 pub const SPLICE_MIN: usize = 8 << 10;
 
 /// The pipe size asked for (Linux's default limit for an unprivileged
@@ -81,7 +83,11 @@ impl Pipe {
                 return Ok((done > 0).then_some(done));
             };
             let want = (total - done).min(*per_call);
-            let n = match file.read_spliced(*number, at.map(|a| a + done as u64), want as u32) {
+            let spliced = match at {
+                Some(at) => file.read_spliced_at(*number, at + done as u64, want as u32),
+                None => file.read_spliced(*number, want as u32),
+            };
+            let n = match spliced {
                 Ok(n) => n as usize,
                 Err(FsError::Invalid(_)) => {
                     // The pipe or this file cannot be spliced: this handle

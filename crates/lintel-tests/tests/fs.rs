@@ -1115,13 +1115,13 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     assert_eq!(errno(raw.attach_pipe(r)), EINVAL);
     // A pipe number never attached, and a pipe left full: refused, the
     // service unblocked.
-    assert_eq!(errno(raw.read_spliced(99, Some(0), 10)), EINVAL);
+    assert_eq!(errno(raw.read_spliced_at(99, 0, 10)), EINVAL);
     let (r, w) = pipe();
     let n = raw.attach_pipe(w).unwrap();
-    assert_eq!(raw.read_spliced(n, Some(0), 65_536).unwrap(), 65_536);
+    assert_eq!(raw.read_spliced_at(n, 0, 65_536).unwrap(), 65_536);
     let start = Instant::now();
     assert_eq!(
-        errno(raw.read_spliced(n, Some(0), 60_000)),
+        errno(raw.read_spliced_at(n, 0, 60_000)),
         EINVAL,
         "never blocks on a full pipe"
     );
