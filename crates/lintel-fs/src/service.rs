@@ -104,6 +104,8 @@ pub(crate) struct Tally {
     pub evictions: AtomicU64,
     pub file_calls: AtomicU64,
     pub spliced_bytes: AtomicU64,
+    /// Pipes attached now (a gauge).
+    pub pipes: AtomicU64,
 }
 
 impl Service {
@@ -472,8 +474,27 @@ pub(crate) struct Opened {
     positional: std::sync::OnceLock<OwnedFd>,
     /// Pipes attached by its clients for spliced reads (write ends), by
     /// number; `None` once found broken.
-    pipes: Mutex<Vec<Option<OwnedFd>>>,
+    pipes: Mutex<Vec<Option<AttachedPipe>>>,
 }
+
+/// A client's pipe (its write end), counted against the export's bound
+/// while it is attached.
+struct AttachedPipe {
+    fd: OwnedFd,
+    tally: Arc<Tally>,
+}
+
+impl Drop for AttachedPipe {
+    fn drop(&mut self) {
+        self.tally.pipes.fetch_sub(1, SeqCst);
+    }
+}
+
+/// Most pipes an export keeps attached at once, over all its open files:
+/// a pipe left full by its client holds up to a megabyte of the host's
+/// page cache, so the bound bounds that too. Clients past it read through
+/// the call.
+pub const MAX_EXPORT_PIPES: u64 = 256;
 
 /// Most pipes one open file keeps attached (one per client process that
 /// reads it in large pieces); a client past it takes the copy path.
@@ -515,7 +536,7 @@ impl Opened {
         let Some(slot) = pipes.get_mut(pipe as usize) else {
             return Err(unusable("not attached"));
         };
-        let Some(to) = slot.as_ref() else {
+        let Some(to) = slot.as_ref().map(|p| &p.fd) else {
             return Err(unusable("broken"));
         };
         let len = len.min(MAX_IO) as usize;
@@ -624,7 +645,7 @@ impl OpenFile for Opened {
         // A pipe whose reader is gone says so (POLLERR): its number is free.
         for slot in pipes.iter_mut() {
             if let Some(p) = slot {
-                let mut fds = [PollFd::new(p, PollFlags::OUT)];
+                let mut fds = [PollFd::new(&p.fd, PollFlags::OUT)];
                 let gone = poll(&mut fds, Some(&rustix::time::Timespec::default())).is_ok()
                     && fds[0].revents().contains(PollFlags::ERR);
                 if gone {
@@ -640,7 +661,16 @@ impl OpenFile for Opened {
             }
             None => return Err(FsError::Invalid(format!("{MAX_PIPES} pipes attached already"))),
         };
-        pipes[at] = Some(pipe);
+        if self.tally.pipes.fetch_add(1, SeqCst) >= MAX_EXPORT_PIPES {
+            self.tally.pipes.fetch_sub(1, SeqCst);
+            return Err(FsError::Invalid(format!(
+                "the export has {MAX_EXPORT_PIPES} pipes attached already"
+            )));
+        }
+        pipes[at] = Some(AttachedPipe {
+            fd: pipe,
+            tally: self.tally.clone(),
+        });
         Ok(at as u32)
     }
 

@@ -1151,4 +1151,41 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     let mut buf = vec![0u8; 100_000];
     assert_eq!(f.read_at(&mut buf, 0).unwrap(), 100_000);
     assert!(buf.iter().all(|&b| b == 7));
+
+    // The export as a whole holds a bounded number, over all open files.
+    let mut opens = Vec::new();
+    let mut readers = Vec::new();
+    'fill: for _ in 0..=(lintel_fs::MAX_EXPORT_PIPES as usize / lintel_fs::MAX_PIPES + 1) {
+        let o = OpenFileClient::from_door(svc.fs.open("f").unwrap().door().clone());
+        for _ in 0..lintel_fs::MAX_PIPES {
+            let (r, w) = pipe();
+            match o.attach_pipe(w) {
+                Ok(_) => readers.push(r),
+                Err(e) => {
+                    assert_eq!(e.errno(), EINVAL, "{e}");
+                    break 'fill;
+                }
+            }
+        }
+        opens.push(o);
+    }
+    assert!(
+        readers.len() + kept.len() < lintel_fs::MAX_EXPORT_PIPES as usize,
+        "{} pipes attached",
+        readers.len() + kept.len() + 1
+    );
+    let fresh = OpenFileClient::from_door(svc.fs.open("f").unwrap().door().clone());
+    let (_r2, w) = pipe();
+    assert_eq!(errno(fresh.attach_pipe(w)), EINVAL, "the export is full");
+    drop(opens);
+    drop(readers);
+    let mut kept_reader = None;
+    assert!(
+        lintel_tests::eventually(Duration::from_secs(10), || {
+            let (r, w) = pipe();
+            kept_reader = Some(r);
+            fresh.attach_pipe(w).is_ok()
+        }),
+        "the pipes of closed open files make room"
+    );
 }
