@@ -13,7 +13,9 @@
 //!   mapped, and whenever the mapped path is unavailable. Reads of
 //!   [`SPLICE_MIN`] bytes or more come through a pipe instead, spliced
 //!   into it by the service ([`crate::spliced`]): one copy, as a native
-//!   `read` makes.
+//!   `read` makes. A mapped file whose token is here reads ahead in its
+//!   pipe at the shared offset: a call per pipeful, not per read
+//!   ([`crate::mapped`]).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -432,10 +434,16 @@ impl File {
         {
             return Ok(n);
         }
-        if buf.len() >= self.splice_min
-            && let Some(n) = self.pipe.lock().read(&self.file, None, buf)?
-        {
-            return Ok(n);
+        if buf.len() >= self.splice_min {
+            let mut pipe = self.pipe.lock();
+            if let Some(m) = self.mapped.as_deref()
+                && let Some(n) = m.read_streamed(&mut pipe, &self.file, buf)?
+            {
+                return Ok(n);
+            }
+            if let Some(n) = pipe.read(&self.file, None, buf)? {
+                return Ok(n);
+            }
         }
         let mut scratch = self.scratch.lock();
         self.file.read(io_len(buf.len()), &mut scratch)?;

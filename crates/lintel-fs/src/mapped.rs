@@ -222,6 +222,9 @@ pub(crate) struct Mapped {
     /// Bytes of the cache known to exist (so a read there faults into the
     /// pager, never past the memfd's end).
     covered: AtomicU64,
+    /// Token grants this descriptor asked for: a new one means the token
+    /// was taken back since, and what was read ahead may be stale.
+    grants: AtomicU64,
 }
 
 struct Desc<'a>(&'a Shared, usize);
@@ -257,6 +260,7 @@ impl Mapped {
             window: window_size(),
             local: Mutex::new(()),
             covered: AtomicU64::new(0),
+            grants: AtomicU64::new(0),
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
@@ -291,7 +295,10 @@ impl Mapped {
                     self.session.check()?;
                     return r.map(Some);
                 }
-                Begin::Acquire => self.session.session.acquire(self.slot)?,
+                Begin::Acquire => {
+                    self.grants.fetch_add(1, SeqCst);
+                    self.session.session.acquire(self.slot)?;
+                }
             }
         }
         Ok(None)
@@ -338,6 +345,106 @@ impl Mapped {
                 Ok(Some(n as usize))
             })?
             .flatten())
+    }
+
+    /// Read at the shared offset through `pipe`, reading ahead: while
+    /// this descriptor holds the token, nobody else writes the file or
+    /// moves the offset, so the service splices a pipe's worth from the
+    /// offset on ([`Session::read_ahead`](crate::proto::Session::read_ahead))
+    /// and reads that follow take their bytes from the pipe with no call,
+    /// one `read` of the pipe each, as a native `read` of the file. What
+    /// the pipe holds is used only at the offset it was read for and under
+    /// the grant it was read under; anything else, and any write through
+    /// the window (the host file then lags the cache), sends the read
+    /// elsewhere. `None`: read another way.
+    pub(crate) fn read_streamed(
+        &self,
+        pipe: &mut crate::spliced::Pipe,
+        file: &OpenFileClient,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, FsError> {
+        let r = self.with_token(|a| {
+            if a.held.dirty.0 < a.held.dirty.1 {
+                return Ok(None);
+            }
+            let grant = self.grants.load(SeqCst);
+            let off = a.held.offset;
+            let n = (buf.len() as u64).min(a.held.size.saturating_sub(off)) as usize;
+            let fresh = |h: &crate::spliced::Ahead| h.start == off && h.grant == grant;
+            // Bytes in the pipe for another offset or grant: drop the pipe
+            // (reading them out to throw away would cost their copy).
+            let keep = matches!(pipe, crate::spliced::Pipe::Attached { ahead: Some(h), .. } if fresh(h));
+            let Some((read, number, per_call, ahead)) = pipe.ready(file, keep) else {
+                return Ok(None);
+            };
+            // `spoiled`: the pipe's contents are no longer known; drop it.
+            let (mut done, mut spoiled) = (0, false);
+            while done < n {
+                let at = off + done as u64;
+                let held = match *ahead {
+                    Some(h) if h.len > 0 && h.start == at && h.grant == grant => h,
+                    _ => match self
+                        .session
+                        .session
+                        .read_ahead(self.slot, number, at, per_call as u32)
+                    {
+                        Ok(0) => break,
+                        Ok(k) if k as usize <= per_call => {
+                            let h = crate::spliced::Ahead {
+                                start: at,
+                                len: k as usize,
+                                grant,
+                            };
+                            *ahead = Some(h);
+                            h
+                        }
+                        // More than asked for, or a pipe the service will
+                        // not use: read the rest another way.
+                        Ok(_) | Err(FsError::Invalid(_)) => {
+                            spoiled = true;
+                            break;
+                        }
+                        Err(e) if done == 0 => return Err(e),
+                        Err(_) => break,
+                    },
+                };
+                let k = (n - done).min(held.len);
+                if let Err(e) = crate::spliced::drain(read, &mut buf[done..done + k]) {
+                    if done == 0 {
+                        return Err(e);
+                    }
+                    spoiled = true;
+                    break;
+                }
+                *ahead = Some(crate::spliced::Ahead {
+                    start: at + k as u64,
+                    len: held.len - k,
+                    grant,
+                });
+                done += k;
+            }
+            a.held.offset = off + done as u64;
+            Ok(Some((done, spoiled)))
+        });
+        match r {
+            Ok(Some(Some((done, spoiled)))) => {
+                if spoiled {
+                    *pipe = crate::spliced::Pipe::Unattached;
+                }
+                // Nothing read and the pipe spoiled: the caller reads
+                // another way.
+                Ok((done > 0 || !spoiled).then_some(done))
+            }
+            Ok(_) => {
+                // Whatever the pipe held is of no use now.
+                *pipe = crate::spliced::Pipe::Unattached;
+                Ok(None)
+            }
+            Err(e) => {
+                *pipe = crate::spliced::Pipe::Unattached;
+                Err(e)
+            }
+        }
     }
 
     /// Write at `at` (or the shared offset, moving it; at the end if

@@ -155,6 +155,8 @@ pub struct Counters {
     pub file_calls: u64,
     /// Bytes it moved into clients' pipes (spliced reads).
     pub spliced_bytes: u64,
+    /// Calls that spliced them (a read ahead is one call for a pipeful).
+    pub splices: u64,
 }
 
 /// How to set one of a file's times.
@@ -264,6 +266,13 @@ pub trait Session {
     /// its pages mapped in the client: the caller holds the token active.
     /// Returns the window (offset, length).
     fn window(&self, slot: u32, at: u64, len: u64) -> Result<(u64, u64), FsError>;
+    /// Splice up to `len` bytes of the file at `at` into pipe `pipe`
+    /// attached to the descriptor's open file, as
+    /// [`OpenFile::read_spliced_at`] does, but without taking the token
+    /// back: the caller holds it active, with nothing written, so the host
+    /// file is current, and it reads ahead in the pipe while the token
+    /// stays with it. Returns how many.
+    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32) -> Result<u32, FsError>;
     /// Make the cache cover the file's first `end` bytes, so that a view
     /// of them faults into the pager rather than past the memfd's end.
     /// Returns the bytes covered.

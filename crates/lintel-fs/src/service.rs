@@ -104,6 +104,7 @@ pub(crate) struct Tally {
     pub evictions: AtomicU64,
     pub file_calls: AtomicU64,
     pub spliced_bytes: AtomicU64,
+    pub splices: AtomicU64,
     /// Pipes attached now (a gauge).
     pub pipes: AtomicU64,
 }
@@ -443,6 +444,7 @@ impl Export for ExportImpl {
             evictions: c.evictions.load(SeqCst),
             file_calls: c.file_calls.load(SeqCst),
             spliced_bytes: c.spliced_bytes.load(SeqCst),
+            splices: c.splices.load(SeqCst),
         })
     }
 
@@ -529,7 +531,7 @@ impl Opened {
     /// reference (`splice`); how many. Never blocks on the pipe: one the
     /// client left bytes in, or a broken one, is an `Invalid` error (the
     /// client then drops it), as is a file the kernel cannot splice.
-    fn splice_into(&self, pipe: u32, at: u64, len: u32) -> Result<usize, FsError> {
+    pub(crate) fn splice_into(&self, pipe: u32, at: u64, len: u32) -> Result<usize, FsError> {
         use rustix::pipe::{SpliceFlags, splice};
         let unusable = |why: &str| FsError::Invalid(format!("pipe {pipe}: {why}"));
         let mut pipes = self.pipes.lock();
@@ -564,6 +566,7 @@ impl Opened {
             }
         }
         self.tally.spliced_bytes.fetch_add(done as u64, SeqCst);
+        self.tally.splices.fetch_add(1, SeqCst);
         Ok(done)
     }
 

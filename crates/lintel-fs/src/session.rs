@@ -492,6 +492,16 @@ impl Session for SessionImpl {
         open.node.grow(end)
     }
 
+    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32) -> Result<u32, FsError> {
+        let (open, _) = self.core.binding(slot)?;
+        // Held active by the caller, the token cannot be taken back while
+        // the bytes are spliced: no write lands in between.
+        if open.node.holder_id.load(SeqCst) != self.core.holder_id(slot as usize) {
+            return Err(FsError::Invalid("the token is not held".into()));
+        }
+        open.splice_into(pipe, at, len).map(|n| n as u32)
+    }
+
     fn detach(&self, slot: u32) -> Result<(), FsError> {
         let (open, _) = self.core.binding(slot)?;
         release(&open.node, &self.core, Some(slot as usize));

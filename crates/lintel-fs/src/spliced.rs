@@ -52,12 +52,51 @@ pub(crate) enum Pipe {
         /// since a range that does not start on a page boundary takes one
         /// page slot more than its length says.
         per_call: usize,
+        /// Bytes read ahead and still in the pipe (mapped files only, see
+        /// [`crate::mapped`]).
+        ahead: Option<Ahead>,
     },
     /// Attaching failed (no pipes left, an old service): copy path only.
     Refused,
 }
 
+/// What a pipe holds ahead of the reader: `len` bytes of the file from
+/// `start` on, spliced under the token grant numbered `grant`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ahead {
+    pub start: u64,
+    pub len: usize,
+    pub grant: u64,
+}
+
 impl Pipe {
+    /// Attach a pipe if none is (a pipe with bytes read ahead in it is
+    /// dropped first: a call must find it empty); the attached pipe's
+    /// read end, number, bytes per call and read-ahead state.
+    pub(crate) fn ready(
+        &mut self,
+        file: &OpenFileClient,
+        keep_ahead: bool,
+    ) -> Option<(&OwnedFd, u32, usize, &mut Option<Ahead>)> {
+        if let Pipe::Attached { ahead: Some(a), .. } = self
+            && (a.len > 0 && !keep_ahead)
+        {
+            *self = Pipe::Unattached;
+        }
+        if let Pipe::Unattached = self {
+            *self = attach(file);
+        }
+        match self {
+            Pipe::Attached {
+                read,
+                number,
+                per_call,
+                ahead,
+            } => Some((&*read, *number, *per_call, ahead)),
+            _ => None,
+        }
+    }
+
     /// Read into `buf` at `at` (or the shared offset) through the pipe:
     /// as many bytes as a read through the call gives (all of `buf` up
     /// to [`MAX_IO`], fewer only at the end of the file), in rounds of the
@@ -68,24 +107,17 @@ impl Pipe {
         at: Option<u64>,
         buf: &mut [u8],
     ) -> Result<Option<usize>, FsError> {
-        if let Pipe::Unattached = self {
-            *self = attach(file);
-        }
         let total = buf.len().min(MAX_IO as usize);
         let mut done = 0;
         while done < total {
-            let Pipe::Attached {
-                read,
-                number,
-                per_call,
-            } = self
-            else {
+            let Some((read, number, per_call, ahead)) = self.ready(file, false) else {
                 return Ok((done > 0).then_some(done));
             };
-            let want = (total - done).min(*per_call);
+            *ahead = None;
+            let want = (total - done).min(per_call);
             let spliced = match at {
-                Some(at) => file.read_spliced_at(*number, at + done as u64, want as u32),
-                None => file.read_spliced(*number, want as u32),
+                Some(at) => file.read_spliced_at(number, at + done as u64, want as u32),
+                None => file.read_spliced(number, want as u32),
             };
             let n = match spliced {
                 Ok(n) => n as usize,
@@ -143,13 +175,14 @@ fn attach(file: &OpenFileClient) -> Pipe {
             read,
             number,
             per_call: size - PAGE,
+            ahead: None,
         },
         Err(_) => Pipe::Refused,
     }
 }
 
 /// Read exactly `buf.len()` bytes the service put in the pipe.
-fn drain(read: &OwnedFd, buf: &mut [u8]) -> Result<(), FsError> {
+pub(crate) fn drain(read: &OwnedFd, buf: &mut [u8]) -> Result<(), FsError> {
     let mut done = 0;
     while done < buf.len() {
         match rustix::io::read(read, &mut buf[done..]) {

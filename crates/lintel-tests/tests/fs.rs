@@ -1189,3 +1189,95 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
         "the pipes of closed open files make room"
     );
 }
+
+/// A mapped file read at its offset in large pieces reads ahead in its
+/// pipe (a call per pipeful), and what it read ahead never outlives a
+/// write, a truncation or a seek.
+#[test]
+fn reading_ahead_sees_every_change_made_since() {
+    both_placements(|fs, host| {
+        let data: Vec<u8> = (0..(3 << 20) + 5)
+            .map(|i: u32| (i.wrapping_mul(2246822519) >> 9) as u8)
+            .collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        // Pieces above 4 KiB skip the window and take the pipe.
+        let opts = OpenOptions::new().read(true).write(true).mapped_max(4096).clone();
+        let mut f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        let before = fs.counters().unwrap();
+        let mut piece = vec![0u8; 20_000];
+        let mut got = Vec::new();
+        while got.len() < 1 << 20 {
+            let n = f.read(&mut piece).unwrap();
+            assert_eq!(n, piece.len(), "full reads inside the file");
+            got.extend_from_slice(&piece);
+        }
+        assert!(got == data[..got.len()]);
+        let after = fs.counters().unwrap();
+        let reads = got.len() / piece.len();
+        assert!(
+            after.splices - before.splices <= 3,
+            "{reads} reads took {} splices: no read ahead",
+            after.splices - before.splices
+        );
+
+        // Another open writes just ahead of the offset (inside what was
+        // read ahead), then truncates: both are seen by the next reads.
+        let at = got.len() as u64;
+        let w = fs
+            .open_with("f", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0x5A; 30_000], at + 10_000).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..10_000] == data[at as usize..at as usize + 10_000]);
+        assert!(
+            piece[10_000..].iter().all(|&b| b == 0x5A),
+            "a write since the read ahead is seen"
+        );
+        // Truncated and written anew: the host's pages are new ones (the
+        // pipe holds the old ones, which no longer are the file's).
+        let at = at + piece.len() as u64;
+        let n = f.read(&mut piece[..1000]).unwrap();
+        assert_eq!(n, 1000, "reads ahead again");
+        let at = at + 1000;
+        w.set_len(at).unwrap();
+        w.write_at(&[0x77; 20_000], at).unwrap();
+        w.set_len(at + 15_000).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), 15_000, "a truncation since is seen");
+        assert!(
+            piece[..15_000].iter().all(|&b| b == 0x77),
+            "bytes written since are seen"
+        );
+        assert_eq!(f.read(&mut piece).unwrap(), 0);
+
+        // A seek, and this handle's own writes through its window, are
+        // seen too.
+        w.set_len(0).unwrap();
+        w.write_at(&data, 0).unwrap();
+        f.seek(SeekFrom::Start(100_000)).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..] == data[100_000..120_000]);
+        f.write_all(&[0xC3; 1000]).unwrap(); // through the window: 1000 ≤ 4096
+        f.seek(SeekFrom::Start(119_000)).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..1000] == data[119_000..120_000]);
+        assert!(
+            piece[1000..2000].iter().all(|&b| b == 0xC3),
+            "our own window write is seen"
+        );
+        assert!(piece[2000..] == data[121_000..139_000]);
+        // With the token here and no write since, a seek alone (no call)
+        // leaves what the pipe holds behind.
+        let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
+            f.seek(SeekFrom::Start(at)).unwrap();
+            assert_eq!(f.read(piece).unwrap(), piece.len());
+            assert!(
+                piece[..] == data[at as usize..at as usize + piece.len()],
+                "read at {at} after a seek"
+            );
+        };
+        read_here(&mut f, 500_000, &mut piece);
+        read_here(&mut f, 400_000, &mut piece);
+        read_here(&mut f, 420_000, &mut piece);
+    });
+}
