@@ -435,11 +435,9 @@ impl Mapped {
                 // another way.
                 Ok((done > 0 || !spoiled).then_some(done))
             }
-            Ok(_) => {
-                // Whatever the pipe held is of no use now.
-                *pipe = crate::spliced::Pipe::Unattached;
-                Ok(None)
-            }
+            // Not read here: the pipe stays (a read through it drops what it
+            // holds ahead, if anything).
+            Ok(_) => Ok(None),
             Err(e) => {
                 *pipe = crate::spliced::Pipe::Unattached;
                 Err(e)
