@@ -461,6 +461,15 @@ impl File {
         Ok(n as usize)
     }
 
+    /// A descriptor of the host file to map shared (`mmap(MAP_SHARED)`,
+    /// e.g. with `rustix::mm::mmap`): see
+    /// [`OpenFile::map_descriptor`](crate::proto::OpenFile::map_descriptor).
+    /// From then on this file's clients, this one included, read and write
+    /// through calls, which share the host's page cache with the mapping.
+    pub fn map_descriptor(&self) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.file.map_descriptor()
+    }
+
     /// Move the shared offset; returns it.
     pub fn seek_shared(&self, pos: std::io::SeekFrom) -> Result<u64, FsError> {
         let (whence, delta) = match pos {

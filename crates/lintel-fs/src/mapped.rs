@@ -225,6 +225,9 @@ pub(crate) struct Mapped {
     /// Token grants this descriptor asked for: a new one means the token
     /// was taken back since, and what was read ahead may be stale.
     grants: AtomicU64,
+    /// The service grants no token for this file any more (it is mapped
+    /// through the host): every operation takes the copy path.
+    refused: std::sync::atomic::AtomicBool,
 }
 
 struct Desc<'a>(&'a Shared, usize);
@@ -261,6 +264,7 @@ impl Mapped {
             local: Mutex::new(()),
             covered: AtomicU64::new(0),
             grants: AtomicU64::new(0),
+            refused: std::sync::atomic::AtomicBool::new(false),
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
@@ -279,6 +283,9 @@ impl Mapped {
         f: impl FnOnce(&mut Active<'_>) -> Result<R, FsError>,
     ) -> Result<Option<R>, FsError> {
         let _one = self.local.lock();
+        if self.refused.load(SeqCst) {
+            return Ok(None);
+        }
         for _ in 0..ACQUIRE_TRIES {
             self.session.check()?;
             match token::client_begin(&self.desc()) {
@@ -297,7 +304,15 @@ impl Mapped {
                 }
                 Begin::Acquire => {
                     self.grants.fetch_add(1, SeqCst);
-                    self.session.session.acquire(self.slot)?;
+                    match self.session.session.acquire(self.slot) {
+                        Ok(()) => {}
+                        Err(FsError::Invalid(why)) => {
+                            tracing::debug!("no token for this file from now on: {why}");
+                            self.refused.store(true, SeqCst);
+                            return Ok(None);
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }

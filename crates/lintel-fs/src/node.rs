@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -70,6 +70,13 @@ pub(crate) struct Node {
     /// Bumped whenever cached pages are dropped (truncation): what a
     /// session remembers as mapped in its client is then stale.
     pub epoch: AtomicU64,
+    /// A client holds a descriptor of the host file for a shared mapping
+    /// ([`crate::proto::OpenFile::map_descriptor`]): the page cache of the
+    /// host is the file's only copy from then on, so no token is granted
+    /// (windows would show the service's cache, which such a mapping
+    /// does not see). For the node's life, i.e. until every open of the
+    /// file is closed.
+    pub host_mapped: AtomicBool,
 }
 
 impl Node {
@@ -79,6 +86,7 @@ impl Node {
             holder_id: AtomicU64::new(0),
             cache: Mutex::new(None),
             epoch: AtomicU64::new(0),
+            host_mapped: AtomicBool::new(false),
         }
     }
 

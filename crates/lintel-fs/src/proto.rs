@@ -313,6 +313,16 @@ pub trait OpenFile {
     /// offset, which advances past the bytes (arguments small enough for
     /// lintel's fast path).
     fn read_spliced(&self, pipe: u32, len: u32) -> Result<u32, FsError>;
+    /// A descriptor of the host file, opened as this open file was (for
+    /// reading, or reading and writing; never appending), for a shared
+    /// mapping (`mmap(MAP_SHARED)`): the mapping then shares the host's
+    /// page cache with every copy-path call. Tokens are taken back first
+    /// and none is granted again while the file stays open anywhere
+    /// (mapped windows show the service's cache, which such a mapping
+    /// does not see): its clients read and write through calls. Refused
+    /// on a read-only export (a descriptor of the host file would let its
+    /// holder change the file's mode) and for a write-only open.
+    fn map_descriptor(&self) -> Result<OwnedFd, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
     fn stat(&self) -> Result<Stat, FsError>;

@@ -298,6 +298,7 @@ impl Export for ExportImpl {
             revoked: AtomicBool::new(false),
             positional: std::sync::OnceLock::new(),
             pipes: Mutex::new(Vec::new()),
+            export_read_only: self.read_only,
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
         Ok(OpenFileClient::from_door(self.door_of(open)))
@@ -477,6 +478,7 @@ pub(crate) struct Opened {
     /// Pipes attached by its clients for spliced reads (write ends), by
     /// number; `None` once found broken.
     pipes: Mutex<Vec<Option<AttachedPipe>>>,
+    export_read_only: bool,
 }
 
 /// A client's pipe (its write end), counted against the export's bound
@@ -683,6 +685,31 @@ impl OpenFile for Opened {
             return Err(Errno::BADF.into());
         }
         self.splice_into(pipe, at, len).map(|n| n as u32)
+    }
+
+    fn map_descriptor(&self) -> Result<OwnedFd, FsError> {
+        use std::os::fd::AsRawFd;
+        if self.export_read_only {
+            return Err(FsError::ReadOnly);
+        }
+        if !self.regular {
+            return Err(FsError::Invalid("only a regular file can be mapped".into()));
+        }
+        let access = match (self.readable, self.writable) {
+            (true, true) => OFlags::RDWR,
+            (true, false) => OFlags::RDONLY,
+            _ => return Err(Errno::ACCESS.into()),
+        };
+        // Under the token lock, with the token back and its bytes written:
+        // no grant slips in after this.
+        let _token = self.settle()?;
+        self.node.host_mapped.store(true, SeqCst);
+        let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        Ok(rustix::fs::open(
+            path.as_str(),
+            access | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
     }
 
     fn read_spliced(&self, pipe: u32, len: u32) -> Result<u32, FsError> {

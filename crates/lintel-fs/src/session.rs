@@ -420,6 +420,11 @@ impl Session for SessionImpl {
         if node.holder_id.load(SeqCst) == me {
             return Ok(());
         }
+        if node.host_mapped.load(SeqCst) {
+            return Err(FsError::Invalid(
+                "the file is mapped through the host: no windows".into(),
+            ));
+        }
         node.recall(&mut st, self.core.deadline());
         let stat = crate::service::stat_of(&open.fd)?;
         let offset = *open.offset.lock();
@@ -489,6 +494,11 @@ impl Session for SessionImpl {
 
     fn extent(&self, slot: u32, end: u64) -> Result<u64, FsError> {
         let (open, _) = self.core.binding(slot)?;
+        if open.node.host_mapped.load(SeqCst) {
+            return Err(FsError::Invalid(
+                "the file is mapped through the host: no views".into(),
+            ));
+        }
         open.node.grow(end)
     }
 

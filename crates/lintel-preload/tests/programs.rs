@@ -560,6 +560,67 @@ fn sqlite3_builds_and_checks_a_database_in_a_served_tree() {
     );
 }
 
+/// Shared mappings of served files: sqlite3 in WAL mode (its `-shm` file
+/// is mapped shared by every connection) from two processes in turn and
+/// at once, and Python writing through a shared mapping and reading the
+/// bytes back through calls, and the other way round.
+#[test]
+fn shared_mappings_of_served_files_work_as_on_the_host() {
+    assert!(
+        have("sqlite3"),
+        "sqlite3 is missing: .ci/run installs Debian's sqlite3"
+    );
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for cmd in [
+        &[
+            "sqlite3",
+            "%R/wal.db",
+            "PRAGMA journal_mode=WAL; create table t(a); insert into t values(1),(2),(3); select sum(a) from t;",
+        ][..],
+        &[
+            "sh",
+            "-c",
+            "for i in 1 2 3 4; do sqlite3 %R/wal.db '.timeout 20000' \"insert into t values($i * 100);\" & done; sqlite3 %R/wal.db '.timeout 20000' 'insert into t values(1000);'; wait; sqlite3 %R/wal.db 'select count(*), sum(a) from t; PRAGMA integrity_check;'",
+        ],
+    ] {
+        same(n, s, cmd);
+    }
+    python_both(
+        n,
+        s,
+        r#"
+import mmap, os, sys
+p = sys.argv[1] + "/a.txt"
+fd = os.open(p, os.O_RDWR)
+m = mmap.mmap(fd, 0)
+print(m[:6])
+m[0:5] = b"ALPHA"
+m.flush()
+print(os.pread(fd, 11, 0))
+os.pwrite(fd, b"BE", 6)
+ro = os.open(p, os.O_RDONLY)
+view = mmap.mmap(ro, 0, prot=mmap.PROT_READ)
+print(view[:12], m[:12])
+try:
+    view[0:1] = b"x"
+except TypeError as e:
+    print("read-only:", e)
+m.close(); view.close()
+with open(p, "rb") as f:
+    print(f.read())
+"#,
+    );
+    // The database's bytes depend on the order the concurrent inserts
+    // took (the queries above compare what it holds).
+    let others = |root: &Path| {
+        let mut t = snapshot(root);
+        t.retain(|(p, _)| p != "wal.db");
+        t
+    };
+    assert_eq!(others(s), others(n));
+}
+
 /// Bad pointers and bad descriptors get the errno Linux gives, on the
 /// fast path (read, pread, write through libc) and the trapped one (stat).
 #[test]

@@ -1281,3 +1281,77 @@ fn reading_ahead_sees_every_change_made_since() {
         read_here(&mut f, 420_000, &mut piece);
     });
 }
+
+/// A shared mapping of a served file maps the host file: its writes are
+/// seen by every client's calls and theirs by it, and no window (the
+/// service's cache, which the mapping does not see) is handed out for the
+/// file any more.
+#[test]
+fn a_shared_mapping_and_every_client_see_one_copy() {
+    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), vec![b'.'; 100_000]).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let other = FsClientPeer::start(svc.fs.door());
+    let fo = other.peer.open(b"f".to_vec(), O_RDWR, AUTO).unwrap();
+    assert!(other.peer.is_mapped(fo).unwrap());
+    // The other client holds the token with a write only in its window.
+    other.peer.write_at(fo, 10, b"window").unwrap();
+
+    let f = svc.fs.open_with("f", &rw()).unwrap();
+    let fd = f.map_descriptor().unwrap();
+    let len = 100_000;
+    // SAFETY: a fresh shared mapping of a file descriptor; the kernel picks
+    // the address, and nothing else in this process uses the range.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            &fd,
+            0,
+        )
+    }
+    .unwrap() as *mut u8;
+    // SAFETY: `p` maps `len` bytes, readable and writable, until the
+    // `munmap` below; this test is its only user.
+    let map = unsafe { std::slice::from_raw_parts_mut(p, len) };
+    assert_eq!(
+        &map[10..16],
+        b"window",
+        "the window's bytes were written back first"
+    );
+
+    map[1000..1005].copy_from_slice(b"MAPPD");
+    let mut out = Vec::new();
+    other.peer.read_at(fo, 1000, 5, &mut out).unwrap();
+    assert_eq!(out, b"MAPPD", "the other client reads what the mapping wrote");
+    let grants = svc.fs.counters().unwrap().grants;
+    other.peer.write_at(fo, 2000, b"calls").unwrap();
+    assert_eq!(
+        &map[2000..2005],
+        b"calls",
+        "the mapping sees the other client's write"
+    );
+    other.peer.read_at(fo, 3000, 10, &mut out).unwrap();
+    assert_eq!(
+        svc.fs.counters().unwrap().grants,
+        grants,
+        "no token is granted for the file any more"
+    );
+    // SAFETY: unmapping the mapping made above, no longer used.
+    unsafe { munmap(p.cast(), len) }.unwrap();
+    assert_eq!(
+        &std::fs::read(dir.path().join("f")).unwrap()[1000..1005],
+        b"MAPPD"
+    );
+
+    // A write-only open and a read-only export hand out no descriptor.
+    let wo = svc.fs.open_with("f", OpenOptions::new().write(true)).unwrap();
+    assert_eq!(errno(wo.map_descriptor()), 13);
+    let ro = tempfile::tempdir().unwrap();
+    std::fs::write(ro.path().join("f"), b"x").unwrap();
+    let ro_svc = FsService::start(ro.path(), true);
+    assert_eq!(errno(ro_svc.fs.open("f").unwrap().map_descriptor()), EROFS);
+}

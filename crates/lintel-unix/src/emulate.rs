@@ -34,6 +34,9 @@ pub struct Served {
     /// Whether its placeholder names it by key yet (for a child or an
     /// `exec`ed image, see [`Emulation::adopt_inherited`]).
     recorded: std::sync::atomic::AtomicBool,
+    /// The host file's descriptor for shared mappings, once asked for
+    /// (`None`: the service refused one).
+    map_fd: std::sync::OnceLock<Option<std::os::fd::OwnedFd>>,
 }
 
 /// What a placeholder memfd holds once its open file is shared: magic,
@@ -249,6 +252,7 @@ impl Emulation {
             flags,
             listing: Mutex::new(None),
             recorded: std::sync::atomic::AtomicBool::new(false),
+            map_fd: std::sync::OnceLock::new(),
         });
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
@@ -338,16 +342,24 @@ impl Emulation {
     /// unspecified whether later changes to the file show through a
     /// private mapping; here they do not), then given the protection
     /// asked for: what the dynamic loader, `MAP_PRIVATE` readers and
-    /// copy-on-write users need. A shared mapping would have to be the
-    /// service's cache paged into this process, kept coherent with other
-    /// clients' writes: not built, `ENODEV` (as for a file system without
-    /// `mmap`), so programs that can fall back to reads do.
+    /// copy-on-write users need. A shared mapping maps the host file
+    /// itself, through a descriptor the service hands out for it
+    /// ([`lintel_fs::File::map_descriptor`]): the mapping and every other
+    /// client's calls then share the host's page cache (the file's mapped
+    /// windows are given up for it). Where the service refuses one (a
+    /// read-only export), `ENODEV`, as for a file system without `mmap`.
     fn mmap(&self, a: [u64; 6]) -> R {
         let s = self.served(a[4])?;
         let (addr, len, prot, flags, off) = (a[0], a[1], a[2], a[3] as i32, a[5]);
         const PAGE: u64 = 4096;
-        if s.dir || flags & 0x0f != libc::MAP_PRIVATE {
+        if s.dir {
             return Some(err(libc::ENODEV));
+        }
+        if matches!(flags & 0x0f, libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE) {
+            return Some(self.mmap_shared(&s, [addr, len, prot, a[3], 0, off]));
+        }
+        if flags & 0x0f != libc::MAP_PRIVATE {
+            return Some(err(libc::EINVAL));
         }
         if len == 0 || !off.is_multiple_of(PAGE) || off.checked_add(len).is_none() {
             return Some(err(libc::EINVAL));
@@ -394,6 +406,22 @@ impl Emulation {
             }
         }
         Some(map)
+    }
+
+    /// A shared mapping of served file `s`: the kernel's own `mmap` of the
+    /// host file's descriptor, which checks the rest as for any file
+    /// (protection against the open's mode, alignment, `MAP_FIXED`).
+    fn mmap_shared(&self, s: &Served, mut args: [u64; 6]) -> i64 {
+        let fd = s.map_fd.get_or_init(|| s.file.map_descriptor().ok());
+        let Some(fd) = fd else {
+            return err(libc::ENODEV);
+        };
+        args[4] = std::os::fd::AsRawFd::as_raw_fd(fd) as u64;
+        let map = trap::raw_syscall(libc::SYS_mmap, args);
+        if map >= 0 {
+            user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        map
     }
 
     /// A forked child that has not `exec`ed cannot reach the service: its
@@ -714,6 +742,7 @@ impl Emulation {
             flags,
             listing: Mutex::new(None),
             recorded: std::sync::atomic::AtomicBool::new(true),
+            map_fd: std::sync::OnceLock::new(),
         });
         self.fds.write().insert(fd, served);
         Ok(())
@@ -739,6 +768,7 @@ impl Emulation {
             flags,
             listing: Mutex::new(None),
             recorded: std::sync::atomic::AtomicBool::new(false),
+            map_fd: std::sync::OnceLock::new(),
         });
         self.fds.write().insert(fd, served);
         Ok(())
