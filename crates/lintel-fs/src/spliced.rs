@@ -22,7 +22,7 @@
 //! A mapped file whose token is with this client reads ahead instead: one
 //! call splices a pipeful from the offset, and the reads that follow drain
 //! it with no call ([`crate::mapped`], `Mapped::read_streamed`). The pipe
-//! then holds bytes beyond the last read, recorded in [`Ahead`]; a read
+//! then holds bytes beyond the last read, recorded in `Ahead`; a read
 //! through the call first drops such a pipe, since the service's splice
 //! must find it empty.
 
