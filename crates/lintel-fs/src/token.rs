@@ -18,7 +18,7 @@
 //! sleeper, whose unlock wakes. A client that keeps the lock, or keeps its
 //! token `ACTIVE` after being asked for it back, past the timeout, or that
 //! leaves values in the descriptor no honest client writes, is reported
-//! as [`Misbehaved`]: the service evicts it.
+//! as `Misbehaved`: the service evicts it.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicU32, AtomicU64};
