@@ -420,7 +420,11 @@ impl Mapped {
                             break;
                         }
                         Err(e) if done == 0 => return Err(e),
-                        Err(_) => break,
+                        // A late splice may still land in the pipe.
+                        Err(_) => {
+                            spoiled = true;
+                            break;
+                        }
                     },
                 };
                 let k = (n - done).min(held.len);

@@ -300,8 +300,8 @@ pub trait OpenFile {
     /// [`read_spliced_at`](OpenFile::read_spliced_at) and
     /// [`read_spliced`](OpenFile::read_spliced); returns its number. At
     /// most [`MAX_PIPES`](crate::service::MAX_PIPES) per open file (one
-    /// per process reading it); a number whose pipe lost its reader is
-    /// given out again.
+    /// per process reading it; a pipe that lost its reader makes room), and
+    /// a number is never given out twice.
     fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError>;
     /// As [`read_at`](OpenFile::read_at), but the bytes go into attached pipe
     /// `pipe`, moved by the kernel as page references (`splice`), not

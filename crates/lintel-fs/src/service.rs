@@ -297,7 +297,7 @@ impl Export for ExportImpl {
             offset: Mutex::new(0),
             revoked: AtomicBool::new(false),
             positional: std::sync::OnceLock::new(),
-            pipes: Mutex::new(Vec::new()),
+            pipes: Mutex::new(Pipes::default()),
             export_read_only: self.read_only,
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
@@ -477,8 +477,17 @@ pub(crate) struct Opened {
     positional: std::sync::OnceLock<OwnedFd>,
     /// Pipes attached by its clients for spliced reads (write ends), by
     /// number; `None` once found broken.
-    pipes: Mutex<Vec<Option<AttachedPipe>>>,
+    pipes: Mutex<Pipes>,
     export_read_only: bool,
+}
+
+/// The pipes attached to an open file, by number. A number is never given
+/// out twice: a late call naming a pipe its client gave up on (a deadline
+/// passed) finds nothing, never the client's next pipe.
+#[derive(Default)]
+struct Pipes {
+    next: u32,
+    by_number: HashMap<u32, AttachedPipe>,
 }
 
 /// A client's pipe (its write end), counted against the export's bound
@@ -537,11 +546,8 @@ impl Opened {
         use rustix::pipe::{SpliceFlags, splice};
         let unusable = |why: &str| FsError::Invalid(format!("pipe {pipe}: {why}"));
         let mut pipes = self.pipes.lock();
-        let Some(slot) = pipes.get_mut(pipe as usize) else {
+        let Some(to) = pipes.by_number.get(&pipe).map(|p| &p.fd) else {
             return Err(unusable("not attached"));
-        };
-        let Some(to) = slot.as_ref().map(|p| &p.fd) else {
-            return Err(unusable("broken"));
         };
         let len = len.min(MAX_IO) as usize;
         let (mut off, mut done) = (at, 0);
@@ -560,7 +566,7 @@ impl Opened {
                 Err(_) if done > 0 => break,
                 Err(Errno::AGAIN) => return Err(unusable("full")),
                 Err(Errno::PIPE) => {
-                    *slot = None;
+                    pipes.by_number.remove(&pipe);
                     return Err(unusable("its reader is gone"));
                 }
                 Err(Errno::INVAL) => return Err(unusable("the file cannot be spliced")),
@@ -647,24 +653,18 @@ impl OpenFile for Opened {
             return Err(FsError::Invalid("not the write end of a pipe".into()));
         }
         let mut pipes = self.pipes.lock();
-        // A pipe whose reader is gone says so (POLLERR): its number is free.
-        for slot in pipes.iter_mut() {
-            if let Some(p) = slot {
-                let mut fds = [PollFd::new(&p.fd, PollFlags::OUT)];
-                let gone = poll(&mut fds, Some(&rustix::time::Timespec::default())).is_ok()
-                    && fds[0].revents().contains(PollFlags::ERR);
-                if gone {
-                    *slot = None;
-                }
-            }
+        // A pipe whose reader is gone says so (POLLERR): it makes room.
+        pipes.by_number.retain(|_, p| {
+            let mut fds = [PollFd::new(&p.fd, PollFlags::OUT)];
+            let gone = poll(&mut fds, Some(&rustix::time::Timespec::default())).is_ok()
+                && fds[0].revents().contains(PollFlags::ERR);
+            !gone
+        });
+        if pipes.by_number.len() >= MAX_PIPES {
+            return Err(FsError::Invalid(format!("{MAX_PIPES} pipes attached already")));
         }
-        let at = match pipes.iter().position(Option::is_none) {
-            Some(i) => i,
-            None if pipes.len() < MAX_PIPES => {
-                pipes.push(None);
-                pipes.len() - 1
-            }
-            None => return Err(FsError::Invalid(format!("{MAX_PIPES} pipes attached already"))),
+        let Some(number) = pipes.next.checked_add(1) else {
+            return Err(FsError::Invalid("no pipe numbers left".into()));
         };
         if self.tally.pipes.fetch_add(1, SeqCst) >= MAX_EXPORT_PIPES {
             self.tally.pipes.fetch_sub(1, SeqCst);
@@ -672,11 +672,15 @@ impl OpenFile for Opened {
                 "the export has {MAX_EXPORT_PIPES} pipes attached already"
             )));
         }
-        pipes[at] = Some(AttachedPipe {
-            fd: pipe,
-            tally: self.tally.clone(),
-        });
-        Ok(at as u32)
+        pipes.next = number;
+        pipes.by_number.insert(
+            number,
+            AttachedPipe {
+                fd: pipe,
+                tally: self.tally.clone(),
+            },
+        );
+        Ok(number)
     }
 
     fn read_spliced_at(&self, pipe: u32, at: u64, len: u32) -> Result<u32, FsError> {

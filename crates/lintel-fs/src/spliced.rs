@@ -134,11 +134,17 @@ impl Pipe {
                     *self = Pipe::Refused;
                     continue;
                 }
-                Err(e) if done > 0 => {
-                    tracing::debug!("a spliced read stopped short: {e}");
-                    break;
+                Err(e) => {
+                    // The call failed (the service died, a deadline
+                    // passed, ...): a late splice may still land in this
+                    // pipe, so it is dropped.
+                    *self = Pipe::Unattached;
+                    if done > 0 {
+                        tracing::debug!("a spliced read stopped short: {e}");
+                        break;
+                    }
+                    return Err(e);
                 }
-                Err(e) => return Err(e),
             };
             let drained = if n > want {
                 Err(FsError::Invalid(format!(

@@ -1145,8 +1145,13 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     assert!(refused && kept.len() <= lintel_fs::MAX_PIPES);
     kept.pop();
     let (_r, w) = pipe();
-    raw.attach_pipe(w)
-        .expect("a pipe whose reader closed frees its number");
+    let m = raw.attach_pipe(w).expect("a pipe whose reader closed makes room");
+    assert_ne!(m, n, "a number is never given out twice");
+    assert_eq!(
+        errno(raw.read_spliced_at(n, 0, 10)),
+        EINVAL,
+        "a dropped pipe's number names nothing"
+    );
     // The file still reads right through the call and through pipes.
     let mut buf = vec![0u8; 100_000];
     assert_eq!(f.read_at(&mut buf, 0).unwrap(), 100_000);
@@ -1354,4 +1359,39 @@ fn a_shared_mapping_and_every_client_see_one_copy() {
     std::fs::write(ro.path().join("f"), b"x").unwrap();
     let ro_svc = FsService::start(ro.path(), true);
     assert_eq!(errno(ro_svc.fs.open("f").unwrap().map_descriptor()), EROFS);
+}
+
+/// A spliced read given up on (its deadline passed while the service
+/// waited on a client that keeps the file) leaves nothing in its pipe: the
+/// service's late splice must not become the bytes of a later read.
+#[test]
+fn a_spliced_read_given_up_leaves_nothing_behind() {
+    let data: Vec<u8> = (0..600_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let svc = FsService::start_with(dir.path(), false, Duration::from_millis(500));
+    let bad = FsClientPeer::start(svc.fs.door());
+    let copy = OpenOptions::new()
+        .read(true)
+        .io_path(lintel_fs::IoPath::Copy)
+        .clone();
+    let f = svc.fs.open_with("f", &copy).unwrap();
+    let mut buf = vec![0u8; 100_000];
+    assert_eq!(f.read_at(&mut buf, 0).unwrap(), buf.len(), "the pipe is attached");
+
+    // A client takes the file's share lock and keeps it: the service waits
+    // out its timeout before it evicts it and splices.
+    bad.peer.misbehave(b"f".to_vec(), 0).unwrap();
+    let late = lintel::deadline::within(Duration::from_millis(50), || f.read_at(&mut buf, 0));
+    assert!(late.is_err(), "the deadline passed first");
+    assert!(
+        lintel_tests::eventually(Duration::from_secs(10), || bad.peer.misbehaved_probe().unwrap()
+            == (EBADF, EBADF)),
+        "the client in the way is evicted"
+    );
+    std::thread::sleep(Duration::from_millis(200)); // the late splice lands
+    assert_eq!(f.read_at(&mut buf, 300_000).unwrap(), buf.len());
+    assert!(buf == data[300_000..400_000], "a later read gets its own bytes");
 }
