@@ -60,18 +60,22 @@ pub struct DomainSpec {
     pub max_message: Option<usize>,
 }
 
+/// The manifest file's text, or an error naming it.
+fn read_text(path: &Path) -> Result<String, ManifestError> {
+    std::fs::read_to_string(path).map_err(|e| ManifestError {
+        file: path.display().to_string(),
+        problems: vec![Problem {
+            line: 0,
+            column: 0,
+            message: format!("cannot read the manifest: {e}"),
+        }],
+    })
+}
+
 impl Manifest {
     /// Read and check the manifest at `path`.
     pub fn load(path: &Path, registry: &Registry) -> Result<Manifest, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
-            file: path.display().to_string(),
-            problems: vec![Problem {
-                line: 0,
-                column: 0,
-                message: format!("cannot read the manifest: {e}"),
-            }],
-        })?;
-        Manifest::parse(&text, path, registry)
+        Manifest::parse(&read_text(path)?, path, registry)
     }
 
     /// Check manifest `text`; `path` names it in messages and anchors a
@@ -101,14 +105,7 @@ impl Manifest {
     /// that does not carry the system's registry, such as `lintel-run`
     /// joining its file service).
     pub fn socket_at(path: &Path) -> Result<PathBuf, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ManifestError {
-            file: path.display().to_string(),
-            problems: vec![Problem {
-                line: 0,
-                column: 0,
-                message: format!("cannot read the manifest: {e}"),
-            }],
-        })?;
+        let text = read_text(path)?;
         let mut diag = Diag {
             text: &text,
             problems: Vec::new(),

@@ -39,6 +39,20 @@ pub struct Served {
     map_fd: std::sync::OnceLock<Option<std::os::fd::OwnedFd>>,
 }
 
+impl Served {
+    fn new(file: File, path: Vec<u8>, dir: bool, flags: i32, recorded: bool) -> Arc<Served> {
+        Arc::new(Served {
+            file,
+            path,
+            dir,
+            flags,
+            listing: Mutex::new(None),
+            recorded: std::sync::atomic::AtomicBool::new(recorded),
+            map_fd: std::sync::OnceLock::new(),
+        })
+    }
+}
+
 /// What a placeholder memfd holds once its open file is shared: magic,
 /// key, open flags, whether a directory, the path's length, the path.
 const RECORD_MAGIC: &[u8; 8] = b"LNTLSRV1";
@@ -222,38 +236,13 @@ impl Emulation {
             f if f & libc::O_PATH != 0 => (f & !(libc::O_PATH | libc::O_ACCMODE)) | libc::O_RDONLY,
             f => f,
         };
-        let acc = flags & libc::O_ACCMODE;
-        let passed = flags
-            & !(libc::O_ACCMODE
-                | libc::O_CLOEXEC
-                | libc::O_CREAT
-                | libc::O_TRUNC
-                | libc::O_EXCL
-                | libc::O_APPEND);
-        let mut o = OpenOptions::new();
-        o.read(acc != libc::O_WRONLY)
-            .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
-            .append(flags & libc::O_APPEND != 0)
-            .create(flags & libc::O_CREAT != 0)
-            .create_new(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
-            .truncate(flags & libc::O_TRUNC != 0)
-            .mode(mode as u32)
-            .custom_flags(passed as u32)
-            .mapped_max(MAPPED_MAX_CALL);
+        let o = options_for(flags, mode as u32);
         let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
         };
         let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
-        let served = Arc::new(Served {
-            file,
-            path: rel,
-            dir,
-            flags,
-            listing: Mutex::new(None),
-            recorded: std::sync::atomic::AtomicBool::new(false),
-            map_fd: std::sync::OnceLock::new(),
-        });
+        let served = Served::new(file, rel, dir, flags, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
 
@@ -725,25 +714,13 @@ impl Emulation {
         let Some(path) = rec.get(33..33 + len) else {
             return Err("an unreadable record of a served file".into());
         };
-        let acc = flags & libc::O_ACCMODE;
-        let mut o = OpenOptions::new();
-        o.read(acc != libc::O_WRONLY)
-            .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
-            .append(flags & libc::O_APPEND != 0)
-            .mapped_max(MAPPED_MAX_CALL);
+        // Only how it reads and writes: the file exists already.
+        let o = options_for(flags & (libc::O_ACCMODE | libc::O_APPEND), 0);
         let file = self
             .fs
             .adopt(key, &o)
             .map_err(|e| format!("cannot take over {}: {e}", String::from_utf8_lossy(path)))?;
-        let served = Arc::new(Served {
-            file,
-            path: path.to_vec(),
-            dir,
-            flags,
-            listing: Mutex::new(None),
-            recorded: std::sync::atomic::AtomicBool::new(true),
-            map_fd: std::sync::OnceLock::new(),
-        });
+        let served = Served::new(file, path.to_vec(), dir, flags, true);
         self.fds.write().insert(fd, served);
         Ok(())
     }
@@ -755,21 +732,16 @@ impl Emulation {
         let len = u32::from_le_bytes(rec[16..20].try_into().expect("4 bytes")) as usize;
         let path = rec.get(20..20 + len).ok_or("an unreadable deferred open")?;
         let shown = || String::from_utf8_lossy(path);
-        let o = options_for(flags, mode).ok_or_else(|| format!("{}: bad open flags", shown()))?;
+        if flags & libc::O_ACCMODE == libc::O_ACCMODE {
+            return Err(format!("{}: bad open flags", shown()));
+        }
+        let o = options_for(flags, mode);
         let file = self
             .fs
             .open_with(std::ffi::OsStr::from_bytes(path), &o)
             .map_err(|e| format!("{}: {}", shown(), std::io::Error::from_raw_os_error(e.errno())))?;
         let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
-        let served = Arc::new(Served {
-            file,
-            path: path.to_vec(),
-            dir,
-            flags,
-            listing: Mutex::new(None),
-            recorded: std::sync::atomic::AtomicBool::new(false),
-            map_fd: std::sync::OnceLock::new(),
-        });
+        let served = Served::new(file, path.to_vec(), dir, flags, false);
         self.fds.write().insert(fd, served);
         Ok(())
     }
@@ -1442,7 +1414,7 @@ fn placeholder(cloexec: bool) -> i64 {
 }
 
 /// The client's open options for `open(2)` flags and a mode.
-fn options_for(flags: i32, mode: u32) -> Option<OpenOptions> {
+fn options_for(flags: i32, mode: u32) -> OpenOptions {
     let acc = flags & libc::O_ACCMODE;
     let passed = flags
         & !(libc::O_ACCMODE
@@ -1461,7 +1433,7 @@ fn options_for(flags: i32, mode: u32) -> Option<OpenOptions> {
         .mode(mode)
         .custom_flags(passed as u32)
         .mapped_max(MAPPED_MAX_CALL);
-    (acc != libc::O_ACCMODE).then_some(o)
+    o
 }
 
 /// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.

@@ -149,23 +149,8 @@ fn install_handler() -> std::io::Result<()> {
 pub fn arm(emulator: &'static dyn Emulator) -> std::io::Result<()> {
     install_handler()?;
     EMULATOR.with(|e| e.set(Some(emulator)));
-    let (start, end) = (
-        lintel_trap_start as *const () as usize as u64,
-        lintel_trap_end as *const () as usize as u64,
-    );
-    let sel = SELECTOR.with(|s| s.as_ptr() as u64);
     SELECTOR.with(|s| s.set(ALLOW));
-    let r = raw_syscall(
-        libc::SYS_prctl,
-        [
-            PR_SET_SYSCALL_USER_DISPATCH as u64,
-            PR_SYS_DISPATCH_ON,
-            start,
-            end - start,
-            sel,
-            0,
-        ],
-    );
+    let r = dispatch_on();
     if r < 0 {
         EMULATOR.with(|e| e.set(None));
         return Err(std::io::Error::from_raw_os_error(-r as i32));
@@ -174,9 +159,10 @@ pub fn arm(emulator: &'static dyn Emulator) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Arm the calling thread again with the emulator it had (in a forked
-/// child, whose memory holds it but whose arming is gone).
-fn rearm() -> i64 {
+/// Turn dispatch on for the calling thread, with this thread's selector
+/// and the exempt range: used by [`arm`], and again in a forked child
+/// (whose memory holds the emulator but whose arming is gone).
+fn dispatch_on() -> i64 {
     let (start, end) = (
         lintel_trap_start as *const () as usize as u64,
         lintel_trap_end as *const () as usize as u64,
@@ -262,7 +248,7 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
                 let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
                 if r == 0 {
                     FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let _ = rearm();
+                    let _ = dispatch_on();
                     uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
                 }
                 r
@@ -286,7 +272,7 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
                     // (so the emulation can note the served files it opens
                     // before it execs) and marked a forked child.
                     FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let _ = rearm();
+                    let _ = dispatch_on();
                 }
                 r
             }
