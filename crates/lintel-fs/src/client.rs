@@ -393,6 +393,23 @@ impl File {
         Ok(crate::mapped::View::new(m))
     }
 
+    /// Where the file's cache starts in this process's memory, 0 if the
+    /// file is not mapped: `prefetch(hint + at)` warms the line a
+    /// positional read at `at` will copy, before the lookups that lead
+    /// to it (a stale hint costs nothing: see [`crate::prefetch`]).
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) {
+    /// let hint = file.cache_hint();
+    /// if hint != 0 {
+    ///     lintel_fs::prefetch(hint + 4096);
+    /// }
+    /// # }
+    /// ```
+    pub fn cache_hint(&self) -> u64 {
+        self.mapped.as_ref().map_or(0, |m| m.cache_addr())
+    }
+
     /// Whether this handle reads and writes through a mapped window.
     pub fn is_mapped(&self) -> bool {
         self.mapped.is_some()

@@ -47,6 +47,7 @@ pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};
 pub use error::FsError;
 pub use proto::{Attr, DirEntry, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec};
 pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service};
+pub use shm::prefetch;
 pub use spliced::SPLICE_MIN;
 
 /// Register the file service as `name` in a `lintel_boot` registry. The

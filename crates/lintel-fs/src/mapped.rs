@@ -20,7 +20,7 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 use lintel::CallError;
 use lintel::stub::StubError;
@@ -228,9 +228,32 @@ pub(crate) struct Mapped {
     /// The service grants no token for this file any more (it is mapped
     /// through the host): every operation takes the copy path.
     refused: std::sync::atomic::AtomicBool,
+    /// Odd while a thread of ours works under the token (between taking
+    /// `local` and letting it go): a lock-free read (`read_passive`) that
+    /// saw the same even value before and after raced none of them.
+    epoch: AtomicU64,
 }
 
 struct Desc<'a>(&'a Shared, usize);
+
+/// `Mapped::epoch` odd for as long as it lives (its holder holds `local`,
+/// so it is the only writer).
+struct Epoch<'a>(&'a AtomicU64);
+
+impl<'a> Epoch<'a> {
+    fn begin(epoch: &'a AtomicU64) -> Epoch<'a> {
+        epoch.store(epoch.load(Relaxed) + 1, Relaxed);
+        // What we do under the token comes after the odd value.
+        std::sync::atomic::fence(Release);
+        Epoch(epoch)
+    }
+}
+
+impl Drop for Epoch<'_> {
+    fn drop(&mut self) {
+        self.0.store(self.0.load(Relaxed) + 1, Release);
+    }
+}
 
 impl Words for Desc<'_> {
     fn w32(&self, off: usize) -> &AtomicU32 {
@@ -265,11 +288,17 @@ impl Mapped {
             covered: AtomicU64::new(0),
             grants: AtomicU64::new(0),
             refused: std::sync::atomic::AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
         session.maps.lock().push((mapped.map.addr(), span as usize));
         Ok(mapped)
+    }
+
+    /// The cache mapping's address in this process.
+    pub(crate) fn cache_addr(&self) -> u64 {
+        self.map.addr()
     }
 
     fn desc(&self) -> Desc<'_> {
@@ -286,6 +315,7 @@ impl Mapped {
         if self.refused.load(SeqCst) {
             return Ok(None);
         }
+        let _epoch = Epoch::begin(&self.epoch);
         for _ in 0..ACQUIRE_TRIES {
             self.session.check()?;
             match token::client_begin(&self.desc()) {
@@ -322,6 +352,12 @@ impl Mapped {
     /// Read at `at` (or the shared offset, moving it); `None`: use the
     /// copy path.
     pub(crate) fn read(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+        if let Some(at) = at {
+            self.map.prefetch(usize::try_from(at).unwrap_or(usize::MAX));
+            if let Some(n) = self.read_passive(at, buf)? {
+                return Ok(Some(n));
+            }
+        }
         Ok(self
             .with_token(|a| {
                 let off = at.unwrap_or(a.held.offset);
@@ -360,6 +396,36 @@ impl Mapped {
                 Ok(Some(n as usize))
             })?
             .flatten())
+    }
+
+    /// A positional read with no lock and no atomic read-modify-write: if
+    /// the token is here and `PASSIVE`, nothing of ours works under it,
+    /// and the bytes are in the part of the cache known to exist, copy
+    /// them in place and check afterwards that none of that changed
+    /// (`token::client_passive_size`). `None`: it did, or could not be
+    /// tried; take the locked path.
+    #[inline]
+    fn read_passive(&self, at: u64, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+        let e = self.epoch.load(Acquire);
+        if !e.is_multiple_of(2) {
+            return Ok(None);
+        }
+        let Some(size) = token::client_passive_size(&self.desc()) else {
+            return Ok(None);
+        };
+        let n = (buf.len() as u64).min(size.saturating_sub(at));
+        if n > 0 {
+            if at + n > self.covered.load(Acquire).min(self.map.len() as u64) {
+                return Ok(None);
+            }
+            self.map.read(at as usize, &mut buf[..n as usize]);
+        }
+        if !token::client_still_passive(&self.desc()) || self.epoch.load(Relaxed) != e {
+            return Ok(None);
+        }
+        // As in `with_token`: a service that died may have left zeros.
+        self.session.check()?;
+        Ok(Some(n as usize))
     }
 
     /// Read at the shared offset through `pipe`, reading ahead: while

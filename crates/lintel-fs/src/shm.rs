@@ -18,6 +18,19 @@ use std::time::Duration;
 
 use rustix::mm::{MapFlags, ProtFlags};
 
+/// Start loading the cache line at `addr` into the cache: a hint, which
+/// never faults and reads nothing anyone sees, whatever the address.
+#[inline]
+pub fn prefetch(addr: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of x86-64's baseline, and a prefetch has no
+        // effect but on the cache: no fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(addr as *const i8) };
+    }
+}
+
 /// A shared mapping of (part of) a file, unmapped on drop.
 pub(crate) struct Shared {
     ptr: *mut u8,
@@ -91,6 +104,18 @@ impl Shared {
             "shared access {off}+{len} outside a {}-byte mapping",
             self.len
         );
+    }
+
+    /// Start loading the cache line at `off` (if inside the mapping)
+    /// while the caller does other work: a read at a random offset of a
+    /// large file otherwise waits out a whole memory miss after its
+    /// token's atomics. A hint only: it never faults, a page not yet
+    /// mapped is skipped, and nothing is read through it.
+    #[inline]
+    pub(crate) fn prefetch(&self, off: usize) {
+        if off < self.len {
+            prefetch(self.ptr as u64 + off as u64);
+        }
     }
 
     /// The 64-bit word at `off` (8-aligned, inside the mapping).

@@ -214,6 +214,9 @@ fn do_read(fd: i32, buf: *mut libc::c_void, count: usize, at: Option<u64>) -> is
     let Some(e) = emulation() else {
         return raw(nr, args);
     };
+    if let Some(at) = at {
+        e.prefetch(fd, at);
+    }
     if !e.serves(fd) {
         return raw(nr, args);
     }

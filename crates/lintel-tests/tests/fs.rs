@@ -669,6 +669,56 @@ fn reads_seeks_and_stat_inside_the_window_make_no_call() {
     assert_eq!(end.faults - last.faults, 1, "one pager fault for its range");
 }
 
+/// A positional read through the window takes no lock while its token
+/// rests here; a write by another open that takes the token meanwhile
+/// must not show through half done. Each write replaces a whole block
+/// with one byte value, so every read must see one value throughout.
+#[test]
+fn lock_free_positional_reads_never_see_a_write_half_done() {
+    const BLOCK: usize = 4096;
+    both_placements(|fs, host| {
+        std::fs::write(host.join("f"), vec![0u8; 4 * BLOCK]).unwrap();
+        let opts = OpenOptions::new().read(true).write(true).clone();
+        let reader = fs.open_with("f", &opts).unwrap();
+        let writer = fs.open_with("f", &opts).unwrap();
+        assert!(reader.is_mapped() && writer.is_mapped());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut i = 0u32;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    writer
+                        .write_at(&[(i % 251) as u8 + 1; BLOCK], BLOCK as u64)
+                        .unwrap();
+                    i += 1;
+                }
+            });
+            // Until the reads have seen many writes land (the writer runs
+            // until then, however the two threads are scheduled), or fail.
+            struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            let _stop = Stop(&done);
+            let mut buf = vec![0u8; BLOCK];
+            let (mut reads, mut seen) = (0u64, std::collections::BTreeSet::new());
+            while seen.len() < 100 || reads < 50_000 {
+                assert_eq!(reader.read_at(&mut buf, BLOCK as u64).unwrap(), BLOCK);
+                let first = buf[0];
+                assert!(
+                    buf.iter().all(|&b| b == first),
+                    "read {reads} saw a write half done: {first} then {:?}",
+                    buf.iter().find(|&&b| b != first)
+                );
+                seen.insert(first);
+                reads += 1;
+            }
+        });
+    });
+}
+
 /// A client that holds the share lock, keeps its token active, or writes
 /// garbage over its shared page is evicted after the timeout; the client
 /// waiting for the file goes on with the right bytes, and the evicted

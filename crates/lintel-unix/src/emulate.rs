@@ -10,7 +10,7 @@
 //! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
 //! (glibc's `fchmodat` and `realpath` go that way).
 
-use std::collections::HashMap;
+use crate::fdtable::FdTable;
 use std::sync::Arc;
 
 use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec};
@@ -67,7 +67,7 @@ const CWD_MAGIC: &[u8; 8] = b"LNTLCWD1";
 pub struct Emulation {
     fs: Fs,
     prefix: Prefix,
-    fds: parking_lot::RwLock<HashMap<i32, Arc<Served>>>,
+    fds: FdTable<Served>,
     /// The working directory while it is in the served tree (its path
     /// relative to the root); `None` while it is the kernel's.
     cwd: parking_lot::RwLock<Option<Vec<u8>>>,
@@ -99,14 +99,30 @@ impl Emulation {
         Emulation {
             fs,
             prefix,
-            fds: parking_lot::RwLock::new(HashMap::new()),
+            fds: FdTable::default(),
             cwd: parking_lot::RwLock::new(None),
             cwd_record: std::sync::atomic::AtomicI32::new(-1),
         }
     }
 
+    /// Serve `fd` as `served` (what it stood for, if anything, is let go).
+    fn serve(&self, fd: i32, served: Arc<Served>) {
+        let hint = served.file.cache_hint();
+        self.fds.insert(fd, served, hint);
+    }
+
+    /// Warm the bytes a positional read of `fd` at `at` will copy, before
+    /// looking the descriptor up (see [`FdTable`]).
+    #[inline]
+    pub fn prefetch(&self, fd: i32, at: u64) {
+        let hint = self.fds.hint(fd);
+        if hint != 0 {
+            lintel_fs::prefetch(hint.wrapping_add(at));
+        }
+    }
+
     fn served(&self, fd: u64) -> Option<Arc<Served>> {
-        self.fds.read().get(&(fd as i32)).cloned()
+        self.fds.get(fd as i32)
     }
 
     /// The served path `path` names (relative to `dirfd`), if it is one:
@@ -219,7 +235,7 @@ impl Emulation {
     fn install(&self, served: Arc<Served>, cloexec: bool) -> i64 {
         let fd = placeholder(cloexec);
         if fd >= 0 {
-            self.fds.write().insert(fd as i32, served);
+            self.serve(fd as i32, served);
         }
         fd
     }
@@ -247,7 +263,7 @@ impl Emulation {
     }
 
     fn close(&self, fd: u64) -> R {
-        let served = self.fds.write().remove(&(fd as i32))?;
+        let served = self.fds.remove(fd as i32)?;
         trap::raw_syscall(libc::SYS_close, [fd, 0, 0, 0, 0, 0]);
         drop(served); // the last dup closes the file
         Some(0)
@@ -258,7 +274,7 @@ impl Emulation {
         let Some(served) = served else {
             // Not ours; if the target is, it is closed by the call.
             if let Some(n) = new {
-                self.fds.write().remove(&(n as i32));
+                self.fds.remove(n as i32);
             }
             return None;
         };
@@ -268,7 +284,7 @@ impl Emulation {
             Some(n) => trap::raw_syscall(libc::SYS_dup3, [old, n, flags, 0, 0, 0]),
         };
         if fd >= 0 {
-            self.fds.write().insert(fd as i32, served);
+            self.serve(fd as i32, served);
         }
         Some(fd)
     }
@@ -547,30 +563,30 @@ impl Emulation {
     pub fn read_to(&self, fd: i32, buf: &mut [u8], at: Option<u64>) -> R {
         // Under the table's read lock, not a clone of the entry: this is
         // the hot path (a concurrent close waits for it).
-        let fds = self.fds.read();
-        let s = fds.get(&fd)?;
-        if s.dir {
-            return Some(err(libc::EISDIR));
-        }
-        let buf_len = buf.len().min(MAX_IO);
-        let buf = &mut buf[..buf_len];
-        let n = match at {
-            None => s.file.read_shared(buf),
-            Some(at) => s.file.read_at(buf, at),
-        };
-        Some(n.map_or_else(fs_err, |n| n as i64))
+        self.fds.with(fd, |s| {
+            if s.dir {
+                return err(libc::EISDIR);
+            }
+            let buf_len = buf.len().min(MAX_IO);
+            let buf = &mut buf[..buf_len];
+            let n = match at {
+                None => s.file.read_shared(buf),
+                Some(at) => s.file.read_at(buf, at),
+            };
+            n.map_or_else(fs_err, |n| n as i64)
+        })
     }
 
     /// A write from a buffer the caller vouches for (see [`Self::read_to`]).
     pub fn write_from(&self, fd: i32, buf: &[u8], at: Option<u64>) -> R {
-        let fds = self.fds.read();
-        let s = fds.get(&fd)?;
-        let buf = &buf[..buf.len().min(MAX_IO)];
-        let n = match at {
-            None => s.file.write_shared(buf),
-            Some(at) => s.file.write_at(buf, at),
-        };
-        Some(n.map_or_else(fs_err, |n| n as i64))
+        self.fds.with(fd, |s| {
+            let buf = &buf[..buf.len().min(MAX_IO)];
+            let n = match at {
+                None => s.file.write_shared(buf),
+                Some(at) => s.file.write_at(buf, at),
+            };
+            n.map_or_else(fs_err, |n| n as i64)
+        })
     }
 
     /// Before a fork or an `exec`: each served file's placeholder gets its
@@ -581,7 +597,7 @@ impl Emulation {
             // Its parent recorded what it inherited; it cannot call.
             return;
         }
-        let fds: Vec<(i32, Arc<Served>)> = self.fds.read().iter().map(|(k, v)| (*k, v.clone())).collect();
+        let fds = self.fds.entries();
         for (fd, s) in fds {
             if s.recorded.load(std::sync::atomic::Ordering::Acquire) {
                 continue;
@@ -721,7 +737,7 @@ impl Emulation {
             .adopt(key, &o)
             .map_err(|e| format!("cannot take over {}: {e}", String::from_utf8_lossy(path)))?;
         let served = Served::new(file, path.to_vec(), dir, flags, true);
-        self.fds.write().insert(fd, served);
+        self.serve(fd, served);
         Ok(())
     }
 
@@ -742,7 +758,7 @@ impl Emulation {
             .map_err(|e| format!("{}: {}", shown(), std::io::Error::from_raw_os_error(e.errno())))?;
         let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
         let served = Served::new(file, path.to_vec(), dir, flags, false);
-        self.fds.write().insert(fd, served);
+        self.serve(fd, served);
         Ok(())
     }
 
@@ -754,7 +770,7 @@ impl Emulation {
 
     /// Whether `fd` is a descriptor the emulation serves.
     pub fn serves(&self, fd: i32) -> bool {
-        self.fds.read().contains_key(&fd)
+        self.fds.contains(fd)
     }
 
     fn write(&self, fd: u64, buf: u64, count: u64, at: Option<u64>) -> R {
@@ -863,7 +879,7 @@ impl Emulation {
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let fd2 = trap::raw_syscall(libc::SYS_fcntl, [fd, cmd, arg, 0, 0, 0]);
                 if fd2 >= 0 {
-                    self.fds.write().insert(fd2 as i32, s);
+                    self.serve(fd2 as i32, s);
                 }
                 fd2
             }

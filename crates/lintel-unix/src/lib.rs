@@ -16,6 +16,7 @@
 
 #[cfg(target_arch = "x86_64")]
 pub mod emulate;
+pub mod fdtable;
 pub mod paths;
 mod raw;
 #[cfg(target_arch = "x86_64")]
