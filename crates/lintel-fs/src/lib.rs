@@ -36,6 +36,7 @@ pub mod mapped;
 mod node;
 mod path;
 pub mod proto;
+mod readonly;
 mod service;
 mod session;
 mod shm;

@@ -319,9 +319,12 @@ pub trait OpenFile {
     /// page cache with every copy-path call. Tokens are taken back first
     /// and none is granted again while the file stays open anywhere
     /// (mapped windows show the service's cache, which such a mapping
-    /// does not see): its clients read and write through calls. Refused
-    /// on a read-only export (a descriptor of the host file would let its
-    /// holder change the file's mode) and for a write-only open.
+    /// does not see): its clients read and write through calls. On a
+    /// read-only export the descriptor is the file on a read-only mount
+    /// of its own (a descriptor of the export's mount would let its holder
+    /// change the file's mode or times), and windows stay, since nobody
+    /// writes through the service; `ENODEV` where no such mount can be
+    /// made. Refused (`EACCES`) for a write-only open.
     fn map_descriptor(&self) -> Result<OwnedFd, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;

@@ -693,11 +693,20 @@ impl OpenFile for Opened {
 
     fn map_descriptor(&self) -> Result<OwnedFd, FsError> {
         use std::os::fd::AsRawFd;
-        if self.export_read_only {
-            return Err(FsError::ReadOnly);
-        }
         if !self.regular {
             return Err(FsError::Invalid("only a regular file can be mapped".into()));
+        }
+        if self.export_read_only {
+            // Nobody changes the file through the service, so its windows
+            // stay: the descriptor is the file on a read-only mount of its
+            // own, which refuses every change (see `readonly`).
+            if !self.readable {
+                return Err(Errno::ACCESS.into());
+            }
+            return crate::readonly::reopen_read_only(&self.fd).map_err(|e| {
+                tracing::debug!("no read-only descriptor for a shared mapping: {e}");
+                FsError::from(e)
+            });
         }
         let access = match (self.readable, self.writable) {
             (true, true) => OFlags::RDWR,

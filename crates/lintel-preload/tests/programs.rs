@@ -611,6 +611,39 @@ with open(p, "rb") as f:
     print(f.read())
 "#,
     );
+    // A read-only export maps shared too (a descriptor on a read-only
+    // mount of its own), and what the mapping may not do fails as on a
+    // read-only file.
+    let script = r#"
+import mmap, os, sys
+fd = os.open(sys.argv[1] + "/docs/readme.md", os.O_RDONLY)
+view = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+print(view[:20], len(view))
+try:
+    mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+except OSError as e:
+    print("writable:", e.errno)
+"#;
+    let native = run(&["python3", "-c", script, n.to_str().unwrap()]);
+    let served = run(&[
+        env!("CARGO_BIN_EXE_lintel-run"),
+        "--root",
+        s.to_str().unwrap(),
+        "--read-only",
+        "--prefix",
+        PREFIX,
+        "--",
+        "python3",
+        "-c",
+        script,
+        PREFIX,
+    ]);
+    assert_eq!(served.0, 0, "{}", String::from_utf8_lossy(&served.2));
+    assert_eq!(
+        String::from_utf8_lossy(&served.1),
+        String::from_utf8_lossy(&native.1)
+    );
+
     // The database's bytes depend on the order the concurrent inserts
     // took (the queries above compare what it holds).
     let others = |root: &Path| {

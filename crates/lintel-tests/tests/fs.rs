@@ -1402,13 +1402,110 @@ fn a_shared_mapping_and_every_client_see_one_copy() {
         b"MAPPD"
     );
 
-    // A write-only open and a read-only export hand out no descriptor.
+    // A write-only open hands out no descriptor.
     let wo = svc.fs.open_with("f", OpenOptions::new().write(true)).unwrap();
     assert_eq!(errno(wo.map_descriptor()), 13);
-    let ro = tempfile::tempdir().unwrap();
-    std::fs::write(ro.path().join("f"), b"x").unwrap();
-    let ro_svc = FsService::start(ro.path(), true);
-    assert_eq!(errno(ro_svc.fs.open("f").unwrap().map_descriptor()), EROFS);
+}
+
+/// A read-only export maps files shared too, through a descriptor that
+/// can change nothing: the file on a read-only mount of its own, made
+/// directly where the service may clone mounts and in a user namespace of
+/// its own where it may not (forced here by a knob, since CI runs as
+/// root). The mapping is the host's page cache, and windows go on.
+#[test]
+fn a_read_only_export_maps_shared_through_a_descriptor_that_changes_nothing() {
+    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    for env in [&[][..], &[("LINTEL_FS_RO_VIA_USERNS", "1")][..]] {
+        let ro = tempfile::tempdir().unwrap();
+        std::fs::write(ro.path().join("f"), vec![b'a'; 10_000]).unwrap();
+        let svc = FsService::start_env(ro.path(), true, lintel_fs::LOCK_TIMEOUT, env);
+        let f = svc.fs.open("f").unwrap();
+        let fd = f.map_descriptor().unwrap_or_else(|e| panic!("{env:?}: {e}"));
+        // SAFETY: a fresh read-only shared mapping; the kernel picks the
+        // address, and nothing else in this process uses the range.
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                10_000,
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }
+        .unwrap() as *const u8;
+        // SAFETY: `p` maps 10,000 readable bytes until the `munmap` below.
+        let map = unsafe { std::slice::from_raw_parts(p, 10_000) };
+        assert!(map.iter().all(|&b| b == b'a'));
+        // The host changes the file in place: the mapping sees it at once.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(ro.path().join("f"))
+            .unwrap()
+            .write_all_at(b"HOST", 500)
+            .unwrap();
+        assert_eq!(&map[500..504], b"HOST", "{env:?}: one copy, the host's");
+        // Nothing about the file can be changed through the descriptor.
+        let erofs = Some(EROFS);
+        let raw = |r: rustix::io::Result<()>| r.err().map(|e| e.raw_os_error());
+        assert_eq!(
+            raw(rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o777))),
+            erofs,
+            "{env:?}"
+        );
+        assert_eq!(raw(rustix::fs::fchown(&fd, None, None)), erofs, "{env:?}");
+        let now = rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            },
+            last_modification: rustix::fs::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            },
+        };
+        assert_eq!(raw(rustix::fs::futimens(&fd, &now)), erofs, "{env:?}");
+        assert!(
+            rustix::io::write(&fd, b"x").is_err(),
+            "{env:?}: opened for reading only"
+        );
+        let reopen = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        assert_eq!(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&reopen)
+                .err()
+                .and_then(|e| e.raw_os_error()),
+            erofs,
+            "{env:?}: nor reopened for writing"
+        );
+        let mode = std::fs::metadata(ro.path().join("f"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o644, "{env:?}: the file is as it was");
+        // SAFETY: unmapping the mapping made above, no longer used.
+        unsafe { munmap(p as *mut _, 10_000) }.unwrap();
+        // The file's windows go on (nobody writes through the service).
+        let mut buf = [0u8; 4];
+        assert!(f.is_mapped());
+        assert_eq!(f.read_at(&mut buf, 500).unwrap(), 4);
+        let before = svc.fs.counters().unwrap();
+        f.read_at(&mut buf, 600).unwrap();
+        assert_eq!(
+            calls(&before, &svc.fs.counters().unwrap()),
+            0,
+            "{env:?}: still windowed"
+        );
+        // A directory is not mapped.
+        std::fs::create_dir(ro.path().join("d")).unwrap();
+        assert_eq!(
+            errno(svc.fs.open("d").unwrap().map_descriptor()),
+            EINVAL,
+            "{env:?}"
+        );
+    }
 }
 
 /// A spliced read given up on (its deadline passed while the service

@@ -351,8 +351,9 @@ impl Emulation {
     /// itself, through a descriptor the service hands out for it
     /// ([`lintel_fs::File::map_descriptor`]): the mapping and every other
     /// client's calls then share the host's page cache (the file's mapped
-    /// windows are given up for it). Where the service refuses one (a
-    /// read-only export), `ENODEV`, as for a file system without `mmap`.
+    /// windows are given up for it; on a read-only export, the file on a
+    /// read-only mount of its own). Where the service refuses one,
+    /// `ENODEV`, as for a file system without `mmap`.
     fn mmap(&self, a: [u64; 6]) -> R {
         let s = self.served(a[4])?;
         let (addr, len, prot, flags, off) = (a[0], a[1], a[2], a[3] as i32, a[5]);
