@@ -318,8 +318,18 @@ impl Export for ExportImpl {
     }
 
     fn mkdir(&self, path: &[u8], mode: u32) -> Result<(), FsError> {
+        let (dir, name) = match self.parent(path) {
+            Ok(p) => p,
+            // A path ending in `.` or `..` (the root's own, say) names a
+            // directory: `EEXIST` if it is there, as Linux answers (and
+            // `mkdir -p` relies on), else why it is not.
+            Err(FsError::Invalid(_)) => {
+                self.resolve(path, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+                return Err(Errno::EXIST.into());
+            }
+            Err(e) => return Err(e),
+        };
         self.writable()?;
-        let (dir, name) = self.parent(path)?;
         rustix::fs::mkdirat(&dir, name, Mode::from_bits_truncate(mode & 0o7777))?;
         Ok(())
     }

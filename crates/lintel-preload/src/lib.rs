@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
-use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET};
+use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
 
 /// This process's emulation: made by the constructor, made anew by a
 /// forked child (the parent's is left behind, never freed).
@@ -58,10 +58,17 @@ fn connect(prefix: Prefix) -> Option<&'static Emulation> {
 /// Run when the library is loaded: if the launcher set the environment,
 /// connect and arm the main thread. Any failure leaves the program
 /// running unemulated, and says why on stderr.
-extern "C" fn start() {
+extern "C" fn start(argc: libc::c_int, argv: *const *const libc::c_char, _envp: *const *const libc::c_char) {
     let (Some(_), Some(prefix)) = (std::env::var_os(ENV_SOCKET), std::env::var_os(ENV_PREFIX)) else {
         return;
     };
+    // Hosting a static program: the runtime's threads, started below,
+    // must never run the program's signal handlers (see `trap`).
+    let static_program = std::env::var_os(ENV_STATIC);
+    let mut mask = 0u64;
+    if static_program.is_some() {
+        set_mask(!0, &mut mask);
+    }
     use std::os::unix::ffi::OsStrExt;
     let Some(prefix) = Prefix::new(prefix.as_bytes()) else {
         eprintln!("lintel-unix: {ENV_PREFIX} must be an absolute path other than /");
@@ -82,18 +89,76 @@ extern "C" fn start() {
     }
     let Some(emulation) = connect(prefix) else { return };
     lintel_unix::emulate::set_reviver(revive);
+    trap::set_fork(static_fork);
     // Served files this image inherits from the one that exec'd it.
     emulation.adopt_inherited();
     EMULATION.store(emulation as *const Emulation as *mut Emulation, Ordering::Release);
     if let Err(e) = trap::arm(emulation) {
         eprintln!("lintel-unix: cannot arm syscall user dispatch: {e}");
+        if static_program.is_some() {
+            std::process::exit(127);
+        }
     }
+    if let Some(path) = static_program {
+        run_static(std::path::Path::new(&path), argc, argv, mask);
+    }
+}
+
+/// Set this thread's signal mask to `set`, the old one into `old` (from
+/// the exempt range: it never traps).
+fn set_mask(set: u64, old: &mut u64) {
+    trap::raw_syscall(
+        libc::SYS_rt_sigprocmask,
+        [
+            libc::SIG_SETMASK as u64,
+            &set as *const u64 as u64,
+            old as *mut u64 as u64,
+            8,
+            0,
+            0,
+        ],
+    );
+}
+
+/// Load the static program at `path` with this process's arguments and
+/// environment (less [`ENV_STATIC`]) and run it in static mode, with the
+/// signal mask `mask` this process started with. Never returns: a
+/// program that cannot be run ends the process with status 127.
+fn run_static(path: &std::path::Path, argc: libc::c_int, argv: *const *const libc::c_char, mask: u64) -> ! {
+    use std::ffi::{CStr, CString};
+    let fail = |e: &dyn std::fmt::Display| -> ! {
+        eprintln!("lintel-unix: cannot run {}: {e}", path.display());
+        std::process::exit(127)
+    };
+    let args: Vec<CString> = (0..argc.max(0) as usize)
+        // SAFETY: the C runtime passes `argc` valid C strings in `argv`.
+        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) }.to_owned())
+        .collect();
+    let envs: Vec<CString> = std::env::vars_os()
+        .filter(|(k, _)| k != ENV_STATIC)
+        .filter_map(|(k, v)| {
+            use std::os::unix::ffi::OsStrExt;
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let loaded = match trap::allowed(|| lintel_unix::image::load(path, &args, &envs)) {
+        Ok(l) => l,
+        Err(e) => fail(&e),
+    };
+    if let Err(e) = trap::allowed(trap::enter_static_mode) {
+        fail(&e);
+    }
+    set_mask(mask, &mut 0);
+    loaded.start()
 }
 
 // A constructor: the loader runs it before the program's `main`.
 #[used]
 #[unsafe(link_section = ".init_array")]
-static START: extern "C" fn() = start;
+static START: extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) = start;
 
 type StartRoutine = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(
@@ -394,6 +459,28 @@ fn revive() -> Option<&'static Emulation> {
         trap::adopted_child(e);
         Some(e)
     })
+}
+
+/// A static program's fork (see `trap`), made as the `fork` wrapper makes
+/// one: served files recorded, then libc's fork. (Called from the SIGSYS
+/// handler, whose calls go to the kernel.)
+fn static_fork() -> i64 {
+    if let Some(e) = current() {
+        e.record_all();
+    }
+    RECORDED_FORK.store(true, Ordering::Release);
+    // SAFETY: libc's fork, as the program asked.
+    let pid = unsafe { real_fork()() };
+    if pid != 0 {
+        RECORDED_FORK.store(false, Ordering::Release);
+    }
+    if pid < 0 {
+        -(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EAGAIN) as i64)
+    } else {
+        pid as i64
+    }
 }
 
 /// Set (in the parent, copied into the child) while a wrapped fork is

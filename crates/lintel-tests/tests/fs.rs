@@ -161,6 +161,10 @@ fn errors_carry_the_errno_a_unix_program_expects() {
             EEXIST
         );
         assert_eq!(errno(fs.open("full/f/x")), ENOTDIR);
+        // `mkdir -p` of a path under the root asks for the root too.
+        assert_eq!(errno(fs.create_dir(".", 0o755)), EEXIST);
+        assert_eq!(errno(fs.create_dir("full/..", 0o755)), EEXIST);
+        assert_eq!(errno(fs.create_dir("missing/.", 0o755)), ENOENT);
         assert_eq!(
             errno(fs.open_with("full", OpenOptions::new().write(true))),
             EISDIR

@@ -17,6 +17,9 @@
 #[cfg(target_arch = "x86_64")]
 pub mod emulate;
 pub mod fdtable;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+pub mod image;
 pub mod paths;
 mod raw;
 #[cfg(target_arch = "x86_64")]
@@ -37,6 +40,14 @@ pub const ENV_PREFIX: &str = "LINTEL_UNIX_PREFIX";
 /// program's environment by the launcher, so every image it `exec`s uses
 /// the same): see [`choose_descriptor_floor`].
 pub const ENV_FD_FLOOR: &str = "LINTEL_UNIX_FD_FLOOR";
+/// The statically linked program to load and run in static mode
+/// ([`image`]), set by the launcher for the process it starts as the
+/// program's host (the preload library's constructor loads it, and takes
+/// it out of the program's environment).
+pub const ENV_STATIC: &str = "LINTEL_UNIX_STATIC";
+/// The launcher's own path, set in the program's environment: an `execve`
+/// of a static program starts it again as the program's host.
+pub const ENV_HOST: &str = "LINTEL_UNIX_HOST";
 
 /// Descriptors kept free for the runtime above the floor, where the
 /// kernel's hard limit allows.

@@ -18,9 +18,21 @@
 //!   (an application signal handler that interrupts it) is delivered, not
 //!   fatal.
 //!
+//! A statically linked program (which no preload reaches) runs in
+//! *static mode* ([`enter_static_mode`], [`crate::image`]): loaded into a
+//! process the library already runs in, one thread, every call trapped.
+//! Its C library points the FS register at thread data of its own, and
+//! ours (Rust's thread-locals) is found through FS as well, so each way
+//! in switches it: the SIGSYS handler's entry loads ours and its exit the
+//! program's, the program's own signal handlers are entered through a
+//! stub that loads the program's and restores whatever was there, and
+//! `arch_prctl` on FS is answered by noting the program's value. Its
+//! `brk` is answered from a region of its own (ours is the host's).
+//!
 //! x86-64 only.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 /// What an armed thread's trapped call becomes.
 pub trait Emulator {
@@ -74,7 +86,47 @@ std::arch::global_asm!(
     ".popsection",
 );
 
+// Static mode's ways in (outside the exempt range: they make no system
+// call). FS bases are read and written with the FSGSBASE instructions.
+std::arch::global_asm!(
+    ".globl lintel_trap_sigsys_static",
+    "lintel_trap_sigsys_static:",
+    "push rbx",
+    "mov rax, qword ptr [rip + {ours}]",
+    "wrfsbase rax",
+    "call {handler}",
+    "mov rax, qword ptr [rip + {program}]",
+    "wrfsbase rax",
+    "pop rbx",
+    "ret",
+    ".globl lintel_trap_signal_static",
+    "lintel_trap_signal_static:",
+    "push rbx",
+    "rdfsbase rbx",
+    "mov rax, qword ptr [rip + {program}]",
+    "wrfsbase rax",
+    "lea rax, [rip + {handlers}]",
+    "mov rax, qword ptr [rax + rdi * 8]",
+    "call rax",
+    "wrfsbase rbx",
+    "pop rbx",
+    "ret",
+    ours = sym OUR_FS,
+    program = sym PROGRAM_FS,
+    handlers = sym PROGRAM_HANDLERS,
+    handler = sym on_sigsys,
+);
+
+/// Static mode: our FS base, the program's, and the program's signal
+/// handlers (entered through `lintel_trap_signal_static`). One thread.
+static OUR_FS: AtomicU64 = AtomicU64::new(0);
+static PROGRAM_FS: AtomicU64 = AtomicU64::new(0);
+static PROGRAM_HANDLERS: [AtomicU64; 65] = [const { AtomicU64::new(0) }; 65];
+static STATIC_MODE: AtomicBool = AtomicBool::new(false);
+
 unsafe extern "C" {
+    fn lintel_trap_sigsys_static();
+    fn lintel_trap_signal_static();
     fn lintel_trap_start();
     fn lintel_trap_restorer();
     fn lintel_trap_syscall6(nr: i64, a: u64, b: u64, c: u64, d: u64, e: u64, f: u64) -> i64;
@@ -122,6 +174,112 @@ struct KernelSigaction {
     flags: u64,
     restorer: usize,
     mask: u64,
+}
+
+/// Whether the CPU and kernel let user space read and write the FS base
+/// (FSGSBASE, reported in `AT_HWCAP2`): static mode needs it.
+pub fn fs_base_switchable() -> bool {
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
+    hwcap2 & 2 != 0
+}
+
+/// Enter static mode (see the module docs) on the calling thread, which
+/// must be armed and stay the process's only trapped thread: SIGSYS is
+/// entered through the stub that switches FS, and the program's FS
+/// starts as ours (it sets its own before it uses one).
+pub fn enter_static_mode() -> std::io::Result<()> {
+    if !fs_base_switchable() {
+        return Err(std::io::Error::other(
+            "this CPU or kernel does not let user space switch the FS base (no FSGSBASE)",
+        ));
+    }
+    let fs: u64;
+    // SAFETY: reads this thread's FS base (FSGSBASE is enabled, checked
+    // above); no memory is touched.
+    unsafe { std::arch::asm!("rdfsbase {}", out(reg) fs, options(nomem, nostack, preserves_flags)) };
+    OUR_FS.store(fs, SeqCst);
+    PROGRAM_FS.store(fs, SeqCst);
+    STATIC_MODE.store(true, SeqCst);
+    let act = KernelSigaction {
+        handler: lintel_trap_sigsys_static as *const () as usize,
+        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
+        restorer: lintel_trap_restorer as *const () as usize,
+        mask: 0,
+    };
+    let r = raw_syscall(
+        libc::SYS_rt_sigaction,
+        [libc::SIGSYS as u64, &act as *const _ as u64, 0, 8, 0, 0],
+    );
+    if r < 0 {
+        return Err(std::io::Error::from_raw_os_error(-r as i32));
+    }
+    Ok(())
+}
+
+/// Static mode: what a trapped call becomes before the emulator sees it
+/// (the FS base, the program's break), if anything.
+fn static_call(nr: i64, a: [u64; 6]) -> Option<i64> {
+    const ARCH_SET_FS: u64 = 0x1002;
+    const ARCH_GET_FS: u64 = 0x1003;
+    match nr {
+        libc::SYS_arch_prctl if a[0] == ARCH_SET_FS => {
+            if a[1] >= 1 << 47 {
+                return Some(-(libc::EPERM as i64));
+            }
+            PROGRAM_FS.store(a[1], SeqCst);
+            Some(0)
+        }
+        libc::SYS_arch_prctl if a[0] == ARCH_GET_FS => {
+            let v = PROGRAM_FS.load(SeqCst).to_ne_bytes();
+            Some(crate::user::write(a[1], &v).map_or_else(|e| -(e as i64), |()| 0))
+        }
+        libc::SYS_brk => Some(crate::image::brk(a[0]) as i64),
+        // One thread: a new one would run the program without FS
+        // switching (and share our thread data). (posix_spawn's clone
+        // goes on to the common path, which makes it a fork.)
+        libc::SYS_clone3 => Some(-(libc::ENOSYS as i64)),
+        libc::SYS_clone if a[0] & libc::CLONE_VM as u64 != 0 && !(is_spawn_clone(a[0]) && a[1] != 0) => {
+            Some(-(libc::ENOSYS as i64))
+        }
+        libc::SYS_clone if a[0] & libc::CLONE_VM as u64 == 0 => Some(static_fork(a[0], a[3])),
+        libc::SYS_fork | libc::SYS_vfork => Some(static_fork(libc::SIGCHLD as u64, 0)),
+        _ => None,
+    }
+}
+
+/// The fork a static program asks for (`clone` with `flags`, child TID
+/// at `ctid`): made by the host's C library through [`set_fork`]'s
+/// function, so the host's allocator and the lintel runtime come through
+/// whole and the child gets a runtime of its own, as a dynamically
+/// linked program's child does. In the child, the program's own thread
+/// data gets what its `clone` flags asked for.
+fn static_fork(flags: u64, ctid: u64) -> i64 {
+    let Some(fork) = FORK.get() else {
+        return -(libc::ENOSYS as i64);
+    };
+    let r = fork();
+    if r == 0 {
+        FORKED.store(true, SeqCst);
+        let _ = dispatch_on();
+        if flags & libc::CLONE_CHILD_SETTID as u64 != 0 && ctid != 0 {
+            let tid = raw_syscall(libc::SYS_gettid, [0; 6]) as i32;
+            let _ = crate::user::write(ctid, &tid.to_ne_bytes());
+        }
+        if flags & libc::CLONE_CHILD_CLEARTID as u64 != 0 && ctid != 0 {
+            raw_syscall(libc::SYS_set_tid_address, [ctid, 0, 0, 0, 0, 0]);
+        }
+    }
+    r
+}
+
+/// How a static program forks: a function of the host's (the preload
+/// library's `fork`, which records the served files for the child).
+static FORK: std::sync::OnceLock<fn() -> i64> = std::sync::OnceLock::new();
+
+/// Set how static programs fork (see `static_fork`); once.
+pub fn set_fork(fork: fn() -> i64) {
+    let _ = FORK.set(fork);
 }
 
 fn install_handler() -> std::io::Result<()> {
@@ -230,73 +388,119 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
             g[libc::REG_R8 as usize] as u64,
             g[libc::REG_R9 as usize] as u64,
         ];
-        let answer = match nr {
-            // A new thread (or vfork child) made from here would start on
-            // its own stack inside our stub and crash: refuse, so glibc's
-            // clone3 falls back to clone, and clone sharing memory fails
-            // cleanly. Threads are made with the selector at ALLOW
-            // ([`allowed`]; the preload library wraps pthread_create).
-            libc::SYS_clone3 => -(libc::ENOSYS as i64),
-            // posix_spawn's (and `system`'s) child: a vfork-like clone on a
-            // stack of its own. Made a fork (no shared memory, as `vfork`
-            // here), which resumes on that stack as the real clone would;
-            // the parent still waits for its `exec` (CLONE_VFORK). What it
-            // loses: an `exec` failure is not written back into the
-            // parent's memory, so the parent sees a child exiting 127.
-            libc::SYS_clone if is_spawn_clone(args[0]) && args[1] != 0 => {
-                let flags = args[0] & !(libc::CLONE_VM as u64);
-                let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
-                if r == 0 {
-                    FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let _ = dispatch_on();
-                    uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
+        let early = if STATIC_MODE.load(Relaxed) {
+            static_call(nr, args)
+        } else {
+            None
+        };
+        let answer = if let Some(r) = early {
+            r
+        } else {
+            match nr {
+                // A new thread (or vfork child) made from here would start on
+                // its own stack inside our stub and crash: refuse, so glibc's
+                // clone3 falls back to clone, and clone sharing memory fails
+                // cleanly. Threads are made with the selector at ALLOW
+                // ([`allowed`]; the preload library wraps pthread_create).
+                libc::SYS_clone3 => -(libc::ENOSYS as i64),
+                // posix_spawn's (and `system`'s) child: a vfork-like clone on a
+                // stack of its own. Made a fork (no shared memory, as `vfork`
+                // here), which resumes on that stack as the real clone would;
+                // the parent still waits for its `exec` (CLONE_VFORK). What it
+                // loses: an `exec` failure is not written back into the
+                // parent's memory, so the parent sees a child exiting 127.
+                libc::SYS_clone if is_spawn_clone(args[0]) && args[1] != 0 => {
+                    let flags = args[0] & !(libc::CLONE_VM as u64);
+                    let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
+                    if r == 0 {
+                        FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                        let _ = dispatch_on();
+                        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
+                    }
+                    r
                 }
-                r
+                libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
+                // A fork is made from here: the child returns through its copy
+                // of this frame. `vfork` becomes a fork (which POSIX allows):
+                // sharing memory, the child would start inside our stub.
+                // (What a child needs is recorded before, where it is safe to
+                // allocate: glibc's fork holds malloc's locks by the time it
+                // makes this call. The preload library wraps fork and vfork.)
+                libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
+                    let (nr, a) = match nr {
+                        libc::SYS_clone => (nr, args),
+                        _ => (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+                    };
+                    let r = raw_syscall(nr, a);
+                    if r == 0 {
+                        // The child: arming is not inherited, and its copy of
+                        // the lintel runtime has no threads. It is armed again
+                        // (so the emulation can note the served files it opens
+                        // before it execs) and marked a forked child.
+                        FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                        let _ = dispatch_on();
+                    }
+                    r
+                }
+                libc::SYS_execve | libc::SYS_execveat => {
+                    let e = EMULATOR.with(|e| e.get());
+                    if let Some(e) = e {
+                        e.before_fork_or_exec();
+                    }
+                    // A static program is started through its host (see
+                    // `image::hosted`); the buffers live until the call returns.
+                    let hosted = (nr == libc::SYS_execve)
+                        .then(|| crate::image::hosted(args[0], args[2], STATIC_MODE.load(Relaxed)))
+                        .flatten();
+                    let r = match &hosted {
+                        Some(h) => raw_syscall(nr, [h.path(), args[1], h.envp(), 0, 0, 0]),
+                        None => raw_syscall(nr, args),
+                    };
+                    if let Some(e) = e {
+                        e.exec_failed();
+                    }
+                    r
+                }
+                libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
+                libc::SYS_rt_sigaction => sigaction(args),
+                _ => EMULATOR
+                    .with(|e| e.get())
+                    .and_then(|e| emulate_masked(e, nr, args))
+                    .unwrap_or_else(|| raw_syscall(nr, args)),
             }
-            libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
-            // A fork is made from here: the child returns through its copy
-            // of this frame. `vfork` becomes a fork (which POSIX allows):
-            // sharing memory, the child would start inside our stub.
-            // (What a child needs is recorded before, where it is safe to
-            // allocate: glibc's fork holds malloc's locks by the time it
-            // makes this call. The preload library wraps fork and vfork.)
-            libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
-                let (nr, a) = match nr {
-                    libc::SYS_clone => (nr, args),
-                    _ => (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
-                };
-                let r = raw_syscall(nr, a);
-                if r == 0 {
-                    // The child: arming is not inherited, and its copy of
-                    // the lintel runtime has no threads. It is armed again
-                    // (so the emulation can note the served files it opens
-                    // before it execs) and marked a forked child.
-                    FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                    let _ = dispatch_on();
-                }
-                r
-            }
-            libc::SYS_execve | libc::SYS_execveat => {
-                let e = EMULATOR.with(|e| e.get());
-                if let Some(e) = e {
-                    e.before_fork_or_exec();
-                }
-                let r = raw_syscall(nr, args);
-                if let Some(e) = e {
-                    e.exec_failed();
-                }
-                r
-            }
-            libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
-            libc::SYS_rt_sigaction => sigaction(args),
-            _ => EMULATOR
-                .with(|e| e.get())
-                .and_then(|e| e.emulate(nr, args))
-                .unwrap_or_else(|| raw_syscall(nr, args)),
         };
         uc.uc_mcontext.gregs[libc::REG_RAX as usize] = answer;
     }
     SELECTOR.with(|s| s.set(before));
+}
+
+/// The emulator's answer. In static mode with every signal blocked: the
+/// runtime may start threads while it answers, and they must never run
+/// the program's handlers (they would do so with our thread data), so
+/// they start with every signal blocked; the program's signals wait for
+/// the handler's return, which restores its mask.
+fn emulate_masked(e: &dyn Emulator, nr: i64, args: [u64; 6]) -> Option<i64> {
+    if !STATIC_MODE.load(Relaxed) {
+        return e.emulate(nr, args);
+    }
+    let (all, mut old) = (u64::MAX, 0u64);
+    let set = |set: &u64, old: &mut u64| {
+        raw_syscall(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as u64,
+                set as *const u64 as u64,
+                old as *mut u64 as u64,
+                8,
+                0,
+                0,
+            ],
+        )
+    };
+    set(&(all & !SIGSYS_BIT), &mut old);
+    let r = e.emulate(nr, args);
+    set(&old, &mut 0);
+    r
 }
 
 /// A clone that makes a process which shares our memory only until it
@@ -356,8 +560,17 @@ fn sigaction(a: [u64; 6]) -> i64 {
         }
         return 0;
     }
+    let before = if STATIC_MODE.load(Relaxed) && (1..65).contains(&sig) {
+        PROGRAM_HANDLERS[sig as usize].load(SeqCst)
+    } else {
+        0
+    };
     if act == 0 {
-        return raw_syscall(libc::SYS_rt_sigaction, a);
+        let r = raw_syscall(libc::SYS_rt_sigaction, a);
+        if r == 0 {
+            unstub(old, before);
+        }
+        return r;
     }
     let mut b = [0u8; 32];
     if let Err(e) = crate::user::read_into(act, &mut b) {
@@ -368,10 +581,38 @@ fn sigaction(a: [u64; 6]) -> i64 {
         let ours = lintel_trap_restorer as *const () as usize as u64;
         b[16..24].copy_from_slice(&ours.to_ne_bytes());
     }
-    raw_syscall(
+    let handler = u64::from_ne_bytes(b[0..8].try_into().expect("8 bytes"));
+    let wrapped = STATIC_MODE.load(Relaxed) && handler > 1 && (1..65).contains(&sig);
+    if wrapped {
+        // Entered through the stub that gives it the program's FS.
+        let stub = lintel_trap_signal_static as *const () as usize as u64;
+        b[0..8].copy_from_slice(&stub.to_ne_bytes());
+    }
+    if wrapped {
+        PROGRAM_HANDLERS[sig as usize].store(handler, SeqCst);
+    }
+    let r = raw_syscall(
         libc::SYS_rt_sigaction,
         [sig as u64, b.as_ptr() as u64, old, size, 0, 0],
-    )
+    );
+    if r == 0 {
+        unstub(old, before);
+    }
+    r
+}
+
+/// Static mode: the old action `rt_sigaction` wrote at `old` names the
+/// program's own handler `handler`, never the stub it is entered by.
+fn unstub(old: u64, handler: u64) {
+    let stub = lintel_trap_signal_static as *const () as usize as u64;
+    let mut o = [0u8; 8];
+    if old != 0
+        && handler != 0
+        && crate::user::read_into(old, &mut o).is_ok()
+        && u64::from_ne_bytes(o) == stub
+    {
+        let _ = crate::user::write(old, &handler.to_ne_bytes());
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! `--manifest`, the program joins the file service NAME (default `fs`)
 //! of the system running from manifest M: every process image looks it
 //! up through the system's name service. Exits with PROGRAM's status.
+//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -74,7 +75,22 @@ fn main() -> ExitCode {
         }
         _ => return usage(),
     };
-    let mut command = Command::new(program);
+    // A statically linked program ignores LD_PRELOAD: this program is
+    // started instead, as its host, and the library it preloads runs the
+    // program in static mode (`lintel_unix::image`).
+    let mut command = match lintel_unix::image::on_path(program) {
+        Some(path) if lintel_unix::image::is_static(&path) => {
+            let Ok(me) = std::env::current_exe() else {
+                eprintln!("lintel-run: cannot find this program to host {program}");
+                return ExitCode::from(127);
+            };
+            let mut c = Command::new(me);
+            std::os::unix::process::CommandExt::arg0(&mut c, program);
+            c.env(lintel_unix::ENV_STATIC, path);
+            c
+        }
+        _ => Command::new(program),
+    };
     // The program's runtime keeps its descriptors at this floor and above,
     // the same in every image the program execs.
     match lintel_unix::choose_descriptor_floor() {
@@ -85,6 +101,9 @@ fn main() -> ExitCode {
     }
     if let Some(name) = &service {
         command.env(lintel_unix::ENV_SERVICE, name);
+    }
+    if let Ok(me) = std::env::current_exe() {
+        command.env(lintel_unix::ENV_HOST, me);
     }
     let status = command
         .args(&prog[1..])
