@@ -16,7 +16,9 @@
 //! `sqlite3_*` (10,000 rows in 10 transactions, a query and an integrity
 //! check), and `pread1_*` and `pread1_64m_*` (`lintel-pread-probe`:
 //! one-byte `pread`s at scattered offsets of the 256 MiB file and of a
-//! 64 MiB one; per call, median of the runs). Every byte of a served
+//! 64 MiB one; per call, median of the runs), and `static_cat_256m`
+//! (Debian's statically linked busybox `cat`, run in static mode, where
+//! every call traps; measured when /bin/busybox is static). Every byte of a served
 //! file read at random must first be paged into the service's cache
 //! (about 1.2 GB/s here, `sendfile` into a memfd), so the fewer reads per
 //! byte of file, the larger that first-touch share. `lintel-run`, its library and the probe
@@ -202,7 +204,7 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let read = format!(".read {}", sql_path.display());
     let probe = beside("lintel-pread-probe")?.display().to_string();
     let preads = if cfg.quick { "20000" } else { "1000000" };
-    let cases: [(&str, Vec<&str>); 6] = [
+    let mut cases: Vec<(&str, Vec<&str>)> = vec![
         ("cat_256m", vec!["sh", "-c", "cat {}/big | wc -c"]),
         ("sha256sum_256m", vec!["sha256sum", "{}/big"]),
         ("wc_l", vec!["wc", "-l", "{}/lines"]),
@@ -210,6 +212,13 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         ("pread1", vec![&probe, "{}/big", preads]),
         ("pread1_64m", vec![&probe, "{}/mid", preads]),
     ];
+    // Static mode (`lintel_unix::image`): a statically linked cat, every
+    // call trapped.
+    if lintel_unix::image::is_static(Path::new("/bin/busybox")) {
+        cases.push(("static_cat_256m", vec!["sh", "-c", "busybox cat {}/big | wc -c"]));
+    } else {
+        eprintln!("unix: no static /bin/busybox (Debian's busybox-static): static_cat_256m skipped");
+    }
     for (name, cmd) in cases {
         let (native, served, out_n, out_s) = both(&dir, &cmd, runs)?;
         let probe_case = name.starts_with("pread1");
@@ -248,6 +257,7 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         let target = match name {
             "pread1" | "pread1_64m" => " (target: ≥ 3× faster)",
             "sqlite3" => " (target ≤ 1.5×)",
+            "static_cat_256m" => " (static mode: measured, no target)",
             _ => " (target ≤ 1.2×)",
         };
         report.push(

@@ -283,6 +283,49 @@ fn static_programs_are_served_in_static_mode() {
         same(n, s, cmd);
     }
     assert_eq!(snapshot(s), snapshot(n));
+
+    // A static PIE (placed where the loader chooses) with thread-local
+    // data and a heap from `brk`, built here from C.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("pie.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+__thread int local = 42;
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "r");
+    if (!f) { perror(argv[1]); return 1; }
+    char line[64] = {0};
+    fgets(line, sizeof line, f);
+    char *heap = malloc(1 << 20);
+    memset(heap, 7, 1 << 20);
+    FILE *out = fopen(argv[2], "w");
+    fprintf(out, "%d %d\n", local, heap[12345]);
+    fclose(out);
+    printf("%s%d %d %d\n", line, local, heap[1 << 19], errno == 0 || errno == ENOENT);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let pie = dir.path().join("pie");
+    let built = Command::new("cc")
+        .args(["-O2", "-static-pie", "-o"])
+        .arg(&pie)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc -static-pie: {} (.ci/run installs Debian's libc6-dev)",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    assert!(lintel_unix::image::is_static(&pie));
+    same(n, s, &[pie.to_str().unwrap(), "%R/a.txt", "%R/pie.out"]);
+    assert_eq!(snapshot(s), snapshot(n));
 }
 
 #[test]
