@@ -67,7 +67,9 @@ extern "C" fn start(argc: libc::c_int, argv: *const *const libc::c_char, _envp: 
     let static_program = std::env::var_os(ENV_STATIC);
     let mut mask = 0u64;
     if static_program.is_some() {
-        set_mask(!0, &mut mask);
+        // Never SIGSYS: once armed, a trap while it is blocked kills the
+        // process (the host's allocator may make a call at any time).
+        set_mask(!(1u64 << (libc::SIGSYS - 1)), &mut mask);
     }
     use std::os::unix::ffi::OsStrExt;
     let Some(prefix) = Prefix::new(prefix.as_bytes()) else {
@@ -130,20 +132,24 @@ fn run_static(path: &std::path::Path, argc: libc::c_int, argv: *const *const lib
         eprintln!("lintel-unix: cannot run {}: {e}", path.display());
         std::process::exit(127)
     };
-    let args: Vec<CString> = (0..argc.max(0) as usize)
-        // SAFETY: the C runtime passes `argc` valid C strings in `argv`.
-        .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) }.to_owned())
-        .collect();
-    let envs: Vec<CString> = std::env::vars_os()
-        .filter(|(k, _)| k != ENV_STATIC)
-        .filter_map(|(k, v)| {
-            use std::os::unix::ffi::OsStrExt;
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).ok()
-        })
-        .collect();
+    // Armed since the constructor: our own work goes to the kernel.
+    let (args, envs) = trap::allowed(|| {
+        let args: Vec<CString> = (0..argc.max(0) as usize)
+            // SAFETY: the C runtime passes `argc` valid C strings in `argv`.
+            .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) }.to_owned())
+            .collect();
+        let envs: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| k != ENV_STATIC)
+            .filter_map(|(k, v)| {
+                use std::os::unix::ffi::OsStrExt;
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                CString::new(kv).ok()
+            })
+            .collect();
+        (args, envs)
+    });
     let loaded = match trap::allowed(|| lintel_unix::image::load(path, &args, &envs)) {
         Ok(l) => l,
         Err(e) => fail(&e),
