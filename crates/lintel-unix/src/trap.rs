@@ -474,10 +474,10 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
     SELECTOR.with(|s| s.set(before));
 }
 
-/// The emulator's answer. In static mode with every signal blocked: the
+/// The emulator's answer. In static mode with every signal but SIGSYS blocked: the
 /// runtime may start threads while it answers, and they must never run
 /// the program's handlers (they would do so with our thread data), so
-/// they start with every signal blocked; the program's signals wait for
+/// they start with every signal but SIGSYS blocked; the program's signals wait for
 /// the handler's return, which restores its mask.
 fn emulate_masked(e: &dyn Emulator, nr: i64, args: [u64; 6]) -> Option<i64> {
     if !STATIC_MODE.load(Relaxed) {
