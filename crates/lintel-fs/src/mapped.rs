@@ -352,11 +352,10 @@ impl Mapped {
     /// Read at `at` (or the shared offset, moving it); `None`: use the
     /// copy path.
     pub(crate) fn read(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
-        if let Some(at) = at {
-            self.map.prefetch(usize::try_from(at).unwrap_or(usize::MAX));
-            if let Some(n) = self.read_passive(at, buf)? {
-                return Ok(Some(n));
-            }
+        if let Some(at) = at
+            && let Some(n) = self.read_passive(at, buf)?
+        {
+            return Ok(Some(n));
         }
         Ok(self
             .with_token(|a| {

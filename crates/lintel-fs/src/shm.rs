@@ -106,18 +106,6 @@ impl Shared {
         );
     }
 
-    /// Start loading the cache line at `off` (if inside the mapping)
-    /// while the caller does other work: a read at a random offset of a
-    /// large file otherwise waits out a whole memory miss after its
-    /// token's atomics. A hint only: it never faults, a page not yet
-    /// mapped is skipped, and nothing is read through it.
-    #[inline]
-    pub(crate) fn prefetch(&self, off: usize) {
-        if off < self.len {
-            prefetch(self.ptr as u64 + off as u64);
-        }
-    }
-
     /// The 64-bit word at `off` (8-aligned, inside the mapping).
     pub(crate) fn u64(&self, off: usize) -> &AtomicU64 {
         self.check(off, 8, 8);

@@ -58,19 +58,18 @@ fn connect(prefix: Prefix) -> Option<&'static Emulation> {
 /// Run when the library is loaded: if the launcher set the environment,
 /// connect and arm the main thread. Any failure leaves the program
 /// running unemulated, and says why on stderr.
-extern "C" fn start(argc: libc::c_int, argv: *const *const libc::c_char, _envp: *const *const libc::c_char) {
+extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char) {
     let (Some(_), Some(prefix)) = (std::env::var_os(ENV_SOCKET), std::env::var_os(ENV_PREFIX)) else {
         return;
     };
     // Hosting a static program: the runtime's threads, started below,
     // must never run the program's signal handlers (see `trap`).
     let static_program = std::env::var_os(ENV_STATIC);
-    let mut mask = 0u64;
-    if static_program.is_some() {
-        // Never SIGSYS: once armed, a trap while it is blocked kills the
-        // process (the host's allocator may make a call at any time).
-        set_mask(!(1u64 << (libc::SIGSYS - 1)), &mut mask);
-    }
+    // Never SIGSYS: once armed, a trap while it is blocked kills the
+    // process (the host's allocator may make a call at any time).
+    let mask = static_program
+        .is_some()
+        .then(|| trap::set_signal_mask(!trap::SIGSYS_BIT));
     use std::os::unix::ffi::OsStrExt;
     let Some(prefix) = Prefix::new(prefix.as_bytes()) else {
         eprintln!("lintel-unix: {ENV_PREFIX} must be an absolute path other than /");
@@ -102,53 +101,31 @@ extern "C" fn start(argc: libc::c_int, argv: *const *const libc::c_char, _envp: 
         }
     }
     if let Some(path) = static_program {
-        run_static(std::path::Path::new(&path), argc, argv, mask);
+        run_static(std::path::Path::new(&path), argv, envp, mask.unwrap_or(0));
     }
-}
-
-/// Set this thread's signal mask to `set`, the old one into `old` (from
-/// the exempt range: it never traps).
-fn set_mask(set: u64, old: &mut u64) {
-    trap::raw_syscall(
-        libc::SYS_rt_sigprocmask,
-        [
-            libc::SIG_SETMASK as u64,
-            &set as *const u64 as u64,
-            old as *mut u64 as u64,
-            8,
-            0,
-            0,
-        ],
-    );
 }
 
 /// Load the static program at `path` with this process's arguments and
 /// environment (less [`ENV_STATIC`]) and run it in static mode, with the
 /// signal mask `mask` this process started with. Never returns: a
 /// program that cannot be run ends the process with status 127.
-fn run_static(path: &std::path::Path, argc: libc::c_int, argv: *const *const libc::c_char, mask: u64) -> ! {
-    use std::ffi::{CStr, CString};
+fn run_static(
+    path: &std::path::Path,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    mask: u64,
+) -> ! {
     let fail = |e: &dyn std::fmt::Display| -> ! {
         eprintln!("lintel-unix: cannot run {}: {e}", path.display());
         std::process::exit(127)
     };
     // Armed since the constructor: our own work goes to the kernel.
     let (args, envs) = trap::allowed(|| {
-        let args: Vec<CString> = (0..argc.max(0) as usize)
-            // SAFETY: the C runtime passes `argc` valid C strings in `argv`.
-            .map(|i| unsafe { CStr::from_ptr(*argv.add(i)) }.to_owned())
-            .collect();
-        let envs: Vec<CString> = std::env::vars_os()
-            .filter(|(k, _)| k != ENV_STATIC)
-            .filter_map(|(k, v)| {
-                use std::os::unix::ffi::OsStrExt;
-                let mut kv = k.as_bytes().to_vec();
-                kv.push(b'=');
-                kv.extend_from_slice(v.as_bytes());
-                CString::new(kv).ok()
-            })
-            .collect();
-        (args, envs)
+        // SAFETY: the C runtime passes the process's argument and
+        // environment vectors, each ending with a null pointer.
+        let (args, envs) = unsafe { (c_strings(argv), c_strings(envp)) };
+        let named = |v: &std::ffi::CString| v.as_bytes().starts_with(format!("{ENV_STATIC}=").as_bytes());
+        (args, envs.into_iter().filter(|v| !named(v)).collect::<Vec<_>>())
     });
     let loaded = match trap::allowed(|| lintel_unix::image::load(path, &args, &envs)) {
         Ok(l) => l,
@@ -157,8 +134,27 @@ fn run_static(path: &std::path::Path, argc: libc::c_int, argv: *const *const lib
     if let Err(e) = trap::allowed(trap::enter_static_mode) {
         fail(&e);
     }
-    set_mask(mask, &mut 0);
+    trap::set_signal_mask(mask);
     loaded.start()
+}
+
+/// The C strings of a null-terminated vector, copied.
+///
+/// # Safety
+///
+/// `v` points to valid C string pointers up to a null one.
+unsafe fn c_strings(v: *const *const libc::c_char) -> Vec<std::ffi::CString> {
+    let mut out = Vec::new();
+    for i in 0.. {
+        // SAFETY: up to the null pointer, as the caller promises.
+        let p = unsafe { *v.add(i) };
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: a valid C string, as the caller promises.
+        out.push(unsafe { std::ffi::CStr::from_ptr(p) }.to_owned());
+    }
+    out
 }
 
 // A constructor: the loader runs it before the program's `main`.
@@ -436,8 +432,8 @@ fn real_fork() -> Fork {
 /// service, allocation included: here, before glibc takes malloc's locks
 /// for the fork), so a child that `exec`s hands its served descriptors to
 /// the new image.
-fn before_fork() {
-    if let Some(e) = emulation() {
+fn before_fork(e: Option<&Emulation>) {
+    if let Some(e) = e {
         trap::allowed(|| e.record_all());
     }
 }
@@ -471,15 +467,8 @@ fn revive() -> Option<&'static Emulation> {
 /// one: served files recorded, then libc's fork. (Called from the SIGSYS
 /// handler, whose calls go to the kernel.)
 fn static_fork() -> i64 {
-    if let Some(e) = current() {
-        e.record_all();
-    }
-    RECORDED_FORK.store(true, Ordering::Release);
     // SAFETY: libc's fork, as the program asked.
-    let pid = unsafe { real_fork()() };
-    if pid != 0 {
-        RECORDED_FORK.store(false, Ordering::Release);
-    }
+    let pid = unsafe { recorded_fork(current()) };
     if pid < 0 {
         -(std::io::Error::last_os_error()
             .raw_os_error()
@@ -501,7 +490,18 @@ static RECORDED_FORK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicB
 /// As `fork(2)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
-    before_fork();
+    // SAFETY: as fork(2), the caller's contract.
+    unsafe { recorded_fork(emulation()) }
+}
+
+/// libc's fork, with `e`'s served files recorded first and the child
+/// marked as one that may revive (see `revive`).
+///
+/// # Safety
+///
+/// As `fork(2)`.
+unsafe fn recorded_fork(e: Option<&Emulation>) -> libc::pid_t {
+    before_fork(e);
     RECORDED_FORK.store(true, Ordering::Release);
     // SAFETY: libc's fork, as the caller asked.
     let pid = unsafe { real_fork()() };
@@ -520,7 +520,7 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
 /// child may do too.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
-    before_fork();
+    before_fork(emulation());
     // SAFETY: libc's fork in place of vfork. (Its child may only `exec`
     // or `_exit`: it needs no runtime; the trap path carries its served
     // files and redirections to the image it `exec`s.)

@@ -108,15 +108,15 @@ fn check_library_is_current() {
 }
 
 fn lintel_run(root: &Path, cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
+    lintel_run_with(root, &[], cmd)
+}
+
+/// [`lintel_run`] with `options` for the launcher (e.g. `--read-only`).
+fn lintel_run_with(root: &Path, options: &[&str], cmd: &[&str]) -> (i32, Vec<u8>, Vec<u8>) {
     check_library_is_current();
-    let mut full = vec![
-        env!("CARGO_BIN_EXE_lintel-run"),
-        "--root",
-        root.to_str().unwrap(),
-        "--prefix",
-        PREFIX,
-        "--",
-    ];
+    let mut full = vec![env!("CARGO_BIN_EXE_lintel-run"), "--root", root.to_str().unwrap()];
+    full.extend_from_slice(options);
+    full.extend_from_slice(&["--prefix", PREFIX, "--"]);
     full.extend_from_slice(cmd);
     run(&full)
 }
@@ -716,19 +716,7 @@ except OSError as e:
     print("writable:", e.errno)
 "#;
     let native = run(&["python3", "-c", script, n.to_str().unwrap()]);
-    let served = run(&[
-        env!("CARGO_BIN_EXE_lintel-run"),
-        "--root",
-        s.to_str().unwrap(),
-        "--read-only",
-        "--prefix",
-        PREFIX,
-        "--",
-        "python3",
-        "-c",
-        script,
-        PREFIX,
-    ]);
+    let served = lintel_run_with(s, &["--read-only"], &["python3", "-c", script, PREFIX]);
     assert_eq!(served.0, 0, "{}", String::from_utf8_lossy(&served.2));
     assert_eq!(
         String::from_utf8_lossy(&served.1),

@@ -79,7 +79,8 @@ static LOADED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::ne
 /// the program. Owns what the call's pointers point to.
 pub struct Hosted {
     path: CString,
-    _vars: Vec<CString>,
+    /// `ENV_STATIC=program`, which `envp` points to.
+    _named: CString,
     envp: Vec<u64>,
 }
 
@@ -108,15 +109,14 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
         (true, false) => return None,
         _ => std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&p)),
     };
-    if !is_static(&target) {
-        return None;
-    }
     let host = if static_mode {
         std::fs::read_link("/proc/self/exe").ok()?
     } else {
         std::env::var_os(crate::ENV_HOST)?.into()
     };
-    let mut vars = Vec::new();
+    if !is_static(&target) {
+        return None;
+    }
     let mut envp_words = Vec::new();
     if envp != 0 {
         for i in 0..65_536u64 {
@@ -138,10 +138,9 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
     let named = CString::new(named).ok()?;
     envp_words.push(named.as_ptr() as u64);
     envp_words.push(0);
-    vars.push(named);
     Some(Hosted {
         path: CString::new(host.as_os_str().as_bytes()).ok()?,
-        _vars: vars,
+        _named: named,
         envp: envp_words,
     })
 }

@@ -201,16 +201,7 @@ pub fn enter_static_mode() -> std::io::Result<()> {
     OUR_FS.store(fs, SeqCst);
     PROGRAM_FS.store(fs, SeqCst);
     STATIC_MODE.store(true, SeqCst);
-    let act = KernelSigaction {
-        handler: lintel_trap_sigsys_static as *const () as usize,
-        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
-        restorer: lintel_trap_restorer as *const () as usize,
-        mask: 0,
-    };
-    let r = raw_syscall(
-        libc::SYS_rt_sigaction,
-        [libc::SIGSYS as u64, &act as *const _ as u64, 0, 8, 0, 0],
-    );
+    let r = set_sigsys(lintel_trap_sigsys_static as *const () as usize);
     if r < 0 {
         return Err(std::io::Error::from_raw_os_error(-r as i32));
     }
@@ -235,13 +226,9 @@ fn static_call(nr: i64, a: [u64; 6]) -> Option<i64> {
             Some(crate::user::write(a[1], &v).map_or_else(|e| -(e as i64), |()| 0))
         }
         libc::SYS_brk => Some(crate::image::brk(a[0]) as i64),
-        // One thread: a new one would run the program without FS
-        // switching (and share our thread data). (posix_spawn's clone
-        // goes on to the common path, which makes it a fork.)
-        libc::SYS_clone3 => Some(-(libc::ENOSYS as i64)),
-        libc::SYS_clone if a[0] & libc::CLONE_VM as u64 != 0 && !(is_spawn_clone(a[0]) && a[1] != 0) => {
-            Some(-(libc::ENOSYS as i64))
-        }
+        // (Threads are refused, and posix_spawn's clone made a fork, by
+        // the common path, as for any program: in static mode a thread
+        // would also run the program without FS switching.)
         libc::SYS_clone if a[0] & libc::CLONE_VM as u64 == 0 => Some(static_fork(a[0], a[3])),
         libc::SYS_fork | libc::SYS_vfork => Some(static_fork(libc::SIGCHLD as u64, 0)),
         _ => None,
@@ -282,24 +269,46 @@ pub fn set_fork(fork: fn() -> i64) {
     let _ = FORK.set(fork);
 }
 
+/// Make `entry` the SIGSYS handler (returning through our restorer): the
+/// raw result of `rt_sigaction`.
+fn set_sigsys(entry: usize) -> i64 {
+    let act = KernelSigaction {
+        handler: entry,
+        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
+        restorer: lintel_trap_restorer as *const () as usize,
+        mask: 0,
+    };
+    raw_syscall(
+        libc::SYS_rt_sigaction,
+        [libc::SIGSYS as u64, &act as *const _ as u64, 0, 8, 0, 0],
+    )
+}
+
 fn install_handler() -> std::io::Result<()> {
     static ONCE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    let r = *ONCE.get_or_init(|| {
-        let act = KernelSigaction {
-            handler: on_sigsys as *const () as usize,
-            flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
-            restorer: lintel_trap_restorer as *const () as usize,
-            mask: 0,
-        };
-        raw_syscall(
-            libc::SYS_rt_sigaction,
-            [libc::SIGSYS as u64, &act as *const _ as u64, 0, 8, 0, 0],
-        )
-    });
+    let r = *ONCE.get_or_init(|| set_sigsys(on_sigsys as *const () as usize));
     if r < 0 {
         return Err(std::io::Error::from_raw_os_error(-r as i32));
     }
     Ok(())
+}
+
+/// Set the calling thread's signal mask to `set` (from the exempt range:
+/// it never traps); the mask it had.
+pub fn set_signal_mask(set: u64) -> u64 {
+    let mut old = 0u64;
+    raw_syscall(
+        libc::SYS_rt_sigprocmask,
+        [
+            libc::SIG_SETMASK as u64,
+            &set as *const u64 as u64,
+            &mut old as *mut u64 as u64,
+            8,
+            0,
+            0,
+        ],
+    );
+    old
 }
 
 /// Arm the calling thread: from now on its system calls go to `emulator`
@@ -393,85 +402,87 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
         } else {
             None
         };
-        let answer = if let Some(r) = early {
-            r
-        } else {
-            match nr {
-                // A new thread (or vfork child) made from here would start on
-                // its own stack inside our stub and crash: refuse, so glibc's
-                // clone3 falls back to clone, and clone sharing memory fails
-                // cleanly. Threads are made with the selector at ALLOW
-                // ([`allowed`]; the preload library wraps pthread_create).
-                libc::SYS_clone3 => -(libc::ENOSYS as i64),
-                // posix_spawn's (and `system`'s) child: a vfork-like clone on a
-                // stack of its own. Made a fork (no shared memory, as `vfork`
-                // here), which resumes on that stack as the real clone would;
-                // the parent still waits for its `exec` (CLONE_VFORK). What it
-                // loses: an `exec` failure is not written back into the
-                // parent's memory, so the parent sees a child exiting 127.
-                libc::SYS_clone if is_spawn_clone(args[0]) && args[1] != 0 => {
-                    let flags = args[0] & !(libc::CLONE_VM as u64);
-                    let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
-                    if r == 0 {
-                        FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                        let _ = dispatch_on();
-                        uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
-                    }
-                    r
-                }
-                libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
-                // A fork is made from here: the child returns through its copy
-                // of this frame. `vfork` becomes a fork (which POSIX allows):
-                // sharing memory, the child would start inside our stub.
-                // (What a child needs is recorded before, where it is safe to
-                // allocate: glibc's fork holds malloc's locks by the time it
-                // makes this call. The preload library wraps fork and vfork.)
-                libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
-                    let (nr, a) = match nr {
-                        libc::SYS_clone => (nr, args),
-                        _ => (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
-                    };
-                    let r = raw_syscall(nr, a);
-                    if r == 0 {
-                        // The child: arming is not inherited, and its copy of
-                        // the lintel runtime has no threads. It is armed again
-                        // (so the emulation can note the served files it opens
-                        // before it execs) and marked a forked child.
-                        FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
-                        let _ = dispatch_on();
-                    }
-                    r
-                }
-                libc::SYS_execve | libc::SYS_execveat => {
-                    let e = EMULATOR.with(|e| e.get());
-                    if let Some(e) = e {
-                        e.before_fork_or_exec();
-                    }
-                    // A static program is started through its host (see
-                    // `image::hosted`); the buffers live until the call returns.
-                    let hosted = (nr == libc::SYS_execve)
-                        .then(|| crate::image::hosted(args[0], args[2], STATIC_MODE.load(Relaxed)))
-                        .flatten();
-                    let r = match &hosted {
-                        Some(h) => raw_syscall(nr, [h.path(), args[1], h.envp(), 0, 0, 0]),
-                        None => raw_syscall(nr, args),
-                    };
-                    if let Some(e) = e {
-                        e.exec_failed();
-                    }
-                    r
-                }
-                libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
-                libc::SYS_rt_sigaction => sigaction(args),
-                _ => EMULATOR
-                    .with(|e| e.get())
-                    .and_then(|e| emulate_masked(e, nr, args))
-                    .unwrap_or_else(|| raw_syscall(nr, args)),
-            }
-        };
+        let answer = early.unwrap_or_else(|| answer(uc, nr, args));
         uc.uc_mcontext.gregs[libc::REG_RAX as usize] = answer;
     }
     SELECTOR.with(|s| s.set(before));
+}
+
+/// A trapped call's answer, as for any program (static mode's own calls
+/// are answered before, by `static_call`).
+fn answer(uc: &mut libc::ucontext_t, nr: i64, args: [u64; 6]) -> i64 {
+    match nr {
+        // A new thread (or vfork child) made from here would start on
+        // its own stack inside our stub and crash: refuse, so glibc's
+        // clone3 falls back to clone, and clone sharing memory fails
+        // cleanly. Threads are made with the selector at ALLOW
+        // ([`allowed`]; the preload library wraps pthread_create).
+        libc::SYS_clone3 => -(libc::ENOSYS as i64),
+        // posix_spawn's (and `system`'s) child: a vfork-like clone on a
+        // stack of its own. Made a fork (no shared memory, as `vfork`
+        // here), which resumes on that stack as the real clone would;
+        // the parent still waits for its `exec` (CLONE_VFORK). What it
+        // loses: an `exec` failure is not written back into the
+        // parent's memory, so the parent sees a child exiting 127.
+        libc::SYS_clone if is_spawn_clone(args[0]) && args[1] != 0 => {
+            let flags = args[0] & !(libc::CLONE_VM as u64);
+            let r = raw_syscall(libc::SYS_clone, [flags, 0, args[2], args[3], args[4], 0]);
+            if r == 0 {
+                FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = dispatch_on();
+                uc.uc_mcontext.gregs[libc::REG_RSP as usize] = args[1] as i64;
+            }
+            r
+        }
+        libc::SYS_clone if args[0] & libc::CLONE_VM as u64 != 0 => -(libc::ENOSYS as i64),
+        // A fork is made from here: the child returns through its copy
+        // of this frame. `vfork` becomes a fork (which POSIX allows):
+        // sharing memory, the child would start inside our stub.
+        // (What a child needs is recorded before, where it is safe to
+        // allocate: glibc's fork holds malloc's locks by the time it
+        // makes this call. The preload library wraps fork and vfork.)
+        libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork => {
+            let (nr, a) = match nr {
+                libc::SYS_clone => (nr, args),
+                _ => (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+            };
+            let r = raw_syscall(nr, a);
+            if r == 0 {
+                // The child: arming is not inherited, and its copy of
+                // the lintel runtime has no threads. It is armed again
+                // (so the emulation can note the served files it opens
+                // before it execs) and marked a forked child.
+                FORKED.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = dispatch_on();
+            }
+            r
+        }
+        libc::SYS_execve | libc::SYS_execveat => {
+            let e = EMULATOR.with(|e| e.get());
+            if let Some(e) = e {
+                e.before_fork_or_exec();
+            }
+            // A static program is started through its host (see
+            // `image::hosted`); the buffers live until the call returns.
+            let hosted = (nr == libc::SYS_execve)
+                .then(|| crate::image::hosted(args[0], args[2], STATIC_MODE.load(Relaxed)))
+                .flatten();
+            let r = match &hosted {
+                Some(h) => raw_syscall(nr, [h.path(), args[1], h.envp(), 0, 0, 0]),
+                None => raw_syscall(nr, args),
+            };
+            if let Some(e) = e {
+                e.exec_failed();
+            }
+            r
+        }
+        libc::SYS_rt_sigprocmask => sigprocmask(uc, args),
+        libc::SYS_rt_sigaction => sigaction(args),
+        _ => EMULATOR
+            .with(|e| e.get())
+            .and_then(|e| emulate_masked(e, nr, args))
+            .unwrap_or_else(|| raw_syscall(nr, args)),
+    }
 }
 
 /// The emulator's answer. In static mode with every signal but SIGSYS blocked: the
@@ -483,23 +494,9 @@ fn emulate_masked(e: &dyn Emulator, nr: i64, args: [u64; 6]) -> Option<i64> {
     if !STATIC_MODE.load(Relaxed) {
         return e.emulate(nr, args);
     }
-    let (all, mut old) = (u64::MAX, 0u64);
-    let set = |set: &u64, old: &mut u64| {
-        raw_syscall(
-            libc::SYS_rt_sigprocmask,
-            [
-                libc::SIG_SETMASK as u64,
-                set as *const u64 as u64,
-                old as *mut u64 as u64,
-                8,
-                0,
-                0,
-            ],
-        )
-    };
-    set(&(all & !SIGSYS_BIT), &mut old);
+    let old = set_signal_mask(!SIGSYS_BIT);
     let r = e.emulate(nr, args);
-    set(&old, &mut 0);
+    set_signal_mask(old);
     r
 }
 
@@ -513,7 +510,8 @@ fn is_spawn_clone(flags: u64) -> bool {
     f & must == must && f & never == 0
 }
 
-const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
+/// SIGSYS's bit in a signal mask (never blocked in an armed thread).
+pub const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
 
 /// `rt_sigprocmask` from trapped code: made on the mask the handler's
 /// return restores (one made for real here would be undone by it), and
@@ -587,8 +585,6 @@ fn sigaction(a: [u64; 6]) -> i64 {
         // Entered through the stub that gives it the program's FS.
         let stub = lintel_trap_signal_static as *const () as usize as u64;
         b[0..8].copy_from_slice(&stub.to_ne_bytes());
-    }
-    if wrapped {
         PROGRAM_HANDLERS[sig as usize].store(handler, SeqCst);
     }
     let r = raw_syscall(

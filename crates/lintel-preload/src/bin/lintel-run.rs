@@ -78,9 +78,10 @@ fn main() -> ExitCode {
     // A statically linked program ignores LD_PRELOAD: this program is
     // started instead, as its host, and the library it preloads runs the
     // program in static mode (`lintel_unix::image`).
+    let me = std::env::current_exe().ok();
     let mut command = match lintel_unix::image::on_path(program) {
         Some(path) if lintel_unix::image::is_static(&path) => {
-            let Ok(me) = std::env::current_exe() else {
+            let Some(me) = &me else {
                 eprintln!("lintel-run: cannot find this program to host {program}");
                 return ExitCode::from(127);
             };
@@ -102,7 +103,7 @@ fn main() -> ExitCode {
     if let Some(name) = &service {
         command.env(lintel_unix::ENV_SERVICE, name);
     }
-    if let Ok(me) = std::env::current_exe() {
+    if let Some(me) = &me {
         command.env(lintel_unix::ENV_HOST, me);
     }
     let status = command
