@@ -40,7 +40,7 @@ use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys::{self, Mapping};
-use crate::umem::{Polled, ReplyHeader, Slot, SyncWord};
+use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::{deadline, server, transfer};
 
 /// The call area this domain created for its calls over one connection.
@@ -106,6 +106,8 @@ struct Lease {
     shuttle: Arc<Shuttle>,
     /// The domain's settings (spinning, forced path), read on every call.
     settings: &'static Settings,
+    /// Held in this thread's `LEASES` (so it may be `last`).
+    held: Cell<bool>,
 }
 
 impl Lease {
@@ -123,15 +125,67 @@ impl Drop for Lease {
 
 thread_local! {
     /// Every lease this thread holds.
-    static LEASES: RefCell<Vec<Rc<Lease>>> = const { RefCell::new(Vec::new()) };
-    /// The lease of this thread's last call (also in `LEASES`), taken out
-    /// for the length of a call: the common case, a thread calling one
-    /// server again, finds its lease with no search and no count.
-    static LAST: Cell<Option<Rc<Lease>>> = const { Cell::new(None) };
+    static LEASES: Held = const { Held(RefCell::new(Vec::new())) };
+}
+
+/// This thread's leases; whichever leaves forgets [`last`] first.
+struct Held(RefCell<Vec<Rc<Lease>>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        last::clear();
+    }
+}
+
+/// The lease of this thread's last call: the common case, a thread calling
+/// one server again, finds its lease with one thread-local load, no search.
+/// Not owning (a plain pointer needs no destructor, so its thread-local is
+/// read without a liveness check): it names a lease that `LEASES` holds.
+mod last {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    use super::Lease;
+
+    thread_local! {
+        /// Null, or [`Rc::as_ptr`] of a lease this thread's `LEASES` holds:
+        /// set only from such a lease ([`set`]), and cleared ([`clear`])
+        /// before any lease leaves `LEASES` and when `LEASES` is dropped.
+        static LAST: Cell<*const Lease> = const { Cell::new(std::ptr::null()) };
+    }
+
+    /// The last call's lease (a new count of it), if any.
+    #[inline(always)]
+    pub(super) fn get() -> Option<Rc<Lease>> {
+        let p = LAST.with(Cell::get);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` is null (handled) or comes from `Rc::as_ptr` of a
+        // lease `LEASES` still holds (`LAST`'s invariant), so it points at
+        // a live `Rc` allocation; `Rc` is neither `Send` nor `Sync`, so the
+        // count we add is this thread's own.
+        unsafe {
+            Rc::increment_strong_count(p);
+            Some(Rc::from_raw(p))
+        }
+    }
+
+    /// `lease` (held in `LEASES`) is the last call's.
+    #[inline(always)]
+    pub(super) fn set(lease: &Rc<Lease>) {
+        debug_assert!(lease.held.get());
+        LAST.with(|l| l.set(Rc::as_ptr(lease)));
+    }
+
+    /// No lease is the last call's.
+    pub(super) fn clear() {
+        LAST.with(|l| l.set(std::ptr::null()));
+    }
 }
 
 /// Call a door served by another domain.
-#[inline]
+#[inline(never)]
 pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
     let lease = match begin(&rd.conn) {
         Ok(lease) => lease,
@@ -166,12 +220,9 @@ pub(crate) fn call_with(
 
 /// This thread's lease on `conn`, busy for one call: the last call's when
 /// it was on `conn` and is still ours (the common case), else [`lease`].
-#[inline]
+#[inline(always)]
 fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
-    // `try_with` throughout: a call may come from a thread-local's
-    // destructor or an exit handler, after these are gone; it then takes
-    // a lease for itself alone.
-    match LAST.try_with(Cell::take).ok().flatten() {
+    match last::get() {
         Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(l.claim) => Ok(l),
         last => lease(conn, last),
     }
@@ -179,14 +230,13 @@ fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 
 /// The call on `lease` is over: keep the lease for the next one, unless it
 /// was abandoned or handed back to a thread that waits for a slot.
-#[inline]
+#[inline(always)]
 fn end_call(lease: Rc<Lease>) {
     lease.shuttle.call_ended();
     if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
         forget(&lease);
-    } else {
-        let mut lease = Some(lease);
-        let _ = LAST.try_with(|l| l.set(lease.take()));
+    } else if lease.held.get() {
+        last::set(&lease);
     }
 }
 
@@ -206,15 +256,10 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     // ---- no return before the reply from here on ----
     let seq = lease.next_seq();
     let index = lease.claim.index;
-    let _in_call = shuttle::enter_call(shuttle, conn.id, index, seq);
+    let _in_call = shuttle::enter_call(shuttle, conn.id, index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
-    slot.set(OFF_GRANT, rd.grant);
-    slot.set(OFF_FLAGS, if alerted { FLAG_ALERT } else { 0 });
-    slot.set(OFF_IN_LEN, data.len() as u32);
-    slot.set(OFF_IN_DOORS, 0);
-    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
-    slot.set64(OFF_DEADLINE, due);
-    slot.write_inline(OFF_IN_INLINE, data);
+    let flags = if alerted { FLAG_ALERT } else { 0 };
+    RequestHeader::write_small(slot, rd.grant, flags, data, lease.cpu.get(), due);
     let waited = post(slot, conn, index, seq, alerted, shuttle)
         .and_then(|running| wait_reply(lease, conn, seq, running, due));
     if let Err(e) = waited {
@@ -262,7 +307,7 @@ fn call_vanilla(
     let due = deadline::current();
     let seq = lease.next_seq();
     let index = lease.claim.index;
-    let in_call = shuttle::enter_call(shuttle, conn.id, index, seq);
+    let in_call = shuttle::enter_call(shuttle, conn.id, index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
     slot.set(OFF_GRANT, rd.grant);
     let bufs_flag = if buffers.is_empty() { 0 } else { FLAG_BUFS };
@@ -470,7 +515,7 @@ fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
 /// Wait until `rep_seq == seq`. With the server running when the request
 /// was posted (`running`), its reply usually lands within a few hundred
 /// nanoseconds: poll for it alone first, with nothing else on the way.
-#[inline]
+#[inline(always)]
 fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), CallError> {
     let rep = lease.slot.sync(SyncWord::RepSeq);
     if running && lease.settings.spin.load(Relaxed) {
@@ -492,39 +537,61 @@ const HOT_SPINS: u32 = 16;
 /// Longest single futex sleep: a lost wake-up costs at most this.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
-/// The full wait: spin while the server runs on another CPU, then sleep on
-/// the futex, until the reply comes, the server dies, the deadline passes
-/// or the call is cancelled (then the call is abandoned).
-#[cold]
+/// The full wait: spin while the server runs on another CPU (when spinning
+/// is on), then sleep on the futex, until the reply comes, the server dies,
+/// the deadline passes or the call is cancelled (then the call is abandoned).
+#[inline(never)]
 fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
+    let budget = lease.settings.spin_budget_ns();
+    if budget > 0 {
+        if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
+            return r;
+        }
+    } else if lease.cpu.get() != u32::MAX {
+        lease.cpu.set(u32::MAX);
+    }
+    sleep_for_reply(lease, conn, seq, due)
+}
+
+/// Spin for the reply while the server runs on another CPU, up to `budget`
+/// ns; `None`: sleep for it.
+#[cold]
+#[inline(never)]
+fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<Result<(), CallError>> {
     let slot = &lease.slot;
     let rep = slot.sync(SyncWord::RepSeq);
-    let budget = lease.settings.spin_budget_ns();
     let mut spinner = Spinner::new(budget);
     // Where we run: the server spins for our next call only while we run
     // elsewhere. Published with the next request, not now, so as not to
     // take the request's cache line back while the server reads it.
-    let me = if budget > 0 { sys::current_cpu() } else { u32::MAX };
+    let me = sys::current_cpu();
     lease.cpu.set(me);
     loop {
         // A cancel wins over a reply that lands at the same time.
         if lease.shuttle.take_cancel() {
-            return Err(abandon(lease, conn, seq, CallError::Cancelled));
+            return Some(Err(abandon(lease, conn, seq, CallError::Cancelled)));
         }
         let r = rep.load(Acquire);
         if r == seq {
-            return Ok(());
+            return Some(Ok(()));
         }
         if r == SEQ_DEAD || conn.is_dead() {
-            return Err(CallError::PeerDied);
+            return Some(Err(CallError::PeerDied));
         }
-        if budget > 0 {
-            let st = slot.get(Polled::ServerState);
-            let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
-            if server_elsewhere && spinner.spin() {
-                continue;
-            }
+        let st = slot.get(Polled::ServerState);
+        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
+        if !(server_elsewhere && spinner.spin()) {
+            return None;
         }
+    }
+}
+
+/// Sleep until the reply comes (`handshake`, model-checked). A cancel wakes
+/// the reply's word (named in `enter_call`, before the request's fence:
+/// the canceller sees it or the check below sees the cancel).
+fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
+    let words = server::words(&lease.slot);
+    loop {
         let left = match due {
             0 => MAX_SLEEP,
             _ => match due.checked_sub(sys::monotonic_ns()) {
@@ -532,19 +599,21 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
                 _ => return Err(abandon(lease, conn, seq, CallError::TimedOut)),
             },
         };
-        sleep_for_reply(slot, seq, left, &lease.shuttle);
-        spinner = Spinner::new(0);
+        if !lease.shuttle.has_cancel() {
+            handshake::sleep_for_reply::<Shared>(&words, seq, left);
+        }
+        // A cancel wins over a reply that lands at the same time.
+        if lease.shuttle.take_cancel() {
+            return Err(abandon(lease, conn, seq, CallError::Cancelled));
+        }
+        let r = words.rep.load(Acquire);
+        if r == seq {
+            return Ok(());
+        }
+        if r == SEQ_DEAD || conn.is_dead() {
+            return Err(CallError::PeerDied);
+        }
     }
-}
-
-/// Sleep once for the reply (`handshake`, model-checked), where a cancel
-/// can wake us.
-fn sleep_for_reply(slot: &Slot, seq: u32, left: Duration, shuttle: &Shuttle) {
-    shuttle.sleeping_on(Some(slot.sync(SyncWord::RepSeq)));
-    if !shuttle.has_cancel() {
-        handshake::sleep_for_reply::<Shared>(&server::words(slot), seq, left);
-    }
-    shuttle.sleeping_on(None);
 }
 
 /// Give up on call `seq`: alert its server (the call it runs, or the one
@@ -565,7 +634,7 @@ fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: CallError) -> CallError {
 }
 
 /// This thread's slot on `conn`, busy for one call, when the last call's
-/// lease (`last`, taken out of `LAST`) was not it: the slot it leased
+/// lease (`last`) was not it: the slot it leased
 /// before if it still has it, else a new lease.
 #[cold]
 fn lease(conn: &Arc<Conn>, last: Option<Rc<Lease>>) -> Result<Rc<Lease>, CallError> {
@@ -575,8 +644,11 @@ fn lease(conn: &Arc<Conn>, last: Option<Rc<Lease>>) -> Result<Rc<Lease>, CallErr
         forget(&l); // taken by another thread while this one was idle
         return new_lease(conn);
     }
+    // `try_with` throughout: a call may come from a thread-local's
+    // destructor or an exit handler, after `LEASES` is gone; it then takes
+    // a lease for itself alone.
     let found = LEASES
-        .try_with(|l| l.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned())
+        .try_with(|l| l.0.borrow().iter().find(|x| Arc::ptr_eq(&x.conn, conn)).cloned())
         .ok()
         .flatten();
     match found {
@@ -595,7 +667,8 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         return Err(CallError::PeerDied);
     }
     // Forget leases on dead connections so their areas can go.
-    let _ = LEASES.try_with(|l| l.borrow_mut().retain(|x| !x.conn.is_dead()));
+    last::clear();
+    let _ = LEASES.try_with(|l| l.0.borrow_mut().retain(|x| !x.conn.is_dead() || unheld(x)));
     let area = {
         let mut out = conn.out.lock();
         match &*out {
@@ -630,11 +703,13 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
         settings: &conn.domain.settings,
+        held: Cell::new(false),
     });
     if let Some(seq) = claim.drained {
         release_late_doors(&lease, seq);
     }
-    let _ = LEASES.try_with(|l| l.borrow_mut().push(lease.clone()));
+    let held = LEASES.try_with(|l| l.0.borrow_mut().push(lease.clone())).is_ok();
+    lease.held.set(held);
     Ok(lease)
 }
 
@@ -658,12 +733,19 @@ fn release_late_doors(lease: &Lease, seq: u32) {
 /// slots live in memory the parent shares); forget them without giving
 /// anything back.
 pub(crate) fn forget_thread_leases() {
-    let _ = LAST.try_with(|l| std::mem::forget(l.take()));
-    let _ = LEASES.try_with(|l| std::mem::forget(std::mem::take(&mut *l.borrow_mut())));
+    last::clear();
+    let _ = LEASES.try_with(|l| std::mem::forget(std::mem::take(&mut *l.0.borrow_mut())));
 }
 
 /// Drop this thread's (void) lease; its slot is no longer its own.
 #[cold]
 fn forget(lease: &Rc<Lease>) {
-    let _ = LEASES.try_with(|l| l.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease)));
+    last::clear();
+    let _ = LEASES.try_with(|l| l.0.borrow_mut().retain(|x| !Rc::ptr_eq(x, lease) || unheld(x)));
+}
+
+/// `lease` leaves `LEASES` (so it may no longer be `last`): false, for `retain`.
+fn unheld(lease: &Rc<Lease>) -> bool {
+    lease.held.set(false);
+    false
 }

@@ -349,6 +349,17 @@ impl Door {
     /// passes.
     #[inline]
     pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+        // A call to another domain goes straight to its channel; the rest
+        // are dispatched out of line, so this stays small enough to inline.
+        match &self.0 {
+            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
+            _ => self.call_here(data, doors, reply),
+        }
+    }
+
+    /// [`Door::call`] of a door that is not another domain's.
+    #[inline(never)]
+    fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated(core, data, doors, reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),

@@ -149,18 +149,22 @@ pub(crate) fn fresh(r: u32, last: u32) -> bool {
 }
 
 /// Server: sleep once for a request newer than `last`: register as
-/// sleeping, look again, then sleep. `Some(seq)` (and the server marked
+/// sleeping, look again, then sleep, and look once more on waking (the
+/// common case: woken by the request). `Some(seq)` (and the server marked
 /// busy) if one is there; `None` to look again (or let go).
 #[inline]
 pub(crate) fn sleep_for_request<M: Mem>(w: &Words<'_, M::Word>, last: u32, timeout: Duration) -> Option<u32> {
     M::publish(w.server, SLEEPING);
-    let r = w.req.load(Acquire);
-    if fresh(r, last) {
-        w.server.store(BUSY, Relaxed);
-        return Some(r);
+    let mut r = w.req.load(Acquire);
+    if !fresh(r, last) {
+        M::futex_wait(w.req, r, timeout);
+        r = w.req.load(Acquire);
+        if !fresh(r, last) {
+            return None;
+        }
     }
-    M::futex_wait(w.req, r, timeout);
-    None
+    w.server.store(BUSY, Relaxed);
+    Some(r)
 }
 
 /// Server: stop serving the slot: publish [`UNBOUND`], then look once more.

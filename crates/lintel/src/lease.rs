@@ -40,11 +40,20 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::abi::SLOTS;
+
 const FREE: u64 = 0;
 const IDLE: u64 = 1;
 const BUSY: u64 = 2;
 const DRAINING: u64 = 3;
 const PHASE: u64 = 3;
+
+/// A slot index as an index of the arrays: always in range, so the
+/// compiler leaves out the bounds check (an index is below [`SLOTS`] anyway).
+#[inline(always)]
+fn at(index: u32) -> usize {
+    index as usize % SLOTS
+}
 
 /// How often a thread waiting for a slot looks again.
 pub(crate) const POLL: Duration = Duration::from_millis(1);
@@ -59,10 +68,12 @@ pub(crate) struct Claim {
     pub drained: Option<u32>,
 }
 
-/// The lease states of one call area's slots.
+/// The lease states of one call area's slots. The arrays have room for
+/// [`SLOTS`] (a power of two), however many slots are in use, so the call
+/// path indexes them with no bounds check (`at`).
 pub(crate) struct Leases {
-    words: Box<[AtomicU64]>,
-    seqs: Box<[AtomicU32]>,
+    words: Box<[AtomicU64; SLOTS]>,
+    seqs: Box<[AtomicU32; SLOTS]>,
     free: Mutex<Vec<u32>>,
     freed: Condvar,
     wanted: AtomicU32,
@@ -70,10 +81,12 @@ pub(crate) struct Leases {
 }
 
 impl Leases {
+    /// Leases of `slots` slots (at most [`SLOTS`]).
     pub fn new(slots: usize) -> Leases {
+        assert!(slots <= SLOTS, "{slots} slots, at most {SLOTS}");
         Leases {
-            words: (0..slots).map(|_| AtomicU64::new(FREE)).collect(),
-            seqs: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            words: Box::new(std::array::from_fn(|_| AtomicU64::new(FREE))),
+            seqs: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             free: Mutex::new((0..slots as u32).rev().collect()),
             freed: Condvar::new(),
             wanted: AtomicU32::new(0),
@@ -157,14 +170,14 @@ impl Leases {
     /// The owner abandons its call (`BUSY`, sequence as last issued): the
     /// slot drains until its late reply lands. The lease is void.
     pub fn abandon(&self, c: Claim) {
-        self.words[c.index as usize].store(c.token | DRAINING, Release);
+        self.words[at(c.index)].store(c.token | DRAINING, Release);
     }
 
     /// The owner starts a call: false if the slot was taken meanwhile (the
     /// lease is void; lease another).
     #[inline]
     pub fn begin(&self, c: Claim) -> bool {
-        let w = &self.words[c.index as usize];
+        let w = &self.words[at(c.index)];
         w.compare_exchange(c.token | IDLE, c.token | BUSY, Acquire, Relaxed)
             .is_ok()
     }
@@ -177,13 +190,13 @@ impl Leases {
             self.free_slot(c);
             return false;
         }
-        self.words[c.index as usize].store(c.token | IDLE, Release);
+        self.words[at(c.index)].store(c.token | IDLE, Release);
         true
     }
 
     #[cold]
     fn free_slot(&self, c: Claim) {
-        self.words[c.index as usize].store(FREE, Release);
+        self.words[at(c.index)].store(FREE, Release);
         self.free.lock().push(c.index);
         self.freed.notify_one();
     }
@@ -191,7 +204,7 @@ impl Leases {
     /// The lease is dropped (its thread exits or forgets the connection):
     /// free the slot unless someone took it already.
     pub fn release(&self, c: Claim) {
-        let w = &self.words[c.index as usize];
+        let w = &self.words[at(c.index)];
         let mine = w.load(Relaxed);
         let owned = mine == c.token | IDLE || mine == c.token | BUSY;
         if owned && w.compare_exchange(mine, FREE, AcqRel, Relaxed).is_ok() {
@@ -204,7 +217,7 @@ impl Leases {
     /// owner of a `BUSY` slot calls this.
     #[inline]
     pub fn next_seq(&self, c: Claim, skip: u32) -> u32 {
-        let s = &self.seqs[c.index as usize];
+        let s = &self.seqs[at(c.index)];
         let mut n = s.load(Relaxed).wrapping_add(1);
         if n == 0 || n == skip {
             n = 1;

@@ -27,7 +27,7 @@ use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{Counters, Path};
 use crate::sys::{self, Mapping};
-use crate::umem::{Polled, RequestHeader, Slot, SyncWord};
+use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::{deadline, domain, transfer};
 
 /// Server-private state of one slot of a peer's call area.
@@ -345,11 +345,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     if result.is_err() || reply.data.len() > INLINE || !plain || w.conn.is_dead() {
         return finish_slow(w, slot, seq, bufs, result.map_err(Failure::taken), false);
     }
-    slot.write_inline(OFF_OUT_INLINE, &reply.data);
-    slot.set(OFF_OUT_LEN, reply.data.len() as u32);
-    slot.set(OFF_OUT_DOORS, 0);
-    slot.set(OFF_OUT_BUFS, 0);
-    slot.set(OFF_STATUS, ST_OK);
+    ReplyHeader::write_small(slot, &reply.data);
     publish_reply(slot, seq);
 }
 

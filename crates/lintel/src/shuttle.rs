@@ -22,8 +22,8 @@ pub(crate) struct Shuttle {
     /// [`ShuttleHandle::cancel`] was called: the call in progress (or the
     /// next one) returns [`crate::CallError::Cancelled`].
     cancelled: AtomicU32,
-    /// While the thread sleeps in a call, the address of the futex word it
-    /// sleeps on (0 otherwise), so a cancel can wake it.
+    /// While the thread is in a call, the address of the futex word it
+    /// sleeps on when it sleeps (0 otherwise), so a cancel can wake it.
     waiting_on: AtomicUsize,
 }
 
@@ -66,14 +66,6 @@ impl Shuttle {
     #[inline]
     pub(crate) fn take_cancel(&self) -> bool {
         self.cancelled.load(Relaxed) != 0 && self.cancelled.swap(0, AcqRel) != 0
-    }
-
-    /// The thread is about to sleep on `word` in a call (or, with `None`,
-    /// has woken): a cancel wakes it there.
-    #[inline]
-    pub(crate) fn sleeping_on(&self, word: Option<&AtomicU32>) {
-        let addr = word.map_or(0, |w| w as *const AtomicU32 as usize);
-        self.waiting_on.store(addr, SeqCst);
     }
 
     /// Cancel the call in progress (or the next one), alerting its server.
@@ -214,20 +206,30 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
 }
 
 /// Marks the shuttle's thread as blocked in call `seq` on `slot` of
-/// connection `conn`. The call paths hold their thread's shuttle (in the
-/// slot lease or the worker), so no thread-local lookup is made per call.
+/// connection `conn`, sleeping (when it sleeps) on the futex word `sleep`.
+/// The call paths hold their thread's shuttle (in the slot lease or the
+/// worker), so no thread-local lookup is made per call.
 ///
 /// The caller issues a full fence after this (when it publishes its request)
-/// and then checks [`Shuttle::is_alerted`] again: with the alerter's store of
-/// `alerted` before its load of `out_conn`, one of the two sees the other, so
-/// an alert is never lost between the request's flags and the wait.
+/// and then checks [`Shuttle::is_alerted`] and [`Shuttle::has_cancel`] again:
+/// with the alerter's store of `alerted` (the canceller's of `cancelled`)
+/// before its load of `out_conn` (`waiting_on`), one of the two sees the
+/// other, so an alert or cancel is never lost between the request's flags
+/// and the wait.
 pub(crate) struct InCall<'a>(&'a Shuttle);
 
 #[inline]
-pub(crate) fn enter_call(s: &Shuttle, conn: u64, slot: u32, seq: u32) -> InCall<'_> {
+pub(crate) fn enter_call<'a>(
+    s: &'a Shuttle,
+    conn: u64,
+    slot: u32,
+    seq: u32,
+    sleep: &AtomicU32,
+) -> InCall<'a> {
     s.out_slot.store(slot, Relaxed);
     s.out_seq.store(seq, Relaxed);
     s.out_conn.store(conn, Relaxed);
+    s.waiting_on.store(sleep as *const AtomicU32 as usize, Relaxed);
     InCall(s)
 }
 
@@ -235,6 +237,7 @@ impl Drop for InCall<'_> {
     #[inline]
     fn drop(&mut self) {
         self.0.out_conn.store(0, Relaxed);
+        self.0.waiting_on.store(0, Relaxed);
     }
 }
 

@@ -9,6 +9,7 @@
 //! be read only through [`RequestHeader`] and [`ReplyHeader`], which copy
 //! them once; [`Slot::get`] takes only the polled words ([`Polled`]).
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -49,17 +50,60 @@ pub struct RequestHeader {
 impl RequestHeader {
     #[inline(always)]
     pub fn read(slot: &Slot) -> RequestHeader {
-        let w = |off| slot.word(off).load(Relaxed);
-        let flags = w(OFF_FLAGS);
+        let at = slot.at();
+        let (grant, flags) = halves(at.w64(OFF_GRANT).load(Relaxed));
+        let (in_len, in_doors) = halves(at.w64(OFF_IN_LEN).load(Relaxed));
         RequestHeader {
-            grant: w(OFF_GRANT),
+            grant,
             flags,
-            in_len: w(OFF_IN_LEN),
-            in_doors: w(OFF_IN_DOORS),
-            in_bufs: if flags & FLAG_BUFS != 0 { w(OFF_IN_BUFS) } else { 0 },
-            deadline: slot.get64(OFF_DEADLINE),
+            in_len,
+            in_doors,
+            in_bufs: if flags & FLAG_BUFS != 0 {
+                at.w32(OFF_IN_BUFS).load(Relaxed)
+            } else {
+                0
+            },
+            deadline: at.w64(OFF_DEADLINE).load(Relaxed),
         }
     }
+
+    /// The caller's side: a small request (the fast path's) of `data` with
+    /// no doors, in six stores.
+    #[inline(always)]
+    pub fn write_small(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
+        let at = slot.at();
+        let (lo, hi) = pack_inline(data);
+        at.w64(OFF_GRANT).store(pair(grant, flags), Relaxed);
+        at.w64(OFF_IN_LEN).store(pair(data.len() as u32, 0), Relaxed);
+        at.w64(OFF_IN_INLINE).store(lo, Relaxed);
+        at.w64(OFF_IN_INLINE + 8).store(hi, Relaxed);
+        at.w32(OFF_CLIENT_CPU).store(cpu, Relaxed);
+        at.w64(OFF_DEADLINE).store(deadline, Relaxed);
+    }
+}
+
+// Header words that travel in pairs, as one 64-bit access.
+const _: () = assert!(
+    OFF_FLAGS == OFF_GRANT + 4
+        && OFF_IN_DOORS == OFF_IN_LEN + 4
+        && OFF_OUT_DOORS == OFF_OUT_LEN + 4
+        && OFF_GRANT.is_multiple_of(8)
+        && OFF_IN_LEN.is_multiple_of(8)
+        && OFF_OUT_LEN.is_multiple_of(8)
+        && cfg!(target_endian = "little")
+);
+
+/// Two 32-bit header words as the 64-bit word they make in the slot
+/// (the first at the lower address).
+#[inline(always)]
+fn pair(first: u32, second: u32) -> u64 {
+    u64::from(first) | u64::from(second) << 32
+}
+
+/// The inverse of [`pair`].
+#[inline(always)]
+fn halves(w: u64) -> (u32, u32) {
+    (w as u32, (w >> 32) as u32)
 }
 
 impl RequestHeader {
@@ -91,13 +135,27 @@ pub struct ReplyHeader {
 impl ReplyHeader {
     #[inline(always)]
     pub fn read(slot: &Slot) -> ReplyHeader {
-        let w = |off| slot.word(off).load(Relaxed);
+        let at = slot.at();
+        let (out_len, out_doors) = halves(at.w64(OFF_OUT_LEN).load(Relaxed));
         ReplyHeader {
-            status: w(OFF_STATUS),
-            out_len: w(OFF_OUT_LEN),
-            out_doors: w(OFF_OUT_DOORS),
-            out_bufs: w(OFF_OUT_BUFS),
+            status: at.w32(OFF_STATUS).load(Relaxed),
+            out_len,
+            out_doors,
+            out_bufs: at.w32(OFF_OUT_BUFS).load(Relaxed),
         }
+    }
+
+    /// The server's side: a small reply (the fast path's), `ST_OK` with
+    /// `data` inline and no doors or buffers.
+    #[inline(always)]
+    pub fn write_small(slot: &Slot, data: &[u8]) {
+        let at = slot.at();
+        let (lo, hi) = pack_inline(data);
+        at.w64(OFF_OUT_INLINE).store(lo, Relaxed);
+        at.w64(OFF_OUT_INLINE + 8).store(hi, Relaxed);
+        at.w64(OFF_OUT_LEN).store(pair(data.len() as u32, 0), Relaxed);
+        at.w32(OFF_OUT_BUFS).store(0, Relaxed);
+        at.w32(OFF_STATUS).store(ST_OK, Relaxed);
     }
 }
 
@@ -134,11 +192,16 @@ impl Slot {
     /// The 32-bit word at `off` (4-aligned, inside the slot).
     #[inline(always)]
     fn word(&self, off: usize) -> &AtomicU32 {
-        assert!(off.is_multiple_of(4) && off + 4 <= SLOT_SIZE);
-        // SAFETY: in bounds and aligned (checked above; base is 64-aligned);
-        // AtomicU32 has the layout of u32 and tolerates concurrent writers;
-        // the reference borrows `self`, which keeps the mapping alive.
-        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+        self.at().w32(off)
+    }
+
+    /// The slot's address, held in a register for a run of accesses.
+    #[inline(always)]
+    fn at(&self) -> At<'_> {
+        At {
+            base: self.base,
+            _slot: PhantomData,
+        }
     }
 
     /// One of the words that are read again and again by design (see
@@ -167,15 +230,6 @@ impl Slot {
         self.word64(off).store(v, Relaxed)
     }
 
-    /// Up to [`INLINE`] bytes into the inline field at `off`, as two words
-    /// (zero-padded): the fast path's whole payload in two stores.
-    #[inline(always)]
-    pub fn write_inline(&self, off: usize, src: &[u8]) {
-        let (lo, hi) = pack_inline(src);
-        self.set64(off, lo);
-        self.set64(off + 8, hi);
-    }
-
     /// The inline field at `off`, copied out in two loads.
     #[inline(always)]
     pub fn read_inline(&self, off: usize) -> [u8; INLINE] {
@@ -187,10 +241,7 @@ impl Slot {
 
     #[inline(always)]
     fn word64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off.is_multiple_of(8) && off + 8 <= SLOT_SIZE);
-        // SAFETY: as for `word`, with 8-byte alignment (callers pass
-        // 8-aligned offsets, checked by `range`).
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+        self.at().w64(off)
     }
 
     #[inline(always)]
@@ -249,6 +300,36 @@ impl Slot {
             self.byte(o).store(b, Relaxed);
             o += 1;
         }
+    }
+}
+
+/// A slot's address for a run of accesses. Read out of the [`Slot`] once:
+/// after a store through one of the slot's atomics the compiler cannot tell
+/// that the `Slot` itself is unchanged, and would load its address again
+/// for every access.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    base: *mut u8,
+    _slot: PhantomData<&'a Slot>,
+}
+
+impl<'a> At<'a> {
+    /// The 32-bit word at `off` (4-aligned, inside the slot).
+    #[inline(always)]
+    fn w32(self, off: usize) -> &'a AtomicU32 {
+        assert!(off.is_multiple_of(4) && off + 4 <= SLOT_SIZE);
+        // SAFETY: in bounds and aligned (checked above; base is 64-aligned);
+        // AtomicU32 has the layout of u32 and tolerates concurrent writers;
+        // the reference borrows the `Slot`, which keeps the mapping alive.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    /// The 64-bit word at `off` (8-aligned, inside the slot).
+    #[inline(always)]
+    fn w64(self, off: usize) -> &'a AtomicU64 {
+        assert!(off.is_multiple_of(8) && off + 8 <= SLOT_SIZE);
+        // SAFETY: as for `w32`, with 8-byte alignment (checked above).
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 }
 

@@ -31,6 +31,9 @@ pub const CLIENT_ROLE: &str = "door-instructions-client";
 /// Child role: the serving side, run under callgrind by the client.
 pub const SERVER_ROLE: &str = "door-instructions-server";
 
+/// Set (to anything) to keep the callgrind outputs, with counts per instruction.
+const KEEP: &str = "LINTEL_BENCH_KEEP";
+
 const N_SHORT: u64 = 1_000;
 const N_LONG: u64 = 3_000;
 
@@ -46,7 +49,11 @@ pub fn null_instructions(_cfg: &Config) -> anyhow::Result<CaseResult> {
             run_pair(&dir, N_LONG, HANDLER)?,
         ])
     })();
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os(KEEP).is_some() {
+        eprintln!("callgrind outputs kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     let [short, long, h_short, h_long] = runs?;
     let calls = (N_LONG - N_SHORT) as f64;
     let per_call = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / calls;
@@ -111,7 +118,14 @@ fn run_pair(dir: &Path, n: u64, server_toggle: &str) -> anyhow::Result<(u64, u64
 /// `valgrind --tool=callgrind` collecting only inside the functions `toggles` name.
 fn callgrind(out: &Path, toggles: &[&str]) -> Command {
     let mut cmd = Command::new("valgrind");
-    cmd.args(["--tool=callgrind", "--collect-atstart=no", "--quiet"]);
+    // Counts per instruction (`--dump-instr`), so the outputs kept with
+    // `LINTEL_BENCH_KEEP` can be read against the disassembly.
+    cmd.args([
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--quiet",
+        "--dump-instr=yes",
+    ]);
     cmd.arg(format!("--callgrind-out-file={}", out.display()));
     // valgrind's own messages (e.g. that it does not know pidfd_open, which
     // lintel then does without) go beside the counts, not to the terminal.
