@@ -76,6 +76,9 @@ pub const DATA_CAP: usize = 5 * 1024;
 pub const INLINE: usize = 16;
 /// Most doors one call may pass each way.
 pub const MAX_DOORS: usize = 64;
+/// Size of a domain's loan pool, the memfd it lends from: a peer maps at
+/// most this much of the pool it is sent.
+pub const LOAN_POOL_SIZE: usize = 1 << 30;
 /// Bytes per wire door descriptor.
 pub const WIRE_DOOR: usize = 16;
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use crate::abi::wire::Ctl;
-use crate::conn::Conn;
+use crate::conn::{Conn, Home};
 use crate::door::Door;
 use crate::error::BootError;
 use crate::{domain, sys, transfer};

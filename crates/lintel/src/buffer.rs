@@ -200,7 +200,7 @@ impl Sealed {
 
 /// Size of this domain's loan pool (address space; pages are made as loans
 /// are written, and reused as loans come back).
-pub const POOL_SIZE: usize = 1 << 30;
+pub const POOL_SIZE: usize = LOAN_POOL_SIZE;
 /// Loans are whole pages of the pool.
 const PAGE: usize = 4096;
 
@@ -259,9 +259,21 @@ struct Pool {
     ranges: Mutex<Ranges>,
     /// Loans lent out, by connection: `offset → pages` (bytes).
     out: Mutex<HashMap<u64, HashMap<usize, usize>>>,
+    /// The connections loans were lent over, to read their returns when the
+    /// pool runs short.
+    lenders: Mutex<HashMap<u64, Weak<Conn>>>,
     /// The fork generation it was made in: a forked child's parent's
     /// pool is shared with the parent, so the child makes no loans of it.
     generation: u64,
+}
+
+/// How many times this process forked (and the child called `after_fork`):
+/// a pool made under an older generation is the parent's.
+static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// This process is a forked child: the pool it sees is its parent's.
+pub(crate) fn forked() {
+    GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
 static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
@@ -275,11 +287,12 @@ fn pool() -> Result<&'static Pool, CallError> {
             map: Arc::new(map),
             ranges: Mutex::new(Ranges::new(POOL_SIZE)),
             out: Mutex::new(HashMap::new()),
-            generation: crate::domain::GENERATION.load(std::sync::atomic::Ordering::SeqCst),
+            lenders: Mutex::new(HashMap::new()),
+            generation: GENERATION.load(std::sync::atomic::Ordering::SeqCst),
         })
     });
     let p = p.as_ref().map_err(|e| CallError::Local(e.clone()))?;
-    if p.generation != crate::domain::GENERATION.load(std::sync::atomic::Ordering::Relaxed) {
+    if p.generation != GENERATION.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(CallError::Local(
             "the loan pool is the parent process's: a forked child makes no loans".into(),
         ));
@@ -363,8 +376,9 @@ impl Loan {
 
     /// The loan is passed over `conn`: it is out until returned. Returns
     /// its descriptor.
-    fn lend(mut self, conn: &Conn) -> (usize, usize) {
+    fn lend(mut self, conn: &Arc<Conn>) -> (usize, usize) {
         if let Ok(pool) = pool() {
+            pool.lenders.lock().insert(conn.id, Arc::downgrade(conn));
             pool.out
                 .lock()
                 .entry(conn.id)
@@ -396,13 +410,10 @@ pub const LOAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallError> {
     let due = crate::deadline::current();
     let end = std::time::Instant::now() + LOAN_WAIT;
-    let domain = crate::domain::get();
     loop {
-        let lenders: Vec<u64> = pool.out.lock().keys().copied().collect();
-        for id in lenders {
-            if let Some(conn) = domain.conn_by_id(id) {
-                conn.pump();
-            }
+        let lenders: Vec<Weak<Conn>> = pool.lenders.lock().values().cloned().collect();
+        for conn in lenders.iter().filter_map(Weak::upgrade) {
+            conn.pump();
         }
         let taken = pool.ranges.lock().take(size);
         if let Some(off) = taken {
@@ -444,6 +455,7 @@ pub fn lent_bytes() -> usize {
 /// Connection `conn` is gone: every loan lent over it is ours again.
 pub(crate) fn conn_gone(conn: u64) {
     let Some(Ok(pool)) = POOL.get() else { return };
+    pool.lenders.lock().remove(&conn);
     let lent = pool.out.lock().remove(&conn);
     if let Some(lent) = lent {
         let mut ranges = pool.ranges.lock();
@@ -508,7 +520,7 @@ impl Drop for Loaned {
             return;
         }
         if conn.return_loan(self.off, self.len as u32) {
-            conn.domain.releases_queued(&conn);
+            conn.home.releases_queued(&conn);
         }
     }
 }
@@ -561,7 +573,7 @@ pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns
 pub(crate) fn send_returns(conn: &Arc<Conn>, returns: &[(u64, u32)]) {
     for &(off, len) in returns {
         if conn.return_loan(off, len) {
-            conn.domain.releases_queued(conn);
+            conn.home.releases_queued(conn);
         }
     }
 }
@@ -597,7 +609,7 @@ pub(crate) fn check_passable(bufs: &[Buffer]) -> Result<(), CallError> {
 /// once per connection, our loan pool. Returns the loans lent, to take
 /// back if the peer refuses the call before taking them.
 pub(crate) fn send(
-    conn: &Conn,
+    conn: &Arc<Conn>,
     bufs: Vec<Buffer>,
     slot: &Slot,
     request: bool,

@@ -24,72 +24,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use crate::abi::wire::Ctl;
 use crate::abi::*;
 use crate::buffer::{self, Buffer};
-use crate::bulk::SlotBulk;
+use crate::call_area::OutArea;
 use crate::conn::Conn;
 use crate::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::error::CallError;
 use crate::handshake::{self, Posted, Shared};
-use crate::lease::{Claim, Leases};
+use crate::lease::Claim;
 use crate::settings::Settings;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
-use crate::sys::{self, Mapping};
+use crate::sys;
 use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
-use crate::{deadline, server, transfer};
-
-/// The call area this domain created for its calls over one connection.
-pub(crate) struct OutArea {
-    map: Arc<Mapping>,
-    /// Which thread uses which slot (see `lease`).
-    leases: Leases,
-    /// Each slot's bulk segments: ours for arguments, the server's for
-    /// results (used by the slot's lease owner only).
-    bulk: Vec<Mutex<SlotBulk>>,
-}
-
-impl OutArea {
-    /// Create the area and hand it to the peer.
-    fn create(conn: &Conn) -> Result<Arc<OutArea>, CallError> {
-        let local = |e: std::io::Error| CallError::Local(e.to_string());
-        let fd = sys::sealed_memfd("lintel-calls", AREA_SIZE).map_err(local)?;
-        let map = Arc::new(Mapping::map(fd.as_fd(), AREA_SIZE).map_err(local)?);
-        if !conn.send(&Ctl::Area, &[fd.as_fd()]) {
-            return Err(CallError::PeerDied);
-        }
-        Ok(Arc::new(OutArea {
-            map,
-            leases: Leases::new(SLOTS),
-            bulk: (0..SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
-        }))
-    }
-
-    fn slot(&self, i: u32) -> Slot {
-        Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
-    }
-
-    /// Whether the late reply to abandoned call `seq` has landed in slot
-    /// `i` (or the server died): the slot may be used again.
-    fn settled(&self, i: u32, seq: u32) -> bool {
-        let r = self.slot(i).sync(SyncWord::RepSeq).load(Acquire);
-        r == seq || r == SEQ_DEAD
-    }
-
-    /// Wake every caller waiting in this area: the server died.
-    pub fn peer_died(&self) {
-        for i in 0..SLOTS as u32 {
-            let s = self.slot(i);
-            s.sync(SyncWord::RepSeq).store(SEQ_DEAD, SeqCst);
-            sys::futex_wake(s.sync(SyncWord::RepSeq), u32::MAX);
-        }
-        self.leases.wake_all();
-    }
-}
+use crate::{deadline, transfer};
 
 /// One thread's lease of one slot.
 struct Lease {
@@ -384,7 +334,7 @@ fn post(
     alerted: bool,
     shuttle: &Shuttle,
 ) -> Result<bool, CallError> {
-    let running = match handshake::post::<Shared>(&server::words(slot), seq) {
+    let running = match handshake::post::<Shared>(&slot.words(), seq) {
         Posted::Running => true,
         Posted::Woken => false,
         Posted::Unbound => {
@@ -590,7 +540,7 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<R
 /// the reply's word (named in `enter_call`, before the request's fence:
 /// the canceller sees it or the check below sees the cancel).
 fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
-    let words = server::words(&lease.slot);
+    let words = lease.slot.words();
     loop {
         let left = match due {
             0 => MAX_SLEEP,
@@ -674,7 +624,11 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         match &*out {
             Some(a) => a.clone(),
             None => {
-                let a = OutArea::create(conn)?;
+                let (a, fd) = OutArea::create().map_err(|e| CallError::Local(e.to_string()))?;
+                if !conn.send(&Ctl::Area, &[fd.as_fd()]) {
+                    return Err(CallError::PeerDied);
+                }
+                let a = Arc::new(a);
                 *out = Some(a.clone());
                 a
             }
@@ -702,7 +656,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         abandoned: Cell::new(false),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
-        settings: &conn.domain.settings,
+        settings: conn.settings,
         held: Cell::new(false),
     });
     if let Some(seq) = claim.drained {

@@ -8,6 +8,10 @@
 //!
 //! Its grant table (see `grants`) translates the small door numbers the
 //! peer uses into our doors.
+//!
+//! A connection reaches the rest of the runtime only through its [`Home`]:
+//! what it needs of the domain it belongs to (the domain implements it, a
+//! test a stand-in), so it knows neither the domain nor the serving side.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -20,12 +24,44 @@ use parking_lot::{Condvar, Mutex};
 use crate::abi;
 use crate::abi::wire::{self, Ctl, WireDoor};
 use crate::bulk::Outbox;
-use crate::channel::OutArea;
-use crate::door::DoorCore;
+use crate::call_area::OutArea;
+use crate::door::{DoorCore, RemoteDoor};
 use crate::error::CallError;
 use crate::grants::{Granting, Grants};
-use crate::server::InArea;
+use crate::settings::Settings;
 use crate::sys::{self, Mapping, Recv};
+
+/// What a connection needs of the domain it belongs to.
+pub(crate) trait Home: Send + Sync + 'static {
+    /// The pid of this domain's process.
+    fn pid(&self) -> u32;
+    /// The domain's settings.
+    fn settings(&'static self) -> &'static Settings;
+    /// The peer is gone (or refused): tear `conn` down, once.
+    fn conn_died(&self, conn: &Arc<Conn>);
+    /// The peer sent the call area for its calls to us.
+    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd);
+    /// The peer posted a call on `slot` and found no thread bound to it.
+    fn kick(&'static self, conn: &Arc<Conn>, slot: u32);
+    /// The caller of call `seq` on `slot` was alerted.
+    fn alert(&self, conn: &Arc<Conn>, slot: u32, seq: u32);
+    /// The peer gave back loans of our pool: `(offset, length)` as it says.
+    fn loans_returned(&self, conn: &Arc<Conn>, loans: &[(u64, u32)]);
+    /// `conn` queued its first release or loan return: send them soon.
+    fn releases_queued(&self, conn: &Arc<Conn>);
+    /// The door behind the peer's grant `grant` (one per grant).
+    fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor>;
+    /// `rd` is dropped.
+    fn forget_remote(&self, rd: &RemoteDoor);
+    /// A ticket for a door served here (see `Domain::mint_ticket`).
+    fn mint_ticket(&self, core: &Arc<DoorCore>) -> std::io::Result<OwnedFd>;
+    /// The ticket minted here whose travelling end is `fd`.
+    fn take_ticket(&self, fd: BorrowedFd<'_>) -> Option<Ticket>;
+    /// A live connection to the domain with (verified) pid `pid`.
+    fn conn_to(&self, pid: u32) -> Option<Arc<Conn>>;
+    /// A connection over `sock`, a socket to the domain with pid `pid`.
+    fn add_conn(&'static self, sock: OwnedFd, pid: Option<u32>) -> std::io::Result<Arc<Conn>>;
+}
 
 impl Parked {
     /// Park a batch; false (and the fds closed) if it is refused.
@@ -76,15 +112,16 @@ impl Drop for Ticket {
 
 pub(crate) struct Conn {
     pub id: u64,
-    /// The domain this connection belongs to (the process's runtime,
-    /// handed over when the connection is made, not looked up).
-    pub domain: &'static crate::domain::Domain,
+    /// The domain this connection belongs to, as far as it needs to know
+    /// it (handed over when the connection is made, not looked up).
+    pub home: &'static dyn Home,
+    /// The domain's settings (spinning, the forced path).
+    pub settings: &'static Settings,
     peer_pid: AtomicU32,
     pub sock: OwnedFd,
     pub dead: AtomicBool,
     recv: Mutex<Vec<u8>>,
     pub out: Mutex<Option<Arc<OutArea>>>,
-    pub inb: Mutex<Option<Arc<InArea>>>,
     grants: Mutex<Grants<Arc<DoorCore>>>,
     grants_gen: AtomicU64,
     /// Control requests in flight: `None` until answered. Answers to
@@ -138,16 +175,16 @@ const MAX_PARKED_FDS: usize = 4 * abi::MAX_DOORS;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Conn {
-    pub fn new(domain: &'static crate::domain::Domain, id: u64, sock: OwnedFd, peer_pid: u32) -> Conn {
+    pub fn new(home: &'static dyn Home, id: u64, sock: OwnedFd, peer_pid: u32) -> Conn {
         Conn {
             id,
-            domain,
+            home,
+            settings: home.settings(),
             peer_pid: AtomicU32::new(peer_pid),
             sock,
             dead: AtomicBool::new(false),
             recv: Mutex::new(vec![0u8; wire::MAX_CTL]),
             out: Mutex::new(None),
-            inb: Mutex::new(None),
             grants: Mutex::new(Grants::default()),
             grants_gen: AtomicU64::new(0),
             answers: Mutex::new(HashMap::new()),
@@ -465,7 +502,7 @@ impl Conn {
                 Ok(Recv::Empty) => return true,
                 Ok(Recv::Closed) | Err(_) => {
                     drop(buf);
-                    self.domain.conn_died(self);
+                    self.home.conn_died(self);
                     return false;
                 }
             }
@@ -474,7 +511,7 @@ impl Conn {
 
     /// Act on one control message. Never blocks; fds not wanted are closed.
     fn handle(self: &Arc<Self>, msg: Ctl, mut fds: Vec<OwnedFd>) {
-        let domain = self.domain;
+        let home = self.home;
         match msg {
             Ctl::Hello { version, .. } => {
                 // Only the first hello counts; a later one is noise.
@@ -485,32 +522,20 @@ impl Conn {
                         "refused a peer of another protocol version"
                     );
                     *self.other_version.lock() = Some(version);
-                    domain.conn_died(self);
+                    home.conn_died(self);
                 }
             }
             Ctl::Area => {
-                let mut inb = self.inb.lock();
-                if inb.is_none() && fds.len() == 1 {
-                    match InArea::map(fds[0].as_fd()) {
-                        Ok(area) => *inb = Some(Arc::new(area)),
-                        Err(why) => tracing::warn!(conn = self.id, why, "refused call area"),
-                    }
+                if fds.len() == 1 {
+                    home.call_area(self, fds.pop().expect("one fd"));
                 }
             }
             Ctl::Kick { slot } => {
-                let inb = self.inb.lock().clone();
-                if let Some(inb) = inb
-                    && (slot as usize) < abi::SLOTS
-                {
-                    domain.pool.kick(self.clone(), inb, slot);
+                if (slot as usize) < abi::SLOTS {
+                    home.kick(self, slot);
                 }
             }
-            Ctl::Alert { slot, seq } => {
-                let inb = self.inb.lock().clone();
-                if let Some(inb) = inb {
-                    inb.alert(slot, seq);
-                }
-            }
+            Ctl::Alert { slot, seq } => home.alert(self, slot, seq),
             Ctl::Release { grant, count } => self.take_back(grant, count),
             Ctl::Releases { grants } => {
                 for (grant, count) in grants {
@@ -519,7 +544,7 @@ impl Conn {
             }
             Ctl::Mint { req, grant } => {
                 let core = self.lookup(grant);
-                let ticket = core.and_then(|c| domain.mint_ticket(&c).ok());
+                let ticket = core.and_then(|c| home.mint_ticket(&c).ok());
                 match ticket {
                     Some(t1) => self.send(&Ctl::Minted { req, ok: true }, &[t1.as_fd()]),
                     None => self.send(&Ctl::Minted { req, ok: false }, &[]),
@@ -532,7 +557,7 @@ impl Conn {
             Ctl::Redeem { req } => {
                 let ticket = match fds.len() {
                     0 => self.adopted.lock().take(),
-                    1 => domain.take_ticket(fds[0].as_fd()),
+                    1 => home.take_ticket(fds[0].as_fd()),
                     _ => None,
                 };
                 // Grant before the ticket drops its hold, so the door never
@@ -568,17 +593,15 @@ impl Conn {
                     // Sealed against shrinking, so no read of it faults; of
                     // a larger file, only what a pool of ours could be is mapped.
                     match sys::check_segment(fds[0].as_fd()) {
-                        Ok(size) => {
-                            match Mapping::map_read(fds[0].as_fd(), size.min(crate::buffer::POOL_SIZE)) {
-                                Ok(m) => *pool = Some(Arc::new(m)),
-                                Err(_) => tracing::warn!(conn = self.id, "cannot map the peer's loan pool"),
-                            }
-                        }
+                        Ok(size) => match Mapping::map_read(fds[0].as_fd(), size.min(abi::LOAN_POOL_SIZE)) {
+                            Ok(m) => *pool = Some(Arc::new(m)),
+                            Err(_) => tracing::warn!(conn = self.id, "cannot map the peer's loan pool"),
+                        },
                         Err(why) => tracing::warn!(conn = self.id, why, "refused the peer's loan pool"),
                     }
                 }
             }
-            Ctl::Returned { loans } => crate::buffer::returned(self.id, &loans),
+            Ctl::Returned { loans } => home.loans_returned(self, &loans),
             Ctl::Boot { doors } => {
                 // Once per connection: a peer cannot park fds here later.
                 if !self.boot_seen.swap(true, SeqCst) && fds.len() <= abi::MAX_DOORS {
@@ -590,14 +613,12 @@ impl Conn {
         }
     }
 
-    /// The peer is gone: fail our calls into it, alert its calls into us,
-    /// and drop every reference it held. Called once, by `Domain::conn_died`.
+    /// The peer is gone: fail our calls into it and drop every reference
+    /// it held. Called once, by its home's `conn_died` (which alerts the
+    /// peer's calls into us).
     pub fn tear_down(&self) {
         if let Some(out) = self.out.lock().as_ref() {
             out.peer_died();
-        }
-        if let Some(inb) = self.inb.lock().as_ref() {
-            inb.caller_died();
         }
         {
             let _g = self.answers.lock();
@@ -614,7 +635,6 @@ impl Conn {
         *self.tickets_in.lock() = Parked::default();
         self.segments_in.lock().clear();
         *self.buffers_in.lock() = Parked::default();
-        crate::buffer::conn_gone(self.id);
         self.boot.lock().take();
         self.answers.lock().clear();
         self.adopted.lock().take();
@@ -623,10 +643,179 @@ impl Conn {
     }
 }
 
+/// A home with no domain behind it, for testing a connection on the host:
+/// nothing is served here and nothing else is connected; queued releases
+/// wait for the test to flush them (the watcher's work).
+#[cfg(test)]
+pub(crate) mod alone {
+    use super::*;
+
+    struct Alone(Settings);
+
+    impl Home for Alone {
+        fn pid(&self) -> u32 {
+            std::process::id()
+        }
+        fn settings(&'static self) -> &'static Settings {
+            &self.0
+        }
+        fn conn_died(&self, conn: &Arc<Conn>) {
+            if !conn.dead.swap(true, SeqCst) {
+                conn.tear_down();
+            }
+        }
+        fn call_area(&self, _: &Arc<Conn>, _: OwnedFd) {}
+        fn kick(&'static self, _: &Arc<Conn>, _: u32) {}
+        fn alert(&self, _: &Arc<Conn>, _: u32, _: u32) {}
+        fn loans_returned(&self, _: &Arc<Conn>, _: &[(u64, u32)]) {}
+        fn releases_queued(&self, _: &Arc<Conn>) {}
+        fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
+            Arc::new(RemoteDoor {
+                conn: conn.clone(),
+                grant,
+                received: AtomicU32::new(1),
+            })
+        }
+        fn forget_remote(&self, _: &RemoteDoor) {}
+        fn mint_ticket(&self, _: &Arc<DoorCore>) -> std::io::Result<OwnedFd> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+        fn take_ticket(&self, _: BorrowedFd<'_>) -> Option<Ticket> {
+            None
+        }
+        fn conn_to(&self, _: u32) -> Option<Arc<Conn>> {
+            None
+        }
+        fn add_conn(&'static self, _: OwnedFd, _: Option<u32>) -> std::io::Result<Arc<Conn>> {
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+    }
+
+    /// A connection over `sock`, at home nowhere.
+    pub(crate) fn conn(sock: OwnedFd) -> Arc<Conn> {
+        let home: &'static Alone = Box::leak(Box::new(Alone(Settings::from_env())));
+        Arc::new(Conn::new(home, 1, sock, 0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    //! Parked ticket batches on the host: plain values and pipe fds.
+    //! Parked ticket batches, and whole connections over a socket pair, on
+    //! the host: no process and no domain.
     use super::*;
+    use crate::door::{Reply, Request};
+    use crate::error::Fault;
+
+    /// Every control message waiting on `sock`.
+    fn received(sock: &OwnedFd) -> Vec<Ctl> {
+        let mut buf = vec![0u8; wire::MAX_CTL];
+        let mut msgs = Vec::new();
+        while let Ok(Recv::Msg(n, _, _)) = sys::recv_msg(sock.as_fd(), &mut buf) {
+            msgs.extend(wire::decode(&buf[..n]));
+        }
+        msgs
+    }
+
+    static UNREFERENCED: AtomicU32 = AtomicU32::new(0);
+
+    fn served() -> Arc<DoorCore> {
+        let handler = |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) };
+        DoorCore::new(7, Box::new(handler), |_| {
+            UNREFERENCED.fetch_add(1, SeqCst);
+        })
+    }
+
+    #[test]
+    fn a_peer_of_another_version_is_refused() {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        let conn = alone::conn(mine);
+        let hello = wire::encode(&Ctl::Hello {
+            pid: 1,
+            version: abi::VERSION + 1,
+        });
+        sys::send_msg(theirs.as_fd(), &hello, &[]).unwrap();
+        assert!(!conn.pump(), "nothing more is read from a refused peer");
+        assert!(conn.is_dead());
+        assert_eq!(conn.other_version(), Some(abi::VERSION + 1));
+    }
+
+    #[test]
+    fn a_peer_of_this_version_is_kept_and_a_second_hello_is_noise() {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        let conn = alone::conn(mine);
+        for version in [abi::VERSION, abi::VERSION + 1] {
+            let hello = wire::encode(&Ctl::Hello { pid: 1, version });
+            sys::send_msg(theirs.as_fd(), &hello, &[]).unwrap();
+        }
+        assert!(conn.pump());
+        assert!(!conn.is_dead());
+        assert_eq!(conn.other_version(), None);
+    }
+
+    #[test]
+    fn a_hung_up_peer_drops_every_grant_it_held() {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        let conn = alone::conn(mine);
+        let door = served();
+        let g = conn.grant(&door).unwrap();
+        assert_eq!(conn.grant(&door), Some(g), "the same door, the same grant");
+        assert_eq!(door.holder_count(), 1, "one holder however often granted");
+        let before = UNREFERENCED.load(SeqCst);
+        drop(theirs);
+        assert!(!conn.pump());
+        assert!(conn.is_dead());
+        assert_eq!(door.holder_count(), 0);
+        assert!(
+            UNREFERENCED.load(SeqCst) > before,
+            "unreferenced once the peer is gone"
+        );
+        assert_eq!(conn.grant(&door), None, "nothing is granted to a dead peer");
+        assert!(conn.lookup(g).is_none());
+    }
+
+    #[test]
+    fn a_release_takes_back_only_what_was_sent() {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        let conn = alone::conn(mine);
+        let door = served();
+        let g = conn.grant(&door).unwrap();
+        conn.grant(&door).unwrap();
+        let release = |count| wire::encode(&Ctl::Release { grant: g, count });
+        sys::send_msg(theirs.as_fd(), &release(1), &[]).unwrap();
+        assert!(conn.pump());
+        assert!(conn.lookup(g).is_some(), "one of two sends is still held");
+        sys::send_msg(theirs.as_fd(), &release(1), &[]).unwrap();
+        assert!(conn.pump());
+        assert!(conn.lookup(g).is_none());
+        assert_eq!(door.holder_count(), 0);
+    }
+
+    #[test]
+    fn dropped_remote_doors_are_released_in_batches() {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        let conn = alone::conn(mine);
+        let n = 3 * wire::MAX_RELEASES as u32 + 1;
+        let doors: Vec<_> = (0..n).map(|g| conn.home.remote_door(&conn, g)).collect();
+        drop(doors);
+        assert!(
+            received(&theirs).is_empty(),
+            "queued, not sent by the dropping thread"
+        );
+        conn.flush_releases();
+        let released: Vec<u32> = received(&theirs)
+            .into_iter()
+            .flat_map(|m| match m {
+                Ctl::Releases { grants } => grants.into_iter().map(|(g, _)| g).collect::<Vec<_>>(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(released.len(), n as usize, "every door released once");
+        assert!(
+            conn.releases_sent() <= 5,
+            "{} messages for {n} releases",
+            conn.releases_sent()
+        );
+    }
 
     fn fds(n: usize) -> Vec<OwnedFd> {
         (0..n).map(|_| sys::eventfd().unwrap()).collect()

@@ -1,22 +1,25 @@
-//! The domain: this process's runtime. It owns the connections, the table of
-//! doors received from other domains, the tickets minted here, the server
-//! thread pool, the watcher thread that reads every socket and sees peers
-//! die, and the one thread that delivers `unreferenced` in order.
+//! The domain: this process's runtime. It owns the connections, the call
+//! areas its peers made for their calls here, the table of doors received
+//! from other domains, the tickets minted here, the server thread pool, and
+//! the watcher thread that reads every socket and sees peers die. It is
+//! every connection's `Home`: what a connection cannot do alone (tear
+//! itself down, queue a call for a thread, mint or redeem a ticket, connect
+//! to a third party) it asks of the domain through that trait.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::*};
-use std::sync::mpsc;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use crate::abi::wire::{self, Ctl};
-use crate::conn::{Conn, Ticket};
+use crate::conn::{Conn, Home, Ticket};
 use crate::door::{DoorCore, RemoteDoor};
-use crate::pool::Pool;
+use crate::server::{InArea, Work};
 use crate::settings::Settings;
 use crate::sys::{self, Poller, Recv};
+use crate::workers::Pool;
 
 /// Epoll keys with this bit name tickets; with [`PIDFD_KEY`], the pidfd of
 /// a connection's peer; others name connections.
@@ -28,13 +31,14 @@ const RELEASE_KEY: u64 = 1 << 61;
 pub(crate) struct Domain {
     pub pid: u32,
     pub settings: Settings,
-    pub pool: Pool,
+    pub pool: Pool<Work>,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    /// The call area each peer made for its calls to us, by connection.
+    inbound: Mutex<HashMap<u64, Arc<InArea>>>,
     by_pid: Mutex<HashMap<u32, Weak<Conn>>>,
     remotes: Mutex<HashMap<(u64, u32), Weak<RemoteDoor>>>,
     tickets: Mutex<Tickets>,
     poller: Poller,
-    unref: Mutex<mpsc::Sender<Arc<DoorCore>>>,
     next_id: AtomicU64,
     /// Connections with releases queued, and the eventfd that wakes the
     /// watcher to send them: dropping many doors at once costs a few
@@ -53,14 +57,13 @@ struct Tickets {
 /// lives as long as the process; a forked child replaces it with one of
 /// its own ([`after_fork`]), leaking the parent's.
 static DOMAIN: crate::leaked::Leaked<Domain> = crate::leaked::Leaked::new();
-/// How many times this process forked and replaced its domain; state made
-/// under an older generation (the loan pool) is the parent's.
-pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The sink of doors served here ([`crate::door::UnrefSink`]): the domain's
-/// one unreferenced thread delivers them in order.
-pub(crate) fn queue_unreferenced(core: Arc<DoorCore>) {
-    get().queue_unref(core);
+/// Tell the server of call `seq` on `slot` of connection `conn` that its
+/// caller was alerted (see [`crate::shuttle::FORWARD`]).
+fn forward_alert(conn: u64, slot: u32, seq: u32) {
+    if let Some(c) = get().conn_by_id(conn) {
+        c.send(&Ctl::Alert { slot, seq }, &[]);
+    }
 }
 
 /// This process's domain, started on first use.
@@ -84,8 +87,6 @@ fn start() -> &'static Domain {
 /// Runs on the child's only thread; takes no lock a parent thread could
 /// have held at the fork (those it cannot take are skipped).
 pub(crate) fn after_fork() {
-    GENERATION.fetch_add(1, SeqCst);
-    crate::channel::forget_thread_leases();
     let Some(old) = DOMAIN.abandon() else { return };
     let Some(conns) = old.conns.try_lock() else { return };
     let null = rustix::fs::open(
@@ -107,18 +108,17 @@ pub(crate) fn after_fork() {
 
 impl Domain {
     fn new() -> Domain {
-        let (tx, _rx) = mpsc::channel();
         let settings = Settings::from_env();
         Domain {
             pid: std::process::id(),
-            pool: Pool::new(settings.max_threads),
+            pool: Pool::new(settings.max_threads, crate::server::run_worker),
             settings,
             conns: Mutex::new(HashMap::new()),
+            inbound: Mutex::new(HashMap::new()),
             by_pid: Mutex::new(HashMap::new()),
             remotes: Mutex::new(HashMap::new()),
             tickets: Mutex::new(Tickets::default()),
             poller: Poller::new().expect("lintel: cannot create epoll instance"),
-            unref: Mutex::new(tx),
             next_id: AtomicU64::new(1),
             releasing: Mutex::new(Vec::new()),
             release_wake: sys::eventfd().expect("lintel: cannot create an eventfd"),
@@ -126,30 +126,14 @@ impl Domain {
     }
 
     fn start_threads(&'static self) {
+        let _ = crate::shuttle::FORWARD.set(forward_alert);
         self.poller
             .add(self.release_wake.as_fd(), RELEASE_KEY)
             .expect("lintel: cannot watch the release eventfd");
-        let (tx, rx) = mpsc::channel::<Arc<DoorCore>>();
-        *self.unref.lock() = tx;
-        std::thread::Builder::new()
-            .name("lintel-unref".into())
-            .spawn(move || {
-                for core in rx {
-                    let c = core.clone();
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                        c.handler.unreferenced(c.datum)
-                    }));
-                }
-            })
-            .expect("lintel: cannot start the unreferenced thread");
         std::thread::Builder::new()
             .name("lintel-watch".into())
             .spawn(move || self.watch())
             .expect("lintel: cannot start the watcher thread");
-    }
-
-    fn queue_unref(&self, core: Arc<DoorCore>) {
-        let _ = self.unref.lock().send(core);
     }
 
     /// The watcher: read every socket as it becomes ready.
@@ -179,13 +163,6 @@ impl Domain {
 
     // ---- batched releases ----
 
-    /// `conn` has just queued its first release: have the watcher send it
-    /// (with whatever else is queued by then).
-    pub fn releases_queued(&self, conn: &Arc<Conn>) {
-        self.releasing.lock().push(Arc::downgrade(conn));
-        sys::eventfd_signal(self.release_wake.as_fd());
-    }
-
     fn send_releases(&self) {
         sys::eventfd_clear(self.release_wake.as_fd());
         let conns = std::mem::take(&mut *self.releasing.lock());
@@ -195,29 +172,6 @@ impl Domain {
     }
 
     // ---- connections ----
-
-    /// Register a connected socket as a connection to another domain.
-    /// `peer_pid` is given only when the kernel vouches for it.
-    pub fn add_conn(&'static self, sock: OwnedFd, peer_pid: Option<u32>) -> std::io::Result<Arc<Conn>> {
-        let id = self.next_id.fetch_add(1, Relaxed);
-        let conn = Arc::new(Conn::new(self, id, sock, peer_pid.unwrap_or(0)));
-        conn.send(
-            &Ctl::Hello {
-                pid: self.pid,
-                version: crate::abi::VERSION,
-            },
-            &[],
-        );
-        self.conns.lock().insert(id, conn.clone());
-        if let Err(e) = self.poller.add(conn.sock.as_fd(), id) {
-            self.conns.lock().remove(&id);
-            return Err(e);
-        }
-        if let Some(pid) = peer_pid {
-            self.peer_known(&conn, pid);
-        }
-        Ok(conn)
-    }
 
     /// The kernel vouched that `conn`'s peer is process `pid`: find the
     /// connection by pid from now on, and watch the process itself, so its
@@ -236,31 +190,6 @@ impl Domain {
         }
     }
 
-    /// A live connection to the domain with this (verified) pid.
-    pub fn conn_to(&self, pid: u32) -> Option<Arc<Conn>> {
-        let c = self.by_pid.lock().get(&pid)?.upgrade()?;
-        (!c.is_dead()).then_some(c)
-    }
-
-    pub fn conn_died(&self, conn: &Arc<Conn>) {
-        if conn.dead.swap(true, SeqCst) {
-            return;
-        }
-        self.poller.remove(conn.sock.as_fd());
-        if let Some(fd) = conn.pidfd.lock().take() {
-            self.poller.remove(fd.as_fd());
-        }
-        self.conns.lock().remove(&conn.id);
-        {
-            let mut by_pid = self.by_pid.lock();
-            let pid = conn.peer_pid();
-            if by_pid.get(&pid).is_some_and(|w| w.as_ptr() == Arc::as_ptr(conn)) {
-                by_pid.remove(&pid);
-            }
-        }
-        conn.tear_down();
-    }
-
     /// Number of live connections (for tests and stats).
     pub fn conn_count(&self) -> usize {
         self.conns.lock().len()
@@ -271,32 +200,6 @@ impl Domain {
     }
 
     // ---- doors received from other domains ----
-
-    /// The identifier for grant `grant` on `conn`: the existing one if this
-    /// domain already holds the door, so a door received twice has one entry.
-    pub fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
-        let mut remotes = self.remotes.lock();
-        let key = (conn.id, grant);
-        if let Some(rd) = remotes.get(&key).and_then(Weak::upgrade) {
-            rd.received.fetch_add(1, SeqCst);
-            return rd;
-        }
-        let rd = Arc::new(RemoteDoor {
-            conn: conn.clone(),
-            grant,
-            received: std::sync::atomic::AtomicU32::new(1),
-        });
-        remotes.insert(key, Arc::downgrade(&rd));
-        rd
-    }
-
-    pub fn forget_remote(&self, rd: &RemoteDoor) {
-        let mut remotes = self.remotes.lock();
-        let key = (rd.conn.id, rd.grant);
-        if remotes.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), rd)) {
-            remotes.remove(&key);
-        }
-    }
 
     pub fn remote_count(&self) -> usize {
         self.remotes.lock().len()
@@ -310,43 +213,6 @@ impl Domain {
     }
 
     // ---- tickets: doors in transit to a third domain ----
-
-    /// Make a ticket for a door we serve. The returned end travels; the kept
-    /// end shows hang-up if the ticket is lost, which drops its reference.
-    pub fn mint_ticket(&self, core: &Arc<DoorCore>) -> std::io::Result<OwnedFd> {
-        let (keep, travel) = sys::seqpacket_pair()?;
-        // A domain that adopts the ticket as a connection says hello on it:
-        // with credentials attached by the kernel we learn who it is.
-        sys::set_passcred(keep.as_fd())?;
-        let ino = sys::inode(travel.as_fd())?;
-        let key = TICKET_KEY | self.next_id.fetch_add(1, Relaxed);
-        core.add_holder();
-        let ticket = Ticket {
-            core: core.clone(),
-            fd: Some(keep),
-        };
-        let mut t = self.tickets.lock();
-        if let Some(fd) = &ticket.fd {
-            self.poller.add(fd.as_fd(), key)?;
-        }
-        t.by_ino.insert(ino, key);
-        t.by_key.insert(key, (ino, ticket));
-        Ok(travel)
-    }
-
-    /// Take the ticket whose travelling end is `fd` (checked by inode: only
-    /// a holder of the real end can present it).
-    pub fn take_ticket(&self, fd: BorrowedFd<'_>) -> Option<Ticket> {
-        let ino = sys::inode(fd).ok()?;
-        let mut t = self.tickets.lock();
-        let key = t.by_ino.remove(&ino)?;
-        let (_, mut ticket) = t.by_key.remove(&key)?;
-        drop(t);
-        if let Some(keep) = ticket.fd.take() {
-            self.poller.remove(keep.as_fd());
-        }
-        Some(ticket)
-    }
 
     /// The kept end of a ticket is readable: its travelling end was closed
     /// (the ticket is dropped) or a domain adopts it as a connection.
@@ -389,5 +255,174 @@ impl Domain {
 
     pub fn ticket_count(&self) -> usize {
         self.tickets.lock().by_key.len()
+    }
+}
+
+impl Home for Domain {
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    fn settings(&'static self) -> &'static Settings {
+        &self.settings
+    }
+
+    /// Register a connected socket as a connection to another domain.
+    /// `peer_pid` is given only when the kernel vouches for it.
+    fn add_conn(&'static self, sock: OwnedFd, peer_pid: Option<u32>) -> std::io::Result<Arc<Conn>> {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let conn = Arc::new(Conn::new(self, id, sock, peer_pid.unwrap_or(0)));
+        conn.send(
+            &Ctl::Hello {
+                pid: self.pid,
+                version: crate::abi::VERSION,
+            },
+            &[],
+        );
+        self.conns.lock().insert(id, conn.clone());
+        if let Err(e) = self.poller.add(conn.sock.as_fd(), id) {
+            self.conns.lock().remove(&id);
+            return Err(e);
+        }
+        if let Some(pid) = peer_pid {
+            self.peer_known(&conn, pid);
+        }
+        Ok(conn)
+    }
+
+    /// A live connection to the domain with this (verified) pid.
+    fn conn_to(&self, pid: u32) -> Option<Arc<Conn>> {
+        let c = self.by_pid.lock().get(&pid)?.upgrade()?;
+        (!c.is_dead()).then_some(c)
+    }
+
+    /// The peer is gone: fail our calls into it (`Conn::tear_down`), alert
+    /// its calls into us, and drop every reference it held. Once.
+    fn conn_died(&self, conn: &Arc<Conn>) {
+        if conn.dead.swap(true, SeqCst) {
+            return;
+        }
+        self.poller.remove(conn.sock.as_fd());
+        if let Some(fd) = conn.pidfd.lock().take() {
+            self.poller.remove(fd.as_fd());
+        }
+        self.conns.lock().remove(&conn.id);
+        {
+            let mut by_pid = self.by_pid.lock();
+            let pid = conn.peer_pid();
+            if by_pid.get(&pid).is_some_and(|w| w.as_ptr() == Arc::as_ptr(conn)) {
+                by_pid.remove(&pid);
+            }
+        }
+        let inbound = self.inbound.lock().remove(&conn.id);
+        if let Some(area) = inbound {
+            area.caller_died();
+        }
+        conn.tear_down();
+        crate::buffer::conn_gone(conn.id);
+    }
+
+    fn loans_returned(&self, conn: &Arc<Conn>, loans: &[(u64, u32)]) {
+        crate::buffer::returned(conn.id, loans);
+    }
+
+    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd) {
+        let mut inbound = self.inbound.lock();
+        if conn.is_dead() || inbound.contains_key(&conn.id) {
+            return; // one area per connection
+        }
+        match InArea::map(fd.as_fd()) {
+            Ok(area) => {
+                inbound.insert(conn.id, Arc::new(area));
+            }
+            Err(why) => tracing::warn!(conn = conn.id, why, "refused call area"),
+        }
+    }
+
+    fn kick(&'static self, conn: &Arc<Conn>, slot: u32) {
+        let area = self.inbound.lock().get(&conn.id).cloned();
+        if let Some(area) = area
+            && area.claim_for_queue(slot)
+        {
+            let conn = conn.clone();
+            self.pool.submit(Work { conn, area, slot });
+        }
+    }
+
+    fn alert(&self, conn: &Arc<Conn>, slot: u32, seq: u32) {
+        let area = self.inbound.lock().get(&conn.id).cloned();
+        if let Some(area) = area {
+            area.alert(slot, seq);
+        }
+    }
+
+    /// `conn` has just queued its first release: have the watcher send it
+    /// (with whatever else is queued by then).
+    fn releases_queued(&self, conn: &Arc<Conn>) {
+        self.releasing.lock().push(Arc::downgrade(conn));
+        sys::eventfd_signal(self.release_wake.as_fd());
+    }
+
+    /// The identifier for grant `grant` on `conn`: the existing one if this
+    /// domain already holds the door, so a door received twice has one entry.
+    fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
+        let mut remotes = self.remotes.lock();
+        let key = (conn.id, grant);
+        if let Some(rd) = remotes.get(&key).and_then(Weak::upgrade) {
+            rd.received.fetch_add(1, SeqCst);
+            return rd;
+        }
+        let rd = Arc::new(RemoteDoor {
+            conn: conn.clone(),
+            grant,
+            received: std::sync::atomic::AtomicU32::new(1),
+        });
+        remotes.insert(key, Arc::downgrade(&rd));
+        rd
+    }
+
+    fn forget_remote(&self, rd: &RemoteDoor) {
+        let mut remotes = self.remotes.lock();
+        let key = (rd.conn.id, rd.grant);
+        if remotes.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), rd)) {
+            remotes.remove(&key);
+        }
+    }
+
+    /// Make a ticket for a door we serve. The returned end travels; the kept
+    /// end shows hang-up if the ticket is lost, which drops its reference.
+    fn mint_ticket(&self, core: &Arc<DoorCore>) -> std::io::Result<OwnedFd> {
+        let (keep, travel) = sys::seqpacket_pair()?;
+        // A domain that adopts the ticket as a connection says hello on it:
+        // with credentials attached by the kernel we learn who it is.
+        sys::set_passcred(keep.as_fd())?;
+        let ino = sys::inode(travel.as_fd())?;
+        let key = TICKET_KEY | self.next_id.fetch_add(1, Relaxed);
+        core.add_holder();
+        let ticket = Ticket {
+            core: core.clone(),
+            fd: Some(keep),
+        };
+        let mut t = self.tickets.lock();
+        if let Some(fd) = &ticket.fd {
+            self.poller.add(fd.as_fd(), key)?;
+        }
+        t.by_ino.insert(ino, key);
+        t.by_key.insert(key, (ino, ticket));
+        Ok(travel)
+    }
+
+    /// Take the ticket whose travelling end is `fd` (checked by inode: only
+    /// a holder of the real end can present it).
+    fn take_ticket(&self, fd: BorrowedFd<'_>) -> Option<Ticket> {
+        let ino = sys::inode(fd).ok()?;
+        let mut t = self.tickets.lock();
+        let key = t.by_ino.remove(&ino)?;
+        let (_, mut ticket) = t.by_key.remove(&key)?;
+        drop(t);
+        if let Some(keep) = ticket.fd.take() {
+            self.poller.remove(keep.as_fd());
+        }
+        Some(ticket)
     }
 }

@@ -279,7 +279,7 @@ pub(crate) struct RemoteDoor {
 
 impl Drop for RemoteDoor {
     fn drop(&mut self) {
-        let d = self.conn.domain;
+        let d = self.conn.home;
         d.forget_remote(self);
         if self.conn.release_grant(self.grant, self.received.load(SeqCst)) {
             d.releases_queued(&self.conn);
@@ -302,8 +302,14 @@ pub(crate) enum Inner {
 
 /// A door handle with a timeout per call.
 pub(crate) struct Timed {
-    door: Door,
-    timeout: std::time::Duration,
+    pub door: Door,
+    pub timeout: std::time::Duration,
+}
+
+/// The sink of doors created by [`Door::create`]: their `unreferenced` runs
+/// on the one thread that delivers them in order.
+fn deliver_unreferenced(core: Arc<DoorCore>) {
+    crate::unref::queue(Box::new(move || core.handler.unreferenced(core.datum)));
 }
 
 /// A capability to call one object in some domain.
@@ -326,7 +332,7 @@ impl Door {
         Door(Inner::Local(DoorCore::new(
             datum,
             Box::new(handler),
-            crate::domain::queue_unreferenced,
+            deliver_unreferenced,
         )))
     }
 
@@ -337,62 +343,6 @@ impl Door {
         unreferenced: impl Fn(u64) + Send + Sync + 'static,
     ) -> Door {
         Door::create(datum, WithUnref(handler, unreferenced))
-    }
-
-    /// Call the door: `data` and `doors` in, results into `reply`.
-    ///
-    /// Served here: a direct call on this thread. Served elsewhere: the fast
-    /// path for up to 16 bytes without doors, the vanilla path up to 5 KiB.
-    ///
-    /// A call made under a deadline ([`crate::deadline`], or this handle's
-    /// [`Door::with_timeout`]) fails with [`CallError::TimedOut`] once it
-    /// passes.
-    #[inline]
-    pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-        // A call to another domain goes straight to its channel; the rest
-        // are dispatched out of line, so this stays small enough to inline.
-        match &self.0 {
-            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
-            _ => self.call_here(data, doors, reply),
-        }
-    }
-
-    /// [`Door::call`] of a door that is not another domain's.
-    #[inline(never)]
-    fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-        match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, reply),
-            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
-            Inner::Dead(_) => Err(CallError::PeerDied),
-            Inner::Timed(t) => crate::deadline::within(t.timeout, || t.door.call(data, doors, reply)),
-        }
-    }
-
-    /// [`call`](Self::call), also passing `buffers` by reference: sealed
-    /// snapshots and loans ([`crate::buffer`]), moved into the call (gone
-    /// from the caller whether or not it succeeds). The server's handler
-    /// finds them in [`Request::buffers`]; buffers it returns arrive in
-    /// [`Reply::buffers`]. See [`crate::buffer`] for an example.
-    pub fn call_with(
-        &self,
-        data: &[u8],
-        doors: &[Door],
-        buffers: Vec<Buffer>,
-        reply: &mut Reply,
-    ) -> Result<(), CallError> {
-        match &self.0 {
-            Inner::Local(core) => {
-                let r = run_colocated(core, data, doors, buffers, reply);
-                let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-                stats::call(Path::Colocated, data.len(), doors.len(), result);
-                r
-            }
-            Inner::Remote(rd) => crate::channel::call_with(rd, data, doors, buffers, reply),
-            Inner::Dead(_) => Err(CallError::PeerDied),
-            Inner::Timed(t) => {
-                crate::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
-            }
-        }
     }
 
     /// A handle on the same door whose every call must end within `timeout`
@@ -464,13 +414,6 @@ impl Door {
         Some(r)
     }
 
-    /// Call with bytes only; returns the result bytes.
-    pub fn call_bytes(&self, data: &[u8]) -> Result<Vec<u8>, CallError> {
-        let mut reply = Reply::new();
-        self.call(data, &[], &mut reply)?;
-        Ok(reply.data)
-    }
-
     /// Revoke the door: every later call fails with [`CallError::Revoked`]
     /// in every holder. Only the serving domain can revoke.
     pub fn revoke(&self) -> Result<(), CallError> {
@@ -533,48 +476,6 @@ pub(crate) fn check_sizes(what: &'static str, len: usize, doors: usize) -> Resul
         });
     }
     Ok(())
-}
-
-/// The co-located path: the handler runs on the caller's thread.
-#[inline]
-fn call_colocated(
-    core: &Arc<DoorCore>,
-    data: &[u8],
-    doors: &[Door],
-    reply: &mut Reply,
-) -> Result<(), CallError> {
-    let r = run_colocated(core, data, doors, Vec::new(), reply);
-    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-    stats::call(Path::Colocated, data.len(), doors.len(), result);
-    r
-}
-
-#[inline]
-fn run_colocated(
-    core: &Arc<DoorCore>,
-    data: &[u8],
-    doors: &[Door],
-    buffers: Vec<Buffer>,
-    reply: &mut Reply,
-) -> Result<(), CallError> {
-    check_sizes("arguments", data.len(), doors.len())?;
-    crate::buffer::check_passable(&buffers)?;
-    if core.revoked() {
-        return Err(CallError::Revoked);
-    }
-    crate::shuttle::check_call()?;
-    reply.clear();
-    let req = Request {
-        datum: core.datum,
-        data,
-        doors: doors.to_vec(),
-        buffers,
-    };
-    let r = core.invoke(req, reply);
-    if r.is_err() {
-        reply.clear(); // as across domains, where a failed call brings nothing back
-    }
-    r
 }
 
 #[cfg(test)]

@@ -48,7 +48,7 @@ pub enum CallError {
     /// discarded.
     #[error("the call's deadline passed")]
     TimedOut,
-    /// The call was cancelled ([`crate::shuttle::ShuttleHandle::cancel`]);
+    /// The call was cancelled (`lintel::shuttle::ShuttleHandle::cancel`);
     /// the server side was alerted as for a deadline.
     #[error("the call was cancelled")]
     Cancelled,

@@ -37,31 +37,46 @@
 //!
 //! # How the crate is built
 //!
-//! Dependencies point downwards through four layers:
+//! Dependencies point downwards through seven layers: a module uses
+//! modules of lower layers, and of its own only where named below.
 //!
 //! 1. **Protocol**: [`abi`] (the `lintel-abi` crate): layouts, status codes,
-//!    control messages. No logic; everything that speaks to a domain uses it.
+//!    control messages, the version. No logic; everything that speaks to a
+//!    domain uses it.
 //! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping)
 //!    and `umem` (peer-writable memory, read word by word and copied out).
 //! 3. **Plain values**, each with host tests that need no process and no
 //!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
 //!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
-//!    over the memory so loom model-checks the same code), the reference
-//!    count of `door::DoorCore`, `conn::Parked` (tickets ahead of their call),
-//!    `bulk` (a slot's segments: sizing, generations, checks), the loan
-//!    pool's ranges in [`buffer`], and the [`deadline`] arithmetic. They
-//!    depend on layers 1 and 2 only.
-//! 4. **The runtime**: `domain` (the process-wide state and its watcher and
-//!    unreferenced threads), `conn`, `channel` (calling), `server` and
-//!    `pool` (serving), `transfer` (doors in transit). These know each other.
-//!    A connection carries the domain it belongs to, so the runtime inside
-//!    never looks the process-wide domain up (`domain::get`): that happens
-//!    only at the public API's entry points ([`boot`], [`introspect`], the
-//!    settings, [`pool::stats`]), in the worker threads the runtime starts,
-//!    and where an alert is forwarded to the call a thread is in.
+//!    over the memory so loom model-checks the same code), `call_area` (the
+//!    slots a domain calls through), `bulk` (a slot's segments), the
+//!    [`deadline`] arithmetic, `settings`, `error`, [`stats`], `spin`,
+//!    [`shuttle`] (a thread's call state; alerts reach a connection through
+//!    a hook the domain sets), `workers` (the server-thread pool, generic
+//!    over what it serves), `unref` (the thread that runs `unreferenced` in
+//!    order) and `leaked`.
+//! 4. **Objects**: `door` (a door, and the object it serves with its
+//!    reference count), [`buffer`] (loans and sealed snapshots) and `conn`
+//!    (a connection: its socket, grant table, descriptors parked ahead of
+//!    their call, control messages). These three name each other's types,
+//!    the only cycle in the crate: a remote door and a peer's loan hold their
+//!    connection, a connection's grant table holds the doors it granted, a
+//!    request carries doors and buffers. A connection reaches the rest of
+//!    the runtime only through its `conn::Home`, which the domain
+//!    implements, so connections are tested on the host with a stand-in.
+//! 5. **Moving calls**: `transfer` (doors in transit), `channel` (the
+//!    caller's side), `server` (the server's side), then `call`
+//!    (`Door::call`: co-located, or through a channel).
+//! 6. **The domain**, `domain`: the process's connections, the call areas
+//!    its peers made, tickets, the watcher thread, and the `Home` of every
+//!    connection.
+//! 7. **Public entry points**: this file (settings, [`introspect`],
+//!    [`after_fork`]), [`boot`], [`pool`] and [`stub`]. Only these look the
+//!    process-wide domain up (`domain::get`); below them it is handed down
+//!    (a connection's `Home`, the worker threads' pool).
 //!
-//! The public API sits on top: [`Door`], [`buffer`], [`boot`], [`stub`],
-//! [`shuttle`], [`deadline`], [`stats`], [`pool`] and [`introspect`].
+//! The public API: [`Door`], [`buffer`], [`boot`], [`stub`], [`shuttle`],
+//! [`deadline`], [`stats`], [`pool`] and [`introspect`].
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -71,6 +86,8 @@ pub mod boot;
 pub mod buffer;
 pub use umem::{copy_bytes, copy_raw};
 mod bulk;
+mod call;
+mod call_area;
 mod channel;
 mod conn;
 pub mod deadline;
@@ -91,14 +108,14 @@ pub mod stub;
 mod sys;
 mod transfer;
 mod umem;
+mod unref;
+mod workers;
 
 pub use buffer::{Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
 pub use lintel_macros::interface;
-pub use settings::{
-    max_message, set_force_vanilla, set_max_message, set_max_server_threads, set_spin, spinning,
-};
+pub use settings::{max_message, set_max_message};
 
 /// Keep the runtime's own descriptors (sockets, memfds, eventfds, epoll,
 /// pidfds, and every descriptor a peer sends) at `floor` or above, when
@@ -148,7 +165,43 @@ pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd 
 /// }
 /// ```
 pub fn after_fork() {
+    buffer::forked();
+    unref::after_fork();
+    channel::forget_thread_leases();
     domain::after_fork()
+}
+
+// ---- the domain's settings ----
+
+/// Whether this domain spins before sleeping (`LINTEL_SPIN`, [`set_spin`]).
+pub fn spinning() -> bool {
+    domain::get()
+        .settings
+        .spin
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Turn spinning on or off for this domain (off: every wait sleeps on the futex).
+pub fn set_spin(on: bool) {
+    domain::get()
+        .settings
+        .spin
+        .store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Most server threads this domain runs; calls beyond it wait for a thread.
+pub fn set_max_server_threads(n: usize) {
+    domain::get().pool.set_limit(n);
+}
+
+/// Make this domain's cross-domain calls take the vanilla path even when
+/// they would fit the fast path (the INKS "message" configuration; for
+/// measurement).
+pub fn set_force_vanilla(on: bool) {
+    domain::get()
+        .settings
+        .force_vanilla
+        .store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Counts of this domain's live runtime objects, for tests and monitoring.
@@ -159,7 +212,7 @@ pub mod introspect {
     }
     /// Whether this domain has a live connection to process `pid`.
     pub fn connected_to(pid: u32) -> bool {
-        crate::domain::get().conn_to(pid).is_some()
+        crate::conn::Home::conn_to(crate::domain::get(), pid).is_some()
     }
     /// Doors served elsewhere that this domain holds.
     pub fn remote_doors() -> usize {
@@ -186,7 +239,7 @@ pub mod introspect {
     /// Release messages this domain has sent to process `pid` over its
     /// live connection (releases of dropped doors go in batches).
     pub fn release_messages_to(pid: u32) -> u64 {
-        crate::domain::get().conn_to(pid).map_or(0, |c| c.releases_sent())
+        crate::conn::Home::conn_to(crate::domain::get(), pid).map_or(0, |c| c.releases_sent())
     }
     /// Tickets minted here and not yet redeemed or dropped.
     pub fn tickets() -> usize {

@@ -21,14 +21,14 @@ use crate::bulk::SlotBulk;
 use crate::conn::Conn;
 use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
 use crate::error::CallError;
-use crate::handshake::{self, AlertBox, Binding, Shared, Words};
-use crate::pool::Work;
+use crate::handshake::{self, AlertBox, Binding, Shared};
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{Counters, Path};
 use crate::sys::{self, Mapping};
 use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
-use crate::{deadline, domain, transfer};
+use crate::workers::Pool;
+use crate::{deadline, transfer};
 
 /// Server-private state of one slot of a peer's call area.
 struct SlotServer {
@@ -150,11 +150,32 @@ impl InArea {
     }
 }
 
+/// A slot with a request and no thread bound to it.
+#[derive(Clone)]
+pub(crate) struct Work {
+    pub conn: Arc<Conn>,
+    pub area: Arc<InArea>,
+    pub slot: u32,
+}
+
+impl crate::workers::Work for Work {
+    fn same(&self, other: &Work) -> bool {
+        Arc::ptr_eq(&self.area, &other.area) && self.slot == other.slot
+    }
+
+    fn unbind_requested(&self) -> bool {
+        self.area.unbind_requested(self.slot)
+    }
+
+    fn request_unbind(&self) {
+        self.area.request_unbind(self.slot)
+    }
+}
+
 /// A server thread: serve whichever slot the pool hands us. (Never inlined:
 /// the benchmark counts the instructions of the worker threads by this name.)
 #[inline(never)]
-pub(crate) fn run_worker() {
-    let d = domain::get();
+pub(crate) fn run_worker(pool: &'static Pool<Work>) {
     let mut bufs = Buffers {
         args: Vec::with_capacity(DATA_CAP),
         reply: Reply::new(),
@@ -165,10 +186,10 @@ pub(crate) fn run_worker() {
         shuttle: shuttle::current_arc(),
     };
     loop {
-        let w = d.pool.take();
-        serve(&w, &mut bufs, d);
+        let w = pool.take();
+        serve(&w, &mut bufs, pool);
         bufs.door = None;
-        d.pool.went_idle();
+        pool.went_idle();
     }
 }
 
@@ -190,24 +211,24 @@ struct Buffers {
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
 /// caller dies.
-fn serve(w: &Work, bufs: &mut Buffers, d: &'static domain::Domain) {
+fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     let ss = &w.area.slots[w.slot as usize];
     let slot = w.area.slot(w.slot);
     ss.binding.bind();
     ss.unbind.store(false, SeqCst);
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
-    d.pool.bound(&w.area, w.slot);
+    pool.bound(w);
     loop {
-        if let Some(seq) = wait_request(d, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
+        if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
             handle(w, &slot, seq, bufs);
-            if !d.pool.has_queued() {
+            if !pool.has_queued() {
                 continue;
             }
         }
         // Let go: publish UNBOUND, then look once more, so a client that
         // posted meanwhile either is served here or saw UNBOUND and kicked.
         ss.binding.unbind();
-        let pending = handshake::let_go::<Shared>(&words(&slot), ss.last_seq());
+        let pending = handshake::let_go::<Shared>(&slot.words(), ss.last_seq());
         if let Some(r) = pending
             && !w.conn.is_dead()
             && ss.binding.rebind()
@@ -219,10 +240,10 @@ fn serve(w: &Work, bufs: &mut Buffers, d: &'static domain::Domain) {
         break;
     }
     if std::mem::take(&mut bufs.spinner) {
-        d.pool.give_up_spinning();
+        pool.give_up_spinning();
     }
     *ss.shuttle.lock() = None;
-    d.pool.unbound(&w.area, w.slot);
+    pool.unbound(w);
 }
 
 /// Wait for the next request on a bound slot. `None`: let go (unbind asked,
@@ -233,7 +254,7 @@ fn serve(w: &Work, bufs: &mut Buffers, d: &'static domain::Domain) {
 /// take the CPUs their callers need. The slot's server state is written only
 /// when it changes, so a steady stream of calls costs no extra cache traffic.
 fn wait_request(
-    d: &'static domain::Domain,
+    pool: &Pool<Work>,
     slot: &Slot,
     ss: &SlotServer,
     conn: &Conn,
@@ -243,10 +264,10 @@ fn wait_request(
     let req = slot.sync(SyncWord::ReqSeq);
     let last = ss.last_seq();
     let fresh = |r: u32| handshake::fresh(r, last);
-    let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || d.pool.has_queued();
-    let budget = d.settings.spin_budget_ns();
+    let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || pool.has_queued();
+    let budget = conn.settings.spin_budget_ns();
     if !*spinner && budget > 0 {
-        *spinner = d.pool.try_spin();
+        *spinner = pool.try_spin();
     }
     if *spinner {
         // Spin only while the caller runs on another CPU: on ours, it needs
@@ -281,9 +302,9 @@ fn wait_request(
             }
         }
         *spinner = false;
-        d.pool.give_up_spinning();
+        pool.give_up_spinning();
     }
-    let w = words(slot);
+    let w = slot.words();
     loop {
         if let Some(r) = handshake::sleep_for_request::<Shared>(&w, last, Duration::from_secs(1)) {
             // Callers spin only while we run elsewhere; the CPU changes
@@ -352,18 +373,7 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
 /// Publish the reply written in `slot` and wake the caller if it sleeps.
 #[inline]
 fn publish_reply(slot: &Slot, seq: u32) {
-    handshake::publish_reply::<Shared>(&words(slot), seq);
-}
-
-/// The handshake's words in `slot`.
-#[inline(always)]
-pub(crate) fn words(slot: &Slot) -> Words<'_, AtomicU32> {
-    Words {
-        req: slot.sync(SyncWord::ReqSeq),
-        rep: slot.sync(SyncWord::RepSeq),
-        client: slot.sync(SyncWord::ClientState),
-        server: slot.sync(SyncWord::ServerState),
-    }
+    handshake::publish_reply::<Shared>(&slot.words(), seq);
 }
 
 /// Everything the fast path does not do: doors, data in the data region,

@@ -104,28 +104,6 @@ fn switch(key: &str, v: &str) -> bool {
     }
 }
 
-/// Whether this domain spins before sleeping (`LINTEL_SPIN`, [`set_spin`]).
-pub fn spinning() -> bool {
-    crate::domain::get().settings.spin.load(Relaxed)
-}
-
-/// Turn spinning on or off for this domain (off: every wait sleeps on the futex).
-pub fn set_spin(on: bool) {
-    crate::domain::get().settings.spin.store(on, Relaxed);
-}
-
-/// Most server threads this domain runs; calls beyond it wait for a thread.
-pub fn set_max_server_threads(n: usize) {
-    crate::domain::get().pool.set_limit(n);
-}
-
-/// Make this domain's cross-domain calls take the vanilla path even when
-/// they would fit the fast path (the INKS "message" configuration; for
-/// measurement).
-pub fn set_force_vanilla(on: bool) {
-    crate::domain::get().settings.force_vanilla.store(on, Relaxed);
-}
-
 #[cfg(test)]
 mod tests {
     use super::switch;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
-use crate::abi::wire::Ctl;
 use crate::sys;
 
 pub(crate) struct Shuttle {
@@ -87,18 +86,17 @@ impl Shuttle {
         sys::futex_wake(&self.alerted, u32::MAX);
         let conn = self.out_conn.load(SeqCst);
         if conn != 0
-            && let Some(c) = crate::domain::get().conn_by_id(conn)
+            && let Some(forward) = FORWARD.get()
         {
-            c.send(
-                &Ctl::Alert {
-                    slot: self.out_slot.load(SeqCst),
-                    seq: self.out_seq.load(SeqCst),
-                },
-                &[],
-            );
+            forward(conn, self.out_slot.load(SeqCst), self.out_seq.load(SeqCst));
         }
     }
 }
+
+/// Sends an alert on to the call a thread is in: connection id, slot,
+/// sequence. Set by the domain when it starts (before it, nobody is in a
+/// call); the shuttle itself knows no connections.
+pub(crate) static FORWARD: std::sync::OnceLock<fn(u64, u32, u32)> = std::sync::OnceLock::new();
 
 /// `cancelled`: the call in progress when the cancel came.
 const CANCEL_THIS: u32 = 1;

@@ -104,7 +104,7 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
 /// error so that no reference or ticket is left behind.
 fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Result<Door, CallError> {
     match w.kind {
-        WD_MINE => Ok(Door(Inner::Remote(conn.domain.remote_door(conn, w.idx)))),
+        WD_MINE => Ok(Door(Inner::Remote(conn.home.remote_door(conn, w.idx)))),
         WD_DEAD => Ok(Door(Inner::Dead(w.pid))),
         WD_YOURS => conn
             .lookup(w.idx)
@@ -125,13 +125,13 @@ fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Res
 /// sender, says which domain made the ticket (`SO_PEERCRED` of a socket
 /// pair names its creator); `pid`, the server the sender names, must agree.
 fn redeem(from: &Arc<Conn>, ticket: OwnedFd, pid: u32) -> Result<Door, CallError> {
-    let d = from.domain;
+    let d = from.home;
     let maker =
         sys::peer_pid(ticket.as_fd()).map_err(|_| CallError::BadMessage("door ticket is not a socket"))?;
     if pid != 0 && maker != pid {
         return Err(CallError::BadMessage("ticket not made by the domain it names"));
     }
-    if maker == d.pid {
+    if maker == d.pid() {
         // One of ours came back through other domains.
         let t = d.take_ticket(ticket.as_fd()).ok_or(CallError::BadDoor)?;
         return Ok(Door(Inner::Local(t.core.clone())));
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn tickets_missing_on_a_torn_down_connection_mean_the_peer_died() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = Arc::new(Conn::new(crate::domain::get(), 1, mine, 0));
+        let conn = crate::conn::alone::conn(mine);
         conn.dead.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn tickets_missing_from_a_live_peer_are_a_protocol_error() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = Arc::new(Conn::new(crate::domain::get(), 1, mine, 0));
+        let conn = crate::conn::alone::conn(mine);
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
         assert_eq!(r.unwrap_err(), CallError::BadMessage("door tickets missing"));
