@@ -257,11 +257,8 @@ struct Pool {
     fd: OwnedFd,
     map: Arc<Mapping>,
     ranges: Mutex<Ranges>,
-    /// Loans lent out, by connection: `offset → pages` (bytes).
-    out: Mutex<HashMap<u64, HashMap<usize, usize>>>,
-    /// The connections loans were lent over, to read their returns when the
-    /// pool runs short.
-    lenders: Mutex<HashMap<u64, Weak<Conn>>>,
+    /// Loans lent out, by connection id.
+    out: Mutex<HashMap<u64, Lent>>,
     /// The fork generation it was made in: a forked child's parent's
     /// pool is shared with the parent, so the child makes no loans of it.
     generation: u64,
@@ -276,6 +273,15 @@ pub(crate) fn forked() {
     GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// The loans lent over one connection.
+#[derive(Default)]
+struct Lent {
+    /// The connection, to read its returns when the pool runs short.
+    conn: Weak<Conn>,
+    /// `offset → pages` (bytes).
+    loans: HashMap<usize, usize>,
+}
+
 static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
 
 fn pool() -> Result<&'static Pool, CallError> {
@@ -287,7 +293,6 @@ fn pool() -> Result<&'static Pool, CallError> {
             map: Arc::new(map),
             ranges: Mutex::new(Ranges::new(POOL_SIZE)),
             out: Mutex::new(HashMap::new()),
-            lenders: Mutex::new(HashMap::new()),
             generation: GENERATION.load(std::sync::atomic::Ordering::SeqCst),
         })
     });
@@ -378,12 +383,10 @@ impl Loan {
     /// its descriptor.
     fn lend(mut self, conn: &Arc<Conn>) -> (usize, usize) {
         if let Ok(pool) = pool() {
-            pool.lenders.lock().insert(conn.id, Arc::downgrade(conn));
-            pool.out
-                .lock()
-                .entry(conn.id)
-                .or_default()
-                .insert(self.off, self.view.len());
+            let mut out = pool.out.lock();
+            let lent = out.entry(conn.id).or_default();
+            lent.conn = Arc::downgrade(conn);
+            lent.loans.insert(self.off, self.view.len());
         }
         self.lent = true;
         (self.off, self.len)
@@ -411,7 +414,7 @@ fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallErro
     let due = crate::deadline::current();
     let end = std::time::Instant::now() + LOAN_WAIT;
     loop {
-        let lenders: Vec<Weak<Conn>> = pool.lenders.lock().values().cloned().collect();
+        let lenders: Vec<Weak<Conn>> = pool.out.lock().values().map(|l| l.conn.clone()).collect();
         for conn in lenders.iter().filter_map(Weak::upgrade) {
             conn.pump();
         }
@@ -437,7 +440,7 @@ pub(crate) fn returned(conn: u64, loans: &[(u64, u32)]) {
     let Some(lent) = out.get_mut(&conn) else { return };
     let mut ranges = pool.ranges.lock();
     for &(off, _) in loans {
-        if let Some(size) = lent.remove(&(off as usize)) {
+        if let Some(size) = lent.loans.remove(&(off as usize)) {
             ranges.give(off as usize, size);
         }
     }
@@ -447,7 +450,7 @@ pub(crate) fn returned(conn: u64, loans: &[(u64, u32)]) {
 /// (a peer that keeps loans holds them; a peer that dies returns them).
 pub fn lent_bytes() -> usize {
     match POOL.get() {
-        Some(Ok(pool)) => pool.out.lock().values().flat_map(|m| m.values()).sum(),
+        Some(Ok(pool)) => pool.out.lock().values().flat_map(|l| l.loans.values()).sum(),
         _ => 0,
     }
 }
@@ -455,11 +458,10 @@ pub fn lent_bytes() -> usize {
 /// Connection `conn` is gone: every loan lent over it is ours again.
 pub(crate) fn conn_gone(conn: u64) {
     let Some(Ok(pool)) = POOL.get() else { return };
-    pool.lenders.lock().remove(&conn);
     let lent = pool.out.lock().remove(&conn);
     if let Some(lent) = lent {
         let mut ranges = pool.ranges.lock();
-        for (off, size) in lent {
+        for (off, size) in lent.loans {
             ranges.give(off, size);
         }
     }

@@ -34,7 +34,7 @@ impl Door {
     #[inline(never)]
     fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, reply),
+            Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => crate::deadline::within(t.timeout, || t.door.call(data, doors, reply)),
@@ -54,12 +54,7 @@ impl Door {
         reply: &mut Reply,
     ) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => {
-                let r = run_colocated(core, data, doors, buffers, reply);
-                let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
-                stats::call(Path::Colocated, data.len(), doors.len(), result);
-                r
-            }
+            Inner::Local(core) => call_colocated(core, data, doors, buffers, reply),
             Inner::Remote(rd) => crate::channel::call_with(rd, data, doors, buffers, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => {
@@ -82,9 +77,10 @@ fn call_colocated(
     core: &Arc<DoorCore>,
     data: &[u8],
     doors: &[Door],
+    buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    let r = run_colocated(core, data, doors, Vec::new(), reply);
+    let r = run_colocated(core, data, doors, buffers, reply);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     stats::call(Path::Colocated, data.len(), doors.len(), result);
     r

@@ -21,7 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
 
 use crate::abi::wire::Ctl;
@@ -497,7 +497,7 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
         if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
             return r;
         }
-    } else if lease.cpu.get() != u32::MAX {
+    } else {
         lease.cpu.set(u32::MAX);
     }
     sleep_for_reply(lease, conn, seq, due)
@@ -517,16 +517,8 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<R
     let me = sys::current_cpu();
     lease.cpu.set(me);
     loop {
-        // A cancel wins over a reply that lands at the same time.
-        if lease.shuttle.take_cancel() {
-            return Some(Err(abandon(lease, conn, seq, CallError::Cancelled)));
-        }
-        let r = rep.load(Acquire);
-        if r == seq {
-            return Some(Ok(()));
-        }
-        if r == SEQ_DEAD || conn.is_dead() {
-            return Some(Err(CallError::PeerDied));
+        if let Some(r) = outcome(lease, conn, seq, rep) {
+            return Some(r);
         }
         let st = slot.get(Polled::ServerState);
         let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
@@ -552,18 +544,28 @@ fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
         if !lease.shuttle.has_cancel() {
             handshake::sleep_for_reply::<Shared>(&words, seq, left);
         }
-        // A cancel wins over a reply that lands at the same time.
-        if lease.shuttle.take_cancel() {
-            return Err(abandon(lease, conn, seq, CallError::Cancelled));
-        }
-        let r = words.rep.load(Acquire);
-        if r == seq {
-            return Ok(());
-        }
-        if r == SEQ_DEAD || conn.is_dead() {
-            return Err(CallError::PeerDied);
+        if let Some(r) = outcome(lease, conn, seq, words.rep) {
+            return r;
         }
     }
+}
+
+/// How the wait for call `seq` ends, if it ends now: cancelled (a cancel
+/// wins over a reply that lands at the same time), answered (`rep` shows
+/// the reply) or the server died.
+#[inline]
+fn outcome(lease: &Lease, conn: &Conn, seq: u32, rep: &AtomicU32) -> Option<Result<(), CallError>> {
+    if lease.shuttle.take_cancel() {
+        return Some(Err(abandon(lease, conn, seq, CallError::Cancelled)));
+    }
+    let r = rep.load(Acquire);
+    if r == seq {
+        return Some(Ok(()));
+    }
+    if r == SEQ_DEAD || conn.is_dead() {
+        return Some(Err(CallError::PeerDied));
+    }
+    None
 }
 
 /// Give up on call `seq`: alert its server (the call it runs, or the one

@@ -115,7 +115,8 @@ pub(crate) struct Conn {
     /// The domain this connection belongs to, as far as it needs to know
     /// it (handed over when the connection is made, not looked up).
     pub home: &'static dyn Home,
-    /// The domain's settings (spinning, the forced path).
+    /// Its home's settings (spinning, the forced path), kept here: the call
+    /// paths read them on every call, with no dynamic call to the home.
     pub settings: &'static Settings,
     peer_pid: AtomicU32,
     pub sock: OwnedFd,
@@ -716,6 +717,12 @@ mod tests {
         msgs
     }
 
+    /// A connection at home nowhere, and its peer's end of the socket.
+    fn connected() -> (Arc<Conn>, OwnedFd) {
+        let (mine, theirs) = sys::seqpacket_pair().unwrap();
+        (alone::conn(mine), theirs)
+    }
+
     static UNREFERENCED: AtomicU32 = AtomicU32::new(0);
 
     fn served() -> Arc<DoorCore> {
@@ -727,8 +734,7 @@ mod tests {
 
     #[test]
     fn a_peer_of_another_version_is_refused() {
-        let (mine, theirs) = sys::seqpacket_pair().unwrap();
-        let conn = alone::conn(mine);
+        let (conn, theirs) = connected();
         let hello = wire::encode(&Ctl::Hello {
             pid: 1,
             version: abi::VERSION + 1,
@@ -741,8 +747,7 @@ mod tests {
 
     #[test]
     fn a_peer_of_this_version_is_kept_and_a_second_hello_is_noise() {
-        let (mine, theirs) = sys::seqpacket_pair().unwrap();
-        let conn = alone::conn(mine);
+        let (conn, theirs) = connected();
         for version in [abi::VERSION, abi::VERSION + 1] {
             let hello = wire::encode(&Ctl::Hello { pid: 1, version });
             sys::send_msg(theirs.as_fd(), &hello, &[]).unwrap();
@@ -754,8 +759,7 @@ mod tests {
 
     #[test]
     fn a_hung_up_peer_drops_every_grant_it_held() {
-        let (mine, theirs) = sys::seqpacket_pair().unwrap();
-        let conn = alone::conn(mine);
+        let (conn, theirs) = connected();
         let door = served();
         let g = conn.grant(&door).unwrap();
         assert_eq!(conn.grant(&door), Some(g), "the same door, the same grant");
@@ -775,8 +779,7 @@ mod tests {
 
     #[test]
     fn a_release_takes_back_only_what_was_sent() {
-        let (mine, theirs) = sys::seqpacket_pair().unwrap();
-        let conn = alone::conn(mine);
+        let (conn, theirs) = connected();
         let door = served();
         let g = conn.grant(&door).unwrap();
         conn.grant(&door).unwrap();
@@ -792,8 +795,7 @@ mod tests {
 
     #[test]
     fn dropped_remote_doors_are_released_in_batches() {
-        let (mine, theirs) = sys::seqpacket_pair().unwrap();
-        let conn = alone::conn(mine);
+        let (conn, theirs) = connected();
         let n = 3 * wire::MAX_RELEASES as u32 + 1;
         let doors: Vec<_> = (0..n).map(|g| conn.home.remote_door(&conn, g)).collect();
         drop(doors);
