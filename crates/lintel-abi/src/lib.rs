@@ -25,7 +25,7 @@
 //! | 24  | inline arguments, [`INLINE`] bytes | client |
 //! | 40  | `client_cpu`: where the caller last ran | client |
 //! | 44  | `in_seg`: arguments in the caller's bulk segment of this generation (0: in the slot) | client |
-//! | 48  | `deadline`: `CLOCK_MONOTONIC` ns (u64), 0 for none | client |
+//! | 48  | `deadline`: `CLOCK_MONOTONIC` ns (u64), read with [`FLAG_DEADLINE`] | client |
 //! | 56  | `in_bufs`: buffers passed with the request (read with [`FLAG_BUFS`]) | client |
 //! | 64  | `rep_seq`: equals `req_seq` when the reply is ready | server |
 //! | 68  | `server_state`: [`UNBOUND`], [`SPINNING`], [`SLEEPING`], [`BUSY`] | server |
@@ -56,7 +56,7 @@
 
 /// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 pub mod wire;
 
@@ -145,6 +145,9 @@ pub const FLAG_ALERT: u32 = 1;
 pub const FLAG_VANILLA: u32 = 2;
 /// Request flag: `in_bufs` counts buffers passed (without it, none are).
 pub const FLAG_BUFS: u32 = 4;
+/// Request flag: `deadline` holds the call's deadline (without it, the call
+/// has none and the word is not read, so a call without one skips its store).
+pub const FLAG_DEADLINE: u32 = 8;
 
 /// Where `len` bytes of arguments or results sit in a slot: inline at
 /// `inline_at` ([`OFF_IN_INLINE`] in the client's half, [`OFF_OUT_INLINE`]

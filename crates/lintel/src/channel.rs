@@ -213,8 +213,7 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     let waited = post(slot, conn, index, seq, alerted, shuttle)
         .and_then(|running| wait_reply(lease, conn, seq, running, due));
     if let Err(e) = waited {
-        lease.counters.call(Path::Fast, data.len(), 0, None);
-        return Err(e);
+        return unanswered(lease, Path::Fast, data.len(), 0, e);
     }
 
     let h = ReplyHeader::read(slot);
@@ -261,9 +260,10 @@ fn call_vanilla(
     let alerted = shuttle.is_alerted();
     slot.set(OFF_GRANT, rd.grant);
     let bufs_flag = if buffers.is_empty() { 0 } else { FLAG_BUFS };
+    let due_flag = if due != 0 { FLAG_DEADLINE } else { 0 };
     slot.set(
         OFF_FLAGS,
-        FLAG_VANILLA | bufs_flag | if alerted { FLAG_ALERT } else { 0 },
+        FLAG_VANILLA | bufs_flag | due_flag | if alerted { FLAG_ALERT } else { 0 },
     );
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, lease.cpu.get());
@@ -298,7 +298,7 @@ fn call_vanilla(
         r
     });
     if let Err(e) = waited {
-        return counted(Err(e), reply);
+        return counted(Err(e.into()), reply);
     }
     let h = ReplyHeader::read(slot);
     if h.status & ST_UNTAKEN != 0 && !lent.is_empty() {
@@ -333,7 +333,7 @@ fn post(
     seq: u32,
     alerted: bool,
     shuttle: &Shuttle,
-) -> Result<bool, CallError> {
+) -> Result<bool, Unanswered> {
     let running = match handshake::post::<Shared>(&slot.words(), seq) {
         Posted::Running => true,
         Posted::Woken => false,
@@ -454,19 +454,45 @@ fn alert_late(conn: &Conn, index: u32, seq: u32) {
 }
 
 #[cold]
-fn kick(conn: &Conn, index: u32) -> Result<(), CallError> {
+fn kick(conn: &Conn, index: u32) -> Result<(), Unanswered> {
     if conn.send(&Ctl::Kick { slot: index }, &[]) {
         Ok(())
     } else {
-        Err(CallError::PeerDied)
+        Err(Unanswered::PeerDied)
     }
+}
+
+/// Why a posted call ends without its reply: a small value, so the wait
+/// returns it in a register rather than a [`CallError`] through memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    PeerDied,
+    Cancelled,
+    TimedOut,
+}
+
+impl From<Unanswered> for CallError {
+    fn from(why: Unanswered) -> CallError {
+        match why {
+            Unanswered::PeerDied => CallError::PeerDied,
+            Unanswered::Cancelled => CallError::Cancelled,
+            Unanswered::TimedOut => CallError::TimedOut,
+        }
+    }
+}
+
+/// A fast call that got no reply: counted, and its error returned.
+#[cold]
+fn unanswered(lease: &Lease, path: Path, len: usize, doors: usize, why: Unanswered) -> Result<(), CallError> {
+    lease.counters.call(path, len, doors, None);
+    Err(why.into())
 }
 
 /// Wait until `rep_seq == seq`. With the server running when the request
 /// was posted (`running`), its reply usually lands within a few hundred
 /// nanoseconds: poll for it alone first, with nothing else on the way.
 #[inline(always)]
-fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), CallError> {
+fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), Unanswered> {
     let rep = lease.slot.sync(SyncWord::RepSeq);
     if running && lease.settings.spin.load(Relaxed) {
         for _ in 0..HOT_SPINS {
@@ -491,7 +517,7 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// is on), then sleep on the futex, until the reply comes, the server dies,
 /// the deadline passes or the call is cancelled (then the call is abandoned).
 #[inline(never)]
-fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
+fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     let budget = lease.settings.spin_budget_ns();
     if budget > 0 {
         if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
@@ -507,7 +533,7 @@ fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
 /// ns; `None`: sleep for it.
 #[cold]
 #[inline(never)]
-fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<Result<(), CallError>> {
+fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<Result<(), Unanswered>> {
     let slot = &lease.slot;
     let rep = slot.sync(SyncWord::RepSeq);
     let mut spinner = Spinner::new(budget);
@@ -531,14 +557,14 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<R
 /// Sleep until the reply comes (`handshake`, model-checked). A cancel wakes
 /// the reply's word (named in `enter_call`, before the request's fence:
 /// the canceller sees it or the check below sees the cancel).
-fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), CallError> {
+fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     let words = lease.slot.words();
     loop {
         let left = match due {
             0 => MAX_SLEEP,
             _ => match due.checked_sub(sys::monotonic_ns()) {
                 Some(ns) if ns > 0 => Duration::from_nanos(ns).min(MAX_SLEEP),
-                _ => return Err(abandon(lease, conn, seq, CallError::TimedOut)),
+                _ => return Err(abandon(lease, conn, seq, Unanswered::TimedOut)),
             },
         };
         if !lease.shuttle.has_cancel() {
@@ -554,16 +580,16 @@ fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
 /// wins over a reply that lands at the same time), answered (`rep` shows
 /// the reply) or the server died.
 #[inline]
-fn outcome(lease: &Lease, conn: &Conn, seq: u32, rep: &AtomicU32) -> Option<Result<(), CallError>> {
+fn outcome(lease: &Lease, conn: &Conn, seq: u32, rep: &AtomicU32) -> Option<Result<(), Unanswered>> {
     if lease.shuttle.take_cancel() {
-        return Some(Err(abandon(lease, conn, seq, CallError::Cancelled)));
+        return Some(Err(abandon(lease, conn, seq, Unanswered::Cancelled)));
     }
     let r = rep.load(Acquire);
     if r == seq {
         return Some(Ok(()));
     }
     if r == SEQ_DEAD || conn.is_dead() {
-        return Some(Err(CallError::PeerDied));
+        return Some(Err(Unanswered::PeerDied));
     }
     None
 }
@@ -572,7 +598,7 @@ fn outcome(lease: &Lease, conn: &Conn, seq: u32, rep: &AtomicU32) -> Option<Resu
 /// queued for a thread, and everything those call), and leave the slot to
 /// drain until the late reply lands. The lease is void from here on.
 #[cold]
-fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: CallError) -> CallError {
+fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered {
     conn.send(
         &Ctl::Alert {
             slot: lease.claim.index,

@@ -158,14 +158,16 @@ impl DoorCore {
     pub fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), CallError> {
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handler.invoke(req, reply)));
-        self.outcome(outcome, reply)
+        Ran::of(outcome).checked(reply)
     }
 
-    /// As [`DoorCore::invoke`] for a call without doors: the request is
-    /// made inside the unwinding guard, so nothing is moved into it.
+    /// As [`DoorCore::invoke`] for a call without doors, and with the result
+    /// left unchecked (the fast path checks it against its own, smaller
+    /// limit first). The request is made inside the unwinding guard, so
+    /// nothing is moved into it.
     #[inline]
-    pub fn invoke_bytes(&self, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    pub fn run_bytes(&self, data: &[u8], reply: &mut Reply) -> Ran {
+        Ran::of(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let req = Request {
                 datum: self.datum,
                 data,
@@ -173,21 +175,7 @@ impl DoorCore {
                 buffers: Vec::new(),
             };
             self.handler.invoke(req, reply)
-        }));
-        self.outcome(outcome, reply)
-    }
-
-    #[inline]
-    fn outcome(
-        &self,
-        outcome: std::thread::Result<Result<(), Fault>>,
-        reply: &Reply,
-    ) -> Result<(), CallError> {
-        match outcome {
-            Ok(Ok(())) => check_sizes("result", reply.data.len(), reply.doors.len()),
-            Ok(Err(Fault(code))) => Err(CallError::Fault(code)),
-            Err(_) => Err(CallError::Panicked),
-        }
+        })))
     }
 
     /// A remote call starts; fails if the door is revoked.
@@ -255,6 +243,36 @@ impl DoorCore {
         drop(h);
         if n > 0 {
             self.sub(n * HOLDER);
+        }
+    }
+}
+
+/// How a handler's run ended, before its result is checked: a small value,
+/// so the fast path branches on it without building a [`CallError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ran {
+    Done,
+    Fault(u32),
+    Panicked,
+}
+
+impl Ran {
+    #[inline]
+    fn of(outcome: std::thread::Result<Result<(), Fault>>) -> Ran {
+        match outcome {
+            Ok(Ok(())) => Ran::Done,
+            Ok(Err(Fault(code))) => Ran::Fault(code),
+            Err(_) => Ran::Panicked,
+        }
+    }
+
+    /// The call's result: the handler's error, or a result too large for
+    /// any path (refused the same whether co-located or not).
+    pub fn checked(self, reply: &Reply) -> Result<(), CallError> {
+        match self {
+            Ran::Done => check_sizes("result", reply.data.len(), reply.doors.len()),
+            Ran::Fault(code) => Err(CallError::Fault(code)),
+            Ran::Panicked => Err(CallError::Panicked),
         }
     }
 }

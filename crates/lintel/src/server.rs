@@ -19,7 +19,7 @@ use crate::abi::*;
 use crate::buffer;
 use crate::bulk::SlotBulk;
 use crate::conn::Conn;
-use crate::door::{ActiveCall, Door, DoorCore, Reply, Request, check_sizes};
+use crate::door::{ActiveCall, Door, DoorCore, Ran, Reply, Request, check_sizes};
 use crate::error::CallError;
 use crate::handshake::{self, AlertBox, Binding, Shared};
 use crate::shuttle::{self, Shuttle};
@@ -220,7 +220,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     pool.bound(w);
     loop {
         if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
-            handle(w, &slot, seq, bufs);
+            handle(w, ss, &slot, seq, bufs);
             if !pool.has_queued() {
                 continue;
             }
@@ -234,7 +234,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
             && ss.binding.rebind()
         {
             slot.set(OFF_SERVER_STATE, BUSY);
-            handle(w, &slot, r, bufs);
+            handle_late(w, ss, &slot, r, bufs);
             continue;
         }
         break;
@@ -328,10 +328,14 @@ fn publish(slot: &Slot, w: Polled, v: u32) {
     }
 }
 
-/// Serve one request and publish its reply: the fast path when the request
-/// is small, door-free and on the door served last, else [`handle_slow`].
-fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
-    let ss = &w.area.slots[w.slot as usize];
+/// Serve one request and publish its reply. Guards first, each sending the
+/// unusual case to [`handle_slow`]: a request that is not small (data past
+/// the inline bytes, doors, buffers, a deadline, forced vanilla), pinned
+/// doors to let go, a door not served last, a revoked door. Then the point of
+/// no return: the handler runs and its reply is published. Inlined into the
+/// worker's loop, so a null call pays no call frame.
+#[inline(always)]
+fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let req = RequestHeader::read(slot);
     ss.begin(seq, req.flags & FLAG_ALERT != 0, &bufs.shuttle);
     if w.conn.dead.load(SeqCst) {
@@ -339,35 +343,40 @@ fn handle(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
         // after `begin` publishes the call: a death seen later alerts it.)
         return;
     }
-    let fast = req.in_len as usize <= INLINE
-        && req.in_doors == 0
-        && req.in_bufs == 0
-        && req.flags & FLAG_VANILLA == 0
-        && req.deadline == 0
-        && !ss.has_pinned.load(Relaxed);
-    let cached = match &bufs.door {
-        Some((_, _, core)) if fast && cache_hit(&bufs.door, &w.conn, req.grant) => Some(core),
-        _ => None,
-    };
-    let Some(core) = cached else {
-        return handle_slow(w, slot, seq, bufs, &req);
+    let core = match &bufs.door {
+        Some((grant, generation, core))
+            if req.is_small()
+                && *grant == req.grant
+                && *generation == w.conn.grants_gen()
+                && !ss.has_pinned.load(Relaxed) =>
+        {
+            core
+        }
+        _ => return handle_slow(w, slot, seq, bufs, &req),
     };
     let Ok(active) = core.begin_call() else {
         return handle_slow(w, slot, seq, bufs, &req);
     };
     // ---- the handler runs; its reply is published below ----
-    let args = slot.read_inline(OFF_IN_INLINE);
     bufs.counters.served(Path::Fast);
     let reply = &mut bufs.reply;
-    reply.clear();
-    let result = core.invoke_bytes(&args[..req.in_len as usize], reply);
+    reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
+    debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
+    let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
     drop(active);
-    let plain = reply.doors.is_empty() && reply.buffers.is_empty();
-    if result.is_err() || reply.data.len() > INLINE || !plain || w.conn.is_dead() {
-        return finish_slow(w, slot, seq, bufs, result.map_err(Failure::taken), false);
+    if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
+        let result = ran.checked(reply).map_err(Failure::taken);
+        return finish_slow(w, slot, seq, bufs, result, false);
     }
     ReplyHeader::write_small(slot, &reply.data);
     publish_reply(slot, seq);
+}
+
+/// [`handle`] of a request found while letting go of the slot (rare: kept
+/// out of line so the worker's loop holds one copy of the fast path).
+#[inline(never)]
+fn handle_late(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+    handle(w, ss, slot, seq, bufs)
 }
 
 /// Publish the reply written in `slot` and wake the caller if it sleeps.
@@ -465,6 +474,7 @@ fn finish_slow(
         }
     }
     trim(w, bufs);
+    bufs.reply.buffers.clear(); // a failed call's: they go nowhere
     if !bufs.reply.doors.is_empty() {
         let ss = &w.area.slots[w.slot as usize];
         ss.pinned.lock().append(&mut bufs.reply.doors);

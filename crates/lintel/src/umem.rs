@@ -48,6 +48,15 @@ pub struct RequestHeader {
 }
 
 impl RequestHeader {
+    /// A request the fast path takes: at most [`INLINE`] bytes, inline; no
+    /// doors, buffers or deadline; not forced vanilla ([`FLAG_ALERT`] is the
+    /// only flag it may carry).
+    #[inline(always)]
+    pub fn is_small(&self) -> bool {
+        // `in_doors` above `in_len` in one word: any door makes it large.
+        self.flags & !FLAG_ALERT == 0 && pair(self.in_len, self.in_doors) <= INLINE as u64
+    }
+
     #[inline(always)]
     pub fn read(slot: &Slot) -> RequestHeader {
         let at = slot.at();
@@ -63,22 +72,31 @@ impl RequestHeader {
             } else {
                 0
             },
-            deadline: at.w64(OFF_DEADLINE).load(Relaxed),
+            deadline: if flags & FLAG_DEADLINE != 0 {
+                at.w64(OFF_DEADLINE).load(Relaxed)
+            } else {
+                0
+            },
         }
     }
 
     /// The caller's side: a small request (the fast path's) of `data` with
-    /// no doors, in six stores.
+    /// no doors, in five stores (six with a deadline).
     #[inline(always)]
     pub fn write_small(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
         let at = slot.at();
         let (lo, hi) = pack_inline(data);
+        let flags = if deadline != 0 {
+            at.w64(OFF_DEADLINE).store(deadline, Relaxed);
+            flags | FLAG_DEADLINE
+        } else {
+            flags
+        };
         at.w64(OFF_GRANT).store(pair(grant, flags), Relaxed);
         at.w64(OFF_IN_LEN).store(pair(data.len() as u32, 0), Relaxed);
         at.w64(OFF_IN_INLINE).store(lo, Relaxed);
         at.w64(OFF_IN_INLINE + 8).store(hi, Relaxed);
         at.w32(OFF_CLIENT_CPU).store(cpu, Relaxed);
-        at.w64(OFF_DEADLINE).store(deadline, Relaxed);
     }
 }
 
@@ -580,6 +598,41 @@ mod tests {
     }
 
     #[test]
+    fn small_requests_carry_a_deadline_only_when_flagged() {
+        let s = slot();
+        RequestHeader::write_small(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
+        let h = RequestHeader::read(&s);
+        assert_eq!((h.grant, h.in_len, h.deadline), (7, 3, 12345));
+        assert_eq!(h.flags, FLAG_ALERT | FLAG_DEADLINE);
+        assert!(!h.is_small(), "a call with a deadline leaves the fast path");
+        // The next call has none: the old deadline still in the word is not read.
+        RequestHeader::write_small(&s, 7, 0, b"abc", 1, 0);
+        let h = RequestHeader::read(&s);
+        assert_eq!((h.flags, h.deadline), (0, 0));
+        assert!(h.is_small());
+    }
+
+    #[test]
+    fn only_small_door_free_requests_are_small() {
+        let s = slot();
+        RequestHeader::write_small(&s, 1, FLAG_ALERT, &[9; INLINE], 0, 0);
+        assert!(RequestHeader::read(&s).is_small(), "an alert keeps the fast path");
+        let large = |flags: u32, len: u32, doors: u32| {
+            s.set(OFF_FLAGS, flags);
+            s.set(OFF_IN_LEN, len);
+            s.set(OFF_IN_DOORS, doors);
+            !RequestHeader::read(&s).is_small()
+        };
+        assert!(large(0, INLINE as u32 + 1, 0));
+        assert!(large(0, 0, 1));
+        assert!(large(0, 0, u32::MAX));
+        assert!(large(FLAG_VANILLA, 0, 0));
+        assert!(large(FLAG_BUFS, 0, 0));
+        assert!(large(1 << 31, 0, 0), "an unknown flag is not the fast path's");
+        assert!(!large(0, INLINE as u32, 0));
+    }
+
+    #[test]
     fn refuses_slots_outside_the_mapping() {
         let fd = crate::sys::sealed_memfd("t", SLOT_SIZE).unwrap();
         let map = Arc::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), SLOT_SIZE).unwrap());
@@ -624,12 +677,20 @@ pub unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize) {
         unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
         return;
     }
+    // A head up to the destination's next 32-byte boundary first: the
+    // volatile writes below must be aligned (the skew is unchanged).
+    let head = (dst as usize).wrapping_neg() % 32;
+    // SAFETY: `head` < 32 < `len`, so the head lies inside both ranges.
+    let (src, dst, len) = unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, head);
+        (src.add(head), dst.add(head), len - head)
+    };
     let words = len / 32;
     for i in 0..words {
         // SAFETY: chunk `i` lies inside both ranges (the caller's
-        // contract); unaligned reads and writes are allowed. The volatile
-        // write keeps the compiler from turning the loop back into a
-        // `memcpy` call.
+        // contract); the read may be unaligned, the write is 32-byte
+        // aligned (`head`). The volatile write keeps the compiler from
+        // turning the loop back into a `memcpy` call.
         unsafe {
             let v = std::ptr::read_unaligned(src.add(i * 32) as *const [u64; 4]);
             std::ptr::write_volatile(dst.add(i * 32) as *mut [u64; 4], v);
