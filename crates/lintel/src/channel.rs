@@ -169,12 +169,17 @@ pub(crate) fn call_with(
 }
 
 /// This thread's lease on `conn`, busy for one call: the last call's when
-/// it was on `conn` and is still ours (the common case), else [`lease`].
+/// it was on `conn` and is still ours (the common case), else [`lease`],
+/// which becomes the last call's.
 #[inline(always)]
 fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     match last::get() {
         Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(l.claim) => Ok(l),
-        last => lease(conn, last),
+        last => lease(conn, last).inspect(|l| {
+            if l.held.get() {
+                last::set(l);
+            }
+        }),
     }
 }
 
@@ -185,8 +190,6 @@ fn end_call(lease: Rc<Lease>) {
     lease.shuttle.call_ended();
     if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
         forget(&lease);
-    } else if lease.held.get() {
-        last::set(&lease);
     }
 }
 
