@@ -188,7 +188,7 @@ fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 #[inline(always)]
 fn end_call(lease: Rc<Lease>) {
     lease.shuttle.call_ended();
-    if lease.abandoned.get() || !lease.area.leases.end(lease.claim) {
+    if lease.abandoned.get() || !lease.area.leases.end(&lease.claim) {
         forget(&lease);
     }
 }

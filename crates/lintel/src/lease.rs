@@ -185,7 +185,7 @@ impl Leases {
     /// The owner's call is over. Returns false if the slot was handed back
     /// because a thread waits for one (the lease is void).
     #[inline]
-    pub fn end(&self, c: Claim) -> bool {
+    pub fn end(&self, c: &Claim) -> bool {
         if self.wanted.load(Relaxed) != 0 {
             self.free_slot(c);
             return false;
@@ -195,7 +195,7 @@ impl Leases {
     }
 
     #[cold]
-    fn free_slot(&self, c: Claim) {
+    fn free_slot(&self, c: &Claim) {
         self.words[at(c.index)].store(FREE, Release);
         self.free.lock().push(c.index);
         self.freed.notify_one();
@@ -251,7 +251,7 @@ mod tests {
         let a = l.take(|_, _| true).unwrap();
         let b = l.take(|_, _| true).unwrap();
         assert!(l.take(|_, _| true).is_none(), "both busy");
-        assert!(l.end(a) && l.end(b));
+        assert!(l.end(&a) && l.end(&b));
         // Both owners idle: a newcomer takes one of their slots.
         let c = l.take(|_, _| true).unwrap();
         let stolen = if c.index == a.index { a } else { b };
@@ -264,11 +264,11 @@ mod tests {
     fn a_void_lease_never_frees_the_new_owners_slot() {
         let l = Leases::new(1);
         let a = l.take(|_, _| true).unwrap();
-        assert!(l.end(a));
+        assert!(l.end(&a));
         let b = l.take(|_, _| true).unwrap();
         l.release(a); // the old owner's thread exits
         assert!(l.take(|_, _| true).is_none(), "b still holds it");
-        assert!(l.end(b));
+        assert!(l.end(&b));
         l.release(b);
         assert!(l.free.lock().len() == 1);
     }
@@ -279,7 +279,7 @@ mod tests {
         let a = l.take(|_, _| true).unwrap();
         assert_eq!(l.next_seq(a, u32::MAX), 1);
         assert_eq!(l.next_seq(a, u32::MAX), 2);
-        l.end(a);
+        l.end(&a);
         let b = l.take(|_, _| true).unwrap();
         assert_eq!(l.next_seq(b, u32::MAX), 3, "the new owner continues");
         l.seqs[0].store(u32::MAX - 1, Relaxed);
@@ -310,7 +310,7 @@ mod tests {
         while l.waiting() == 0 {
             std::thread::yield_now();
         }
-        assert!(!l.end(a), "handed back: someone waits");
+        assert!(!l.end(&a), "handed back: someone waits");
         let got = t.join().unwrap().expect("the waiter got the slot");
         assert_eq!(got.index, a.index);
         assert!(!l.begin(a));
@@ -343,7 +343,7 @@ mod tests {
                 let (l, gate) = (l.clone(), gate.clone());
                 std::thread::spawn(move || {
                     let c = l.take_or_wait(|_, _| true, || None::<()>).unwrap();
-                    let owned = l.end(c);
+                    let owned = l.end(&c);
                     gate.wait(); // alive, lease kept
                     (c, owned)
                 })
@@ -372,7 +372,7 @@ mod tests {
                         assert_eq!(b.fetch_add(1, SeqCst), 0, "two callers on one slot");
                         std::hint::spin_loop();
                         b.fetch_sub(1, SeqCst);
-                        if l.end(c) {
+                        if l.end(&c) {
                             lease = Some(c);
                         }
                     }
