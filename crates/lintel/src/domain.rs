@@ -108,6 +108,7 @@ pub(crate) fn after_fork() {
 
 impl Domain {
     fn new() -> Domain {
+        crate::fence::init();
         let settings = Settings::from_env();
         Domain {
             pid: std::process::id(),

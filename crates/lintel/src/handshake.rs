@@ -9,7 +9,10 @@
 //! the other's store, so a sleeper is always either seen (and woken) or sees
 //! what it was waiting for, and an alert always reaches its call. (Fences,
 //! not sequentially consistent accesses: the C++ model makes both work, but
-//! loom checks only the fences.)
+//! loom checks only the fences.) The alert handshake runs between threads
+//! of one process, one side on every call: there the pair of full fences is
+//! an asymmetric pair (`fence`), which orders the same way; the model
+//! checks the full fences it stands for.
 
 use std::sync::atomic::Ordering::{self, *};
 use std::time::Duration;
@@ -32,6 +35,17 @@ pub(crate) trait Mem {
     fn publish(w: &Self::Word, v: u32) {
         w.store(v, Release);
         Self::fence();
+    }
+    /// [`Mem::publish`] by the frequent side of a handshake within one
+    /// process, whose other side publishes with [`Mem::publish_heavy`]:
+    /// together they order as two full fences (`fence`; the model checks
+    /// the full fences).
+    fn publish_light(w: &Self::Word, v: u32) {
+        Self::publish(w, v)
+    }
+    /// The rare side's mirror of [`Mem::publish_light`].
+    fn publish_heavy(w: &Self::Word, v: u32) {
+        Self::publish(w, v)
     }
     /// Sleep while `w` holds `expected`; may return early. `timeout` is a
     /// safety net of the real runtime; the model has no time and ignores it,
@@ -71,6 +85,15 @@ impl Mem for Shared {
     #[inline(always)]
     fn publish(w: &Self::Word, v: u32) {
         w.swap(v, SeqCst);
+    }
+    #[inline(always)]
+    fn publish_light(w: &Self::Word, v: u32) {
+        w.store(v, Release);
+        crate::fence::light();
+    }
+    fn publish_heavy(w: &Self::Word, v: u32) {
+        w.store(v, Release);
+        crate::fence::heavy();
     }
     #[inline]
     fn futex_wait(w: &Self::Word, expected: u32, timeout: Duration) {
@@ -224,10 +247,12 @@ impl<W: Word> AlertBox<W> {
     /// A worker starts request `seq`: whether it starts alerted (its caller
     /// was alerted when it posted, `flagged`, or since). Stores `last_seq`,
     /// fences, then reads `alerted_seq`: [`AlertBox::alert`] does the
-    /// mirror image, so one of the two sees the other.
+    /// mirror image, so one of the two sees the other. Both sides are
+    /// threads of the serving process, and this one runs on every call: its
+    /// fence is the light one of an asymmetric pair.
     #[inline]
     pub fn begin<M: Mem<Word = W>>(&self, seq: u32, flagged: bool) -> bool {
-        M::publish(&self.last_seq, seq);
+        M::publish_light(&self.last_seq, seq);
         flagged || self.alerted_seq.load(Relaxed) == seq
     }
 
@@ -236,7 +261,7 @@ impl<W: Word> AlertBox<W> {
     /// (else [`AlertBox::begin`] will see the note).
     #[inline]
     pub fn alert<M: Mem<Word = W>>(&self, seq: u32) -> bool {
-        M::publish(&self.alerted_seq, seq);
+        M::publish_heavy(&self.alerted_seq, seq);
         self.last_seq.load(Relaxed) == seq
     }
 }

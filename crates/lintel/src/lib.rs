@@ -94,6 +94,7 @@ pub mod deadline;
 mod domain;
 mod door;
 mod error;
+mod fence;
 mod grants;
 mod handshake;
 mod leaked;

@@ -82,6 +82,20 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// Register this process for expedited memory barriers (`fence`); false
+/// if the kernel (or a sandbox, or valgrind) refuses.
+pub fn membarrier_register() -> bool {
+    use rustix::thread::{MembarrierCommand, membarrier};
+    membarrier(MembarrierCommand::RegisterPrivateExpedited).is_ok()
+}
+
+/// A full memory barrier on every running thread of this process; false if
+/// the kernel refuses (the process is not registered).
+pub fn membarrier() -> bool {
+    use rustix::thread::{MembarrierCommand, membarrier};
+    membarrier(MembarrierCommand::PrivateExpedited).is_ok()
+}
+
 /// Wake up to `n` sleepers on `word`.
 pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = futex::wake(word, futex::Flags::empty(), n);
