@@ -43,8 +43,9 @@
 //! 1. **Protocol**: [`abi`] (the `lintel-abi` crate): layouts, status codes,
 //!    control messages, the version. No logic; everything that speaks to a
 //!    domain uses it.
-//! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping)
-//!    and `umem` (peer-writable memory, read word by word and copied out).
+//! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping),
+//!    `umem` (peer-writable memory, read word by word and copied out) and
+//!    `fence` (asymmetric fences between threads of this process).
 //! 3. **Plain values**, each with host tests that need no process and no
 //!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
 //!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic

@@ -140,8 +140,11 @@ impl InArea {
     ///
     /// A call that has not started by now never starts: [`handle`] reads
     /// the connection's death after [`SlotServer::begin`] publishes the
-    /// call, and this reads `last_seq` after the death is published.
+    /// call, and this reads `last_seq` after the death is published. The
+    /// worker's fence there is the light one of an asymmetric pair, so this
+    /// side's is the heavy one.
     pub fn caller_died(&self) {
+        crate::fence::heavy();
         for i in 0..SLOTS as u32 {
             self.alert(i, self.slots[i as usize].last_seq());
             self.request_unbind(i);
