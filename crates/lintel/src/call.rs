@@ -80,36 +80,30 @@ fn call_colocated(
     buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    let r = run_colocated(core, data, doors, buffers, reply);
+    let r = admit(core, data, doors, &buffers).and_then(|()| {
+        reply.clear();
+        let req = Request {
+            datum: core.datum,
+            data,
+            doors: doors.to_vec(),
+            buffers,
+        };
+        // As across domains, where a failed call brings nothing back.
+        core.invoke(req, reply).inspect_err(|_| reply.clear())
+    });
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     stats::call(Path::Colocated, data.len(), doors.len(), result);
     r
 }
 
+/// The checks a co-located call passes before its handler runs, as a call
+/// across domains does: sizes, buffers, revocation, deadline and cancel.
 #[inline]
-fn run_colocated(
-    core: &Arc<DoorCore>,
-    data: &[u8],
-    doors: &[Door],
-    buffers: Vec<Buffer>,
-    reply: &mut Reply,
-) -> Result<(), CallError> {
+fn admit(core: &DoorCore, data: &[u8], doors: &[Door], buffers: &[Buffer]) -> Result<(), CallError> {
     check_sizes("arguments", data.len(), doors.len())?;
-    crate::buffer::check_passable(&buffers)?;
+    crate::buffer::check_passable(buffers)?;
     if core.revoked() {
         return Err(CallError::Revoked);
     }
-    crate::shuttle::check_call()?;
-    reply.clear();
-    let req = Request {
-        datum: core.datum,
-        data,
-        doors: doors.to_vec(),
-        buffers,
-    };
-    let r = core.invoke(req, reply);
-    if r.is_err() {
-        reply.clear(); // as across domains, where a failed call brings nothing back
-    }
-    r
+    crate::shuttle::check_call()
 }
