@@ -40,7 +40,7 @@ impl OutArea {
     }
 
     pub fn slot(&self, i: u32) -> Slot {
-        Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
+        Slot::of_area(&self.map, i)
     }
 
     /// Whether the late reply to abandoned call `seq` has landed in slot

@@ -74,6 +74,13 @@ impl SlotServer {
         }
     }
 
+    /// Alert the thread serving the slot, if one is.
+    fn alert_thread(&self) {
+        if let Some(sh) = self.shuttle.lock().clone() {
+            sh.alert();
+        }
+    }
+
     /// The request being (or last) served.
     fn last_seq(&self) -> u32 {
         self.alerts.last_seq.load(Relaxed)
@@ -101,7 +108,7 @@ impl InArea {
     }
 
     fn slot(&self, i: u32) -> Slot {
-        Slot::new(self.map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
+        Slot::of_area(&self.map, i)
     }
 
     /// Queue `slot` for a thread unless one has it already.
@@ -128,10 +135,8 @@ impl InArea {
         let Some(ss) = self.slots.get(slot as usize) else {
             return;
         };
-        if ss.alerts.alert::<Shared>(seq)
-            && let Some(sh) = ss.shuttle.lock().clone()
-        {
-            sh.alert();
+        if ss.alerts.alert::<Shared>(seq) {
+            ss.alert_thread();
         }
     }
 
@@ -142,13 +147,16 @@ impl InArea {
     /// the connection's death after [`SlotServer::begin`] publishes the
     /// call, and this reads `last_seq` after the death is published. The
     /// worker's fence there is the light one of an asymmetric pair, so this
-    /// side's is the heavy one.
+    /// side's is the heavy one, once for every slot: each slot's running
+    /// call (the one `last_seq` names) is then alerted without a fence of
+    /// its own.
     pub fn caller_died(&self) {
         crate::fence::heavy();
-        for i in 0..SLOTS as u32 {
-            self.alert(i, self.slots[i as usize].last_seq());
-            self.request_unbind(i);
-            self.slots[i as usize].pinned.lock().clear();
+        for (i, ss) in self.slots.iter().enumerate() {
+            ss.alerts.alerted_seq.store(ss.last_seq(), Relaxed);
+            ss.alert_thread();
+            self.request_unbind(i as u32);
+            ss.pinned.lock().clear();
         }
     }
 }

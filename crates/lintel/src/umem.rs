@@ -191,6 +191,12 @@ unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
 impl Slot {
+    /// Slot `i` of a call area (the layout in [`crate::abi`]); panics if
+    /// `map` is not a whole area or `i` is out of range (a local bug).
+    pub fn of_area(map: &Arc<Mapping>, i: u32) -> Slot {
+        Slot::new(map.clone(), AREA_HEADER + i as usize * SLOT_SIZE).expect("slot index in range")
+    }
+
     /// The slot at byte `offset` of `map`; `None` if it does not fit.
     pub fn new(map: Arc<Mapping>, offset: usize) -> Option<Slot> {
         if !offset.is_multiple_of(64) || offset.checked_add(SLOT_SIZE)? > map.len() {

@@ -13,7 +13,7 @@ use crate::leaked::Leaked;
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 struct Queue {
-    tx: Mutex<Sender<Job>>,
+    tx: Sender<Job>,
     /// Taken by the thread when it starts.
     rx: Mutex<Option<Receiver<Job>>>,
 }
@@ -24,13 +24,13 @@ static QUEUE: Leaked<Queue> = Leaked::new();
 /// A job that panics is dropped; the thread goes on.
 pub(crate) fn queue(job: Job) {
     let q = QUEUE.get_or_make(make, start);
-    let _ = q.tx.lock().send(job);
+    let _ = q.tx.send(job);
 }
 
 fn make() -> Queue {
     let (tx, rx) = mpsc::channel();
     Queue {
-        tx: Mutex::new(tx),
+        tx,
         rx: Mutex::new(Some(rx)),
     }
 }
