@@ -727,9 +727,15 @@ mod tests {
 
     fn served() -> Arc<DoorCore> {
         let handler = |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) };
-        DoorCore::new(7, Box::new(handler), |_| {
-            UNREFERENCED.fetch_add(1, SeqCst);
-        })
+        static RUNNING: crate::running::Running = crate::running::Running::new();
+        DoorCore::new(
+            7,
+            Box::new(handler),
+            |_| {
+                UNREFERENCED.fetch_add(1, SeqCst);
+            },
+            || &RUNNING,
+        )
     }
 
     #[test]

@@ -10,10 +10,14 @@
 //!
 //! The server counts, per door, the domains that hold it (one per connection
 //! with a live grant, one per ticket in transit) and the remote calls in
-//! progress, in one atomic word: holders in the high half, calls in the low
-//! half. Whoever moves it to zero queues one `unreferenced`, which the
-//! domain's single unreferenced thread delivers in order. Calls by the server
-//! domain itself do not count: it always holds its own door.
+//! progress on the slow path, in one atomic word: holders in the high half,
+//! calls in the low half. A call on the fast path is not counted there: its
+//! worker publishes the door in a word of its own ([`crate::running`]).
+//! Whoever moves the count to zero marks `unreferenced` pending and looks
+//! at the workers' words; if none runs a call on the door, it queues one
+//! `unreferenced` (the domain's single unreferenced thread delivers them in
+//! order), else the last such worker does when its call ends. Calls by the
+//! server domain itself do not count: it always holds its own door.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
@@ -24,6 +28,7 @@ use crate::abi::MAX_DOORS;
 use crate::buffer::Buffer;
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
+use crate::running::{Runner, Running};
 use crate::stats::{self, Path};
 
 /// A call as the handler sees it: the door's datum, a private copy of the
@@ -115,14 +120,24 @@ const HOLDER: u64 = 1 << 32;
 /// domain's unreferenced thread in the runtime, a recorder in tests.
 pub(crate) type UnrefSink = fn(Arc<DoorCore>);
 
+/// The words of the workers that may run fast calls on a door: the
+/// domain's in the runtime (the current domain's, so a forked child's new
+/// workers are the ones seen), a test's own on the host.
+pub(crate) type Runners = fn() -> &'static Running;
+
 /// A door served by this domain. Its reference count is a plain value: all
 /// it needs from the runtime is the sink it was created with.
 pub(crate) struct DoorCore {
     pub datum: u64,
     pub handler: Box<dyn Handler>,
     on_unref: UnrefSink,
-    /// Holders (high 32 bits) + active remote calls (low 32 bits).
+    runners: Runners,
+    /// Holders (high 32 bits) + active slow-path calls (low 32 bits).
     refs: AtomicU64,
+    /// The count reached zero while a worker ran a fast call on the door:
+    /// whoever takes this flag back (the count still zero, no worker on the
+    /// door) queues `unreferenced`.
+    unref_pending: AtomicBool,
     revoked: AtomicBool,
     /// Holders counted in `refs`, and whether the revoke's one unreferenced
     /// has been queued; changed only under this lock (slow path).
@@ -136,12 +151,19 @@ struct Holders {
 }
 
 impl DoorCore {
-    pub fn new(datum: u64, handler: Box<dyn Handler>, on_unref: UnrefSink) -> Arc<DoorCore> {
+    pub fn new(
+        datum: u64,
+        handler: Box<dyn Handler>,
+        on_unref: UnrefSink,
+        runners: Runners,
+    ) -> Arc<DoorCore> {
         Arc::new(DoorCore {
             datum,
             handler,
             on_unref,
+            runners,
             refs: AtomicU64::new(0),
+            unref_pending: AtomicBool::new(false),
             revoked: AtomicBool::new(false),
             holders: Mutex::new(Holders::default()),
         })
@@ -176,6 +198,33 @@ impl DoorCore {
             };
             self.handler.invoke(req, reply)
         })))
+    }
+
+    /// A fast call starts on the worker whose word is `runner`: true if the
+    /// door is held and not revoked, so the call runs uncounted (the door's
+    /// fall to zero holders will see the worker's word). False: the worker
+    /// has left again and the call goes the slow, counted way.
+    #[inline(always)]
+    pub fn enter(self: &Arc<Self>, runner: &Runner) -> bool {
+        runner.enter(self.addr());
+        if self.refs.load(Relaxed) >= HOLDER && !self.revoked.load(Relaxed) {
+            return true;
+        }
+        self.leave(runner);
+        false
+    }
+
+    /// The fast call that [`DoorCore::enter`] let in has ended.
+    #[inline(always)]
+    pub fn leave(self: &Arc<Self>, runner: &Runner) {
+        runner.leave();
+        if self.unref_pending.load(Relaxed) {
+            self.settle();
+        }
+    }
+
+    fn addr(&self) -> usize {
+        self as *const DoorCore as usize
     }
 
     /// A remote call starts; fails if the door is revoked.
@@ -225,6 +274,26 @@ impl DoorCore {
     }
 
     fn reached_zero(self: &Arc<Self>) {
+        self.unref_pending.store(true, SeqCst);
+        self.settle();
+    }
+
+    /// `unreferenced` is pending: queue it unless a worker still runs a
+    /// fast call on the door (that worker settles when it leaves) or the
+    /// door is held again. Taking the flag back decides who queues it.
+    #[cold]
+    fn settle(self: &Arc<Self>) {
+        if (self.runners)().runs(self.addr()) {
+            return;
+        }
+        if self
+            .unref_pending
+            .compare_exchange(true, false, SeqCst, Relaxed)
+            .is_err()
+            || self.refs.load(SeqCst) != 0
+        {
+            return;
+        }
         if self.revoked.load(SeqCst) {
             let mut h = self.holders.lock();
             if std::mem::replace(&mut h.final_unref_sent, true) {
@@ -351,6 +420,7 @@ impl Door {
             datum,
             Box::new(handler),
             deliver_unreferenced,
+            crate::running::workers,
         )))
     }
 
@@ -517,7 +587,14 @@ mod tests {
     fn door() -> Arc<DoorCore> {
         UNREFS.with(|u| u.set(0));
         let h = |_: Request<'_>, _: &mut Reply| Ok(());
-        DoorCore::new(7, Box::new(h), record)
+        DoorCore::new(7, Box::new(h), record, runners)
+    }
+
+    /// The workers of these tests: each test thread has its own door, so
+    /// one registry serves them all.
+    fn runners() -> &'static Running {
+        static RUNNING: Running = Running::new();
+        &RUNNING
     }
 
     #[test]
@@ -545,6 +622,112 @@ mod tests {
         assert_eq!(unrefs(), 0, "the call still runs");
         drop(call);
         assert_eq!(unrefs(), 1);
+    }
+
+    #[test]
+    fn a_fast_call_holds_the_door_until_its_worker_leaves() {
+        let d = door();
+        let (a, b) = (runners().register(), runners().register());
+        assert!(!d.enter(&a), "a door nobody holds takes no fast call");
+        d.add_holder();
+        assert!(d.enter(&a));
+        assert!(d.enter(&b));
+        d.drop_holder();
+        assert_eq!(unrefs(), 0, "two calls still run");
+        d.leave(&a);
+        assert_eq!(unrefs(), 0, "one call still runs");
+        d.leave(&b);
+        assert_eq!(unrefs(), 1, "the last worker to leave queues it");
+        d.leave(&b);
+        assert_eq!(unrefs(), 1, "once");
+    }
+
+    #[test]
+    fn a_door_held_again_during_a_fast_call_is_not_unreferenced() {
+        let d = door();
+        let a = runners().register();
+        d.add_holder();
+        assert!(d.enter(&a));
+        d.drop_holder();
+        d.add_holder();
+        d.leave(&a);
+        assert_eq!(unrefs(), 0, "held again before the call ended");
+        d.drop_holder();
+        assert_eq!(unrefs(), 1);
+        d.revoke();
+        assert!(!d.enter(&a), "a revoked door takes no fast call");
+    }
+
+    /// Workers on two threads enter and leave fast calls while a third
+    /// thread makes the door held and unheld. `unreferenced` never runs
+    /// while a call that entered is in progress, and none is lost: at the
+    /// end nothing is left pending and it ran after the last release.
+    #[test]
+    fn unreferenced_never_overlaps_a_fast_call_under_threads() {
+        use std::sync::atomic::{AtomicBool, AtomicU32};
+        static IN_CALL: AtomicU32 = AtomicU32::new(0);
+        static OVERLAPS: AtomicU32 = AtomicU32::new(0);
+        static FIRED: AtomicU32 = AtomicU32::new(0);
+        static ENTERED: AtomicU32 = AtomicU32::new(0);
+        fn sink(_: Arc<DoorCore>) {
+            if IN_CALL.load(SeqCst) != 0 {
+                OVERLAPS.fetch_add(1, SeqCst);
+            }
+            FIRED.fetch_add(1, SeqCst);
+        }
+        crate::fence::init();
+        let h = |_: Request<'_>, _: &mut Reply| Ok(());
+        let d = DoorCore::new(7, Box::new(h), sink, runners);
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (d, stop) = (d.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let r = runners().register();
+                    let mut turn = 0u32;
+                    while !stop.load(Relaxed) {
+                        if d.enter(&r) {
+                            IN_CALL.fetch_add(1, SeqCst);
+                            ENTERED.fetch_add(1, Relaxed);
+                            std::hint::spin_loop();
+                            IN_CALL.fetch_sub(1, SeqCst);
+                            d.leave(&r);
+                        }
+                        turn += 1;
+                        if turn.is_multiple_of(64) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Enough rounds, and enough calls among them (the workers may wait
+        // for a CPU a while on a busy machine).
+        let start = std::time::Instant::now();
+        let mut round = 0u32;
+        while round < 5_000 || ENTERED.load(Relaxed) < 1_000 {
+            assert!(start.elapsed().as_secs() < 60, "no call entered in a minute");
+            d.add_holder();
+            for _ in 0..round % 8 {
+                std::hint::spin_loop();
+            }
+            d.drop_holder();
+            round += 1;
+            if round.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+        }
+        let before_last = FIRED.load(SeqCst);
+        d.add_holder();
+        d.drop_holder();
+        stop.store(true, SeqCst);
+        workers.into_iter().for_each(|w| w.join().unwrap());
+        assert_eq!(OVERLAPS.load(SeqCst), 0, "unreferenced ran during a call");
+        assert!(!d.unref_pending.load(SeqCst), "an unreferenced was left pending");
+        assert!(
+            FIRED.load(SeqCst) > before_last,
+            "the last release was never followed by unreferenced"
+        );
     }
 
     #[test]

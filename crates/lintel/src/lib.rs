@@ -54,8 +54,9 @@
 //!    [`deadline`] arithmetic, `settings`, `error`, [`stats`], `spin`,
 //!    [`shuttle`] (a thread's call state; alerts reach a connection through
 //!    a hook the domain sets), `workers` (the server-thread pool, generic
-//!    over what it serves), `unref` (the thread that runs `unreferenced` in
-//!    order) and `leaked`.
+//!    over what it serves), `running` (which door each server thread runs
+//!    a fast call on, so a door's count need not change per call), `unref`
+//!    (the thread that runs `unreferenced` in order) and `leaked`.
 //! 4. **Objects**: `door` (a door, and the object it serves with its
 //!    reference count), [`buffer`] (loans and sealed snapshots) and `conn`
 //!    (a connection: its socket, grant table, descriptors parked ahead of
@@ -101,6 +102,7 @@ mod handshake;
 mod leaked;
 mod lease;
 pub mod pool;
+mod running;
 mod server;
 mod settings;
 pub mod shuttle;
@@ -169,6 +171,7 @@ pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd 
 pub fn after_fork() {
     buffer::forked();
     unref::after_fork();
+    running::after_fork();
     channel::forget_thread_leases();
     domain::after_fork()
 }

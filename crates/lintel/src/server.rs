@@ -22,6 +22,7 @@ use crate::conn::Conn;
 use crate::door::{ActiveCall, Door, DoorCore, Ran, Reply, Request, check_sizes};
 use crate::error::CallError;
 use crate::handshake::{self, AlertBox, Binding, Shared};
+use crate::running::Runner;
 use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{Counters, Path};
@@ -195,6 +196,7 @@ pub(crate) fn run_worker(pool: &'static Pool<Work>) {
         shared_cpu: 0,
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
+        runner: crate::running::workers().register(),
     };
     loop {
         let w = pool.take();
@@ -218,6 +220,8 @@ struct Buffers {
     counters: Counters,
     /// This worker thread's shuttle.
     shuttle: Arc<Shuttle>,
+    /// Where this worker publishes the door of its fast call.
+    runner: Arc<Runner>,
 }
 
 /// Stay bound to one slot, serving its calls, until asked to let go or the
@@ -365,16 +369,16 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
         }
         _ => return handle_slow(w, slot, seq, bufs, &req),
     };
-    let Ok(active) = core.begin_call() else {
+    if !core.enter(&bufs.runner) {
         return handle_slow(w, slot, seq, bufs, &req);
-    };
+    }
     // ---- the handler runs; its reply is published below ----
     bufs.counters.served(Path::Fast);
     let reply = &mut bufs.reply;
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
     let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
-    drop(active);
+    core.leave(&bufs.runner);
     if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
         let result = ran.checked(reply).map_err(Failure::taken);
         return finish_slow(w, slot, seq, bufs, result, false);
