@@ -63,13 +63,13 @@ struct Lease {
 impl Lease {
     #[inline]
     fn next_seq(&self) -> u32 {
-        self.area.leases.next_seq(self.claim, SEQ_DEAD)
+        self.area.leases.next_seq(&self.claim, SEQ_DEAD)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.area.leases.release(self.claim);
+        self.area.leases.release(&self.claim);
     }
 }
 
@@ -174,7 +174,7 @@ pub(crate) fn call_with(
 #[inline(always)]
 fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     match last::get() {
-        Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(l.claim) => Ok(l),
+        Some(l) if Arc::ptr_eq(&l.conn, conn) && l.area.leases.begin(&l.claim) => Ok(l),
         last => lease(conn, last).inspect(|l| {
             if l.held.get() {
                 last::set(l);
@@ -609,7 +609,7 @@ fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered 
         },
         &[],
     );
-    lease.area.leases.abandon(lease.claim);
+    lease.area.leases.abandon(&lease.claim);
     lease.abandoned.set(true);
     why
 }
@@ -633,7 +633,7 @@ fn lease(conn: &Arc<Conn>, last: Option<Rc<Lease>>) -> Result<Rc<Lease>, CallErr
         .ok()
         .flatten();
     match found {
-        Some(l) if l.area.leases.begin(l.claim) => Ok(l),
+        Some(l) if l.area.leases.begin(&l.claim) => Ok(l),
         Some(l) => {
             forget(&l); // taken by another thread while this one was idle
             new_lease(conn)
@@ -690,7 +690,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         settings: conn.settings,
         held: Cell::new(false),
     });
-    if let Some(seq) = claim.drained {
+    if let Some(seq) = lease.claim.drained {
         release_late_doors(&lease, seq);
     }
     let held = LEASES.try_with(|l| l.0.borrow_mut().push(lease.clone())).is_ok();

@@ -378,13 +378,16 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
     let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
-    core.leave(&bufs.runner);
     if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
+        core.leave(&bufs.runner);
         let result = ran.checked(reply).map_err(Failure::taken);
         return finish_slow(w, slot, seq, bufs, result, false);
     }
     ReplyHeader::write_small(slot, &reply.data);
     publish_reply(slot, seq);
+    // The handler is done: leaving after the reply keeps this off the
+    // caller's wait (its only effect is to let `unreferenced` run).
+    core.leave(&bufs.runner);
 }
 
 /// [`handle`] of a request found while letting go of the slot (rare: kept
