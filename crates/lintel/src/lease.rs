@@ -243,17 +243,7 @@ impl Leases {
 
     #[cold]
     fn free_slot(&self, c: &Claim) {
-        let mut mark = self.marks[at(c.index)].lock();
-        // In a call, so no thief took it; it may have been abandoned.
-        let w = &self.words[at(c.index)];
-        if w.compare_exchange(c.token | LEASED, FREE, Release, Relaxed)
-            .is_ok()
-        {
-            *mark = None;
-            drop(mark);
-            self.free.lock().push(c.index);
-            self.freed.notify_one();
-        }
+        self.put_on_free_list(c); // in a call: no thief took it
         c.mark.store(0, Release);
     }
 
@@ -261,6 +251,12 @@ impl Leases {
     /// free the slot unless someone took it already.
     pub fn release(&self, c: &Claim) {
         c.mark.store(0, Release);
+        self.put_on_free_list(c);
+    }
+
+    /// Free the slot if `c` still leases it (not taken, not draining),
+    /// under the lock a thief holds while it decides.
+    fn put_on_free_list(&self, c: &Claim) {
         let mut mark = self.marks[at(c.index)].lock();
         let w = &self.words[at(c.index)];
         if w.compare_exchange(c.token | LEASED, FREE, AcqRel, Relaxed)
