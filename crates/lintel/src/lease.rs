@@ -25,7 +25,9 @@
 //! stores, fences and loads the other's word, so at least one sees the
 //! other: the owner sees the theft and leases another slot, or the thief
 //! sees the call and puts the word back. Thieves take the slot's lock, so
-//! one decides at a time. Tokens come from a 62-bit counter and are never
+//! one decides at a time. An owner that starts a call while a thief
+//! decides gives the slot up even if the thief then backs off; that costs
+//! it a new lease at most, and happens only while every slot is leased. Tokens come from a 62-bit counter and are never
 //! reused, so a stale lease cannot mistake a slot for its own.
 //!
 //! With every slot busy, a newcomer says so (`wanted`) and polls; owners

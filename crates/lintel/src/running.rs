@@ -17,6 +17,12 @@
 //!
 //! The same idea as hazard pointers: the frequent side announces what it
 //! uses in a word only it writes, the rare side scans all of them.
+//!
+//! The price moves to the rare side: a door falling to zero holders runs
+//! one `membarrier` (about 0.3 µs here with no other thread running, 0.8 µs
+//! with one spinning on the other CPU) and a scan of the workers' words. A
+//! domain that drops many doors at once pays that per door, beside the
+//! release message it already processes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
