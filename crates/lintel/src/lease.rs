@@ -126,7 +126,8 @@ impl Leases {
             mark: Arc::new(AtomicU32::new(1)),
             drained,
         };
-        if let Some(index) = self.free.lock().pop() {
+        let free = self.free.lock().pop(); // (its lock is not held below)
+        if let Some(index) = free {
             let c = claim(index, None);
             let mut mark = self.marks[at(index)].lock();
             *mark = Some(c.mark.clone());
