@@ -231,7 +231,7 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
         let bytes = slot.read_inline(OFF_OUT_INLINE);
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     }
-    lease.counters.fast_ok();
+    lease.counters.small_ok(Path::Fast);
     Ok(())
 }
 

@@ -158,10 +158,11 @@ const RESULTS: usize = ARGS + PATHS * BUCKETS;
 const CALL_DOORS: usize = RESULTS + PATHS * BUCKETS;
 const RET_DOORS: usize = CALL_DOORS + PATHS;
 const SERVED: usize = RET_DOORS + PATHS;
-/// Fast-path calls that returned ≤ 16 bytes and no doors: one count stands
-/// for a call, an argument and a result in bucket 0 of the fast path.
-const FAST_OK: usize = SERVED + PATHS;
-const WORDS: usize = FAST_OK + 1;
+/// Per path, calls of ≤ 16 bytes and no doors that returned ≤ 16 bytes and
+/// no doors: one count stands for a call, an argument and a result in
+/// bucket 0 of the path (the common call, counted with one store).
+const SMALL_OK: usize = SERVED + PATHS;
+const WORDS: usize = SMALL_OK + PATHS;
 
 /// One owner's counters; only the owner writes them. Line-aligned, so two
 /// owners' blocks never share a cache line.
@@ -223,11 +224,12 @@ impl Counters {
         }
     }
 
-    /// Count a fast-path call that returned ≤ 16 bytes and no doors (the
-    /// same as `call(Path::Fast, ≤ 16, 0, Some((≤ 16, 0)))`, in one store).
+    /// Count a call of ≤ 16 bytes and no doors on `path` that returned
+    /// ≤ 16 bytes and no doors (the same as `call(path, ≤ 16, 0,
+    /// Some((≤ 16, 0)))`, in one store).
     #[inline(always)]
-    pub fn fast_ok(&self) {
-        self.bump(FAST_OK);
+    pub fn small_ok(&self, path: Path) {
+        self.bump(SMALL_OK + path as usize);
     }
 
     /// Count a call served here for another domain.
@@ -255,28 +257,39 @@ pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize,
     let _ = MINE.try_with(|c| c.call(path, args, doors, result));
 }
 
+/// [`Counters::small_ok`] on this thread's own counters.
+#[inline]
+pub(crate) fn small_ok(path: Path) {
+    let _ = MINE.try_with(|c| c.small_ok(path));
+}
+
 /// This domain's counts so far.
 pub fn snapshot() -> CallStats {
     let mut s = CallStats::default();
     for b in ALL.lock().iter() {
-        let w = |i: usize| b.0[i].load(Relaxed);
-        for p in 0..PATHS {
-            s.calls[p] += w(CALLS + p);
-            s.failed[p] += w(FAILED + p);
-            s.calls_with_doors[p] += w(CALL_DOORS + p);
-            s.returns_with_doors[p] += w(RET_DOORS + p);
-            s.served[p] += w(SERVED + p);
-            for k in 0..BUCKETS {
-                s.args[p][k] += w(ARGS + p * BUCKETS + k);
-                s.results[p][k] += w(RESULTS + p * BUCKETS + k);
-            }
-        }
-        let fast = Path::Fast as usize;
-        s.calls[fast] += w(FAST_OK);
-        s.args[fast][0] += w(FAST_OK);
-        s.results[fast][0] += w(FAST_OK);
+        add(&mut s, b);
     }
     s
+}
+
+/// Add one block's counts to `s`.
+fn add(s: &mut CallStats, b: &Block) {
+    let w = |i: usize| b.0[i].load(Relaxed);
+    for p in 0..PATHS {
+        s.calls[p] += w(CALLS + p);
+        s.failed[p] += w(FAILED + p);
+        s.calls_with_doors[p] += w(CALL_DOORS + p);
+        s.returns_with_doors[p] += w(RET_DOORS + p);
+        s.served[p] += w(SERVED + p);
+        for k in 0..BUCKETS {
+            s.args[p][k] += w(ARGS + p * BUCKETS + k);
+            s.results[p][k] += w(RESULTS + p * BUCKETS + k);
+        }
+        let small = w(SMALL_OK + p);
+        s.calls[p] += small;
+        s.args[p][0] += small;
+        s.results[p][0] += small;
+    }
 }
 
 #[cfg(test)]
@@ -289,6 +302,24 @@ mod tests {
             [0, 16, 17, 100, 101, 1000, 1001, 4000, 4001].map(bucket),
             [0, 0, 1, 1, 2, 2, 3, 3, 4]
         );
+    }
+
+    #[test]
+    fn a_small_call_counted_in_one_store_reads_as_a_full_count() {
+        let (one, full) = (Counters::new(), Counters::new());
+        let read = |c: &Counters| {
+            let mut s = CallStats::default();
+            add(&mut s, c.block);
+            s
+        };
+        for p in [Path::Colocated, Path::Fast, Path::Vanilla] {
+            let (one0, full0) = (read(&one), read(&full));
+            one.small_ok(p);
+            full.call(p, 16, 0, Some((16, 0)));
+            let d = read(&one).since(&one0);
+            assert_eq!(d, read(&full).since(&full0), "{p:?}");
+            assert_eq!((d.calls[p as usize], d.args[p as usize][0]), (1, 1), "{p:?}");
+        }
     }
 
     #[test]
