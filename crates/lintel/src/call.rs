@@ -26,17 +26,26 @@ impl Door {
         // are dispatched out of line, so this stays small enough to inline.
         match &self.0 {
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
-            Inner::Local(core) => call_local(core, data, doors, reply),
             _ => self.call_here(data, doors, reply),
         }
     }
 
-    /// [`Door::call`] of a door that is neither served here nor another
-    /// domain's: a dead domain's, or a handle with a timeout.
+    /// [`Door::call`] of a door that is not another domain's. (The rare
+    /// handles go on out of line, so a door served here costs one frame.)
     #[inline(never)]
     fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => call_local(core, data, doors, reply),
+            Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
+            _ => self.call_other(data, doors, reply),
+        }
+    }
+
+    /// [`Door::call`] of a dead domain's door or a handle with a timeout.
+    #[cold]
+    #[inline(never)]
+    fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+        match &self.0 {
+            Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => crate::deadline::within(t.timeout, || t.door.call(data, doors, reply)),
@@ -71,13 +80,6 @@ impl Door {
         self.call(data, &[], &mut reply)?;
         Ok(reply.data)
     }
-}
-
-/// [`call_colocated`] without buffers, out of line: [`Door::call`] is
-/// inlined where it is called and reaches this in one step.
-#[inline(never)]
-fn call_local(core: &Arc<DoorCore>, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-    call_colocated(core, data, doors, Vec::new(), reply)
 }
 
 /// The co-located path: the handler runs on the caller's thread.
