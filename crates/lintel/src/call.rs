@@ -30,25 +30,15 @@ impl Door {
         }
     }
 
-    /// [`Door::call`] of a door that is not another domain's. (The rare
-    /// handles go on out of line, so a door served here costs one frame.)
+    /// [`Door::call`] of a door that is not another domain's. (A timed
+    /// handle goes on out of line, so a door served here costs one frame.)
     #[inline(never)]
     fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
-            _ => self.call_other(data, doors, reply),
-        }
-    }
-
-    /// [`Door::call`] of a dead domain's door or a handle with a timeout.
-    #[cold]
-    #[inline(never)]
-    fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-        match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
-            Inner::Timed(t) => crate::deadline::within(t.timeout, || t.door.call(data, doors, reply)),
+            Inner::Timed(t) => call_timed(t, data, doors, reply),
         }
     }
 
@@ -80,6 +70,18 @@ impl Door {
         self.call(data, &[], &mut reply)?;
         Ok(reply.data)
     }
+}
+
+/// A call through a handle with a timeout: the handle's door, under it.
+#[cold]
+#[inline(never)]
+fn call_timed(
+    t: &crate::door::Timed,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    crate::deadline::within(t.timeout, || t.door.call(data, doors, reply))
 }
 
 /// The co-located path: the handler runs on the caller's thread.
