@@ -10,25 +10,20 @@
 //!
 //! The server counts, per door, the domains that hold it (one per connection
 //! with a live grant, one per ticket in transit) and the remote calls in
-//! progress on the slow path, in one atomic word: holders in the high half,
-//! calls in the low half. A call on the fast path is not counted there: its
-//! worker publishes the door in a word of its own ([`crate::running`]).
-//! Whoever moves the count to zero marks `unreferenced` pending and looks
-//! at the workers' words; if none runs a call on the door, it queues one
-//! `unreferenced` (the domain's single unreferenced thread delivers them in
-//! order), else the last such worker does when its call ends. Calls by the
-//! server domain itself do not count: it always holds its own door.
+//! progress ([`crate::refs`]). When the count falls to zero and the calls
+//! let in before have ended, one `unreferenced` is queued (the domain's
+//! single unreferenced thread delivers them in order). Calls by the server
+//! domain itself do not count: it always holds its own door.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::abi::MAX_DOORS;
 use crate::buffer::Buffer;
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
-use crate::running::{Runner, Running};
+use crate::refs::{self, Refs, Runner};
+use crate::running::Running;
 use crate::stats::{self, Path};
 
 /// A call as the handler sees it: the door's datum, a private copy of the
@@ -114,8 +109,6 @@ impl<H: Handler, U: Fn(u64) + Send + Sync + 'static> Handler for WithUnref<H, U>
     }
 }
 
-const HOLDER: u64 = 1 << 32;
-
 /// Where a door's `unreferenced` goes once its count reaches zero: the
 /// domain's unreferenced thread in the runtime, a recorder in tests.
 pub(crate) type UnrefSink = fn(Arc<DoorCore>);
@@ -132,22 +125,16 @@ pub(crate) struct DoorCore {
     pub handler: Box<dyn Handler>,
     on_unref: UnrefSink,
     runners: Runners,
-    /// Holders (high 32 bits) + active slow-path calls (low 32 bits).
-    refs: AtomicU64,
-    /// The count reached zero while a worker ran a fast call on the door:
-    /// whoever takes this flag back (the count still zero, no worker on the
-    /// door) queues `unreferenced`.
-    unref_pending: AtomicBool,
-    revoked: AtomicBool,
-    /// Holders counted in `refs`, and whether the revoke's one unreferenced
-    /// has been queued; changed only under this lock (slow path).
-    holders: Mutex<Holders>,
+    refs: Refs,
 }
 
-#[derive(Default)]
-struct Holders {
-    counted: u32,
-    final_unref_sent: bool,
+impl refs::Door for Arc<DoorCore> {
+    fn runs(&self, addr: usize) -> bool {
+        (self.runners)().runs(addr)
+    }
+    fn unreferenced(&self) {
+        (self.on_unref)(self.clone())
+    }
 }
 
 impl DoorCore {
@@ -162,15 +149,12 @@ impl DoorCore {
             handler,
             on_unref,
             runners,
-            refs: AtomicU64::new(0),
-            unref_pending: AtomicBool::new(false),
-            revoked: AtomicBool::new(false),
-            holders: Mutex::new(Holders::default()),
+            refs: Refs::new(),
         })
     }
 
     pub fn revoked(&self) -> bool {
-        self.revoked.load(Acquire)
+        self.refs.revoked()
     }
 
     /// Run the handler for one call, on every path alike: a fault or a panic
@@ -206,8 +190,7 @@ impl DoorCore {
     /// has left again and the call goes the slow, counted way.
     #[inline(always)]
     pub fn enter(self: &Arc<Self>, runner: &Runner) -> bool {
-        runner.enter(self.addr());
-        if self.refs.load(Relaxed) >= HOLDER && !self.revoked.load(Relaxed) {
+        if self.refs.enter(runner) {
             return true;
         }
         self.leave(runner);
@@ -217,102 +200,35 @@ impl DoorCore {
     /// The fast call that [`DoorCore::enter`] let in has ended.
     #[inline(always)]
     pub fn leave(self: &Arc<Self>, runner: &Runner) {
-        runner.leave();
-        if self.unref_pending.load(Relaxed) {
-            self.settle();
-        }
-    }
-
-    fn addr(&self) -> usize {
-        self as *const DoorCore as usize
+        self.refs.leave(runner, self)
     }
 
     /// A remote call starts; fails if the door is revoked.
     #[inline]
     pub fn begin_call(self: &Arc<Self>) -> Result<ActiveCall<'_>, CallError> {
-        if self.revoked() {
-            return Err(CallError::Revoked);
+        match self.refs.begin_call(self) {
+            Ok(()) => Ok(ActiveCall(self)),
+            Err(refs::Revoked) => Err(CallError::Revoked),
         }
-        self.refs.fetch_add(1, SeqCst);
-        if self.revoked.load(SeqCst) {
-            self.sub(1);
-            return Err(CallError::Revoked);
-        }
-        Ok(ActiveCall(self))
     }
 
     /// Holders counted now.
     pub fn holder_count(&self) -> u32 {
-        self.holders.lock().counted
+        self.refs.holder_count()
     }
 
     /// Another domain (or ticket) now holds the door.
     pub fn add_holder(&self) {
-        let mut h = self.holders.lock();
-        if self.revoked() {
-            return;
-        }
-        h.counted += 1;
-        self.refs.fetch_add(HOLDER, SeqCst);
+        self.refs.add_holder()
     }
 
     /// A holder let go (released, died, or its ticket was dropped).
     pub fn drop_holder(self: &Arc<Self>) {
-        let mut h = self.holders.lock();
-        if self.revoked() || h.counted == 0 {
-            return;
-        }
-        h.counted -= 1;
-        drop(h);
-        self.sub(HOLDER);
-    }
-
-    fn sub(self: &Arc<Self>, n: u64) {
-        if self.refs.fetch_sub(n, SeqCst) == n {
-            self.reached_zero();
-        }
-    }
-
-    fn reached_zero(self: &Arc<Self>) {
-        self.unref_pending.store(true, SeqCst);
-        self.settle();
-    }
-
-    /// `unreferenced` is pending: queue it unless a worker still runs a
-    /// fast call on the door (that worker settles when it leaves) or the
-    /// door is held again. Taking the flag back decides who queues it.
-    #[cold]
-    fn settle(self: &Arc<Self>) {
-        if (self.runners)().runs(self.addr()) {
-            return;
-        }
-        if self
-            .unref_pending
-            .compare_exchange(true, false, SeqCst, Relaxed)
-            .is_err()
-            || self.refs.load(SeqCst) != 0
-        {
-            return;
-        }
-        if self.revoked.load(SeqCst) {
-            let mut h = self.holders.lock();
-            if std::mem::replace(&mut h.final_unref_sent, true) {
-                return;
-            }
-        }
-        (self.on_unref)(self.clone());
+        self.refs.drop_holder(self)
     }
 
     pub fn revoke(self: &Arc<Self>) {
-        let mut h = self.holders.lock();
-        if self.revoked.swap(true, SeqCst) {
-            return;
-        }
-        let n = std::mem::take(&mut h.counted) as u64;
-        drop(h);
-        if n > 0 {
-            self.sub(n * HOLDER);
-        }
+        self.refs.revoke(self)
     }
 }
 
@@ -351,7 +267,7 @@ pub(crate) struct ActiveCall<'a>(&'a Arc<DoorCore>);
 
 impl Drop for ActiveCall<'_> {
     fn drop(&mut self) {
-        self.0.sub(1);
+        self.0.refs.end_call(self.0);
     }
 }
 
@@ -723,7 +639,7 @@ mod tests {
         stop.store(true, SeqCst);
         workers.into_iter().for_each(|w| w.join().unwrap());
         assert_eq!(OVERLAPS.load(SeqCst), 0, "unreferenced ran during a call");
-        assert!(!d.unref_pending.load(SeqCst), "an unreferenced was left pending");
+        assert!(!d.refs.pending(), "an unreferenced was left pending");
         assert!(
             FIRED.load(SeqCst) > before_last,
             "the last release was never followed by unreferenced"

@@ -44,8 +44,10 @@
 //!    control messages, the version. No logic; everything that speaks to a
 //!    domain uses it.
 //! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping),
-//!    `umem` (peer-writable memory, read word by word and copied out) and
-//!    `fence` (asymmetric fences between threads of this process).
+//!    `umem` (peer-writable memory, read word by word and copied out),
+//!    `fence` (asymmetric fences between threads of this process) and
+//!    `sync` (the atomics, locks and fences `refs` is written
+//!    over, so that `model` can compile them over loom's instead).
 //! 3. **Plain values**, each with host tests that need no process and no
 //!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
 //!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
@@ -54,8 +56,10 @@
 //!    [`deadline`] arithmetic, `settings`, `error`, [`stats`], `spin`,
 //!    [`shuttle`] (a thread's call state; alerts reach a connection through
 //!    a hook the domain sets), `workers` (the server-thread pool, generic
-//!    over what it serves), `running` (which door each server thread runs
-//!    a fast call on, so a door's count need not change per call), `unref`
+//!    over what it serves), `refs` (a served door's count of holders and
+//!    calls, with fast calls counted in each worker's own word instead, and
+//!    when `unreferenced` is due), `running` (the registry of those
+//!    words), `unref`
 //!    (the thread that runs `unreferenced` in order) and `leaked`.
 //! 4. **Objects**: `door` (a door, and the object it serves with its
 //!    reference count), [`buffer`] (loans and sealed snapshots) and `conn`
@@ -101,7 +105,10 @@ mod grants;
 mod handshake;
 mod leaked;
 mod lease;
+#[cfg(test)]
+mod model;
 pub mod pool;
+mod refs;
 mod running;
 mod server;
 mod settings;
@@ -109,6 +116,7 @@ pub mod shuttle;
 mod spin;
 pub mod stats;
 pub mod stub;
+mod sync;
 mod sys;
 mod transfer;
 mod umem;

@@ -1,0 +1,184 @@
+//! Model checks of the in-process protocols: a door's count against its
+//! workers' fast calls (`refs`). The protocol files are compiled
+//! here a second time, over loom's atomics and lock (`sync` below), and
+//! each test's closure runs under every interleaving, and every
+//! weak-memory outcome loom models, of its threads (up to a bound of
+//! preemptions). Both halves of the asymmetric fence are full fences here,
+//! which is how the pair orders (`fence`).
+
+// (Loaded twice on purpose: this copy runs over loom's memory.)
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "refs.rs"]
+mod refs;
+
+/// loom's counterparts of `crate::sync`.
+mod sync {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
+
+    /// A lock with parking_lot's interface.
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub fn new(v: T) -> Mutex<T> {
+            Mutex(loom::sync::Mutex::new(v))
+        }
+        pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    pub(crate) fn light() {
+        loom::sync::atomic::fence(SeqCst)
+    }
+
+    pub(crate) fn heavy() {
+        loom::sync::atomic::fence(SeqCst)
+    }
+}
+
+/// Every interleaving with at most this many preemptions (loom's bound;
+/// the whole space is too large for CI, and most bugs need two or three).
+const PREEMPTIONS: usize = 3;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(PREEMPTIONS);
+    b.check(f);
+}
+
+mod counts {
+    use std::sync::atomic::Ordering::SeqCst;
+
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicU32;
+
+    use super::model;
+    use super::refs::{self, Refs, Runner};
+
+    /// A door in the model: its count, two workers' words, and what its
+    /// calls and its `unreferenced` touch.
+    struct Door {
+        refs: Refs,
+        runners: [Runner; 2],
+        /// The object's state: every call and every `unreferenced` writes
+        /// it, so loom reports any two of them not ordered by the protocol.
+        state: UnsafeCell<u32>,
+        /// A clock: each call's end and each decision take a tick, and the
+        /// latest of each is kept.
+        clock: AtomicU32,
+        last_call_end: AtomicU32,
+        last_decision: AtomicU32,
+        fired: AtomicU32,
+    }
+
+    impl refs::Door for Door {
+        fn runs(&self, addr: usize) -> bool {
+            self.runners.iter().any(|r| r.names(addr))
+        }
+        fn unreferenced(&self) {
+            let t = self.clock.fetch_add(1, SeqCst);
+            self.last_decision.fetch_max(t, SeqCst);
+            self.fired.fetch_add(1, SeqCst);
+        }
+    }
+
+    impl Door {
+        fn held_once() -> Arc<Door> {
+            let d = Door {
+                refs: Refs::new(),
+                runners: Default::default(),
+                state: UnsafeCell::new(0),
+                clock: AtomicU32::new(1),
+                last_call_end: AtomicU32::new(0),
+                last_decision: AtomicU32::new(0),
+                fired: AtomicU32::new(0),
+            };
+            d.refs.add_holder();
+            Arc::new(d)
+        }
+
+        /// One fast call by worker `w`, if the door lets it in.
+        fn call(&self, w: usize) {
+            let r = &self.runners[w];
+            if self.refs.enter(r) {
+                loom::thread::yield_now();
+                let t = self.clock.fetch_add(1, SeqCst);
+                self.last_call_end.fetch_max(t, SeqCst);
+            }
+            self.refs.leave(r, self);
+        }
+
+        fn touch(&self) {
+            // SAFETY: loom's cell checks, rather than assumes, that no two
+            // accesses overlap: the protocol must order them.
+            self.state.with_mut(|s| unsafe { *s += 1 });
+        }
+    }
+
+    /// A worker's call races with the last holder's release: the call, if
+    /// let in, ends before `unreferenced` is decided (loom would report the
+    /// unordered writes), which happens exactly once and leaves nothing
+    /// pending.
+    #[test]
+    fn unreferenced_follows_the_calls_let_in_before_the_fall() {
+        struct Touching(Arc<Door>);
+        impl refs::Door for Touching {
+            fn runs(&self, addr: usize) -> bool {
+                self.0.runs(addr)
+            }
+            fn unreferenced(&self) {
+                self.0.touch();
+                refs::Door::unreferenced(&*self.0);
+            }
+        }
+        model(|| {
+            let d = Door::held_once();
+            let t = Arc::new(Touching(d.clone()));
+            let worker = {
+                let t = t.clone();
+                loom::thread::spawn(move || {
+                    let r = &t.0.runners[0];
+                    if t.0.refs.enter(r) {
+                        t.0.touch();
+                    }
+                    t.0.refs.leave(r, &*t);
+                })
+            };
+            d.refs.drop_holder(&*t);
+            worker.join().unwrap();
+            assert_eq!(d.fired.load(SeqCst), 1, "one unreferenced per fall");
+            assert!(!d.refs.pending());
+        });
+    }
+
+    /// The door is dropped, held again and dropped again while two workers
+    /// each try a call: some `unreferenced` is decided after every call has
+    /// ended (a call that outlives every decision had the fall of the
+    /// holder that let it in decided before it ended), and none is left
+    /// pending.
+    #[test]
+    fn a_door_held_again_is_decided_after_its_new_calls() {
+        model(|| {
+            let d = Door::held_once();
+            let workers: Vec<_> = (0..2)
+                .map(|w| {
+                    let d = d.clone();
+                    loom::thread::spawn(move || d.call(w))
+                })
+                .collect();
+            d.refs.drop_holder(&*d);
+            d.refs.add_holder();
+            d.refs.drop_holder(&*d);
+            workers.into_iter().for_each(|w| w.join().unwrap());
+            assert!(d.fired.load(SeqCst) >= 1, "the last fall was decided");
+            assert!(
+                d.last_decision.load(SeqCst) > d.last_call_end.load(SeqCst),
+                "a call outlived every decision"
+            );
+            assert!(!d.refs.pending());
+        });
+    }
+}
