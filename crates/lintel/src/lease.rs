@@ -3,32 +3,11 @@
 //! A client thread leases a slot the first time it calls over a connection
 //! and keeps it across calls, so the server thread bound to the slot is
 //! ready for it (LRPC's direct hand-off). Keeping is not owning, though: a
-//! thread that has stopped calling must never lock a newcomer out. So each
-//! slot has one state word, `owner << 2 | phase`:
-//!
-//! - `FREE`: on the free list.
-//! - `LEASED`: leased by `owner`. Whether the owner is in a call is in its
-//!   lease's own mark ([`Claim`]), which only the owner writes: a thread
-//!   that needs a slot steals a leased one whose owner is between calls
-//!   ([`Leases::take`]).
-//! - `STEALING`: a thief is deciding whether the owner is in a call.
-//! - `DRAINING`: its call was abandoned (deadline passed, or cancelled)
-//!   and the server may still write the late reply into it. It is taken
-//!   again only once the caller's `settled` check says the reply has landed
-//!   (or the server died), so nothing the late server writes reaches the
-//!   next call.
-//!
-//! The owner starts a call with no locked instruction ([`Leases::begin`]):
-//! it sets its mark, runs the light half of an asymmetric fence (`fence`),
-//! and checks that the word still names it. A thief marks the word
-//! `STEALING`, runs the heavy half, and reads the owner's mark. Each side
-//! stores, fences and loads the other's word, so at least one sees the
-//! other: the owner sees the theft and leases another slot, or the thief
-//! sees the call and puts the word back. Thieves take the slot's lock, so
-//! one decides at a time. An owner that starts a call while a thief
-//! decides gives the slot up even if the thief then backs off; that costs
-//! it a new lease at most, and happens only while every slot is leased. Tokens come from a 62-bit counter and are never
-//! reused, so a stale lease cannot mistake a slot for its own.
+//! thread that has stopped calling must never lock a newcomer out. So a
+//! thread that needs a slot takes a free one, else steals one whose owner
+//! is between calls, or one whose abandoned call's late reply has landed.
+//! Each slot's state, and the handshake between its owner and a thief, is
+//! `claim`'s.
 //!
 //! With every slot busy, a newcomer says so (`wanted`) and polls; owners
 //! that see `wanted` hand their slot back at the end of their call
@@ -43,19 +22,14 @@
 //! This is a plain value: the tests below run it on the host with threads,
 //! no process or runtime.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::abi::SLOTS;
-
-const FREE: u64 = 0;
-const LEASED: u64 = 1;
-const STEALING: u64 = 2;
-const DRAINING: u64 = 3;
-const PHASE: u64 = 3;
+pub(crate) use crate::claim::Claim;
+use crate::claim::{Found, Slot};
 
 /// A slot index as an index of the arrays: always in range, so the
 /// compiler leaves out the bounds check (an index is below [`SLOTS`] anyway).
@@ -67,29 +41,12 @@ fn at(index: u32) -> usize {
 /// How often a thread waiting for a slot looks again.
 pub(crate) const POLL: Duration = Duration::from_millis(1);
 
-/// Whether a lease's owner is in a call on it: written by the owner only,
-/// read by a thief after the heavy fence.
-type Mark = Arc<AtomicU32>;
-
-/// A slot held by one lease: its index, the owner's token and mark.
-#[derive(Debug, Clone)]
-pub(crate) struct Claim {
-    pub index: u32,
-    token: u64,
-    mark: Mark,
-    /// Taken from `DRAINING`: the sequence of the abandoned call, whose
-    /// late reply now sits in the slot (and may hold doors to release).
-    pub drained: Option<u32>,
-}
-
 /// The lease states of one call area's slots. The arrays have room for
 /// [`SLOTS`] (a power of two), however many slots are in use, so the call
 /// path indexes them with no bounds check (`at`).
 pub(crate) struct Leases {
-    words: Box<[AtomicU64; SLOTS]>,
+    slots: Box<[Slot; SLOTS]>,
     seqs: Box<[AtomicU32; SLOTS]>,
-    /// Each slot's owner's mark, under the lock every change of owner takes.
-    marks: Box<[Mutex<Option<Mark>>; SLOTS]>,
     free: Mutex<Vec<u32>>,
     freed: Condvar,
     wanted: AtomicU32,
@@ -101,9 +58,8 @@ impl Leases {
     pub fn new(slots: usize) -> Leases {
         assert!(slots <= SLOTS, "{slots} slots, at most {SLOTS}");
         Leases {
-            words: Box::new(std::array::from_fn(|_| AtomicU64::new(FREE))),
+            slots: Box::new(std::array::from_fn(|_| Slot::new())),
             seqs: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
-            marks: Box::new(std::array::from_fn(|_| Mutex::new(None))),
             free: Mutex::new((0..slots as u32).rev().collect()),
             freed: Condvar::new(),
             wanted: AtomicU32::new(0),
@@ -112,7 +68,7 @@ impl Leases {
     }
 
     fn token(&self) -> u64 {
-        self.next_token.fetch_add(1, Relaxed) << 2
+        self.next_token.fetch_add(1, Relaxed)
     }
 
     /// A slot for a new lease, already in its first call: a free one, a
@@ -120,64 +76,28 @@ impl Leases {
     /// one whose owner is between calls. `None` if none is.
     pub fn take(&self, settled: impl Fn(u32, u32) -> bool) -> Option<Claim> {
         let token = self.token();
-        let claim = |index: u32, drained| Claim {
-            index,
-            token,
-            mark: Arc::new(AtomicU32::new(1)),
-            drained,
-        };
         let free = self.free.lock().pop(); // (its lock is not held below)
         if let Some(index) = free {
-            let c = claim(index, None);
-            let mut mark = self.marks[at(index)].lock();
-            *mark = Some(c.mark.clone());
-            self.words[at(index)].store(token | LEASED, Release);
+            let c = Claim::new(index, token, None);
+            self.slots[at(index)].lease_free(&c);
             return Some(c);
         }
-        for (i, w) in self.words.iter().enumerate() {
-            let cur = w.load(Relaxed);
-            let drained = match cur & PHASE {
-                LEASED => None,
-                DRAINING => Some(self.seqs[i].load(Relaxed)),
-                _ => continue,
+        for (i, slot) in self.slots.iter().enumerate() {
+            let found = slot.peek();
+            let drained = match found {
+                Found::Leased(_) => None,
+                Found::Draining(_) => Some(self.seqs[i].load(Relaxed)),
+                Found::Other => continue,
             };
             if drained.is_some_and(|seq| !settled(i as u32, seq)) {
                 continue;
             }
-            let mut mark = self.marks[i].lock();
-            if drained.is_none() && !self.owner_between_calls(w, cur, &mark) {
-                continue;
-            }
-            // Now `STEALING` (ours to take), or still `DRAINING`.
-            let now = if drained.is_some() {
-                cur
-            } else {
-                (cur & !PHASE) | STEALING
-            };
-            let c = claim(i as u32, drained);
-            if w.compare_exchange(now, token | LEASED, Acquire, Relaxed).is_ok() {
-                *mark = Some(c.mark.clone());
+            let c = Claim::new(i as u32, token, drained);
+            if slot.take(found, &c) {
                 return Some(c);
             }
         }
         None
-    }
-
-    /// With the slot's lock held: mark the leased word `cur` stolen and see
-    /// whether its owner is between calls. True leaves it `STEALING` for
-    /// the thief to take; false puts it back.
-    fn owner_between_calls(&self, w: &AtomicU64, cur: u64, mark: &Option<Mark>) -> bool {
-        let stealing = (cur & !PHASE) | STEALING;
-        if w.compare_exchange(cur, stealing, Relaxed, Relaxed).is_err() {
-            return false;
-        }
-        crate::fence::heavy();
-        if mark.as_ref().is_none_or(|m| m.load(Acquire) == 0) {
-            return true;
-        }
-        // In a call: it keeps the slot (unless it abandoned it meanwhile).
-        let _ = w.compare_exchange(stealing, cur, Relaxed, Relaxed);
-        false
     }
 
     /// As [`Leases::take`], waiting while no slot can be taken; stops with
@@ -214,22 +134,14 @@ impl Leases {
     /// The owner abandons its call (sequence as last issued): the slot
     /// drains until its late reply lands. The lease is void.
     pub fn abandon(&self, c: &Claim) {
-        self.words[at(c.index)].store(c.token | DRAINING, Release);
-        c.mark.store(0, Release);
+        self.slots[at(c.index)].abandon(c)
     }
 
     /// The owner starts a call: false if the slot was taken meanwhile (the
-    /// lease is void; lease another). No locked instruction: see the
-    /// module's doc for the pair of fences that stands in for one.
+    /// lease is void; lease another). No locked instruction (`claim`).
     #[inline]
     pub fn begin(&self, c: &Claim) -> bool {
-        c.mark.store(1, Relaxed);
-        crate::fence::light();
-        if self.words[at(c.index)].load(Acquire) == c.token | LEASED {
-            return true;
-        }
-        c.mark.store(0, Release);
-        false
+        self.slots[at(c.index)].begin(c)
     }
 
     /// The owner's call is over. Returns false if the slot was handed back
@@ -240,33 +152,26 @@ impl Leases {
             self.free_slot(c);
             return false;
         }
-        c.mark.store(0, Release);
+        self.slots[at(c.index)].end(c);
         true
     }
 
     #[cold]
     fn free_slot(&self, c: &Claim) {
         self.put_on_free_list(c); // in a call: no thief took it
-        c.mark.store(0, Release);
+        self.slots[at(c.index)].end(c);
     }
 
     /// The lease is dropped (its thread exits or forgets the connection):
     /// free the slot unless someone took it already.
     pub fn release(&self, c: &Claim) {
-        c.mark.store(0, Release);
+        self.slots[at(c.index)].end(c);
         self.put_on_free_list(c);
     }
 
-    /// Free the slot if `c` still leases it (not taken, not draining),
-    /// under the lock a thief holds while it decides.
+    /// Free the slot if `c` still leases it (not taken, not draining).
     fn put_on_free_list(&self, c: &Claim) {
-        let mut mark = self.marks[at(c.index)].lock();
-        let w = &self.words[at(c.index)];
-        if w.compare_exchange(c.token | LEASED, FREE, AcqRel, Relaxed)
-            .is_ok()
-        {
-            *mark = None;
-            drop(mark);
+        if self.slots[at(c.index)].free(c) {
             self.free.lock().push(c.index);
             self.freed.notify_one();
         }

@@ -46,10 +46,12 @@
 //! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping),
 //!    `umem` (peer-writable memory, read word by word and copied out),
 //!    `fence` (asymmetric fences between threads of this process) and
-//!    `sync` (the atomics, locks and fences `refs` is written
-//!    over, so that `model` can compile them over loom's instead).
+//!    `sync` (the atomics, locks and fences `refs` and `claim` are written
+//!    over, so that `model` compiles the same files over loom's and
+//!    model-checks them).
 //! 3. **Plain values**, each with host tests that need no process and no
-//!    runtime: `lease` (which thread uses which slot), `grants` (a peer's
+//!    runtime: `lease` (which thread uses which slot; each slot's owner
+//!    and thieves meet in `claim`), `grants` (a peer's
 //!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
 //!    over the memory so loom model-checks the same code), `call_area` (the
 //!    slots a domain calls through), `bulk` (a slot's segments), the
@@ -95,6 +97,7 @@ mod bulk;
 mod call;
 mod call_area;
 mod channel;
+mod claim;
 mod conn;
 pub mod deadline;
 mod domain;

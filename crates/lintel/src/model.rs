@@ -1,21 +1,26 @@
 //! Model checks of the in-process protocols: a door's count against its
-//! workers' fast calls (`refs`). The protocol files are compiled
+//! workers' fast calls (`refs`), and a slot's owner against a thief
+//! (`claim`). The protocol files are compiled
 //! here a second time, over loom's atomics and lock (`sync` below), and
 //! each test's closure runs under every interleaving, and every
 //! weak-memory outcome loom models, of its threads (up to a bound of
 //! preemptions). Both halves of the asymmetric fence are full fences here,
 //! which is how the pair orders (`fence`).
 
-// (Loaded twice on purpose: this copy runs over loom's memory.)
+// (Loaded twice on purpose: these copies run over loom's memory.)
 #[allow(dead_code, clippy::duplicate_mod)]
 #[path = "refs.rs"]
 mod refs;
+
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "claim.rs"]
+mod claim;
 
 /// loom's counterparts of `crate::sync`.
 mod sync {
     use std::sync::atomic::Ordering::SeqCst;
 
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
 
     /// A lock with parking_lot's interface.
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
@@ -179,6 +184,123 @@ mod counts {
                 "a call outlived every decision"
             );
             assert!(!d.refs.pending());
+        });
+    }
+}
+
+mod leases {
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
+
+    use super::claim::{Claim, Found, Slot};
+    use super::model;
+
+    /// A slot leased by owner 1, between calls, and what calls on it touch
+    /// (loom reports two callers whose accesses the protocol leaves
+    /// unordered).
+    struct Leased {
+        slot: Slot,
+        owner: Claim,
+        contents: UnsafeCell<u32>,
+    }
+
+    impl Leased {
+        fn new() -> Arc<Leased> {
+            let owner = Claim::new(0, 1, None);
+            let slot = Slot::new();
+            slot.lease_free(&owner);
+            slot.end(&owner);
+            Arc::new(Leased {
+                slot,
+                owner,
+                contents: UnsafeCell::new(0),
+            })
+        }
+
+        fn touch(&self) {
+            // SAFETY: loom's cell checks, rather than assumes, that no two
+            // callers' accesses overlap: the protocol must order them.
+            self.contents.with_mut(|c| unsafe { *c += 1 });
+        }
+
+        /// A thief (owner 2) tries to take the slot from its owner; the
+        /// thread returns true if it did and made its call. (It takes no
+        /// drained slot: that needs the late reply to have landed.)
+        fn spawn_thief(l: &Arc<Leased>) -> loom::thread::JoinHandle<bool> {
+            let l = l.clone();
+            loom::thread::spawn(move || {
+                let thief = Claim::new(0, 2, None);
+                let took = match l.slot.peek() {
+                    found @ Found::Leased(_) => l.slot.take(found, &thief),
+                    _ => false,
+                };
+                if took {
+                    l.touch();
+                    l.slot.end(&thief);
+                }
+                took
+            })
+        }
+    }
+
+    /// The owner makes two calls (until its claim is void) while a thief
+    /// tries to take the slot: never both in a call at once, and a thief
+    /// that backs off leaves the slot its owner's.
+    #[test]
+    fn an_owner_and_a_thief_are_never_in_one_call() {
+        model(|| {
+            let l = Leased::new();
+            let thief = Leased::spawn_thief(&l);
+            for _ in 0..2 {
+                if !l.slot.begin(&l.owner) {
+                    break;
+                }
+                l.touch();
+                l.slot.end(&l.owner);
+            }
+            let took = thief.join().unwrap();
+            assert!(
+                took || l.slot.begin(&l.owner),
+                "a thief that backed off left the slot unusable"
+            );
+        });
+    }
+
+    /// The owner gives its lease up while a thief tries to take the slot:
+    /// exactly one of them wins it, so it is never on the free list and
+    /// leased at once.
+    #[test]
+    fn a_released_slot_is_freed_or_stolen_never_both() {
+        model(|| {
+            let l = Leased::new();
+            let thief = Leased::spawn_thief(&l);
+            l.slot.end(&l.owner);
+            let freed = l.slot.free(&l.owner);
+            let took = thief.join().unwrap();
+            assert!(freed != took, "freed: {freed}, stolen: {took}");
+        });
+    }
+
+    /// The owner abandons its call while a thief tries: a thief never takes
+    /// a slot whose call was abandoned, which stays draining.
+    #[test]
+    fn an_abandoned_call_keeps_its_slot_from_thieves() {
+        model(|| {
+            let l = Leased::new();
+            let thief = Leased::spawn_thief(&l);
+            let began = l.slot.begin(&l.owner);
+            if began {
+                l.touch();
+                l.slot.abandon(&l.owner);
+            }
+            let took = thief.join().unwrap();
+            assert!(
+                !(began && took),
+                "a thief took a slot in (or draining from) a call"
+            );
+            if began {
+                assert!(matches!(l.slot.peek(), Found::Draining(_)));
+            }
         });
     }
 }
