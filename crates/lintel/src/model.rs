@@ -123,23 +123,25 @@ mod counts {
         }
     }
 
-    /// A worker's call races with the last holder's release: the call, if
-    /// let in, ends before `unreferenced` is decided (loom would report the
-    /// unordered writes), which happens exactly once and leaves nothing
-    /// pending.
-    #[test]
-    fn unreferenced_follows_the_calls_let_in_before_the_fall() {
-        struct Touching(Arc<Door>);
-        impl refs::Door for Touching {
-            fn runs(&self, addr: usize) -> bool {
-                self.0.runs(addr)
-            }
-            fn unreferenced(&self) {
-                self.0.touch();
-                refs::Door::unreferenced(&*self.0);
-            }
+    /// A door whose `unreferenced` touches the object too.
+    struct Touching(Arc<Door>);
+
+    impl refs::Door for Touching {
+        fn runs(&self, addr: usize) -> bool {
+            self.0.runs(addr)
         }
-        model(|| {
+        fn unreferenced(&self) {
+            self.0.touch();
+            refs::Door::unreferenced(&*self.0);
+        }
+    }
+
+    /// A worker's call races with `fall`, which leaves the door unheld:
+    /// the call, if let in, ends before `unreferenced` is decided (loom
+    /// would report the unordered writes), which happens exactly once and
+    /// leaves nothing pending.
+    fn a_call_races(fall: fn(&Refs, &Touching)) {
+        model(move || {
             let d = Door::held_once();
             let t = Arc::new(Touching(d.clone()));
             let worker = {
@@ -152,10 +154,24 @@ mod counts {
                     t.0.refs.leave(r, &*t);
                 })
             };
-            d.refs.drop_holder(&*t);
+            fall(&d.refs, &t);
             worker.join().unwrap();
             assert_eq!(d.fired.load(SeqCst), 1, "one unreferenced per fall");
             assert!(!d.refs.pending());
+        });
+    }
+
+    #[test]
+    fn unreferenced_follows_the_calls_let_in_before_the_last_release() {
+        a_call_races(|refs, door| refs.drop_holder(door));
+    }
+
+    #[test]
+    fn unreferenced_follows_the_calls_let_in_before_a_revoke() {
+        a_call_races(|refs, door| {
+            refs.revoke(door);
+            refs.drop_holder(door); // (no holder is left to drop)
+            refs.revoke(door);
         });
     }
 
