@@ -245,17 +245,23 @@ impl Conn {
     /// Take back `count` sends of grant `g`: the peer released the door, or
     /// the call that granted it failed before the peer took it.
     pub fn take_back(&self, g: u32, count: u32) {
-        let gone = {
-            let mut grants = self.grants.lock();
-            let gone = grants.release(g, count);
-            if gone.is_some() {
+        self.take_back_all([(g, count)]);
+    }
+
+    /// [`Conn::take_back`] of many grants, the doors let go at once.
+    pub fn take_back_all(&self, grants: impl IntoIterator<Item = (u32, u32)>) {
+        let gone: Vec<_> = {
+            let mut table = self.grants.lock();
+            let gone: Vec<_> = grants
+                .into_iter()
+                .filter_map(|(g, count)| table.release(g, count))
+                .collect();
+            if !gone.is_empty() {
                 self.grants_gen.fetch_add(1, Release);
             }
             gone
         };
-        if let Some(core) = gone {
-            core.drop_holder();
-        }
+        DoorCore::drop_holders(gone);
     }
 
     /// The door behind grant `g`, if the peer holds one there.
@@ -538,11 +544,7 @@ impl Conn {
             }
             Ctl::Alert { slot, seq } => home.alert(self, slot, seq),
             Ctl::Release { grant, count } => self.take_back(grant, count),
-            Ctl::Releases { grants } => {
-                for (grant, count) in grants {
-                    self.take_back(grant, count);
-                }
-            }
+            Ctl::Releases { grants } => self.take_back_all(grants),
             Ctl::Mint { req, grant } => {
                 let core = self.lookup(grant);
                 let ticket = core.and_then(|c| home.mint_ticket(&c).ok());
@@ -630,9 +632,7 @@ impl Conn {
             self.grants_gen.fetch_add(1, Release);
             grants.close()
         };
-        for core in held {
-            core.drop_holder();
-        }
+        DoorCore::drop_holders(held);
         *self.tickets_in.lock() = Parked::default();
         self.segments_in.lock().clear();
         *self.buffers_in.lock() = Parked::default();

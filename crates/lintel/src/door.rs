@@ -230,6 +230,13 @@ impl DoorCore {
         self.refs.drop_holder(self)
     }
 
+    /// Holders of many doors let go at once (a peer's batch of releases,
+    /// or its death): one heavy fence for all the doors that fall to zero.
+    pub fn drop_holders(cores: impl IntoIterator<Item = Arc<DoorCore>>) {
+        let fallen: Vec<_> = cores.into_iter().filter(|c| c.refs.drop_holder_later()).collect();
+        Refs::settle_all(&fallen, |c| &c.refs);
+    }
+
     pub fn revoke(self: &Arc<Self>) {
         self.refs.revoke(self)
     }
@@ -530,6 +537,25 @@ mod tests {
         d.add_holder();
         d.drop_holder();
         assert_eq!(unrefs(), 2, "held again, released again");
+    }
+
+    /// A batch of releases (a peer's message, or its death) decides each
+    /// door that falls to zero once, and only those; a door with a fast
+    /// call in progress is left to its worker.
+    #[test]
+    fn doors_let_go_at_once_are_unreferenced_once_each() {
+        let (a, b, c) = (door(), door(), door());
+        for d in [&a, &b, &c, &c] {
+            d.add_holder();
+        }
+        let w = runners().register();
+        assert!(b.enter(&w));
+        DoorCore::drop_holders([a.clone(), b.clone(), c.clone()]);
+        assert_eq!(unrefs(), 1, "a fell to zero; b is in a call; c is still held");
+        b.leave(&w);
+        assert_eq!(unrefs(), 2, "b once its call ended");
+        DoorCore::drop_holders([c.clone(), c.clone()]);
+        assert_eq!(unrefs(), 3, "c once, however many of its holders go");
     }
 
     #[test]

@@ -46,6 +46,15 @@ pub(crate) trait Door {
     fn unreferenced(&self);
 }
 
+impl<T: Door> Door for &T {
+    fn runs(&self, addr: usize) -> bool {
+        (**self).runs(addr)
+    }
+    fn unreferenced(&self) {
+        (**self).unreferenced()
+    }
+}
+
 /// The count of one door, and its `unreferenced` bookkeeping.
 pub(crate) struct Refs {
     /// Holders (high 32 bits) + active slow-path calls (low 32 bits).
@@ -187,6 +196,20 @@ impl Refs {
         self.sub(HOLDER, door)
     }
 
+    /// As [`Refs::drop_holder`], for one door of many that let go at once:
+    /// true if it fell to zero, and then the caller passes it to
+    /// [`Refs::settle_all`] with the others, which run one heavy fence
+    /// between them rather than one each.
+    pub fn drop_holder_later(&self) -> bool {
+        let mut h = self.holders.lock();
+        if self.revoked() || h.counted == 0 {
+            return false;
+        }
+        h.counted -= 1;
+        drop(h);
+        self.fell(HOLDER)
+    }
+
     /// No new call may start; the holders are dropped at once.
     pub fn revoke(&self, door: &impl Door) {
         let mut h = self.holders.lock();
@@ -201,10 +224,54 @@ impl Refs {
     }
 
     fn sub(&self, n: u64, door: &impl Door) {
-        if self.refs.fetch_sub(n, SeqCst) == n {
-            fence(SeqCst); // (see `decide`)
-            self.pending.store(true, SeqCst);
+        if self.fell(n) {
             self.settle(door)
+        }
+    }
+
+    /// Take `n` from the count; true if that made it zero (and its
+    /// decision pending).
+    fn fell(&self, n: u64) -> bool {
+        if self.refs.fetch_sub(n, SeqCst) != n {
+            return false;
+        }
+        fence(SeqCst); // (see `take_decision`)
+        self.pending.store(true, SeqCst);
+        true
+    }
+
+    /// Settle the doors whose falls [`Refs::drop_holder_later`] reported:
+    /// as [`Refs::settle`] does for one, with one heavy fence before all
+    /// the scans, and one more before the second scans of the doors handed
+    /// to their workers. A door whose worker left between the two scans is
+    /// settled on its own, as it would have been.
+    pub fn settle_all<D: Door>(fallen: &[D], refs: impl Fn(&D) -> &Refs) {
+        let deciding: Vec<&D> = fallen.iter().filter(|d| refs(d).take_decision()).collect();
+        if deciding.is_empty() {
+            return;
+        }
+        heavy();
+        let mut handed = Vec::new();
+        for d in deciding {
+            let r = refs(d);
+            if !d.runs(r.addr()) {
+                if r.first_since_revoke() {
+                    d.unreferenced();
+                }
+            } else {
+                r.pending.store(true, SeqCst);
+                handed.push(d);
+            }
+        }
+        if handed.is_empty() {
+            return;
+        }
+        heavy();
+        for d in handed {
+            let r = refs(d);
+            if !d.runs(r.addr()) {
+                r.settle(d);
+            }
         }
     }
 
@@ -221,22 +288,7 @@ impl Refs {
 
     fn decide(&self, door: &impl Door) -> bool {
         loop {
-            // Take the decision; whoever else holds it decides instead.
-            if self
-                .pending
-                .compare_exchange(true, false, SeqCst, Relaxed)
-                .is_err()
-            {
-                return false;
-            }
-            // Ordered against the fence between a fall's count and its
-            // flag: if the count read below is not that fall's, the flag
-            // taken above came before that fall's, which then decides.
-            fence(SeqCst);
-            // Still zero. (A read-modify-write, not a load: a worker whose
-            // fence comes after the heavy one below then reads zero or a
-            // later count, never the count before this fall.)
-            if self.refs.compare_exchange(0, 0, SeqCst, Relaxed).is_err() {
+            if !self.take_decision() {
                 return false;
             }
             heavy();
@@ -252,6 +304,30 @@ impl Refs {
                 return false;
             }
         }
+    }
+
+    /// Take the decision of a pending fall, if no one else has and the
+    /// count is still zero (else whoever holds it, or the count's next
+    /// fall, decides). The heavy fence and the scan come next.
+    fn take_decision(&self) -> bool {
+        if self
+            .pending
+            .compare_exchange(true, false, SeqCst, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Ordered against the fence between a fall's count and its flag:
+        // if the count read below is not that fall's, the flag taken above
+        // came before that fall's, which then decides.
+        fence(SeqCst);
+        // Still zero. (A read-modify-write, not a load: a worker whose
+        // fence comes after the heavy one that follows then reads zero or
+        // a later count, never the count before this fall.)
+        if self.refs.compare_exchange(0, 0, SeqCst, Relaxed).is_err() {
+            return false;
+        }
+        true
     }
 
     /// A decided fall to zero is delivered, unless the door is revoked and

@@ -5,8 +5,9 @@
 //! The price of the scan is the rare side's: a door falling to zero holders
 //! runs one `membarrier` (about 0.3 µs here with no other thread running,
 //! 0.8 µs with one spinning on the other CPU) and reads every worker's
-//! word. A domain that drops many doors at once pays that per door, beside
-//! the release message it already processes.
+//! word. Doors let go at once (a peer's batch of releases, or its death)
+//! share one barrier (`Refs::settle_all`): 0.04 µs a door in batches of
+//! 1024, against 1.3–3 µs one by one with another thread running.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
