@@ -187,13 +187,9 @@ impl Refs {
 
     /// A holder let go (released, died, or its ticket was dropped).
     pub fn drop_holder(&self, door: &impl Door) {
-        let mut h = self.holders.lock();
-        if self.revoked() || h.counted == 0 {
-            return;
+        if self.drop_holder_later() {
+            self.settle(door)
         }
-        h.counted -= 1;
-        drop(h);
-        self.sub(HOLDER, door)
     }
 
     /// As [`Refs::drop_holder`], for one door of many that let go at once:
