@@ -104,18 +104,8 @@ fn call_colocated(
         // As across domains, where a failed call brings nothing back.
         core.invoke(req, reply).inspect_err(|_| reply.clear())
     });
-    let small = |n: usize, d: usize| n <= crate::abi::INLINE && d == 0;
-    match &r {
-        Ok(()) if small(data.len(), doors.len()) && small(reply.data.len(), reply.doors.len()) => {
-            stats::small_ok(Path::Colocated)
-        }
-        _ => stats::call(
-            Path::Colocated,
-            data.len(),
-            doors.len(),
-            r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len())),
-        ),
-    }
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    stats::call(Path::Colocated, data.len(), doors.len(), result);
     r
 }
 

@@ -204,9 +204,20 @@ impl Counters {
 
     /// Count a call made on `path`, once it returned: `args` bytes and
     /// `doors` doors in, and the result's size and door count, or `None` if
-    /// it failed.
+    /// it failed. A small call that returned small is counted in one store
+    /// ([`Counters::small_ok`]).
     #[inline]
     pub fn call(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
+        let small = |len: usize, doors: usize| bucket(len) == 0 && doors == 0;
+        if small(args, doors) && result.is_some_and(|(len, d)| small(len, d)) {
+            return self.small_ok(path);
+        }
+        self.count_each(path, args, doors, result)
+    }
+
+    /// [`Counters::call`] field by field.
+    #[inline]
+    fn count_each(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
         let p = path as usize;
         self.bump(CALLS + p);
         self.bump(ARGS + p * BUCKETS + bucket(args));
@@ -255,12 +266,6 @@ thread_local! {
 #[inline]
 pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
     let _ = MINE.try_with(|c| c.call(path, args, doors, result));
-}
-
-/// [`Counters::small_ok`] on this thread's own counters.
-#[inline]
-pub(crate) fn small_ok(path: Path) {
-    let _ = MINE.try_with(|c| c.small_ok(path));
 }
 
 /// This domain's counts so far.
@@ -314,11 +319,16 @@ mod tests {
         };
         for p in [Path::Colocated, Path::Fast, Path::Vanilla] {
             let (one0, full0) = (read(&one), read(&full));
-            one.small_ok(p);
-            full.call(p, 16, 0, Some((16, 0)));
+            one.call(p, 16, 0, Some((16, 0)));
+            full.count_each(p, 16, 0, Some((16, 0)));
             let d = read(&one).since(&one0);
             assert_eq!(d, read(&full).since(&full0), "{p:?}");
             assert_eq!((d.calls[p as usize], d.args[p as usize][0]), (1, 1), "{p:?}");
+            assert_eq!(
+                one.block.0[SMALL_OK + p as usize].load(Relaxed),
+                1,
+                "{p:?}: one store"
+            );
         }
     }
 
