@@ -301,20 +301,19 @@ impl Conn {
         q.len() == 1
     }
 
-    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message, and
-    /// the queued loan returns.
-    pub fn flush_releases(&self) {
+    /// Send the queued loan returns, [`wire::MAX_RELEASES`] to a message.
+    pub fn flush_returns(&self) {
         let returns = std::mem::take(&mut *self.returns.lock());
         for batch in returns.chunks(wire::MAX_RELEASES) {
-            if !self.send(
-                &Ctl::Returned {
-                    loans: batch.to_vec(),
-                },
-                &[],
-            ) {
+            let loans = batch.to_vec();
+            if !self.send(&Ctl::Returned { loans }, &[]) {
                 return;
             }
         }
+    }
+
+    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message.
+    pub fn flush_releases(&self) {
         let queued = std::mem::take(&mut *self.releases.lock());
         for batch in queued.chunks(wire::MAX_RELEASES) {
             let grants = batch.to_vec();

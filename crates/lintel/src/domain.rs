@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::abi::wire::{self, Ctl};
 use crate::conn::{Conn, Home, Ticket};
 use crate::door::{DoorCore, RemoteDoor};
+use crate::pace::Pace;
 use crate::server::{InArea, Work};
 use crate::settings::Settings;
 use crate::sys::{self, Poller, Recv};
@@ -106,6 +108,24 @@ pub(crate) fn after_fork() {
     }
 }
 
+/// The watcher's releases not yet sent: which connections have them, and
+/// when they go.
+struct Releases {
+    pace: Pace,
+    held: Vec<Weak<Conn>>,
+}
+
+impl Releases {
+    fn send(&mut self) {
+        for conn in self.held.drain(..).filter_map(|c| c.upgrade()) {
+            conn.flush_releases();
+        }
+    }
+}
+
+/// The longest a dropped door's release waits to share a message.
+const RELEASE_PACE: Duration = Duration::from_millis(1);
+
 impl Domain {
     fn new() -> Domain {
         crate::fence::init();
@@ -140,11 +160,15 @@ impl Domain {
     /// The watcher: read every socket as it becomes ready.
     fn watch(&'static self) {
         let mut keys = Vec::new();
+        let mut releases = Releases {
+            pace: Pace::new(RELEASE_PACE),
+            held: Vec::new(),
+        };
         loop {
-            self.poller.wait(&mut keys);
+            self.poller.wait(&mut keys, releases.pace.sleep(Instant::now()));
             for &key in &keys {
                 if key == RELEASE_KEY {
-                    self.send_releases();
+                    self.releases_woken(&mut releases);
                 } else if key & TICKET_KEY != 0 {
                     self.ticket_ready(key);
                 } else if key & PIDFD_KEY != 0 {
@@ -159,16 +183,29 @@ impl Domain {
                     }
                 }
             }
+            if releases.pace.due(Instant::now()) {
+                releases.send();
+            }
         }
     }
 
     // ---- batched releases ----
 
-    fn send_releases(&self) {
+    /// Something was queued: send loan returns now, and releases as the
+    /// pace allows (see [`crate::pace`]).
+    fn releases_woken(&self, releases: &mut Releases) {
         sys::eventfd_clear(self.release_wake.as_fd());
         let conns = std::mem::take(&mut *self.releasing.lock());
-        for conn in conns.iter().filter_map(Weak::upgrade) {
-            conn.flush_releases();
+        for weak in conns {
+            if let Some(conn) = weak.upgrade() {
+                conn.flush_returns();
+            }
+            if !releases.held.iter().any(|h| h.ptr_eq(&weak)) {
+                releases.held.push(weak);
+            }
+        }
+        if releases.pace.queued(Instant::now()) {
+            releases.send();
         }
     }
 

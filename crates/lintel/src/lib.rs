@@ -110,6 +110,7 @@ mod leaked;
 mod lease;
 #[cfg(test)]
 mod model;
+mod pace;
 pub mod pool;
 mod refs;
 mod running;

@@ -541,10 +541,16 @@ impl Poller {
         let _ = epoll::delete(&self.fd, fd);
     }
 
-    /// Wait for events; returns the keys of ready sources.
-    pub fn wait(&self, keys: &mut Vec<u64>) {
+    /// Wait for events, at most `timeout` if given; returns the keys of
+    /// ready sources.
+    pub fn wait(&self, keys: &mut Vec<u64>, timeout: Option<std::time::Duration>) {
         let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
-        let _ = epoll::wait(&self.fd, rustix::buffer::spare_capacity(&mut events), None);
+        let timeout = timeout.and_then(|t| rustix::time::Timespec::try_from(t).ok());
+        let _ = epoll::wait(
+            &self.fd,
+            rustix::buffer::spare_capacity(&mut events),
+            timeout.as_ref(),
+        );
         keys.clear();
         keys.extend(events.iter().map(|e| e.data.u64()));
     }
