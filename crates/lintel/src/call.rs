@@ -35,7 +35,7 @@ impl Door {
     #[inline(never)]
     fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, Vec::new(), reply),
+            Inner::Local(core) => call_colocated(core, data, doors, reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => call_timed(t, data, doors, reply),
@@ -55,7 +55,7 @@ impl Door {
         reply: &mut Reply,
     ) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, buffers, reply),
+            Inner::Local(core) => call_colocated_slow(core, data, doors, buffers, reply),
             Inner::Remote(rd) => crate::channel::call_with(rd, data, doors, buffers, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => {
@@ -84,9 +84,42 @@ fn call_timed(
     crate::deadline::within(t.timeout, || t.door.call(data, doors, reply))
 }
 
-/// The co-located path: the handler runs on the caller's thread.
+/// The co-located path: the handler runs on the caller's thread. Guards
+/// first, each sending the unusual case (doors passed, a revoked door, more
+/// data than any call may carry, a deadline or cancel to check) to
+/// [`call_colocated_slow`]; then the handler runs on the bytes alone, its
+/// request made inside the unwinding guard (nothing to move or drop).
 #[inline]
 fn call_colocated(
+    core: &Arc<DoorCore>,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    if !doors.is_empty()
+        || core.revoked()
+        || data.len() > crate::settings::max_message()
+        || crate::shuttle::call_checks_due()
+    {
+        return call_colocated_slow(core, data, doors, Vec::new(), reply);
+    }
+    reply.clear();
+    let r = core.run_bytes(data, reply).checked(reply);
+    let result = match r {
+        Ok(()) => Some((reply.data.len(), reply.doors.len())),
+        Err(_) => {
+            reply.clear();
+            None
+        }
+    };
+    stats::call(Path::Colocated, data.len(), 0, result);
+    r
+}
+
+/// The co-located path with everything checked: doors and buffers passed,
+/// deadline and cancel.
+#[inline(never)]
+fn call_colocated_slow(
     core: &Arc<DoorCore>,
     data: &[u8],
     doors: &[Door],

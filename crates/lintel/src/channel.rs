@@ -148,7 +148,12 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Rep
         call_vanilla(&lease, rd, data, doors, Vec::new(), reply)
     };
     end_call(lease);
-    r
+    // (Matched so that success is written straight into the caller's
+    // result, not copied out of a temporary.)
+    match r {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// A call that also passes buffers (always the vanilla path).

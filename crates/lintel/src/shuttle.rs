@@ -239,6 +239,13 @@ impl Drop for InCall<'_> {
     }
 }
 
+/// Whether a call started now has anything to check first: a deadline in
+/// force or a cancel pending (one look each; [`check_call`] decides).
+#[inline(always)]
+pub(crate) fn call_checks_due() -> bool {
+    crate::deadline::current() != 0 || CURRENT.try_with(|s| s.has_cancel()).unwrap_or(false)
+}
+
 /// Whether this thread may start a call now: not if it was cancelled (the
 /// cancel is used up) or its deadline has passed.
 #[inline]
