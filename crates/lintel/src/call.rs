@@ -30,12 +30,22 @@ impl Door {
         }
     }
 
-    /// [`Door::call`] of a door that is not another domain's. (A timed
-    /// handle goes on out of line, so a door served here costs one frame.)
+    /// [`Door::call`] of a door that is not another domain's: the
+    /// co-located fast path if its guards pass, else [`Door::call_other`].
     #[inline(never)]
     fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) => call_colocated(core, data, doors, reply),
+            Inner::Local(core) if colocated_fast(core, data, doors) => call_colocated(core, data, reply),
+            _ => self.call_other(data, doors, reply),
+        }
+    }
+
+    /// Everything [`Door::call_here`] does not do on its own: co-located
+    /// calls that need checking, a dead server, a timed handle.
+    #[inline(never)]
+    fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+        match &self.0 {
+            Inner::Local(core) => call_colocated_slow(core, data, doors, Vec::new(), reply),
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => call_timed(t, data, doors, reply),
@@ -85,35 +95,39 @@ fn call_timed(
 }
 
 /// The co-located path: the handler runs on the caller's thread. Guards
-/// first, each sending the unusual case (doors passed, a revoked door, more
-/// data than any call may carry, a deadline or cancel to check) to
+/// first ([`colocated_fast`]), each sending the unusual case to
 /// [`call_colocated_slow`]; then the handler runs on the bytes alone, its
 /// request made inside the unwinding guard (nothing to move or drop).
-#[inline]
-fn call_colocated(
-    core: &Arc<DoorCore>,
-    data: &[u8],
-    doors: &[Door],
-    reply: &mut Reply,
-) -> Result<(), CallError> {
-    if !doors.is_empty()
-        || core.revoked()
-        || data.len() > crate::settings::max_message()
-        || crate::shuttle::call_checks_due()
-    {
-        return call_colocated_slow(core, data, doors, Vec::new(), reply);
-    }
+#[inline(always)]
+fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
     reply.clear();
-    let r = core.run_bytes(data, reply).checked(reply);
-    let result = match r {
-        Ok(()) => Some((reply.data.len(), reply.doors.len())),
-        Err(_) => {
-            reply.clear();
-            None
+    match core.run_bytes(data, reply).checked(reply) {
+        Ok(()) => {
+            stats::call(
+                Path::Colocated,
+                data.len(),
+                0,
+                Some((reply.data.len(), reply.doors.len())),
+            );
+            Ok(())
         }
-    };
-    stats::call(Path::Colocated, data.len(), 0, result);
-    r
+        Err(e) => {
+            reply.clear();
+            stats::call(Path::Colocated, data.len(), 0, None);
+            Err(e)
+        }
+    }
+}
+
+/// The co-located fast path's guards: no doors passed, the door not
+/// revoked, no more data than any call may carry, no deadline or cancel to
+/// check.
+#[inline(always)]
+fn colocated_fast(core: &DoorCore, data: &[u8], doors: &[Door]) -> bool {
+    doors.is_empty()
+        && !core.revoked()
+        && data.len() <= crate::settings::max_message()
+        && !crate::shuttle::call_checks_due()
 }
 
 /// The co-located path with everything checked: doors and buffers passed,

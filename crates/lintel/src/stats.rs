@@ -208,8 +208,7 @@ impl Counters {
     /// ([`Counters::small_ok`]).
     #[inline]
     pub fn call(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
-        let small = |len: usize, doors: usize| bucket(len) == 0 && doors == 0;
-        if small(args, doors) && result.is_some_and(|(len, d)| small(len, d)) {
+        if small_ok(args, doors, result) {
             return self.small_ok(path);
         }
         self.count_each(path, args, doors, result)
@@ -262,10 +261,25 @@ thread_local! {
     static MINE: Counters = Counters::new();
 }
 
+/// Whether a call is counted in one store ([`Counters::small_ok`]): small
+/// in and small out, no doors either way.
+#[inline(always)]
+fn small_ok(args: usize, doors: usize, result: Option<(usize, usize)>) -> bool {
+    let small = |len: usize, doors: usize| bucket(len) == 0 && doors == 0;
+    small(args, doors) && result.is_some_and(|(len, d)| small(len, d))
+}
+
 /// Count a call on this thread's own counters (see [`Counters::call`]).
-#[inline]
+/// Decided before the thread-local lookup, so that the common case's
+/// lookup is small enough for the compiler to inline (the co-located call:
+/// 213 to 188 instructions).
+#[inline(always)]
 pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
-    let _ = MINE.try_with(|c| c.call(path, args, doors, result));
+    if small_ok(args, doors, result) {
+        let _ = MINE.try_with(|c| c.small_ok(path));
+    } else {
+        let _ = MINE.try_with(|c| c.count_each(path, args, doors, result));
+    }
 }
 
 /// This domain's counts so far.
