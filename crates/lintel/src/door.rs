@@ -551,6 +551,44 @@ mod tests {
         &RUNNING
     }
 
+    /// Handles let go of their door out of line (`let_go`): the handler
+    /// goes with the last handle, once, also from a list of doors mixed
+    /// with dead ones.
+    #[test]
+    fn the_last_handle_of_a_door_drops_its_handler_once() {
+        struct Counted(Arc<std::sync::atomic::AtomicU32>);
+        impl Handler for Counted {
+            fn invoke(&self, _: Request<'_>, _: &mut Reply) -> Result<(), Fault> {
+                Ok(())
+            }
+        }
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, SeqCst);
+            }
+        }
+        let dropped = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let make = || {
+            Door(Inner::Local(DoorCore::new(
+                1,
+                Box::new(Counted(dropped.clone())),
+                record,
+                runners,
+            )))
+        };
+        let (a, b) = (make(), make());
+        let list = vec![a.clone(), Door(Inner::Dead(7)), b.clone(), a.clone()];
+        drop(a);
+        drop(b);
+        assert_eq!(dropped.load(SeqCst), 0, "the list still holds both doors");
+        drop(list);
+        assert_eq!(
+            dropped.load(SeqCst),
+            2,
+            "each handler dropped once, with its last handle"
+        );
+    }
+
     #[test]
     fn unreferenced_once_per_fall_to_zero_holders() {
         let d = door();
