@@ -104,7 +104,61 @@ const CANCEL_THIS: u32 = 1;
 const CANCEL_NEXT: u32 = 2;
 
 thread_local! {
-    static CURRENT: Arc<Shuttle> = fresh();
+    static CURRENT: Mine = Mine::new();
+}
+
+/// This thread's shuttle, made on first use; while it lives, [`raw`] has
+/// its address, so a co-located call looks for a cancel with one plain
+/// thread-local load instead of this key's lazy-initialised access.
+struct Mine(Arc<Shuttle>);
+
+impl Mine {
+    fn new() -> Mine {
+        let s = fresh();
+        raw::set(&s);
+        Mine(s)
+    }
+}
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        raw::clear();
+    }
+}
+
+/// The address of this thread's shuttle, or null before it is made and
+/// after it is gone.
+mod raw {
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    use super::Shuttle;
+
+    thread_local! {
+        /// Null, or [`Arc::as_ptr`] of the shuttle this thread's `CURRENT`
+        /// holds: set when that is made, cleared in its drop, before the
+        /// `Arc` it holds goes.
+        static PTR: Cell<*const Shuttle> = const { Cell::new(std::ptr::null()) };
+    }
+
+    pub(super) fn set(s: &Arc<Shuttle>) {
+        PTR.with(|p| p.set(Arc::as_ptr(s)));
+    }
+
+    pub(super) fn clear() {
+        PTR.with(|p| p.set(std::ptr::null()));
+    }
+
+    /// Whether this thread's shuttle has a cancel pending (false if it
+    /// has none: no handle to it was ever given out).
+    #[inline(always)]
+    pub(super) fn has_cancel() -> bool {
+        let p = PTR.with(Cell::get);
+        // SAFETY: `p` is null (not read) or points at the shuttle `CURRENT`
+        // holds on this thread (`PTR`'s invariant), which lives until
+        // `CURRENT`'s drop has cleared `p`; only shared access is made.
+        !p.is_null() && unsafe { (*p).has_cancel() }
+    }
 }
 
 fn fresh() -> Arc<Shuttle> {
@@ -122,7 +176,7 @@ fn fresh() -> Arc<Shuttle> {
 /// made from a thread-local's destructor or an exit handler after the
 /// thread's own is gone.
 pub(crate) fn current_arc() -> Arc<Shuttle> {
-    CURRENT.try_with(|s| s.clone()).unwrap_or_else(|_| fresh())
+    CURRENT.try_with(|s| s.0.clone()).unwrap_or_else(|_| fresh())
 }
 
 /// A handle to a thread's shuttle, usable from any thread to alert it.
@@ -173,13 +227,13 @@ pub fn current() -> ShuttleHandle {
 #[inline]
 pub fn alerted() -> bool {
     CURRENT
-        .try_with(|s| s.alerted.load(Relaxed) != 0)
+        .try_with(|s| s.0.alerted.load(Relaxed) != 0)
         .unwrap_or(false)
 }
 
 /// Clear this thread's alert.
 pub fn clear_alert() {
-    let _ = CURRENT.try_with(|s| s.alerted.store(0, SeqCst));
+    let _ = CURRENT.try_with(|s| s.0.alerted.store(0, SeqCst));
 }
 
 /// The sleep was cut short by an alert.
@@ -243,7 +297,7 @@ impl Drop for InCall<'_> {
 /// force or a cancel pending (one look each; [`check_call`] decides).
 #[inline(always)]
 pub(crate) fn call_checks_due() -> bool {
-    crate::deadline::current() != 0 || CURRENT.try_with(|s| s.has_cancel()).unwrap_or(false)
+    crate::deadline::current() != 0 || raw::has_cancel()
 }
 
 /// Whether this thread may start a call now: not if it was cancelled (the
@@ -253,8 +307,32 @@ pub(crate) fn check_call() -> Result<(), crate::CallError> {
     if crate::deadline::passed(crate::deadline::current()) {
         return Err(crate::CallError::TimedOut);
     }
-    if CURRENT.try_with(|s| s.take_cancel()).unwrap_or(false) {
+    if CURRENT.try_with(|s| s.0.take_cancel()).unwrap_or(false) {
         return Err(crate::CallError::Cancelled);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The co-located path's quick look (`raw`) sees a cancel another
+    /// thread sends, and sees nothing once `check_call` has used it up or
+    /// before the thread's shuttle exists.
+    #[test]
+    fn a_cancel_from_another_thread_is_seen_by_the_quick_look() {
+        std::thread::spawn(|| {
+            assert!(!call_checks_due(), "no shuttle yet: nothing to see");
+            let me = current();
+            assert!(!call_checks_due());
+            std::thread::spawn(move || me.cancel()).join().unwrap();
+            assert!(call_checks_due(), "the cancel is seen");
+            assert_eq!(check_call(), Err(crate::CallError::Cancelled));
+            assert!(!call_checks_due(), "and used up by the call it cancelled");
+            clear_alert();
+        })
+        .join()
+        .unwrap();
+    }
 }
