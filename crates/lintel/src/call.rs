@@ -42,6 +42,7 @@ impl Door {
 
     /// Everything [`Door::call_here`] does not do on its own: co-located
     /// calls that need checking, a dead server, a timed handle.
+    #[cold]
     #[inline(never)]
     fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
