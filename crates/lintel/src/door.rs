@@ -346,8 +346,8 @@ pub struct Door(pub(crate) Inner);
 /// A handle lets go of its door in one call that cannot unwind (`let_go`):
 /// a list of doors then drops with a loop the compiler inlines, with no
 /// landing pad, so a request without doors is dropped in a few
-/// instructions (the server's null call: 50 to 33 in the handler's drop,
-/// the co-located call 246 to 222). A panic while a door is let go (in a
+/// instructions (the handler's drop of a null call's request: 50 to 33;
+/// a list of buffers still has its pad). A panic while a door is let go (in a
 /// handler's own `Drop`, run when its door's last handle goes) aborts the
 /// process instead of unwinding.
 impl Drop for Door {
