@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::abi::INLINE;
 use crate::buffer::Buffer;
-use crate::door::{Door, DoorCore, Inner, Reply, Request, check_sizes};
+use crate::door::{Door, DoorCore, Inner, Ran, Reply, Request, check_sizes};
 use crate::error::CallError;
 use crate::stats::{self, Path};
 
@@ -26,17 +27,19 @@ impl Door {
         // are dispatched out of line, so this stays small enough to inline.
         match &self.0 {
             Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
-            _ => self.call_here(data, doors, reply),
+            _ if doors.is_empty() => self.call_here(data, reply),
+            _ => self.call_other(data, doors, reply),
         }
     }
 
-    /// [`Door::call`] of a door that is not another domain's: the
-    /// co-located fast path if its guards pass, else [`Door::call_other`].
+    /// [`Door::call`] without doors of a door that is not another domain's:
+    /// the co-located fast path if its guards pass, else
+    /// [`Door::call_other`]. Guards and jumps only: no frame of its own.
     #[inline(never)]
-    fn call_here(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+    fn call_here(&self, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
-            Inner::Local(core) if colocated_fast(core, data, doors) => call_colocated(core, data, reply),
-            _ => self.call_other(data, doors, reply),
+            Inner::Local(core) if colocated_fast(core, data) => call_colocated(core, data, reply),
+            _ => self.call_other(data, &[], reply),
         }
     }
 
@@ -99,37 +102,45 @@ fn call_timed(
 /// first ([`colocated_fast`]), each sending the unusual case to
 /// [`call_colocated_slow`]; then the handler runs on the bytes alone, its
 /// request made inside the unwinding guard (nothing to move or drop).
-#[inline(always)]
+///
+/// Out of line, apart from the guards: the machine retires about one
+/// store a cycle, and a function that calls the handler saves only the
+/// few registers it needs across it.
+#[inline(never)]
 fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
     reply.clear();
-    // Matched, not `inspect_err`: success is then written straight into
-    // the caller's result, not copied out of a `CallError`-sized temporary.
-    match core.run_bytes(data, reply).checked(reply) {
-        Ok(()) => {
-            stats::call(
-                Path::Colocated,
-                data.len(),
-                0,
-                Some((reply.data.len(), reply.doors.len())),
-            );
-            Ok(())
-        }
-        Err(e) => {
-            reply.clear();
-            stats::call(Path::Colocated, data.len(), 0, None);
-            Err(e)
-        }
+    let small = data.len() <= INLINE; // decided now: fewer values live across the handler
+    let ran = core.run_bytes(data, reply);
+    // A small result needs no size check: no limit is below `INLINE`
+    // (`set_max_message`). Counted in one store.
+    if ran == Ran::Done && small && reply.data.len() <= INLINE && reply.doors.is_empty() {
+        stats::count_small_ok(Path::Colocated);
+        return Ok(());
     }
+    colocated_result(ran, data.len(), reply)
 }
 
-/// The co-located fast path's guards: no doors passed, the door not
+/// The rest of [`call_colocated`]: a handler that failed, or a result that
+/// is not small (checked against the limit, then counted).
+#[cold]
+#[inline(never)]
+fn colocated_result(ran: Ran, len: usize, reply: &mut Reply) -> Result<(), CallError> {
+    let r = ran.checked(reply);
+    if r.is_err() {
+        reply.clear(); // as across domains, where a failed call brings nothing back
+    }
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    stats::call(Path::Colocated, len, 0, result);
+    r
+}
+
+/// The co-located fast path's guards (no doors are passed): the door not
 /// revoked, no more data than any call may carry, no deadline or cancel to
 /// check.
 #[inline(always)]
-fn colocated_fast(core: &DoorCore, data: &[u8], doors: &[Door]) -> bool {
-    doors.is_empty()
-        && !core.revoked()
-        && data.len() <= crate::settings::max_message()
+fn colocated_fast(core: &DoorCore, data: &[u8]) -> bool {
+    !core.revoked()
+        && (data.len() <= INLINE || data.len() <= crate::settings::max_message())
         && !crate::shuttle::call_checks_due()
 }
 

@@ -79,6 +79,22 @@ pub trait Handler: Send + Sync + 'static {
     /// when co-located).
     fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault>;
 
+    /// Serve a call that passed bytes only (no doors, no buffers): what the
+    /// fast paths call. The default makes the request and calls
+    /// [`Handler::invoke`]. Being generic, it is compiled for each handler,
+    /// where the compiler sees that the request's lists are empty and
+    /// leaves out their drop; a handler has no reason to override it.
+    #[inline]
+    fn invoke_bytes(&self, datum: u64, data: &[u8], reply: &mut Reply) -> Result<(), Fault> {
+        let req = Request {
+            datum,
+            data,
+            doors: Vec::new(),
+            buffers: Vec::new(),
+        };
+        self.invoke(req, reply)
+    }
+
     /// No other domain holds the door and no call on it is active.
     fn unreferenced(&self, _datum: u64) {}
 
@@ -103,6 +119,10 @@ struct WithUnref<H, U>(H, U);
 impl<H: Handler, U: Fn(u64) + Send + Sync + 'static> Handler for WithUnref<H, U> {
     fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
         self.0.invoke(req, reply)
+    }
+
+    fn invoke_bytes(&self, datum: u64, data: &[u8], reply: &mut Reply) -> Result<(), Fault> {
+        self.0.invoke_bytes(datum, data, reply)
     }
     fn unreferenced(&self, datum: u64) {
         (self.1)(datum)
@@ -170,12 +190,26 @@ impl DoorCore {
         Ran::of(outcome).checked(reply)
     }
 
-    /// As [`DoorCore::invoke`] for a call without doors, and with the result
-    /// left unchecked (the fast path checks it against its own, smaller
-    /// limit first). The request is made inside the unwinding guard, so
-    /// nothing is moved into it.
+    /// As [`DoorCore::invoke`] for a call that passed bytes only, and with
+    /// the result left unchecked (the fast path checks it against its own,
+    /// smaller limit first). The handler makes the request itself
+    /// ([`Handler::invoke_bytes`]): nothing is built here, moved or dropped.
     #[inline]
     pub fn run_bytes(&self, data: &[u8], reply: &mut Reply) -> Ran {
+        Ran::of(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.handler.invoke_bytes(self.datum, data, reply)
+        })))
+    }
+
+    /// As [`DoorCore::run_bytes`], with the request made here, inside the
+    /// unwinding guard, and handed to [`Handler::invoke`]: the server's fast
+    /// path. Measured against `run_bytes` in alternating runs there, the
+    /// null call across domains took 1.29–1.37× the spin baseline this way
+    /// and 1.48–1.65× the other, though both run the same instructions
+    /// within one; the co-located call is the other way round (17.5 ns
+    /// against 21.5).
+    #[inline]
+    pub fn run_request(&self, data: &[u8], reply: &mut Reply) -> Ran {
         Ran::of(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let req = Request {
                 datum: self.datum,

@@ -28,6 +28,10 @@ pub const DEFAULT_MAX_MESSAGE: usize = 1 << 30;
 /// words in the slot header.
 pub const MAX_MESSAGE_CEILING: usize = u32::MAX as usize;
 
+/// The lowest message limit a domain can set: the fast path's inline
+/// payload, which every call may carry (so a small result needs no check).
+pub const MIN_MAX_MESSAGE: usize = crate::abi::INLINE;
+
 /// This domain's message limit. A plain process-wide value (a domain is a
 /// process) rather than a field of the domain, so the size checks of every
 /// path, co-located ones included, read it without the runtime.
@@ -45,12 +49,17 @@ pub fn max_message() -> usize {
     MAX_MESSAGE.load(Relaxed)
 }
 
-/// Set this domain's message limit (at most 4 GiB − 1; see [`max_message`]).
-/// Returns the limit now in force.
+/// Set this domain's message limit (at least 16 bytes, at most 4 GiB − 1;
+/// see [`max_message`]). Returns the limit now in force.
 pub fn set_max_message(bytes: usize) -> usize {
-    let n = bytes.min(MAX_MESSAGE_CEILING);
+    let n = limit_of(bytes);
     MAX_MESSAGE.store(n, Relaxed);
     n
+}
+
+/// The limit in force when `bytes` is asked for.
+fn limit_of(bytes: usize) -> usize {
+    bytes.clamp(MIN_MAX_MESSAGE, MAX_MESSAGE_CEILING)
 }
 
 impl Settings {
@@ -106,7 +115,16 @@ fn switch(key: &str, v: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::switch;
+    use super::{MAX_MESSAGE_CEILING, limit_of, switch};
+
+    #[test]
+    fn a_message_limit_is_never_below_the_inline_payload() {
+        assert_eq!(limit_of(0), 16);
+        assert_eq!(limit_of(15), 16);
+        assert_eq!(limit_of(16), 16);
+        assert_eq!(limit_of(4096), 4096);
+        assert_eq!(limit_of(usize::MAX), MAX_MESSAGE_CEILING);
+    }
 
     #[test]
     fn switches_read_the_usual_spellings() {

@@ -269,6 +269,13 @@ fn small_ok(args: usize, doors: usize, result: Option<(usize, usize)>) -> bool {
     small(args, doors) && result.is_some_and(|(len, d)| small(len, d))
 }
 
+/// Count a small call that returned small ([`Counters::small_ok`]) on this
+/// thread's own counters.
+#[inline(always)]
+pub(crate) fn count_small_ok(path: Path) {
+    let _ = MINE.try_with(|c| c.small_ok(path));
+}
+
 /// Count a call on this thread's own counters (see [`Counters::call`]).
 /// Decided before the thread-local lookup, so that the common case's
 /// lookup is small enough for the compiler to inline (the co-located call:
