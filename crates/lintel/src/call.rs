@@ -25,10 +25,12 @@ impl Door {
     pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         // A call to another domain goes straight to its channel; the rest
         // are dispatched out of line, so this stays small enough to inline.
+        if !doors.is_empty() {
+            return self.call_other(data, doors, reply);
+        }
         match &self.0 {
-            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
-            _ if doors.is_empty() => self.call_here(data, reply),
-            _ => self.call_other(data, doors, reply),
+            Inner::Remote(rd) => crate::channel::call(rd, data, reply).map_err(unbox),
+            _ => self.call_here(data, reply),
         }
     }
 
@@ -50,7 +52,7 @@ impl Door {
     fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated_slow(core, data, doors, Vec::new(), reply),
-            Inner::Remote(rd) => crate::channel::call(rd, data, doors, reply),
+            Inner::Remote(rd) => crate::channel::call_checked(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => call_timed(t, data, doors, reply),
         }
@@ -84,6 +86,15 @@ impl Door {
         self.call(data, &[], &mut reply)?;
         Ok(reply.data)
     }
+}
+
+/// A boxed error (the cross-domain fast path's, one register wide) as
+/// callers get it.
+#[cold]
+#[inline(never)]
+#[allow(clippy::boxed_local)] // boxed by the one that returns it, not here
+fn unbox(e: Box<CallError>) -> CallError {
+    *e
 }
 
 /// A call through a handle with a timeout: the handle's door, under it.

@@ -121,6 +121,32 @@ mod last {
         }
     }
 
+    /// The last call's lease (a new count of it) if there is one and
+    /// `keep` says yes on a look at it.
+    ///
+    /// # Safety
+    ///
+    /// `keep` must not make this thread let go of any lease (no call, no
+    /// code of a user's): the lease it looks at is borrowed from `LEASES`.
+    #[inline(always)]
+    pub(super) unsafe fn get_if(keep: impl FnOnce(&Lease) -> bool) -> Option<Rc<Lease>> {
+        let p = LAST.with(Cell::get);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` is non-null, so it comes from `Rc::as_ptr` of a lease
+        // `LEASES` holds (`LAST`'s invariant), and it stays held while
+        // `keep` runs (our caller's promise); a new count is this thread's
+        // own, as in `get`.
+        unsafe {
+            if !keep(&*p) {
+                return None;
+            }
+            Rc::increment_strong_count(p);
+            Some(Rc::from_raw(p))
+        }
+    }
+
     /// `lease` (held in `LEASES`) is the last call's.
     #[inline(always)]
     pub(super) fn set(lease: &Rc<Lease>) {
@@ -134,9 +160,157 @@ mod last {
     }
 }
 
-/// Call a door served by another domain.
+/// Call a door served by another domain, passing no doors: the fast path,
+/// when its guards pass (≤ 16 bytes, no deadline or cancel, and this thread's
+/// last lease is on this connection and still its own); else
+/// [`call_checked`].
+///
+/// Shaped by its stores: the machine's stores leave in order, so every
+/// store before the request is posted (a saved register, a spill, a note
+/// for later) delays the post by about a cycle. So the function holds few
+/// values across its calls, its unusual exits are out of line, and what it
+/// notes after the reply is what it must.
+///
+/// Its error comes boxed: a result one register wide, so that the function
+/// ends in jumps rather than calls and needs no frame before the post.
 #[inline(never)]
-pub(crate) fn call(rd: &RemoteDoor, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
+pub(crate) fn call(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let small = data.len() <= INLINE;
+    // SAFETY: `quick` only reads the lease and begins its claim.
+    let lease = match unsafe { last::get_if(|l| small && quick(l, &rd.conn)) } {
+        Some(l) => l,
+        None => return call_checked_bytes(rd, data, reply),
+    };
+    // ---- the lease is busy with this call: no return before the reply ----
+    let (conn, slot, shuttle) = (&*lease.conn, &lease.slot, &*lease.shuttle);
+    let seq = lease.next_seq();
+    shuttle::note_call(
+        shuttle,
+        conn.id,
+        lease.claim.index,
+        seq,
+        slot.sync(SyncWord::RepSeq),
+    );
+    let alerted = shuttle.is_alerted();
+    let flags = if alerted { FLAG_ALERT } else { 0 };
+    RequestHeader::write_small(slot, rd.grant, flags, data, lease.cpu.get(), 0);
+    let posted = handshake::post_unwoken::<Shared>(&slot.words(), seq);
+    if posted != Posted::Running || (!alerted && shuttle.is_alerted()) {
+        return quick_posted_slow(lease, seq, posted, alerted, reply);
+    }
+    quick_finish(lease, seq, true, reply)
+}
+
+/// [`call`]'s guards on the last call's lease, the lease's own last: it
+/// is on `conn`, nothing is to be checked before the call, and it is
+/// still this thread's (then busy with the call).
+#[inline(always)]
+fn quick(l: &Lease, conn: &Arc<Conn>) -> bool {
+    Arc::ptr_eq(&l.conn, conn)
+        && !l.settings.force_vanilla.load(Relaxed)
+        && deadline::current() == 0
+        && !l.shuttle.has_cancel()
+        && l.area.leases.begin(&l.claim)
+}
+
+/// The rest of [`call`] once its request is posted: wait, take the reply.
+/// Out of line, entered by a jump: the registers it saves are saved after
+/// the post, while the server runs, so [`call`] itself needs no frame.
+#[inline(never)]
+fn quick_finish(lease: Rc<Lease>, seq: u32, running: bool, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let waited = wait_reply(&lease, &lease.conn, seq, running, 0);
+    shuttle::call_over(&lease.shuttle);
+    if let Err(why) = waited {
+        return quick_unanswered(lease, why);
+    }
+    let slot = &lease.slot;
+    let h = ReplyHeader::read(slot);
+    if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
+        return quick_reply_slow(lease, seq, h, reply);
+    }
+    reply.clear();
+    if h.out_len != 0 {
+        let bytes = slot.read_inline(OFF_OUT_INLINE);
+        reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
+    }
+    lease.counters.small_ok(Path::Fast);
+    end_call(lease);
+    Ok(())
+}
+
+/// [`call`]'s request found its server asleep (wake it) or no server
+/// bound to the slot (kick one), or the thread was alerted while posting
+/// (forward the alert); then finish. Out of line: the wake-up's system call
+/// would cost the fast path saved registers.
+#[inline(never)]
+fn quick_posted_slow(
+    lease: Rc<Lease>,
+    seq: u32,
+    posted: Posted,
+    alerted: bool,
+    reply: &mut Reply,
+) -> Result<(), Box<CallError>> {
+    let (conn, index) = (&*lease.conn, lease.claim.index);
+    if posted == Posted::Woken {
+        handshake::wake_server::<Shared>(&lease.slot.words());
+    } else if posted == Posted::Unbound
+        && let Err(why) = kick(conn, index)
+    {
+        shuttle::call_over(&lease.shuttle);
+        return quick_unanswered(lease, why);
+    }
+    if !alerted && lease.shuttle.is_alerted() {
+        alert_late(conn, index, seq);
+    }
+    quick_finish(lease, seq, posted == Posted::Running, reply)
+}
+
+// The fast path's arguments and results are at most `INLINE` bytes, all in
+// the first size bucket: its slow exits count them as 0 bytes.
+const _: () = assert!(stats::BUCKET_0_MAX >= INLINE);
+
+/// [`call`] got no reply: counted, the lease let go, the error returned.
+#[cold]
+#[inline(never)]
+fn quick_unanswered(lease: Rc<Lease>, why: Unanswered) -> Result<(), Box<CallError>> {
+    lease.counters.call(Path::Fast, 0, 0, None);
+    end_call(lease);
+    Err(Box::new(why.into()))
+}
+
+/// [`call`]'s reply is not a small success: taken the full way, counted,
+/// the lease let go.
+#[cold]
+#[inline(never)]
+fn quick_reply_slow(
+    lease: Rc<Lease>,
+    seq: u32,
+    h: ReplyHeader,
+    reply: &mut Reply,
+) -> Result<(), Box<CallError>> {
+    let r = take_reply(&lease, &lease.conn, seq, h, &[], reply, false);
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    lease.counters.call(Path::Fast, 0, 0, result);
+    end_call(lease);
+    r.map_err(Box::new)
+}
+
+/// [`call_checked`] without doors: few enough arguments that [`call`]
+/// jumps here instead of calling.
+#[inline(never)]
+fn call_checked_bytes(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
+    call_checked(rd, data, &[], reply).map_err(Box::new)
+}
+
+/// Call a door served by another domain, every case: a first call, a
+/// deadline or a cancel to check, data or doors beyond the fast path's.
+#[inline(never)]
+pub(crate) fn call_checked(
+    rd: &RemoteDoor,
+    data: &[u8],
+    doors: &[Door],
+    reply: &mut Reply,
+) -> Result<(), CallError> {
     let lease = match begin(&rd.conn) {
         Ok(lease) => lease,
         Err(e) => return refused(data, doors, e),
@@ -506,7 +680,7 @@ fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> 
         for _ in 0..HOT_SPINS {
             if rep.load(Acquire) == seq {
                 if seq.is_multiple_of(64) {
-                    lease.cpu.set(sys::current_cpu());
+                    note_cpu(lease);
                 }
                 return Ok(());
             }
@@ -514,6 +688,14 @@ fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> 
         }
     }
     wait_reply_slow(lease, conn, seq, due)
+}
+
+/// Where this thread runs, looked up now and then (out of line: a call in
+/// the poll loop would cost the fast path saved registers).
+#[cold]
+#[inline(never)]
+fn note_cpu(lease: &Lease) {
+    lease.cpu.set(sys::current_cpu());
 }
 
 /// Polls of the reply word before the full wait; a few hundred ns.

@@ -132,15 +132,30 @@ pub(crate) enum Posted {
 /// Client: publish request `seq` (written into the slot before).
 #[inline(always)]
 pub(crate) fn post<M: Mem>(w: &Words<'_, M::Word>, seq: u32) -> Posted {
+    let posted = post_unwoken::<M>(w, seq);
+    if posted == Posted::Woken {
+        wake_server::<M>(w);
+    }
+    posted
+}
+
+/// [`post`] without its wake-up: [`Posted::Woken`] says the server sleeps
+/// and the caller must call [`wake_server`] next (the fast path does so out
+/// of line).
+#[inline(always)]
+pub(crate) fn post_unwoken<M: Mem>(w: &Words<'_, M::Word>, seq: u32) -> Posted {
     M::publish(w.req, seq);
     match w.server.load(Relaxed) {
         SPINNING | BUSY => Posted::Running,
-        SLEEPING => {
-            M::futex_wake(w.req);
-            Posted::Woken
-        }
+        SLEEPING => Posted::Woken,
         _ => Posted::Unbound,
     }
+}
+
+/// Wake the server that [`post_unwoken`] found asleep.
+#[inline(always)]
+pub(crate) fn wake_server<M: Mem>(w: &Words<'_, M::Word>) {
+    M::futex_wake(w.req);
 }
 
 /// Client: sleep once for reply `seq`: register as sleeping, look again,

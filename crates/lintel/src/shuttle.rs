@@ -270,6 +270,8 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
 /// and the wait.
 pub(crate) struct InCall<'a>(&'a Shuttle);
 
+/// The thread enters call `seq` on `slot` of connection `conn`, sleeping on
+/// `sleep` when it sleeps; it leaves when the guard drops.
 #[inline]
 pub(crate) fn enter_call<'a>(
     s: &'a Shuttle,
@@ -278,18 +280,31 @@ pub(crate) fn enter_call<'a>(
     seq: u32,
     sleep: &AtomicU32,
 ) -> InCall<'a> {
+    note_call(s, conn, slot, seq, sleep);
+    InCall(s)
+}
+
+/// [`enter_call`] without a guard: the caller calls [`call_over`] on every
+/// way out (the fast path, which has one).
+#[inline(always)]
+pub(crate) fn note_call(s: &Shuttle, conn: u64, slot: u32, seq: u32, sleep: &AtomicU32) {
     s.out_slot.store(slot, Relaxed);
     s.out_seq.store(seq, Relaxed);
     s.out_conn.store(conn, Relaxed);
     s.waiting_on.store(sleep as *const AtomicU32 as usize, Relaxed);
-    InCall(s)
+}
+
+/// The call [`note_call`] noted is over.
+#[inline(always)]
+pub(crate) fn call_over(s: &Shuttle) {
+    s.out_conn.store(0, Relaxed);
+    s.waiting_on.store(0, Relaxed);
 }
 
 impl Drop for InCall<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.out_conn.store(0, Relaxed);
-        self.0.waiting_on.store(0, Relaxed);
+        call_over(self.0);
     }
 }
 

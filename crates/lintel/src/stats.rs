@@ -45,11 +45,14 @@ pub const BUCKETS: usize = 5;
 /// Size bucket labels (bytes): Spring's Table 3 ranges.
 pub const BUCKET_NAMES: [&str; BUCKETS] = ["0-16", "16-100", "100-1000", "1000-4000", "4000+"];
 
+/// The largest size in the first bucket.
+pub const BUCKET_0_MAX: usize = 16;
+
 /// The size bucket of `len` bytes.
 #[inline]
 pub fn bucket(len: usize) -> usize {
     match len {
-        0..=16 => 0,
+        0..=BUCKET_0_MAX => 0,
         17..=100 => 1,
         101..=1000 => 2,
         1001..=4000 => 3,
