@@ -29,7 +29,10 @@ impl Door {
             return self.call_other(data, doors, reply);
         }
         match &self.0 {
-            Inner::Remote(rd) => crate::channel::call(rd, data, reply).map_err(unbox),
+            Inner::Remote(rd) => {
+                let here = crate::channel::Here::now();
+                crate::channel::call(rd, data, reply, here).map_err(unbox)
+            }
             _ => self.call_here(data, reply),
         }
     }

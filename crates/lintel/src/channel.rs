@@ -121,23 +121,22 @@ mod last {
         }
     }
 
-    /// The last call's lease (a new count of it) if there is one and
-    /// `keep` says yes on a look at it.
+    /// The last call's lease as [`peek`] saw it (a new count of it), if
+    /// there is one and `keep` says yes on a look at it.
     ///
     /// # Safety
     ///
-    /// `keep` must not make this thread let go of any lease (no call, no
-    /// code of a user's): the lease it looks at is borrowed from `LEASES`.
+    /// `p` is [`peek`]'s, read on this thread with nothing run since that
+    /// could let go of a lease; neither may `keep` (no call, no code of a
+    /// user's): the lease it looks at is borrowed from `LEASES`.
     #[inline(always)]
-    pub(super) unsafe fn get_if(keep: impl FnOnce(&Lease) -> bool) -> Option<Rc<Lease>> {
-        let p = LAST.with(Cell::get);
+    pub(super) unsafe fn get_if(p: *const Lease, keep: impl FnOnce(&Lease) -> bool) -> Option<Rc<Lease>> {
         if p.is_null() {
             return None;
         }
-        // SAFETY: `p` is non-null, so it comes from `Rc::as_ptr` of a lease
-        // `LEASES` holds (`LAST`'s invariant), and it stays held while
-        // `keep` runs (our caller's promise); a new count is this thread's
-        // own, as in `get`.
+        // SAFETY: `p` is non-null, so it came from `Rc::as_ptr` of a lease
+        // `LEASES` held (`LAST`'s invariant) and still holds (our caller's
+        // promise); a new count is this thread's own, as in `get`.
         unsafe {
             if !keep(&*p) {
                 return None;
@@ -145,6 +144,12 @@ mod last {
             Rc::increment_strong_count(p);
             Some(Rc::from_raw(p))
         }
+    }
+
+    /// The last call's lease, not to be dereferenced but by [`get_if`].
+    #[inline(always)]
+    pub(super) fn peek() -> *const Lease {
+        LAST.with(Cell::get)
     }
 
     /// `lease` (held in `LEASES`) is the last call's.
@@ -157,6 +162,30 @@ mod last {
     /// No lease is the last call's.
     pub(super) fn clear() {
         LAST.with(|l| l.set(std::ptr::null()));
+    }
+}
+
+/// What [`call`] needs of the calling thread's own state: its last lease and
+/// its deadline, read in the caller's code ([`Door::call`] is inlined
+/// there) and passed in registers. The compiler takes a thread-local
+/// access for a call that clobbers registers; made here, in a function
+/// that holds its values in saved registers anyway, it costs [`call`]
+/// none.
+#[derive(Clone, Copy)]
+pub(crate) struct Here {
+    last: *const Lease,
+    deadline: u64,
+}
+
+impl Here {
+    /// The calling thread's. [`call`] must be called next, with nothing run
+    /// in between.
+    #[inline(always)]
+    pub(crate) fn now() -> Here {
+        Here {
+            last: last::peek(),
+            deadline: deadline::current(),
+        }
     }
 }
 
@@ -174,13 +203,30 @@ mod last {
 /// Its error comes boxed: a result one register wide, so that the function
 /// ends in jumps rather than calls and needs no frame before the post.
 #[inline(never)]
-pub(crate) fn call(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
-    let small = data.len() <= INLINE;
-    // SAFETY: `quick` only reads the lease and begins its claim.
-    let lease = match unsafe { last::get_if(|l| small && quick(l, &rd.conn)) } {
+pub(crate) fn call(
+    rd: &RemoteDoor,
+    data: &[u8],
+    reply: &mut Reply,
+    here: Here,
+) -> Result<(), Box<CallError>> {
+    // (A reply still holding doors or buffers has them dropped, which may
+    // run code of a user's: not on the fast path.)
+    let small = data.len() <= INLINE && reply.doors.is_empty() && reply.buffers.is_empty();
+    let quick = |l: &Lease| small && here.deadline == 0 && quick(l, &rd.conn);
+    // SAFETY: `here` was read just before this call (`Here`), and `quick`
+    // only reads the lease and begins its claim.
+    let lease = match unsafe { last::get_if(here.last, quick) } {
         Some(l) => l,
         None => return call_checked_bytes(rd, data, reply),
     };
+    quick_post(lease, rd.grant, data, reply)
+}
+
+/// [`call`] once its guards passed: post the request, then finish. Apart
+/// from the guards, so that each holds fewer values at once (every value
+/// past the caller-saved registers costs a saved register, a store).
+#[inline(never)]
+fn quick_post(lease: Rc<Lease>, grant: u32, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
     // ---- the lease is busy with this call: no return before the reply ----
     let (conn, slot, shuttle) = (&*lease.conn, &lease.slot, &*lease.shuttle);
     let seq = lease.next_seq();
@@ -193,7 +239,7 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<()
     );
     let alerted = shuttle.is_alerted();
     let flags = if alerted { FLAG_ALERT } else { 0 };
-    RequestHeader::write_small(slot, rd.grant, flags, data, lease.cpu.get(), 0);
+    RequestHeader::write_small(slot, grant, flags, data, lease.cpu.get(), 0);
     let posted = handshake::post_unwoken::<Shared>(&slot.words(), seq);
     if posted != Posted::Running || (!alerted && shuttle.is_alerted()) {
         return quick_posted_slow(lease, seq, posted, alerted, reply);
@@ -208,7 +254,6 @@ pub(crate) fn call(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<()
 fn quick(l: &Lease, conn: &Arc<Conn>) -> bool {
     Arc::ptr_eq(&l.conn, conn)
         && !l.settings.force_vanilla.load(Relaxed)
-        && deadline::current() == 0
         && !l.shuttle.has_cancel()
         && l.area.leases.begin(&l.claim)
 }
@@ -226,9 +271,9 @@ fn quick_finish(lease: Rc<Lease>, seq: u32, running: bool, reply: &mut Reply) ->
     let slot = &lease.slot;
     let h = ReplyHeader::read(slot);
     if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
-        return quick_reply_slow(lease, seq, h, reply);
+        return quick_reply_slow(lease, seq, reply);
     }
-    reply.clear();
+    reply.data.clear(); // (its lists are empty: `call`'s guard)
     if h.out_len != 0 {
         let bytes = slot.read_inline(OFF_OUT_INLINE);
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
@@ -279,15 +324,13 @@ fn quick_unanswered(lease: Rc<Lease>, why: Unanswered) -> Result<(), Box<CallErr
 }
 
 /// [`call`]'s reply is not a small success: taken the full way, counted,
-/// the lease let go.
+/// the lease let go. The header is read afresh (and checked as any reply's
+/// is) rather than handed over, which would keep the fast path's copy in
+/// memory.
 #[cold]
 #[inline(never)]
-fn quick_reply_slow(
-    lease: Rc<Lease>,
-    seq: u32,
-    h: ReplyHeader,
-    reply: &mut Reply,
-) -> Result<(), Box<CallError>> {
+fn quick_reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let h = ReplyHeader::read(&lease.slot);
     let r = take_reply(&lease, &lease.conn, seq, h, &[], reply, false);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(Path::Fast, 0, 0, result);

@@ -15,14 +15,18 @@ use crate::sys;
 
 pub(crate) struct Shuttle {
     alerted: AtomicU32,
+    /// The outgoing call the thread is in: [`in_call`] of its slot and
+    /// sequence, 0 between calls. One store on entry, one on the way out.
+    out_call: AtomicU64,
+    /// The connection of the last call entered (left as it was between
+    /// calls; written only when it changes).
     out_conn: AtomicU64,
-    out_slot: AtomicU32,
-    out_seq: AtomicU32,
     /// [`ShuttleHandle::cancel`] was called: the call in progress (or the
     /// next one) returns [`crate::CallError::Cancelled`].
     cancelled: AtomicU32,
-    /// While the thread is in a call, the address of the futex word it
-    /// sleeps on when it sleeps (0 otherwise), so a cancel can wake it.
+    /// The address of the futex word the thread sleeps on in the call it
+    /// is in (or was last in), so a cancel can wake it. Written only when it
+    /// changes, before `out_call`.
     waiting_on: AtomicUsize,
 }
 
@@ -69,13 +73,12 @@ impl Shuttle {
 
     /// Cancel the call in progress (or the next one), alerting its server.
     fn cancel(&self) {
-        let in_call = self.out_conn.load(SeqCst) != 0;
+        let in_call = self.out_call.load(SeqCst) != 0;
         self.cancelled
             .store(if in_call { CANCEL_THIS } else { CANCEL_NEXT }, SeqCst);
         self.alert();
-        let addr = self.waiting_on.load(SeqCst);
-        if addr != 0 {
-            sys::futex_wake_addr(addr, u32::MAX);
+        if self.out_call.load(SeqCst) != 0 {
+            sys::futex_wake_addr(self.waiting_on.load(SeqCst), u32::MAX);
         }
     }
 
@@ -84,11 +87,10 @@ impl Shuttle {
     pub fn alert(&self) {
         self.alerted.store(1, SeqCst);
         sys::futex_wake(&self.alerted, u32::MAX);
-        let conn = self.out_conn.load(SeqCst);
-        if conn != 0
+        if let Some((slot, seq)) = call_of(self.out_call.load(SeqCst))
             && let Some(forward) = FORWARD.get()
         {
-            forward(conn, self.out_slot.load(SeqCst), self.out_seq.load(SeqCst));
+            forward(self.out_conn.load(SeqCst), slot, seq);
         }
     }
 }
@@ -164,9 +166,8 @@ mod raw {
 fn fresh() -> Arc<Shuttle> {
     Arc::new(Shuttle {
         alerted: AtomicU32::new(0),
+        out_call: AtomicU64::new(0),
         out_conn: AtomicU64::new(0),
-        out_slot: AtomicU32::new(0),
-        out_seq: AtomicU32::new(0),
         cancelled: AtomicU32::new(0),
         waiting_on: AtomicUsize::new(0),
     })
@@ -265,7 +266,7 @@ pub fn sleep_alertable(d: Duration) -> Result<(), Alerted> {
 /// The caller issues a full fence after this (when it publishes its request)
 /// and then checks [`Shuttle::is_alerted`] and [`Shuttle::has_cancel`] again:
 /// with the alerter's store of `alerted` (the canceller's of `cancelled`)
-/// before its load of `out_conn` (`waiting_on`), one of the two sees the
+/// before its load of `out_call`, one of the two sees the
 /// other, so an alert or cancel is never lost between the request's flags
 /// and the wait.
 pub(crate) struct InCall<'a>(&'a Shuttle);
@@ -288,17 +289,32 @@ pub(crate) fn enter_call<'a>(
 /// way out (the fast path, which has one).
 #[inline(always)]
 pub(crate) fn note_call(s: &Shuttle, conn: u64, slot: u32, seq: u32, sleep: &AtomicU32) {
-    s.out_slot.store(slot, Relaxed);
-    s.out_seq.store(seq, Relaxed);
-    s.out_conn.store(conn, Relaxed);
-    s.waiting_on.store(sleep as *const AtomicU32 as usize, Relaxed);
+    // A thread calls one server again and again: these rarely change, and
+    // a store that need not be made is not made.
+    let addr = sleep as *const AtomicU32 as usize;
+    if s.waiting_on.load(Relaxed) != addr || s.out_conn.load(Relaxed) != conn {
+        s.waiting_on.store(addr, Relaxed);
+        s.out_conn.store(conn, Relaxed);
+    }
+    // (Release: whoever sees the call sees its connection and futex word.)
+    s.out_call.store(in_call(slot, seq), Release);
 }
 
 /// The call [`note_call`] noted is over.
 #[inline(always)]
 pub(crate) fn call_over(s: &Shuttle) {
-    s.out_conn.store(0, Relaxed);
-    s.waiting_on.store(0, Relaxed);
+    s.out_call.store(0, Relaxed);
+}
+
+/// The `out_call` word of call `seq` on `slot` (below 2^31): never 0.
+#[inline(always)]
+fn in_call(slot: u32, seq: u32) -> u64 {
+    (u64::from(seq) << 32) | (u64::from(slot) << 1) | 1
+}
+
+/// The slot and sequence of an `out_call` word; `None` between calls.
+fn call_of(word: u64) -> Option<(u32, u32)> {
+    (word != 0).then_some(((word as u32) >> 1, (word >> 32) as u32))
 }
 
 impl Drop for InCall<'_> {
@@ -331,6 +347,23 @@ pub(crate) fn check_call() -> Result<(), crate::CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word a thread in a call publishes names the call's slot and
+    /// sequence, whatever they are, and reads as "no call" once it is over.
+    #[test]
+    fn the_call_a_thread_is_in_reads_back_as_noted() {
+        let s = fresh();
+        let word = AtomicU32::new(0);
+        assert_eq!(call_of(s.out_call.load(SeqCst)), None);
+        for (slot, seq) in [(0, 1), (63, u32::MAX), (5, 0x8000_0001)] {
+            note_call(&s, 7, slot, seq, &word);
+            assert_eq!(call_of(s.out_call.load(SeqCst)), Some((slot, seq)));
+            assert_eq!(s.out_conn.load(SeqCst), 7);
+            assert_eq!(s.waiting_on.load(SeqCst), &word as *const AtomicU32 as usize);
+            call_over(&s);
+            assert_eq!(call_of(s.out_call.load(SeqCst)), None);
+        }
+    }
 
     /// The co-located path's quick look (`raw`) sees a cancel another
     /// thread sends, and sees nothing once `check_call` has used it up or
