@@ -38,7 +38,7 @@ use crate::shuttle::{self, Shuttle};
 use crate::spin::Spinner;
 use crate::stats::{self, Counters, Path};
 use crate::sys;
-use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
+use crate::umem::{Packed, Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::{deadline, transfer};
 
 /// One thread's lease of one slot.
@@ -219,14 +219,24 @@ pub(crate) fn call(
         Some(l) => l,
         None => return call_checked_bytes(rd, data, reply),
     };
-    quick_post(lease, rd.grant, data, reply)
+    let Packed { lo, hi, len } = Packed::of(data);
+    quick_post(lease, rd.grant, lo, hi, len, reply)
 }
 
 /// [`call`] once its guards passed: post the request, then finish. Apart
 /// from the guards, so that each holds fewer values at once (every value
 /// past the caller-saved registers costs a saved register, a store).
+/// The bytes come packed ([`Packed`]), each word in a register of its own.
 #[inline(never)]
-fn quick_post(lease: Rc<Lease>, grant: u32, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn quick_post(
+    lease: Rc<Lease>,
+    grant: u32,
+    lo: u64,
+    hi: u64,
+    len: u32,
+    reply: &mut Reply,
+) -> Result<(), Box<CallError>> {
+    let data = Packed { lo, hi, len };
     // ---- the lease is busy with this call: no return before the reply ----
     let (conn, slot, shuttle) = (&*lease.conn, &lease.slot, &*lease.shuttle);
     let seq = lease.next_seq();
@@ -239,7 +249,7 @@ fn quick_post(lease: Rc<Lease>, grant: u32, data: &[u8], reply: &mut Reply) -> R
     );
     let alerted = shuttle.is_alerted();
     let flags = if alerted { FLAG_ALERT } else { 0 };
-    RequestHeader::write_small(slot, grant, flags, data, lease.cpu.get(), 0);
+    RequestHeader::write_packed(slot, grant, flags, data, lease.cpu.get(), 0);
     let posted = handshake::post_unwoken::<Shared>(&slot.words(), seq);
     if posted != Posted::Running || (!alerted && shuttle.is_alerted()) {
         return quick_posted_slow(lease, seq, posted, alerted, reply);

@@ -192,6 +192,7 @@ pub(crate) fn run_worker(pool: &'static Pool<Work>) {
         args: Vec::with_capacity(DATA_CAP),
         reply: Reply::new(),
         door: None,
+        reply_header: None,
         spinner: false,
         shared_cpu: 0,
         counters: Counters::new(),
@@ -213,6 +214,13 @@ struct Buffers {
     /// The door of the last call: the next call on the same grant skips the
     /// grant table's lock while the table's generation is unchanged.
     door: Option<(u32, u64, Arc<DoorCore>)>,
+    /// What the bound slot's reply header holds, as this worker last wrote
+    /// it: a small success of this many bytes (`None`: unknown, after a
+    /// bind or any other reply). The fast path then stores only what
+    /// changes: every store before the reply is published delays it. Only
+    /// this worker writes the header while bound; a caller that scribbles on
+    /// it garbles no reply but its own.
+    reply_header: Option<u32>,
     /// Whether this worker holds the domain's spinning role.
     spinner: bool,
     /// Spins cut short in a row because the caller ran on our CPU.
@@ -230,6 +238,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     let ss = &w.area.slots[w.slot as usize];
     let slot = w.area.slot(w.slot);
     ss.binding.bind();
+    bufs.reply_header = None;
     ss.unbind.store(false, SeqCst);
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     pool.bound(w);
@@ -367,27 +376,34 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
         {
             core
         }
-        _ => return handle_slow(w, slot, seq, bufs, &req),
+        _ => return handle_slow(w, slot, seq, bufs),
     };
     if !core.enter(&bufs.runner) {
-        return handle_slow(w, slot, seq, bufs, &req);
+        return handle_slow(w, slot, seq, bufs);
     }
     // ---- the handler runs; its reply is published below ----
-    bufs.counters.served(Path::Fast);
     let reply = &mut bufs.reply;
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
     let ran = core.run_request(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
     if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
         core.leave(&bufs.runner);
+        bufs.counters.served(Path::Fast);
         let result = ran.checked(reply).map_err(Failure::taken);
         return finish_slow(w, slot, seq, bufs, result, false);
     }
-    ReplyHeader::write_small(slot, &reply.data);
+    let len = reply.data.len() as u32;
+    ReplyHeader::write_small_data(slot, &reply.data);
+    if bufs.reply_header != Some(len) {
+        ReplyHeader::write_small_header(slot, len);
+        bufs.reply_header = Some(len);
+    }
     publish_reply(slot, seq);
     // The handler is done: leaving after the reply keeps this off the
-    // caller's wait (its only effect is to let `unreferenced` run).
+    // caller's wait (its only effect is to let `unreferenced` run), as does
+    // counting the call.
     core.leave(&bufs.runner);
+    bufs.counters.served(Path::Fast);
 }
 
 /// [`handle`] of a request found while letting go of the slot (rare: kept
@@ -404,9 +420,12 @@ fn publish_reply(slot: &Slot, seq: u32) {
 }
 
 /// Everything the fast path does not do: doors, data in the data region,
-/// deadlines, a door not served last, pinned doors to let go.
+/// deadlines, a door not served last, pinned doors to let go. The header is
+/// read afresh (a caller that changes it meanwhile garbles only its own
+/// call): handed over, the fast path's copy would be kept in memory.
 #[cold]
-fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader) {
+fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+    let req = &RequestHeader::read(slot);
     let ss = &w.area.slots[w.slot as usize];
     if ss.has_pinned.load(Relaxed) {
         // The caller has read our last reply: its doors may go.
@@ -433,6 +452,7 @@ fn finish_slow(
     mut result: Result<(), Failure>,
     vanilla: bool,
 ) {
+    bufs.reply_header = None;
     if w.conn.is_dead() {
         bufs.reply.clear();
         drop(buffer::take_returns()); // its lender is gone too

@@ -40,7 +40,10 @@ impl Shuttle {
     /// (Ordered by the release that follows it in `SlotServer::begin`.)
     #[inline]
     pub(crate) fn clear_alert(&self) {
-        self.alerted.store(0, Relaxed);
+        // (Looked at first: the fast path stores nothing it need not.)
+        if self.alerted.load(Relaxed) != 0 {
+            self.alerted.store(0, Relaxed);
+        }
     }
 
     /// Set the alert without forwarding it (the call it is for has made no

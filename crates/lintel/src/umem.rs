@@ -84,8 +84,14 @@ impl RequestHeader {
     /// no doors, in five stores (six with a deadline).
     #[inline(always)]
     pub fn write_small(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
+        Self::write_packed(slot, grant, flags, Packed::of(data), cpu, deadline);
+    }
+
+    /// [`RequestHeader::write_small`] of bytes already [`Packed`].
+    #[inline(always)]
+    pub fn write_packed(slot: &Slot, grant: u32, flags: u32, data: Packed, cpu: u32, deadline: u64) {
+        let Packed { lo, hi, len } = data;
         let at = slot.at();
-        let (lo, hi) = pack_inline(data);
         let flags = if deadline != 0 {
             at.w64(OFF_DEADLINE).store(deadline, Relaxed);
             flags | FLAG_DEADLINE
@@ -93,7 +99,7 @@ impl RequestHeader {
             flags
         };
         at.w64(OFF_GRANT).store(pair(grant, flags), Relaxed);
-        at.w64(OFF_IN_LEN).store(pair(data.len() as u32, 0), Relaxed);
+        at.w64(OFF_IN_LEN).store(pair(len, 0), Relaxed);
         at.w64(OFF_IN_INLINE).store(lo, Relaxed);
         at.w64(OFF_IN_INLINE + 8).store(hi, Relaxed);
         at.w32(OFF_CLIENT_CPU).store(cpu, Relaxed);
@@ -163,17 +169,51 @@ impl ReplyHeader {
         }
     }
 
-    /// The server's side: a small reply (the fast path's), `ST_OK` with
-    /// `data` inline and no doors or buffers.
+    /// The server's side of a small reply (the fast path's): `data`
+    /// inline (≤ 16 bytes; none stored for none). With
+    /// [`ReplyHeader::write_small_header`] of its length, unless the header
+    /// holds that already.
     #[inline(always)]
-    pub fn write_small(slot: &Slot, data: &[u8]) {
+    pub fn write_small_data(slot: &Slot, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
         let at = slot.at();
         let (lo, hi) = pack_inline(data);
         at.w64(OFF_OUT_INLINE).store(lo, Relaxed);
         at.w64(OFF_OUT_INLINE + 8).store(hi, Relaxed);
-        at.w64(OFF_OUT_LEN).store(pair(data.len() as u32, 0), Relaxed);
+    }
+
+    /// A small reply's header: `ST_OK`, `len` bytes inline, no doors or
+    /// buffers.
+    #[inline]
+    pub fn write_small_header(slot: &Slot, len: u32) {
+        let at = slot.at();
+        at.w64(OFF_OUT_LEN).store(pair(len, 0), Relaxed);
         at.w32(OFF_OUT_BUFS).store(0, Relaxed);
         at.w32(OFF_STATUS).store(ST_OK, Relaxed);
+    }
+}
+
+/// Up to [`INLINE`] bytes as the two words they travel in ([`pack_inline`]),
+/// and their length.
+#[derive(Clone, Copy)]
+pub(crate) struct Packed {
+    pub lo: u64,
+    pub hi: u64,
+    pub len: u32,
+}
+
+impl Packed {
+    /// `data` (at most [`INLINE`] bytes) packed.
+    #[inline(always)]
+    pub fn of(data: &[u8]) -> Packed {
+        let (lo, hi) = pack_inline(data);
+        Packed {
+            lo,
+            hi,
+            len: data.len() as u32,
+        }
     }
 }
 
@@ -527,7 +567,7 @@ impl Bulk {
 /// with a few overlapping loads rather than a `memcpy` call of a length
 /// known only at run time (a dozen instructions a side on the null call).
 #[inline(always)]
-fn pack_inline(src: &[u8]) -> (u64, u64) {
+pub(crate) fn pack_inline(src: &[u8]) -> (u64, u64) {
     let n = src.len();
     assert!(n <= INLINE, "{n} bytes do not fit inline");
     let word = |at: usize| u64::from_le_bytes(src[at..at + 8].try_into().expect("8 bytes"));
