@@ -274,7 +274,6 @@ fn quick(l: &Lease, conn: &Arc<Conn>) -> bool {
 #[inline(never)]
 fn quick_finish(lease: Rc<Lease>, seq: u32, running: bool, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let waited = wait_reply(&lease, &lease.conn, seq, running, 0);
-    shuttle::call_over(&lease.shuttle);
     if let Err(why) = waited {
         return quick_unanswered(lease, why);
     }
@@ -289,6 +288,7 @@ fn quick_finish(lease: Rc<Lease>, seq: u32, running: bool, reply: &mut Reply) ->
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     }
     lease.counters.small_ok(Path::Fast);
+    shuttle::call_over(&lease.shuttle);
     end_call(lease);
     Ok(())
 }
@@ -311,7 +311,6 @@ fn quick_posted_slow(
     } else if posted == Posted::Unbound
         && let Err(why) = kick(conn, index)
     {
-        shuttle::call_over(&lease.shuttle);
         return quick_unanswered(lease, why);
     }
     if !alerted && lease.shuttle.is_alerted() {
@@ -329,6 +328,7 @@ const _: () = assert!(stats::BUCKET_0_MAX >= INLINE);
 #[inline(never)]
 fn quick_unanswered(lease: Rc<Lease>, why: Unanswered) -> Result<(), Box<CallError>> {
     lease.counters.call(Path::Fast, 0, 0, None);
+    shuttle::call_over(&lease.shuttle);
     end_call(lease);
     Err(Box::new(why.into()))
 }
@@ -344,6 +344,7 @@ fn quick_reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(),
     let r = take_reply(&lease, &lease.conn, seq, h, &[], reply, false);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(Path::Fast, 0, 0, result);
+    shuttle::call_over(&lease.shuttle);
     end_call(lease);
     r.map_err(Box::new)
 }

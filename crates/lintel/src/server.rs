@@ -257,6 +257,8 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
             && !w.conn.is_dead()
             && ss.binding.rebind()
         {
+            // Another worker may have bound, replied and let go meanwhile.
+            bufs.reply_header = None;
             slot.set(OFF_SERVER_STATE, BUSY);
             handle_late(w, ss, &slot, r, bufs);
             continue;

@@ -288,8 +288,8 @@ pub(crate) fn enter_call<'a>(
     InCall(s)
 }
 
-/// [`enter_call`] without a guard: the caller calls [`call_over`] on every
-/// way out (the fast path, which has one).
+/// [`enter_call`] without a guard: the caller calls [`call_over`] on each
+/// of its ways out (the fast path's, in `channel`).
 #[inline(always)]
 pub(crate) fn note_call(s: &Shuttle, conn: u64, slot: u32, seq: u32, sleep: &AtomicU32) {
     // A thread calls one server again and again: these rarely change, and
