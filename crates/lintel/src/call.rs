@@ -23,8 +23,10 @@ impl Door {
     /// passes.
     #[inline]
     pub fn call(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
-        // A call to another domain goes straight to its channel; the rest
-        // are dispatched out of line, so this stays small enough to inline.
+        // Calls passing doors, and those to doors served here, are dispatched
+        // out of line, so this stays small enough to inline; a door-less
+        // call to another domain goes straight to its channel's fast path,
+        // with this thread's state read here (`channel::Here`).
         if !doors.is_empty() {
             return self.call_other(data, doors, reply);
         }
@@ -39,7 +41,7 @@ impl Door {
 
     /// [`Door::call`] without doors of a door that is not another domain's:
     /// the co-located fast path if its guards pass, else
-    /// [`Door::call_other`]. Guards and jumps only: no frame of its own.
+    /// [`Door::call_other`]. Its frame holds only what the guards need.
     #[inline(never)]
     fn call_here(&self, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
@@ -114,8 +116,9 @@ fn call_timed(
 
 /// The co-located path: the handler runs on the caller's thread. Guards
 /// first ([`colocated_fast`]), each sending the unusual case to
-/// [`call_colocated_slow`]; then the handler runs on the bytes alone, its
-/// request made inside the unwinding guard (nothing to move or drop).
+/// [`call_colocated_slow`]; then the handler runs on the bytes alone and
+/// makes its request itself ([`crate::Handler::invoke_bytes`]), inside the
+/// unwinding guard.
 ///
 /// Out of line, apart from the guards: the machine retires about one
 /// store a cycle, and a function that calls the handler saves only the

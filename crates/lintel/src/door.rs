@@ -80,10 +80,11 @@ pub trait Handler: Send + Sync + 'static {
     fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault>;
 
     /// Serve a call that passed bytes only (no doors, no buffers): what the
-    /// fast paths call. The default makes the request and calls
-    /// [`Handler::invoke`]. Being generic, it is compiled for each handler,
-    /// where the compiler sees that the request's lists are empty and
-    /// leaves out their drop; a handler has no reason to override it.
+    /// co-located fast path calls. The default makes the request and calls
+    /// [`Handler::invoke`]; being generic, it is compiled with each handler,
+    /// so the request is built where the handler runs instead of being
+    /// built by the caller and moved in. A handler need not override it;
+    /// one that does must serve the call as its `invoke` would.
     #[inline]
     fn invoke_bytes(&self, datum: u64, data: &[u8], reply: &mut Reply) -> Result<(), Fault> {
         let req = Request {
@@ -205,9 +206,8 @@ impl DoorCore {
     /// unwinding guard, and handed to [`Handler::invoke`]: the server's fast
     /// path. Measured against `run_bytes` in alternating runs there, the
     /// null call across domains took 1.29–1.37× the spin baseline this way
-    /// and 1.48–1.65× the other, though both run the same instructions
-    /// within one; the co-located call is the other way round (17.5 ns
-    /// against 21.5).
+    /// and 1.34–1.65× the other, though the other stores less; the
+    /// co-located call is the other way round (17.5 ns against 21.5).
     #[inline]
     pub fn run_request(&self, data: &[u8], reply: &mut Reply) -> Ran {
         Ran::of(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
