@@ -212,10 +212,10 @@ pub(crate) fn call(
     // (A reply still holding doors or buffers has them dropped, which may
     // run code of a user's: not on the fast path.)
     let small = data.len() <= INLINE && reply.doors.is_empty() && reply.buffers.is_empty();
-    let quick = |l: &Lease| small && here.deadline == 0 && quick(l, &rd.conn);
-    // SAFETY: `here` was read just before this call (`Here`), and `quick`
+    let keep = |l: &Lease| small && here.deadline == 0 && quick(l, &rd.conn);
+    // SAFETY: `here` was read just before this call (`Here`), and `keep`
     // only reads the lease and begins its claim.
-    let lease = match unsafe { last::get_if(here.last, quick) } {
+    let lease = match unsafe { last::get_if(here.last, keep) } {
         Some(l) => l,
         None => return call_checked_bytes(rd, data, reply),
     };

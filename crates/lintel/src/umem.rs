@@ -567,7 +567,7 @@ impl Bulk {
 /// with a few overlapping loads rather than a `memcpy` call of a length
 /// known only at run time (a dozen instructions a side on the null call).
 #[inline(always)]
-pub(crate) fn pack_inline(src: &[u8]) -> (u64, u64) {
+fn pack_inline(src: &[u8]) -> (u64, u64) {
     let n = src.len();
     assert!(n <= INLINE, "{n} bytes do not fit inline");
     let word = |at: usize| u64::from_le_bytes(src[at..at + 8].try_into().expect("8 bytes"));
