@@ -41,6 +41,8 @@ use crate::sys;
 use crate::umem::{Packed, Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::{deadline, transfer};
 
+use last::Quick;
+
 /// One thread's lease of one slot.
 struct Lease {
     conn: Arc<Conn>,
@@ -93,6 +95,7 @@ impl Drop for Held {
 /// read without a liveness check): it names a lease that `LEASES` holds.
 mod last {
     use std::cell::Cell;
+    use std::ptr::NonNull;
     use std::rc::Rc;
 
     use super::Lease;
@@ -121,8 +124,8 @@ mod last {
         }
     }
 
-    /// The last call's lease as [`peek`] saw it (a new count of it), if
-    /// there is one and `keep` says yes on a look at it.
+    /// The last call's lease as [`peek`] saw it, borrowed for one call of
+    /// the fast path, if there is one and `keep` says yes on a look at it.
     ///
     /// # Safety
     ///
@@ -130,23 +133,46 @@ mod last {
     /// could let go of a lease; neither may `keep` (no call, no code of a
     /// user's): the lease it looks at is borrowed from `LEASES`.
     #[inline(always)]
-    pub(super) unsafe fn get_if(p: *const Lease, keep: impl FnOnce(&Lease) -> bool) -> Option<Rc<Lease>> {
-        if p.is_null() {
-            return None;
-        }
+    pub(super) unsafe fn borrow_if(p: *const Lease, keep: impl FnOnce(&Lease) -> bool) -> Option<Quick> {
+        let p = NonNull::new(p.cast_mut())?;
         // SAFETY: `p` is non-null, so it came from `Rc::as_ptr` of a lease
         // `LEASES` held (`LAST`'s invariant) and still holds (our caller's
-        // promise); a new count is this thread's own, as in `get`.
-        unsafe {
-            if !keep(&*p) {
-                return None;
+        // promise).
+        keep(unsafe { p.as_ref() }).then_some(Quick(p))
+    }
+
+    /// A lease borrowed from `LEASES` for one call of the fast path, with no
+    /// count of its own: a count is two stores to take and let go, and the
+    /// fast path runs nothing that could let go of a lease (no code of a
+    /// user's, no new lease) until it ends ([`super::end_quick`]). Code that
+    /// might takes a count first ([`Quick::counted`]).
+    pub(super) struct Quick(NonNull<Lease>);
+
+    impl Quick {
+        #[inline(always)]
+        pub(super) fn get(&self) -> &Lease {
+            // SAFETY: the lease is held in `LEASES` (`borrow_if`'s caller's
+            // promise), and stays so while a `Quick` is (its holder runs
+            // nothing that could let go of a lease); `Rc` is not `Send`, so
+            // only this thread touches it, and only shared access is made.
+            unsafe { self.0.as_ref() }
+        }
+
+        /// A count of the lease, for code that might let go of leases.
+        #[inline(always)]
+        pub(super) fn counted(self) -> Rc<Lease> {
+            let p = self.0.as_ptr().cast_const();
+            // SAFETY: `p` is `Rc::as_ptr` of a lease `LEASES` holds (see
+            // `get`); the count we add is this thread's own (`Rc` is not
+            // `Send`) and is handed to the `Rc` made from it.
+            unsafe {
+                Rc::increment_strong_count(p);
+                Rc::from_raw(p)
             }
-            Rc::increment_strong_count(p);
-            Some(Rc::from_raw(p))
         }
     }
 
-    /// The last call's lease, not to be dereferenced but by [`get_if`].
+    /// The last call's lease, not to be dereferenced but by [`borrow_if`].
     #[inline(always)]
     pub(super) fn peek() -> *const Lease {
         LAST.with(Cell::get)
@@ -215,7 +241,7 @@ pub(crate) fn call(
     let keep = |l: &Lease| small && here.deadline == 0 && quick(l, &rd.conn);
     // SAFETY: `here` was read just before this call (`Here`), and `keep`
     // only reads the lease and begins its claim.
-    let lease = match unsafe { last::get_if(here.last, keep) } {
+    let lease = match unsafe { last::borrow_if(here.last, keep) } {
         Some(l) => l,
         None => return call_checked_bytes(rd, data, reply),
     };
@@ -229,7 +255,7 @@ pub(crate) fn call(
 /// The bytes come packed ([`Packed`]), each word in a register of its own.
 #[inline(never)]
 fn quick_post(
-    lease: Rc<Lease>,
+    lease: Quick,
     grant: u32,
     lo: u64,
     hi: u64,
@@ -238,23 +264,21 @@ fn quick_post(
 ) -> Result<(), Box<CallError>> {
     let data = Packed { lo, hi, len };
     // ---- the lease is busy with this call: no return before the reply ----
-    let (conn, slot, shuttle) = (&*lease.conn, &lease.slot, &*lease.shuttle);
-    let seq = lease.next_seq();
-    shuttle::note_call(
-        shuttle,
-        conn.id,
-        lease.claim.index,
-        seq,
-        slot.sync(SyncWord::RepSeq),
-    );
+    let l = lease.get();
+    let (conn, slot, shuttle) = (&*l.conn, &l.slot, &*l.shuttle);
+    let seq = l.next_seq();
+    shuttle::note_call(shuttle, conn.id, l.claim.index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
     let flags = if alerted { FLAG_ALERT } else { 0 };
-    RequestHeader::write_packed(slot, grant, flags, data, lease.cpu.get(), 0);
+    RequestHeader::write_packed(slot, grant, flags, data, l.cpu.get(), 0);
     let posted = handshake::post_unwoken::<Shared>(&slot.words(), seq);
-    if posted != Posted::Running || (!alerted && shuttle.is_alerted()) {
-        return quick_posted_slow(lease, seq, posted, alerted, reply);
+    // (An alert that came after the look above, seen after the post's
+    // fence; one that comes later finds the call noted and is forwarded.)
+    let late = !alerted && shuttle.is_alerted();
+    if posted != Posted::Running || late {
+        return quick_posted_slow(lease, seq, posted, late, reply);
     }
-    quick_finish(lease, seq, true, reply)
+    quick_finish(lease, seq, reply)
 }
 
 /// [`call`]'s guards on the last call's lease, the lease's own last: it
@@ -268,55 +292,120 @@ fn quick(l: &Lease, conn: &Arc<Conn>) -> bool {
         && l.area.leases.begin(&l.claim)
 }
 
-/// The rest of [`call`] once its request is posted: wait, take the reply.
-/// Out of line, entered by a jump: the registers it saves are saved after
-/// the post, while the server runs, so [`call`] itself needs no frame.
+/// [`call`] once its request is posted to a running server: poll for the
+/// reply alone a few times, then take it ([`quick_reply`]) or wait the full
+/// way ([`quick_wait`]). Out of line, entered by a jump: what it saves is
+/// saved after the post, while the server runs.
 #[inline(never)]
-fn quick_finish(lease: Rc<Lease>, seq: u32, running: bool, reply: &mut Reply) -> Result<(), Box<CallError>> {
-    let waited = wait_reply(&lease, &lease.conn, seq, running, 0);
-    if let Err(why) = waited {
-        return quick_unanswered(lease, why);
+fn quick_finish(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let l = lease.get();
+    if l.settings.spin.load(Relaxed) {
+        let rep = l.slot.sync(SyncWord::RepSeq);
+        for _ in 0..HOT_SPINS {
+            if rep.load(Acquire) == seq {
+                if seq.is_multiple_of(64) {
+                    note_cpu(l);
+                }
+                return quick_reply(lease, seq, reply);
+            }
+            std::hint::spin_loop();
+        }
     }
-    let slot = &lease.slot;
-    let h = ReplyHeader::read(slot);
+    quick_wait(lease, seq, reply)
+}
+
+/// [`call`]'s full wait (spin while the server runs elsewhere, then
+/// sleep), then the reply.
+#[inline(never)]
+fn quick_wait(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let l = lease.get();
+    match wait_reply_full(l, &l.conn, seq, 0) {
+        Ok(()) => quick_reply(lease, seq, reply),
+        Err(why) => quick_unanswered(lease, why),
+    }
+}
+
+/// [`call`]'s reply has landed: a small success is taken here, anything
+/// else by [`quick_reply_slow`]; then the call ends.
+#[inline(never)]
+fn quick_reply(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let l = lease.get();
+    let h = ReplyHeader::read(&l.slot);
     if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
-        return quick_reply_slow(lease, seq, reply);
+        return quick_reply_slow(lease.counted(), seq, reply);
     }
     reply.data.clear(); // (its lists are empty: `call`'s guard)
     if h.out_len != 0 {
-        let bytes = slot.read_inline(OFF_OUT_INLINE);
+        let bytes = l.slot.read_inline(OFF_OUT_INLINE);
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     }
-    lease.counters.small_ok(Path::Fast);
-    shuttle::call_over(&lease.shuttle);
-    end_call(lease);
+    l.counters.small_ok(Path::Fast);
+    shuttle::call_over(&l.shuttle);
+    end_quick(lease);
     Ok(())
 }
 
-/// [`call`]'s request found its server asleep (wake it) or no server
-/// bound to the slot (kick one), or the thread was alerted while posting
-/// (forward the alert); then finish. Out of line: the wake-up's system call
-/// would cost the fast path saved registers.
+/// [`call`]'s request found its server asleep: wake it, then wait. Out of
+/// line: the wake-up's system call would cost the fast path saved
+/// registers. The rarer cases beside it: [`quick_posted_odd`].
 #[inline(never)]
 fn quick_posted_slow(
-    lease: Rc<Lease>,
+    lease: Quick,
     seq: u32,
     posted: Posted,
-    alerted: bool,
+    late: bool,
     reply: &mut Reply,
 ) -> Result<(), Box<CallError>> {
-    let (conn, index) = (&*lease.conn, lease.claim.index);
+    if posted == Posted::Woken && !late {
+        handshake::wake_server::<Shared>(&lease.get().slot.words());
+        return quick_wait(lease, seq, reply);
+    }
+    quick_posted_odd(lease, seq, posted, late, reply)
+}
+
+/// [`call`]'s request found no server bound to the slot (kick one), or
+/// the thread was alerted while posting (`late`: forward the alert).
+#[cold]
+#[inline(never)]
+fn quick_posted_odd(
+    lease: Quick,
+    seq: u32,
+    posted: Posted,
+    late: bool,
+    reply: &mut Reply,
+) -> Result<(), Box<CallError>> {
+    let l = lease.get();
+    let (conn, index) = (&*l.conn, l.claim.index);
     if posted == Posted::Woken {
-        handshake::wake_server::<Shared>(&lease.slot.words());
+        handshake::wake_server::<Shared>(&l.slot.words());
     } else if posted == Posted::Unbound
         && let Err(why) = kick(conn, index)
     {
         return quick_unanswered(lease, why);
     }
-    if !alerted && lease.shuttle.is_alerted() {
+    if late {
         alert_late(conn, index, seq);
     }
-    quick_finish(lease, seq, posted == Posted::Running, reply)
+    if posted == Posted::Running {
+        return quick_finish(lease, seq, reply);
+    }
+    // (A server just woken or kicked is not yet running: no hot polls.)
+    quick_wait(lease, seq, reply)
+}
+
+/// [`call`]'s call is over: the lease is kept for the next one, unless it
+/// was abandoned or handed back to a thread that waits for a slot ([`end_call`]
+/// for a borrowed lease).
+#[inline(always)]
+fn end_quick(lease: Quick) {
+    let keep = {
+        let l = lease.get();
+        l.shuttle.call_ended();
+        !l.abandoned.get() && l.area.leases.end(&l.claim)
+    };
+    if !keep {
+        forget(&lease.counted());
+    }
 }
 
 // The fast path's arguments and results are at most `INLINE` bytes, all in
@@ -326,17 +415,19 @@ const _: () = assert!(stats::BUCKET_0_MAX >= INLINE);
 /// [`call`] got no reply: counted, the lease let go, the error returned.
 #[cold]
 #[inline(never)]
-fn quick_unanswered(lease: Rc<Lease>, why: Unanswered) -> Result<(), Box<CallError>> {
-    lease.counters.call(Path::Fast, 0, 0, None);
-    shuttle::call_over(&lease.shuttle);
-    end_call(lease);
+fn quick_unanswered(lease: Quick, why: Unanswered) -> Result<(), Box<CallError>> {
+    let l = lease.get();
+    l.counters.call(Path::Fast, 0, 0, None);
+    shuttle::call_over(&l.shuttle);
+    end_quick(lease);
     Err(Box::new(why.into()))
 }
 
 /// [`call`]'s reply is not a small success: taken the full way, counted,
 /// the lease let go. The header is read afresh (and checked as any reply's
 /// is) rather than handed over, which would keep the fast path's copy in
-/// memory.
+/// memory. Taking the reply may drop doors, and so run code of a user's:
+/// the lease is counted.
 #[cold]
 #[inline(never)]
 fn quick_reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
@@ -762,12 +853,18 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// the deadline passes or the call is cancelled (then the call is abandoned).
 #[inline(never)]
 fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+    wait_reply_full(lease, conn, seq, due)
+}
+
+/// [`wait_reply_slow`]'s body, also inlined where the fast path waits.
+#[inline(always)]
+fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     let budget = lease.settings.spin_budget_ns();
     if budget > 0 {
         if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
             return r;
         }
-    } else {
+    } else if lease.cpu.get() != u32::MAX {
         lease.cpu.set(u32::MAX);
     }
     sleep_for_reply(lease, conn, seq, due)
@@ -801,6 +898,7 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<R
 /// Sleep until the reply comes (`handshake`, model-checked). A cancel wakes
 /// the reply's word (named in `enter_call`, before the request's fence:
 /// the canceller sees it or the check below sees the cancel).
+#[inline]
 fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     let words = lease.slot.words();
     loop {
