@@ -387,7 +387,7 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     let reply = &mut bufs.reply;
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
-    let ran = core.run_request(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
+    let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
     if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
         core.leave(&bufs.runner);
         bufs.counters.served(Path::Fast);
