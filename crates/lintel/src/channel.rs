@@ -8,9 +8,12 @@
 //!
 //! A call writes its arguments into the slot, bumps `req_seq`, and waits for
 //! `rep_seq` to match: spinning while the server runs on another CPU, then
-//! sleeping on the futex. [`call_fast`] is the fast path (≤ 16 bytes each
-//! way, no doors, nothing unusual): it touches only the slot's two header
-//! lines and leaves anything else to the slow functions beside it.
+//! sleeping on the futex. [`call`] is the fast path (≤ 16 bytes each way,
+//! no doors, nothing unusual, this thread's last lease): guards, then a
+//! chain of short steps entered by jumps (`quick_*`), on a lease borrowed
+//! for the call ([`last::Quick`]). It touches only the slot's two header
+//! lines and leaves anything else to [`call_checked`], where [`call_fast`]
+//! serves small calls with a deadline or a first call, and
 //! [`call_vanilla`] carries data in the data region and doors.
 //!
 //! A call whose deadline passes (or that is cancelled) is abandoned: the

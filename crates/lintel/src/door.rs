@@ -80,7 +80,7 @@ pub trait Handler: Send + Sync + 'static {
     fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault>;
 
     /// Serve a call that passed bytes only (no doors, no buffers): what the
-    /// co-located fast path calls. The default makes the request and calls
+    /// fast paths call, co-located and in a server's worker. The default makes the request and calls
     /// [`Handler::invoke`]; being generic, it is compiled with each handler,
     /// so the request is built where the handler runs instead of being
     /// built by the caller and moved in. A handler need not override it;
