@@ -396,17 +396,10 @@ fn quick_posted_odd(
     quick_wait(lease, seq, reply)
 }
 
-/// [`call`]'s call is over: the lease is kept for the next one, unless it
-/// was abandoned or handed back to a thread that waits for a slot ([`end_call`]
-/// for a borrowed lease).
+/// [`end_call`] of a borrowed lease.
 #[inline(always)]
 fn end_quick(lease: Quick) {
-    let keep = {
-        let l = lease.get();
-        l.shuttle.call_ended();
-        !l.abandoned.get() && l.area.leases.end(&l.claim)
-    };
-    if !keep {
+    if !ended_kept(lease.get()) {
         forget(&lease.counted());
     }
 }
@@ -514,10 +507,17 @@ fn begin(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 /// was abandoned or handed back to a thread that waits for a slot.
 #[inline(always)]
 fn end_call(lease: Rc<Lease>) {
-    lease.shuttle.call_ended();
-    if lease.abandoned.get() || !lease.area.leases.end(&lease.claim) {
+    if !ended_kept(&lease) {
         forget(&lease);
     }
+}
+
+/// The call on `l` ended: whether the lease is kept for the next one
+/// (else it is void: abandoned, or handed back to a thread that waits).
+#[inline(always)]
+fn ended_kept(l: &Lease) -> bool {
+    l.shuttle.call_ended();
+    !l.abandoned.get() && l.area.leases.end(&l.claim)
 }
 
 /// The fast path: ≤ 16 bytes in, no doors. Guards first; the unusual cases
