@@ -83,8 +83,9 @@ pub trait Handler: Send + Sync + 'static {
     /// fast paths call, co-located and in a server's worker. The default
     /// makes the request and calls [`Handler::invoke`]; being generic, it is
     /// compiled with each handler, so the request is built where the handler
-    /// runs instead of being built by the caller and moved in. A handler need not override it;
-    /// one that does must serve the call as its `invoke` would.
+    /// runs instead of being built by the caller and moved in. A handler
+    /// need not override it; one that does must serve the call as its
+    /// `invoke` would.
     #[inline]
     fn invoke_bytes(&self, datum: u64, data: &[u8], reply: &mut Reply) -> Result<(), Fault> {
         let req = Request {
