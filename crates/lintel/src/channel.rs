@@ -301,18 +301,8 @@ fn quick(l: &Lease, conn: &Arc<Conn>) -> bool {
 /// saved after the post, while the server runs.
 #[inline(never)]
 fn quick_finish(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
-    let l = lease.get();
-    if l.settings.spin.load(Relaxed) {
-        let rep = l.slot.sync(SyncWord::RepSeq);
-        for _ in 0..HOT_SPINS {
-            if rep.load(Acquire) == seq {
-                if seq.is_multiple_of(64) {
-                    note_cpu(l);
-                }
-                return quick_reply(lease, seq, reply);
-            }
-            std::hint::spin_loop();
-        }
+    if hot_poll(lease.get(), seq) {
+        return quick_reply(lease, seq, reply);
     }
     quick_wait(lease, seq, reply)
 }
@@ -343,14 +333,14 @@ fn quick_reply(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<Call
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     }
     l.counters.small_ok(Path::Fast);
-    shuttle::call_over(&l.shuttle);
     end_quick(lease);
     Ok(())
 }
 
-/// [`call`]'s request found its server asleep: wake it, then wait. Out of
-/// line: the wake-up's system call would cost the fast path saved
-/// registers. The rarer cases beside it: [`quick_posted_odd`].
+/// [`call`]'s request did not find its server running, or an alert came
+/// while it was posted: a sleeping server is woken here, then the call
+/// waits; a kick or a late alert is for [`quick_posted_odd`]. Out of line:
+/// the wake-up's system call would cost the fast path saved registers.
 #[inline(never)]
 fn quick_posted_slow(
     lease: Quick,
@@ -359,15 +349,18 @@ fn quick_posted_slow(
     late: bool,
     reply: &mut Reply,
 ) -> Result<(), Box<CallError>> {
-    if posted == Posted::Woken && !late {
+    if posted == Posted::Woken {
         handshake::wake_server::<Shared>(&lease.get().slot.words());
-        return quick_wait(lease, seq, reply);
+        if !late {
+            return quick_wait(lease, seq, reply);
+        }
     }
     quick_posted_odd(lease, seq, posted, late, reply)
 }
 
 /// [`call`]'s request found no server bound to the slot (kick one), or
-/// the thread was alerted while posting (`late`: forward the alert).
+/// the thread was alerted while posting (`late`: forward the alert); a
+/// sleeping server is woken already.
 #[cold]
 #[inline(never)]
 fn quick_posted_odd(
@@ -379,9 +372,7 @@ fn quick_posted_odd(
 ) -> Result<(), Box<CallError>> {
     let l = lease.get();
     let (conn, index) = (&*l.conn, l.claim.index);
-    if posted == Posted::Woken {
-        handshake::wake_server::<Shared>(&l.slot.words());
-    } else if posted == Posted::Unbound
+    if posted == Posted::Unbound
         && let Err(why) = kick(conn, index)
     {
         return quick_unanswered(lease, why);
@@ -396,9 +387,11 @@ fn quick_posted_odd(
     quick_wait(lease, seq, reply)
 }
 
-/// [`end_call`] of a borrowed lease.
+/// [`call`]'s call is over: its in-call note ends (see `shuttle::note_call`),
+/// then as [`end_call`], of the borrowed lease.
 #[inline(always)]
 fn end_quick(lease: Quick) {
+    shuttle::call_over(&lease.get().shuttle);
     if !ended_kept(lease.get()) {
         forget(&lease.counted());
     }
@@ -414,7 +407,6 @@ const _: () = assert!(stats::BUCKET_0_MAX >= INLINE);
 fn quick_unanswered(lease: Quick, why: Unanswered) -> Result<(), Box<CallError>> {
     let l = lease.get();
     l.counters.call(Path::Fast, 0, 0, None);
-    shuttle::call_over(&l.shuttle);
     end_quick(lease);
     Err(Box::new(why.into()))
 }
@@ -823,19 +815,29 @@ fn unanswered(lease: &Lease, path: Path, len: usize, doors: usize, why: Unanswer
 /// nanoseconds: poll for it alone first, with nothing else on the way.
 #[inline(always)]
 fn wait_reply(lease: &Lease, conn: &Conn, seq: u32, running: bool, due: u64) -> Result<(), Unanswered> {
-    let rep = lease.slot.sync(SyncWord::RepSeq);
-    if running && lease.settings.spin.load(Relaxed) {
+    if running && hot_poll(lease, seq) {
+        return Ok(());
+    }
+    wait_reply_slow(lease, conn, seq, due)
+}
+
+/// Poll the reply word alone a few times (when spinning is on): true if
+/// reply `seq` landed.
+#[inline(always)]
+fn hot_poll(lease: &Lease, seq: u32) -> bool {
+    if lease.settings.spin.load(Relaxed) {
+        let rep = lease.slot.sync(SyncWord::RepSeq);
         for _ in 0..HOT_SPINS {
             if rep.load(Acquire) == seq {
                 if seq.is_multiple_of(64) {
                     note_cpu(lease);
                 }
-                return Ok(());
+                return true;
             }
             std::hint::spin_loop();
         }
     }
-    wait_reply_slow(lease, conn, seq, due)
+    false
 }
 
 /// Where this thread runs, looked up now and then (out of line: a call in
