@@ -319,7 +319,10 @@ fn quick_wait(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallE
 }
 
 /// [`call`]'s reply has landed: a small success is taken here, anything
-/// else by [`quick_reply_slow`]; then the call ends.
+/// else by [`quick_reply_slow`]; then the call ends. A leaf when the reply
+/// carries no bytes and the lease is kept: what might call out (bytes into
+/// a vector that may grow, letting go of a void lease) is reached by a
+/// jump, so no register is saved on the way back to the caller's next post.
 #[inline(never)]
 fn quick_reply(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let l = lease.get();
@@ -329,11 +332,37 @@ fn quick_reply(lease: Quick, seq: u32, reply: &mut Reply) -> Result<(), Box<Call
     }
     reply.data.clear(); // (its lists are empty: `call`'s guard)
     if h.out_len != 0 {
-        let bytes = l.slot.read_inline(OFF_OUT_INLINE);
-        reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
+        return quick_reply_bytes(lease, h.out_len as usize, reply);
     }
+    quick_ok(lease)
+}
+
+/// [`quick_reply`] of a reply carrying `len` (≤ [`INLINE`]) bytes.
+#[inline(never)]
+fn quick_reply_bytes(lease: Quick, len: usize, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let bytes = lease.get().slot.read_inline(OFF_OUT_INLINE);
+    reply.data.extend_from_slice(&bytes[..len]);
+    quick_ok(lease)
+}
+
+/// [`call`] succeeded: counted, then ended as [`end_quick`] ends it, a void
+/// lease let go out of line.
+#[inline(always)]
+fn quick_ok(lease: Quick) -> Result<(), Box<CallError>> {
+    let l = lease.get();
     l.counters.small_ok(Path::Fast);
-    end_quick(lease);
+    shuttle::call_over(&l.shuttle);
+    if !ended_kept(l) {
+        return quick_forget(lease);
+    }
+    Ok(())
+}
+
+/// [`quick_ok`]'s lease is void: let go.
+#[cold]
+#[inline(never)]
+fn quick_forget(lease: Quick) -> Result<(), Box<CallError>> {
+    forget(&lease.counted());
     Ok(())
 }
 
