@@ -489,7 +489,7 @@ impl Handler for NsDoor {
             reply.data.extend_from_slice(b"name is not UTF-8");
             return Ok(());
         };
-        self.0.serve(caller, op, arg, name, req.doors, reply);
+        self.0.serve(caller, op, arg, name, req.doors.into_vec(), reply);
         Ok(())
     }
 }

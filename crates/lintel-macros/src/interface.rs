@@ -487,7 +487,7 @@ fn generate(tr: &ItemTrait, methods: &[Method]) -> TokenStream {
                 req: #lt::Request<'_>,
                 reply: &mut #lt::Reply,
             ) -> ::core::result::Result<(), #lt::Fault> {
-                let (method, mut r) = #st::request(req.data, &req.doors, req.buffers)?;
+                let (method, mut r) = #st::request(req.data, &req.doors, req.buffers.into_vec())?;
                 match method {
                     #(#dispatch_arms)*
                     _ => ::core::result::Result::Err(#st::unknown_method()),

@@ -186,8 +186,8 @@ impl Control {
                 let req = Request {
                     datum: req.datum,
                     data: &again,
-                    doors: Vec::new(),
-                    buffers: Vec::new(),
+                    doors: Default::default(),
+                    buffers: Default::default(),
                 };
                 return self.serve(req, reply);
             }

@@ -176,8 +176,8 @@ fn call_colocated_slow(
         let req = Request {
             datum: core.datum,
             data,
-            doors: doors.to_vec(),
-            buffers,
+            doors: doors.to_vec().into(),
+            buffers: buffers.into(),
         };
         // As across domains, where a failed call brings nothing back.
         core.invoke(req, reply).inspect_err(|_| reply.clear())

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::abi::MAX_DOORS;
+use crate::attached::Attached;
 use crate::buffer::Buffer;
 use crate::conn::Conn;
 use crate::error::{CallError, Fault};
@@ -34,10 +35,10 @@ pub struct Request<'a> {
     /// The argument bytes.
     pub data: &'a [u8],
     /// Doors passed with the call; dropping them releases them.
-    pub doors: Vec<Door>,
+    pub doors: Attached<Door>,
     /// Buffers passed with the call ([`crate::buffer`]); the handler owns
     /// them and may keep them.
-    pub buffers: Vec<Buffer>,
+    pub buffers: Attached<Buffer>,
 }
 
 /// Results of a call: bytes and doors. Reuse one across calls to avoid
@@ -91,8 +92,8 @@ pub trait Handler: Send + Sync + 'static {
         let req = Request {
             datum,
             data,
-            doors: Vec::new(),
-            buffers: Vec::new(),
+            doors: Attached::new(),
+            buffers: Attached::new(),
         };
         self.invoke(req, reply)
     }

@@ -62,7 +62,9 @@
 //!    calls, with fast calls counted in each worker's own word instead, and
 //!    when `unreferenced` is due), `running` (the registry of those
 //!    words), `unref`
-//!    (the thread that runs `unreferenced` in order) and `leaked`.
+//!    (the thread that runs `unreferenced` in order), `leaked` and
+//!    [`Attached`] (a request's doors and buffers: a list that drops
+//!    cheaply when empty).
 //! 4. **Objects**: `door` (a door, and the object it serves with its
 //!    reference count), [`buffer`] (loans and sealed snapshots) and `conn`
 //!    (a connection: its socket, grant table, descriptors parked ahead of
@@ -90,6 +92,7 @@
 #![warn(missing_docs)]
 
 pub use lintel_abi as abi;
+mod attached;
 pub mod boot;
 pub mod buffer;
 pub use umem::{copy_bytes, copy_raw};
@@ -127,6 +130,7 @@ mod umem;
 mod unref;
 mod workers;
 
+pub use attached::Attached;
 pub use buffer::{Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};

@@ -627,8 +627,8 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let req = Request {
         datum: core.datum,
         data: &args[skip..],
-        doors,
-        buffers,
+        doors: doors.into(),
+        buffers: buffers.into(),
     };
     let _serving = buffer::serving(w.conn.id);
     core.invoke(req, reply).map_err(Failure::taken)
