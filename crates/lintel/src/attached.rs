@@ -6,8 +6,9 @@
 //! is an out-of-line loop that saves half a dozen registers first, even when
 //! the vector is empty, as it nearly always is. An [`Attached`] list tests
 //! its capacity inline and calls out only when it holds something: on a
-//! null call across domains, about thirty instructions fewer on the
-//! server's side of the round trip.
+//! null call across domains, 25 instructions fewer on the server's side of
+//! the round trip (the benchmark's null handler with its request's drop,
+//! 42 → 17).
 
 use std::fmt;
 use std::mem::{ManuallyDrop, take};
