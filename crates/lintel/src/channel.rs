@@ -345,24 +345,11 @@ fn quick_reply_bytes(lease: Quick, len: usize, reply: &mut Reply) -> Result<(), 
     quick_ok(lease)
 }
 
-/// [`call`] succeeded: counted, then ended as [`end_quick`] ends it, a void
-/// lease let go out of line.
+/// [`call`] succeeded: counted, then ended.
 #[inline(always)]
 fn quick_ok(lease: Quick) -> Result<(), Box<CallError>> {
-    let l = lease.get();
-    l.counters.small_ok(Path::Fast);
-    shuttle::call_over(&l.shuttle);
-    if !ended_kept(l) {
-        return quick_forget(lease);
-    }
-    Ok(())
-}
-
-/// [`quick_ok`]'s lease is void: let go.
-#[cold]
-#[inline(never)]
-fn quick_forget(lease: Quick) -> Result<(), Box<CallError>> {
-    forget(&lease.counted());
+    lease.get().counters.small_ok(Path::Fast);
+    end_quick(lease);
     Ok(())
 }
 
@@ -417,13 +404,21 @@ fn quick_posted_odd(
 }
 
 /// [`call`]'s call is over: its in-call note ends (see `shuttle::note_call`),
-/// then as [`end_call`], of the borrowed lease.
+/// then as [`end_call`], of the borrowed lease; a void lease is let go out
+/// of line, so that a successful call's end stays a leaf.
 #[inline(always)]
 fn end_quick(lease: Quick) {
     shuttle::call_over(&lease.get().shuttle);
     if !ended_kept(lease.get()) {
-        forget(&lease.counted());
+        forget_quick(lease);
     }
+}
+
+/// [`end_quick`]'s lease is void: let go.
+#[cold]
+#[inline(never)]
+fn forget_quick(lease: Quick) {
+    forget(&lease.counted());
 }
 
 // The fast path's arguments and results are at most `INLINE` bytes, all in
