@@ -79,6 +79,24 @@ pub(crate) struct Node {
     pub host_mapped: AtomicBool,
 }
 
+impl Cache {
+    /// The runs of resident bytes within `[lo, hi)`, clipped to it.
+    fn resident_runs(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        if lo >= hi {
+            return runs;
+        }
+        for &page in self.resident.range(lo / PAGE..hi.div_ceil(PAGE)) {
+            let (from, to) = ((page * PAGE).max(lo), ((page + 1) * PAGE).min(hi));
+            match runs.last_mut() {
+                Some(last) if last.1 == from => last.1 = to,
+                _ => runs.push((from, to)),
+            }
+        }
+        runs
+    }
+}
+
 impl Node {
     pub(crate) fn new() -> Node {
         Node {
@@ -111,7 +129,14 @@ impl Node {
         } else {
             // Its window calls go on working while it finishes (the holder
             // id still names it).
-            token::take(&h.session.desc(h.slot), deadline)
+            let session = &h.session;
+            match token::take(&session.desc(h.slot), deadline, &|| session.is_dead()) {
+                // It died holding the lock or the token active: its last
+                // stores stand, as for a client found dead before.
+                Err(token::Untaken::Gone) => Ok(token::peek(&session.desc(h.slot))),
+                Err(token::Untaken::Misbehaved(why)) => Err(why),
+                Ok(held) => Ok(held),
+            }
         };
         self.holder_id.store(0, SeqCst);
         match taken {
@@ -132,21 +157,33 @@ impl Node {
 
     /// Write the token's dirty range (within its size) from the cache to
     /// the host file, and set the host size to the token's.
+    ///
+    /// Only resident pages are written: the dirty range is one span from
+    /// the lowest to the highest byte written, and a client writes only
+    /// through windows, which are filled before it can touch them, so a
+    /// page in the span that was never filled holds nothing the client
+    /// wrote, and its zeros must not reach the host.
     fn write_back(&self, fd: &OwnedFd, held: token::Held) {
         let size = held.size;
         let cache = self.cache.lock();
         if let Some(c) = cache.as_ref() {
             let lo = held.dirty.0.min(size);
             let hi = held.dirty.1.min(size).min(c.len);
-            let mut at = lo;
             let mut buf = vec![0u8; 1 << 20];
-            while at < hi {
-                let n = ((hi - at) as usize).min(buf.len());
-                c.map.read(at as usize, &mut buf[..n]);
-                if rustix::io::pwrite(fd, &buf[..n], at).is_err() {
-                    break;
+            for (from, to) in c.resident_runs(lo, hi) {
+                let mut at = from;
+                while at < to {
+                    let n = ((to - at) as usize).min(buf.len());
+                    c.map.read(at as usize, &mut buf[..n]);
+                    match rustix::io::pwrite(fd, &buf[..n], at) {
+                        Ok(k) => at += k as u64,
+                        Err(rustix::io::Errno::INTR) => {}
+                        Err(e) => {
+                            tracing::warn!("cannot write a file back: {e}");
+                            break;
+                        }
+                    }
                 }
-                at += n as u64;
             }
         }
         drop(cache);
@@ -378,6 +415,20 @@ mod tests {
             64 * 1024,
             "grown to the first fill, in 64 KiB steps"
         );
+    }
+
+    #[test]
+    fn resident_runs_are_clipped_and_merged() {
+        let n = Node::new();
+        n.cache_fd().unwrap();
+        let fd = host(&[7; 100]);
+        n.fill(&fd, 0, 8192).unwrap();
+        n.fill(&fd, 5 * 4096, 4096).unwrap();
+        let cache = n.cache.lock();
+        let c = cache.as_ref().unwrap();
+        assert_eq!(c.resident_runs(10, 30_000), vec![(10, 8192), (20_480, 24_576)]);
+        assert_eq!(c.resident_runs(9000, 20_000), vec![]);
+        assert_eq!(c.resident_runs(100, 100), vec![]);
     }
 
     #[test]

@@ -589,10 +589,19 @@ impl Opened {
     }
 
     fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
+        // Exactly `len` bytes asked of the host: a read into the vector's
+        // spare capacity would read as much as it happens to have, and a
+        // shared-offset read would move the offset that far.
         let len = len.min(MAX_IO) as usize;
         data.clear();
-        data.reserve(len);
-        let n = rustix::io::pread(&self.fd, rustix::buffer::spare_capacity(data), at)?;
+        data.resize(len, 0);
+        let n = loop {
+            match rustix::io::pread(&self.fd, &mut data[..], at) {
+                Err(Errno::INTR) => continue,
+                r => break r?,
+            }
+        };
+        data.truncate(n);
         Ok(n)
     }
 

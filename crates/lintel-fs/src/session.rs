@@ -157,6 +157,19 @@ impl SessionCore {
         Instant::now() + self.timeout
     }
 
+    /// A userfaultfd operation on the client's memory failed. `ESRCH`: its
+    /// address space is gone, so the process is exiting (a client killed
+    /// during a window call), which is no misbehaviour: it is dead from
+    /// now on, and what it reported written is written back. Anything
+    /// else is the client's doing: it is evicted.
+    fn uffd_failed(&self, e: &std::io::Error, why: &str) {
+        if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) {
+            self.dead.store(true, SeqCst);
+        } else {
+            self.evict(why);
+        }
+    }
+
     /// Resolve the fault at `addr`: fill the range around it and map it.
     fn page_in(&self, addr: u64) -> Result<(), &'static str> {
         let found = self.bindings.lock().iter().flatten().find_map(|b| {
@@ -181,7 +194,10 @@ impl SessionCore {
         // Counted before the faulting thread runs on (it may read the
         // counters at once).
         self.tally.faults.fetch_add(1, SeqCst);
-        uffd::resolve(&self.uffd, base + at, FAULT_WINDOW).map_err(|_| "unmapped a window it declared")?;
+        if let Err(e) = uffd::resolve(&self.uffd, base + at, FAULT_WINDOW) {
+            self.uffd_failed(&e, "unmapped a window it declared");
+            return Ok(());
+        }
         if let Some(d) = pager_delay() {
             std::thread::sleep(d);
         }
@@ -309,8 +325,8 @@ fn pager_loop(core: Weak<SessionCore>) {
                 }
             }
             Ok(None) => {}
-            Err(_) => {
-                c.evict("passed a descriptor that is not a working userfaultfd");
+            Err(e) => {
+                c.uffd_failed(&e, "passed a descriptor that is not a working userfaultfd");
                 return;
             }
         }
@@ -477,8 +493,8 @@ impl Session for SessionImpl {
         for run in missing.chunk_by(|a, b| a + 1 == *b) {
             let (from, to) = (run[0] * CHUNK, (run[run.len() - 1] + 1) * CHUNK);
             open.node.fill(&open.fd, from, to - from)?;
-            if uffd::resolve(&self.core.uffd, base + from, to - from).is_err() {
-                self.core.evict("unmapped the cache it declared");
+            if let Err(e) = uffd::resolve(&self.core.uffd, base + from, to - from) {
+                self.core.uffd_failed(&e, "unmapped the cache it declared");
                 return Err(FsError::Closed);
             }
         }

@@ -72,6 +72,23 @@ pub(crate) struct Held {
     pub dirty: (u64, u64),
 }
 
+impl Held {
+    /// The value this holds for the descriptor word at `off`.
+    fn word(&self, off: usize) -> u64 {
+        match off {
+            DIRTY_LO => self.dirty.0,
+            DIRTY_HI => self.dirty.1,
+            SIZE => self.size,
+            _ => self.offset,
+        }
+    }
+}
+
+/// The order in which [`client_end`] stores what changed (release stores,
+/// so another process sees any prefix of it, never a later store without
+/// an earlier one).
+const END_ORDER: [usize; 4] = [DIRTY_LO, DIRTY_HI, SIZE, OFFSET];
+
 /// The client broke the protocol (kept the lock or the token too long,
 /// or wrote values no honest client writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +122,7 @@ fn unlock(lock: &AtomicU32) {
 
 /// The service's side of the lock: test-and-set, then sleep until
 /// `deadline` at the latest.
-fn lock_until(lock: &AtomicU32, deadline: Instant) -> Result<(), Misbehaved> {
+fn lock_until(lock: &AtomicU32, deadline: Instant, gone: &dyn Fn() -> bool) -> Result<(), Untaken> {
     if lock.compare_exchange(0, 1, SeqCst, SeqCst).is_ok() {
         return Ok(());
     }
@@ -115,12 +132,32 @@ fn lock_until(lock: &AtomicU32, deadline: Instant) -> Result<(), Misbehaved> {
         if lock.swap(2, SeqCst) == 0 {
             return Ok(());
         }
+        if gone() {
+            return Err(Untaken::Gone);
+        }
         let now = Instant::now();
         if now >= deadline {
-            return Err(Misbehaved("held the share lock past the timeout"));
+            return Err(Untaken::Misbehaved(Misbehaved(
+                "held the share lock past the timeout",
+            )));
         }
-        crate::shm::wait(lock, 2, deadline - now);
+        crate::shm::wait(lock, 2, (deadline - now).min(GONE_POLL));
     }
+}
+
+/// How often a wait for a client looks whether its process is gone: a
+/// dead client wakes nobody, and what it wrote must not wait for the
+/// timeout meant for live ones.
+const GONE_POLL: Duration = Duration::from_millis(5);
+
+/// Why the service could not take a token back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Untaken {
+    /// The client broke the protocol.
+    Misbehaved(Misbehaved),
+    /// Its process is gone while it held the lock or the token `ACTIVE`:
+    /// its last stores stand ([`peek`]).
+    Gone,
 }
 
 // ---- the client's side ----
@@ -178,12 +215,16 @@ pub(crate) fn client_still_passive(d: &impl Words) -> bool {
 /// End an operation begun with [`client_begin`]: store what changed, and
 /// leave the token `PASSIVE`, or give it back if the service asked for it
 /// meanwhile (waking the service, which waits on the state word).
+///
+/// The dirty range is stored before the size ([`END_ORDER`]; release
+/// stores, free on x86): a client killed between the two leaves a range that covers what
+/// it wrote and a size that may lag it, never a size past bytes it did
+/// not report, which would put zeros nobody wrote in the host file.
 pub(crate) fn client_end(d: &impl Words, held: Held) {
     lock_spin(d.w32(LOCK));
-    d.w64(OFFSET).store(held.offset, Relaxed);
-    d.w64(SIZE).store(held.size, Relaxed);
-    d.w64(DIRTY_LO).store(held.dirty.0, Relaxed);
-    d.w64(DIRTY_HI).store(held.dirty.1, Relaxed);
+    for word in END_ORDER {
+        d.w64(word).store(held.word(word), Release);
+    }
     // The service writes RECALL under the lock only.
     let recalled = d.w32(RECALL).load(Relaxed) != 0;
     if recalled {
@@ -208,7 +249,10 @@ pub(crate) fn grant(
     stat: &[u64; STAT_WORDS],
     deadline: Instant,
 ) -> Result<(), Misbehaved> {
-    lock_until(d.w32(LOCK), deadline)?;
+    lock_until(d.w32(LOCK), deadline, &|| false).map_err(|e| match e {
+        Untaken::Misbehaved(m) => m,
+        Untaken::Gone => Misbehaved("left during a grant"),
+    })?;
     d.w64(OFFSET).store(offset, SeqCst);
     d.w64(SIZE).store(size, SeqCst);
     d.w64(WIN_OFF).store(0, SeqCst);
@@ -234,9 +278,10 @@ pub(crate) fn set_window(d: &impl Words, off: u64, len: u64) {
 /// process is gone (its lock may be held for ever), taking the last
 /// values it stored.
 pub(crate) fn peek(d: &impl Words) -> Held {
+    let size = d.w64(SIZE).load(SeqCst).min(MAX_OFFSET);
     Held {
         offset: d.w64(OFFSET).load(SeqCst).min(MAX_OFFSET),
-        size: d.w64(SIZE).load(SeqCst).min(MAX_OFFSET),
+        size,
         dirty: (d.w64(DIRTY_LO).load(SeqCst), d.w64(DIRTY_HI).load(SeqCst)),
     }
 }
@@ -248,29 +293,31 @@ pub(crate) fn stat_words(d: &impl Words) -> [u64; STAT_WORDS] {
 
 /// Take the token back: at once if `PASSIVE`; if `ACTIVE`, ask for it and
 /// wait until the client ends its operation, at most until `deadline`.
-/// Returns what the token carried, checked.
-pub(crate) fn take(d: &impl Words, deadline: Instant) -> Result<Held, Misbehaved> {
-    lock_until(d.w32(LOCK), deadline)?;
+/// Returns what the token carried, checked. `gone` says whether the
+/// client's process has ended: a wait for it then stops at once
+/// ([`Untaken::Gone`]).
+pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -> Result<Held, Untaken> {
+    let bad = |why| Err(Untaken::Misbehaved(Misbehaved(why)));
+    lock_until(d.w32(LOCK), deadline, gone)?;
     loop {
         match d.w32(STATE).load(SeqCst) {
             PASSIVE | INVALID => break,
             ACTIVE => {
                 d.w32(RECALL).store(1, SeqCst);
                 unlock(d.w32(LOCK));
+                if gone() {
+                    return Err(Untaken::Gone);
+                }
                 let now = Instant::now();
                 if now >= deadline {
-                    return Err(Misbehaved("kept its token active past the timeout"));
+                    return bad("kept its token active past the timeout");
                 }
-                crate::shm::wait(
-                    d.w32(STATE),
-                    ACTIVE,
-                    (deadline - now).min(Duration::from_millis(50)),
-                );
-                lock_until(d.w32(LOCK), deadline)?;
+                crate::shm::wait(d.w32(STATE), ACTIVE, (deadline - now).min(GONE_POLL));
+                lock_until(d.w32(LOCK), deadline, gone)?;
             }
             _ => {
                 unlock(d.w32(LOCK));
-                return Err(Misbehaved("wrote an unknown token state"));
+                return bad("wrote an unknown token state");
             }
         }
     }
@@ -283,7 +330,7 @@ pub(crate) fn take(d: &impl Words, deadline: Instant) -> Result<Held, Misbehaved
     d.w32(RECALL).store(0, SeqCst);
     unlock(d.w32(LOCK));
     if held.offset > MAX_OFFSET || held.size > MAX_OFFSET {
-        return Err(Misbehaved("wrote an offset or size beyond any file"));
+        return bad("wrote an offset or size beyond any file");
     }
     Ok(held)
 }
@@ -346,7 +393,7 @@ mod tests {
         );
         assert_eq!(d.w32(STATE).load(SeqCst), PASSIVE);
         // The service takes a passive token at once, with what it carries.
-        let held = take(&d, soon()).unwrap();
+        let held = take(&d, soon(), &|| false).unwrap();
         assert_eq!(
             held,
             Held {
@@ -366,7 +413,7 @@ mod tests {
         assert_eq!(client_passive_size(&d), Some(100));
         assert!(client_still_passive(&d));
         // Taken back during the copy: the read does not stand.
-        take(&d, soon()).unwrap();
+        take(&d, soon(), &|| false).unwrap();
         assert!(!client_still_passive(&d));
         assert_eq!(client_passive_size(&d), None);
         // Active (another thread of the client works under it): not tried.
@@ -386,7 +433,7 @@ mod tests {
         assert!(matches!(client_begin(&*d), Begin::Ready(..)));
         let service = {
             let d = d.clone();
-            std::thread::spawn(move || take(&*d, soon()))
+            std::thread::spawn(move || take(&*d, soon(), &|| false))
         };
         // The service waits for the client: it asked for the token back.
         assert!(crate::test_eventually(|| d.w32(RECALL).load(SeqCst) == 1));
@@ -409,7 +456,7 @@ mod tests {
         let brief = || Instant::now() + Duration::from_millis(100);
         // The lock held and never let go (any non-zero value holds it).
         d.w32(LOCK).store(77, SeqCst);
-        assert!(take(&d, brief()).is_err());
+        assert!(take(&d, brief(), &|| false).is_err());
         assert!(grant(&d, 0, 0, &[0; STAT_WORDS], brief()).is_err());
         d.w32(LOCK).store(0, SeqCst);
         // The token kept active.
@@ -417,21 +464,77 @@ mod tests {
         assert!(matches!(client_begin(&d), Begin::Ready(..)));
         let started = Instant::now();
         assert_eq!(
-            take(&d, brief()),
-            Err(Misbehaved("kept its token active past the timeout"))
+            take(&d, brief(), &|| false),
+            Err(Untaken::Misbehaved(Misbehaved(
+                "kept its token active past the timeout"
+            )))
         );
         assert!(started.elapsed() < Duration::from_secs(5));
         // Garbage in the state and the size.
         d.w32(STATE).store(9, SeqCst);
-        assert_eq!(take(&d, soon()), Err(Misbehaved("wrote an unknown token state")));
+        assert_eq!(
+            take(&d, soon(), &|| false),
+            Err(Untaken::Misbehaved(Misbehaved("wrote an unknown token state")))
+        );
         d.w32(STATE).store(PASSIVE, SeqCst);
         d.w64(SIZE).store(u64::MAX, SeqCst);
-        assert!(take(&d, soon()).is_err());
+        assert!(take(&d, soon(), &|| false).is_err());
         assert_eq!(
             d.w32(LOCK).load(SeqCst),
             0,
             "the service never leaves the lock held"
         );
+    }
+
+    #[test]
+    fn a_client_gone_with_the_lock_or_an_active_token_is_not_waited_for() {
+        let d = Plain::new();
+        grant(&d, 0, 10, &[0; STAT_WORDS], soon()).unwrap();
+        // Killed holding the lock: the wait ends when its death is known,
+        // not at the timeout.
+        d.w32(LOCK).store(1, SeqCst);
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(take(&d, far, &|| true), Err(Untaken::Gone));
+        d.w32(LOCK).store(0, SeqCst);
+        // Killed with its token active.
+        assert!(matches!(client_begin(&d), Begin::Ready(..)));
+        assert_eq!(take(&d, far, &|| true), Err(Untaken::Gone));
+        assert_eq!(d.w32(LOCK).load(SeqCst), 0, "the lock is not left held");
+    }
+
+    #[test]
+    fn an_operation_ended_halfway_reports_no_size_past_its_dirty_range() {
+        // The stores of `client_end` in its order, cut after each: whatever
+        // prefix a killed client leaves, the size it reports is covered by
+        // the dirty range (or is the size it had).
+        let before = Held {
+            offset: 0,
+            size: 100,
+            dirty: (u64::MAX, 0),
+        };
+        let after = Held {
+            offset: 300,
+            size: 300,
+            dirty: (100, 300),
+        };
+        for cut in 0..=END_ORDER.len() {
+            let d = Plain::new();
+            grant(&d, before.offset, before.size, &[0; STAT_WORDS], soon()).unwrap();
+            let Begin::Ready(..) = client_begin(&d) else {
+                panic!("granted")
+            };
+            for &w in &END_ORDER[..cut] {
+                d.w64(w).store(after.word(w), SeqCst);
+            }
+            let h = peek(&d);
+            let covered = h.size <= before.size || (h.dirty.0 <= before.size && h.dirty.1 >= h.size);
+            assert!(covered, "cut after {cut} stores: {h:?}");
+        }
+        let d = Plain::new();
+        grant(&d, 0, 0, &[0; STAT_WORDS], soon()).unwrap();
+        client_begin(&d);
+        client_end(&d, after);
+        assert_eq!(peek(&d), after, "every word is stored");
     }
 
     #[test]
@@ -445,7 +548,7 @@ mod tests {
                 std::thread::spawn(move || {
                     for _ in 0..5000 {
                         if i < 2 {
-                            lock_until(d.w32(LOCK), soon()).unwrap();
+                            lock_until(d.w32(LOCK), soon(), &|| false).unwrap();
                         } else {
                             lock_spin(d.w32(LOCK));
                         }

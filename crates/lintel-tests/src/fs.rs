@@ -15,8 +15,13 @@ use lintel_fs::{Fs, FsError, Stat};
 #[lintel::interface]
 pub trait FsPeer {
     /// Open `path` with `open(2)` flags, on path `io` (0 auto, 1 copy,
-    /// 2 mapped); the file's number.
+    /// 2 mapped, 3 copy with every read spliced, 4 copy with none
+    /// spliced); the file's number.
     fn open(&self, path: Vec<u8>, flags: u32, io: u8) -> Result<u32, FsError>;
+    /// Close a file the peer holds (its number is not reused).
+    fn close(&self, file: u32) -> Result<(), FsError>;
+    /// Writes the background writer has finished so far.
+    fn written(&self) -> Result<u64, FsError>;
     fn is_mapped(&self, file: u32) -> Result<bool, FsError>;
     /// Misbehave on `path` through a session of its own, made with the raw
     /// protocol: take the file's token, then `how` = 0: hold the share
@@ -38,7 +43,8 @@ pub trait FsPeer {
     fn truncate(&self, file: u32, len: u64) -> Result<(), FsError>;
     fn sync(&self, file: u32) -> Result<(), FsError>;
     /// Write `data` at the shared offset `times` times, from a thread of
-    /// its own, returning at once (for killing a client mid-write).
+    /// its own, returning at once (for killing a client mid-write); each
+    /// write finished counts in [`FsPeer::written`].
     fn write_in_background(&self, file: u32, data: Vec<u8>, times: u32) -> Result<(), FsError>;
 }
 

@@ -1546,3 +1546,136 @@ fn a_spliced_read_given_up_leaves_nothing_behind() {
     assert_eq!(f.read_at(&mut buf, 300_000).unwrap(), buf.len());
     assert!(buf == data[300_000..400_000], "a later read gets its own bytes");
 }
+
+/// Random bytes from a seed (xorshift), for contents nobody could guess.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Two small writes far apart into an existing file change those bytes
+/// and no other: the window between them, which nobody read or wrote,
+/// keeps its bytes on the host (it once came back as zeros).
+#[test]
+fn writes_far_apart_in_an_existing_file_change_no_other_byte() {
+    for io in [
+        lintel_fs::IoPath::Auto,
+        lintel_fs::IoPath::Mapped,
+        lintel_fs::IoPath::Copy,
+    ] {
+        both_placements(|fs, root| {
+            use std::os::unix::fs::FileExt;
+            let mut want = noise(0x5eed, 300_000);
+            std::fs::write(root.join("f"), &want).unwrap();
+            let f = fs
+                .open_with("f", OpenOptions::new().read(true).write(true).io_path(io))
+                .unwrap();
+            f.write_all_at(&[0xAA; 10], 250_000).unwrap();
+            f.write_all_at(&[0xBB; 10], 10).unwrap();
+            f.sync_all().unwrap();
+            f.close().unwrap();
+            want[250_000..250_010].fill(0xAA);
+            want[10..20].fill(0xBB);
+            let host = std::fs::read(root.join("f")).unwrap();
+            assert_eq!(host.len(), want.len(), "{io:?}");
+            let first = host.iter().zip(&want).position(|(a, b)| a != b);
+            assert_eq!(
+                first, None,
+                "{io:?}: the host file differs from byte {first:?} on"
+            );
+            assert_eq!(
+                fs.read("f").unwrap(),
+                want,
+                "{io:?}: read back through the service"
+            );
+        });
+    }
+}
+
+/// One-byte reads on the copy path move the shared offset by one byte
+/// each and return the bytes in order (the service once read ahead into
+/// its reply buffer's spare room and moved the offset that far).
+#[test]
+fn small_copy_path_reads_move_the_offset_by_what_they_read() {
+    both_placements(|fs, root| {
+        let data = noise(7, 4000);
+        std::fs::write(root.join("f"), &data).unwrap();
+        let copy = OpenOptions::new()
+            .read(true)
+            .io_path(lintel_fs::IoPath::Copy)
+            .clone();
+        let opened = fs.open_with("f", &copy).unwrap();
+        let passed = lintel_fs::File::from_door(fs.open_with("f", &copy).unwrap().door().clone());
+        for mut f in [opened, passed] {
+            f.seek(SeekFrom::Start(1000)).unwrap();
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let mut b = [0u8; 1];
+                assert_eq!(f.read(&mut b).unwrap(), 1);
+                got.push(b[0]);
+            }
+            assert_eq!(got, data[1000..1010]);
+            assert_eq!(f.stream_position().unwrap(), 1010);
+            f.seek(SeekFrom::Start(0)).unwrap();
+            let mut b = [0u8; 1];
+            f.read_exact(&mut b).unwrap();
+            assert_eq!(f.stream_position().unwrap(), 1, "one byte read, one byte on");
+        }
+    });
+}
+
+/// A client appending records through its window and killed at a random
+/// point: the file holds every record it finished (whole records, its
+/// bytes, on the host too), and the next reader is not kept waiting for
+/// the share-lock timeout. Killed mid-operation, it once lost everything
+/// since its token was granted (the service took the dead client for a
+/// misbehaving one and evicted it), leaving an empty file.
+#[test]
+fn a_mapped_writer_killed_mid_write_keeps_every_record_it_finished() {
+    for round in 0..12u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = FsService::start(dir.path(), false);
+        let mut writer = FsClientPeer::start(svc.fs.door());
+        let fw = writer
+            .peer
+            .open(b"f".to_vec(), O_RDWR | O_CREAT | O_APPEND, MAPPED)
+            .unwrap();
+        assert!(writer.peer.is_mapped(fw).unwrap());
+        writer
+            .peer
+            .write_in_background(fw, vec![b'w'; 1000], 1_000_000)
+            .unwrap();
+        let goal = 2000 + round * 250;
+        assert!(lintel_tests::eventually(Duration::from_secs(60), || {
+            writer.peer.written().unwrap() >= goal
+        }));
+        let finished = writer.peer.written().unwrap();
+        writer.kill();
+        let size = svc.fs.stat("f").unwrap().size;
+        assert!(
+            size >= finished * 1000,
+            "round {round}: {finished} records finished, {size} bytes kept"
+        );
+        assert_eq!(size % 1000, 0, "round {round}: whole records only");
+        let all = svc.fs.read("f").unwrap();
+        assert_eq!(all.len() as u64, size);
+        assert!(
+            all.iter().all(|&b| b == b'w'),
+            "round {round}: no zeros where data was"
+        );
+        let host = std::fs::read(dir.path().join("f")).unwrap();
+        assert_eq!(host, all, "round {round}: written back to the host");
+        assert_eq!(
+            svc.fs.counters().unwrap().evictions,
+            0,
+            "round {round}: a dead client is not a misbehaving one"
+        );
+    }
+}

@@ -44,6 +44,7 @@ fn main() {
                     export,
                     files: Mutex::new(Vec::new()),
                     hostile: Mutex::new(None),
+                    written: Arc::default(),
                 });
                 door = Some(d.clone());
                 vec![d]
@@ -60,8 +61,9 @@ fn main() {
 
 struct Client {
     export: Option<Fs>,
-    files: Mutex<Vec<Arc<File>>>,
+    files: Mutex<Vec<Option<Arc<File>>>>,
     hostile: Mutex<Option<Hostile>>,
+    written: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A session driven by hand, breaking the protocol.
@@ -106,12 +108,17 @@ impl Page {
 
 impl Client {
     fn file(&self, n: u32) -> Result<Arc<File>, FsError> {
-        self.files.lock().get(n as usize).cloned().ok_or(FsError::Closed)
+        self.files
+            .lock()
+            .get(n as usize)
+            .cloned()
+            .flatten()
+            .ok_or(FsError::Closed)
     }
 
     fn keep(&self, f: File) -> u32 {
         let mut files = self.files.lock();
-        files.push(Arc::new(f));
+        files.push(Some(Arc::new(f)));
         (files.len() - 1) as u32
     }
 }
@@ -121,21 +128,41 @@ impl FsPeer for Client {
         use std::os::unix::ffi::OsStrExt;
         let fs = self.export.as_ref().ok_or(FsError::Closed)?;
         let path = std::ffi::OsStr::from_bytes(&path);
-        let io = match io {
-            1 => IoPath::Copy,
-            2 => IoPath::Mapped,
-            _ => IoPath::Auto,
+        let mut options = lintel_fs::OpenOptions::new();
+        match io {
+            1 => options.io_path(IoPath::Copy),
+            2 => options.io_path(IoPath::Mapped),
+            3 => options.io_path(IoPath::Copy).splice_min(1),
+            4 => options.io_path(IoPath::Copy).splice_min(usize::MAX),
+            _ => options.io_path(IoPath::Auto),
         };
         let f = fs.open_with(
             path,
-            lintel_fs::OpenOptions::new()
+            options
                 .custom_flags(flags & !0o2000)
                 .read(flags & 3 != 1)
                 .write(flags & 3 != 0)
-                .append(flags & 0o2000 != 0)
-                .io_path(io),
+                .append(flags & 0o2000 != 0),
         )?;
         Ok(self.keep(f))
+    }
+
+    fn close(&self, file: u32) -> Result<(), FsError> {
+        let f = self
+            .files
+            .lock()
+            .get_mut(file as usize)
+            .and_then(Option::take)
+            .ok_or(FsError::Closed)?;
+        match Arc::try_unwrap(f) {
+            Ok(f) => f.close(),
+            // A background writer still holds it: it closes when that ends.
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn written(&self) -> Result<u64, FsError> {
+        Ok(self.written.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     fn is_mapped(&self, file: u32) -> Result<bool, FsError> {
@@ -283,10 +310,14 @@ impl FsPeer for Client {
 
     fn write_in_background(&self, file: u32, data: Vec<u8>, times: u32) -> Result<(), FsError> {
         let f = self.file(file)?;
+        let written = self.written.clone();
         std::thread::spawn(move || {
             for _ in 0..times {
-                if f.write_shared(&data).is_err() {
-                    return;
+                match f.write_shared(&data) {
+                    Ok(n) if n == data.len() => {
+                        written.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    _ => return,
                 }
             }
         });
