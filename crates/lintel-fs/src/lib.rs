@@ -31,6 +31,7 @@
 
 mod client;
 mod error;
+mod keeper;
 mod lock;
 pub mod mapped;
 mod node;

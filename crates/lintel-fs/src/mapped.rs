@@ -27,6 +27,7 @@ use lintel::stub::StubError;
 use parking_lot::Mutex;
 
 use crate::FsError;
+use crate::keeper::Keeper;
 use crate::proto::{Export, ExportClient, OpenFileClient, Session, SessionClient, Stat, Whence};
 use crate::shm::Shared;
 use crate::token::{self, Begin, DESC, Held, PAGE_LEN, Words};
@@ -72,13 +73,21 @@ const GONE_EVICTED: u32 = 2;
 /// This process's session with one export.
 pub(crate) struct MappedSession {
     session: SessionClient,
-    page: Shared,
+    page: Arc<Shared>,
     uffd: OwnedFd,
     /// 0 while the service serves us; why not, after.
     gone: Arc<AtomicU32>,
     /// Every cache mapping of ours (address, length), for the watcher.
-    maps: Arc<Mutex<Vec<(u64, usize)>>>,
+    maps: Arc<Mutex<Vec<MapEntry>>>,
     stop: OwnedFd,
+}
+
+/// One cache mapping of ours, as the watcher needs it: where it is, and
+/// for a file we may write, what writes it back should the service die.
+struct MapEntry {
+    addr: u64,
+    len: usize,
+    keeper: Option<Keeper>,
 }
 
 impl MappedSession {
@@ -114,7 +123,7 @@ impl MappedSession {
         let evicted = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let stop = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let (session, page_fd) = export.session(high(uffd.try_clone()?), high(evicted.try_clone()?))?;
-        let page = Shared::map(&page_fd, PAGE_LEN, true)?;
+        let page = Arc::new(Shared::map(&page_fd, PAGE_LEN, true)?);
         let door = export.door();
         let pidfd = if door.is_local() {
             None
@@ -135,6 +144,7 @@ impl MappedSession {
             uffd: high(uffd.try_clone()?),
             gone: gone.clone(),
             maps: maps.clone(),
+            page: page.clone(),
         };
         std::thread::Builder::new()
             .name("lintel-fs-watch".into())
@@ -172,7 +182,8 @@ struct Watcher {
     stop: OwnedFd,
     uffd: OwnedFd,
     gone: Arc<AtomicU32>,
-    maps: Arc<Mutex<Vec<(u64, usize)>>>,
+    maps: Arc<Mutex<Vec<MapEntry>>>,
+    page: Arc<Shared>,
 }
 
 impl Watcher {
@@ -203,9 +214,19 @@ impl Watcher {
         };
         let maps = self.maps.lock();
         self.gone.store(why, SeqCst);
-        for &(addr, len) in maps.iter() {
-            let _ = uffd::unregister(&self.uffd, addr, len as u64);
-            let _ = uffd::wake(&self.uffd, addr, len as u64);
+        for m in maps.iter() {
+            let _ = uffd::unregister(&self.uffd, m.addr, m.len as u64);
+            let _ = uffd::wake(&self.uffd, m.addr, m.len as u64);
+        }
+        // What we wrote through windows and the service had not written
+        // out yet goes to the host now (an evicted client's writes are
+        // not believed, by the service or by us).
+        if why == GONE_DIED {
+            for k in maps.iter().filter_map(|m| m.keeper.as_ref()) {
+                if let Err(e) = k.write_back(&Desc(&self.page, k.slot)) {
+                    tracing::warn!("cannot write a file back after its service died: {e}");
+                }
+            }
         }
     }
 }
@@ -273,6 +294,25 @@ impl Mapped {
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
         let (slot, cache, span, writable) = session.session.attach(file.door().clone())?;
+        // A file we may write is one we must be able to write back
+        // ourselves (see `keeper`); without that it takes the copy path.
+        let keeper = || -> Result<Option<Keeper>, FsError> {
+            if !writable {
+                return Ok(None);
+            }
+            Ok(Some(Keeper {
+                slot: slot as usize,
+                host: lintel::above_descriptor_floor(session.session.host_descriptor(slot)?),
+                cache: lintel::above_descriptor_floor(cache.try_clone()?),
+            }))
+        };
+        let keeper = match keeper() {
+            Ok(k) => k,
+            Err(e) => {
+                let _ = session.session.detach(slot);
+                return Err(e);
+            }
+        };
         let map = if writable {
             Shared::map(&cache, span as usize, true)?
         } else {
@@ -292,7 +332,11 @@ impl Mapped {
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
-        session.maps.lock().push((mapped.map.addr(), span as usize));
+        session.maps.lock().push(MapEntry {
+            addr: mapped.map.addr(),
+            len: span as usize,
+            keeper,
+        });
         Ok(mapped)
     }
 
@@ -637,10 +681,7 @@ impl View {
 
 impl Drop for Mapped {
     fn drop(&mut self) {
-        self.session
-            .maps
-            .lock()
-            .retain(|&(addr, _)| addr != self.map.addr());
+        self.session.maps.lock().retain(|m| m.addr != self.map.addr());
         if self.session.check().is_ok() {
             let _ = self.session.session.detach(self.slot);
         }

@@ -257,6 +257,11 @@ pub trait Session {
     /// cache (a memfd, read-only unless the file was opened for writing),
     /// the bytes to map of it, and whether the mapping may be written.
     fn attach(&self, file: Door) -> Result<(u32, OwnedFd, u64, bool), FsError>;
+    /// A descriptor of the host file behind writable descriptor `slot`,
+    /// writing at the offsets given: the client writes back what it wrote
+    /// through its window should the service die ([`crate::keeper`]). It
+    /// opened the file for writing, so this gives it nothing more.
+    fn host_descriptor(&self, slot: u32) -> Result<OwnedFd, FsError>;
     /// The client mapped the cache at `base` and registered the mapping
     /// with its userfaultfd.
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError>;

@@ -415,6 +415,14 @@ impl Session for SessionImpl {
         Ok((slot as u32, cache, SPAN, writable))
     }
 
+    fn host_descriptor(&self, slot: u32) -> Result<OwnedFd, FsError> {
+        let (open, _) = self.core.binding(slot)?;
+        if !open.writable {
+            return Err(rustix::io::Errno::BADF.into());
+        }
+        Ok(open.positional_fd()?.try_clone()?)
+    }
+
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError> {
         if !base.is_multiple_of(4096) || base.checked_add(SPAN).is_none() {
             return Err(FsError::Invalid(format!("mapping base {base:#x}")));

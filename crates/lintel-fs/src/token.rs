@@ -238,6 +238,36 @@ pub(crate) fn client_end(d: &impl Words, held: Held) {
     }
 }
 
+/// The service is dead: take this client's token back for its own
+/// write-back ([`crate::keeper`]). `None` if the token was not here.
+///
+/// The lock is taken if it can be within a moment; a service killed while
+/// it held the lock never lets it go, and then the words are read without
+/// it (a thread of ours caught halfway through [`client_end`] has stored a
+/// prefix of [`END_ORDER`], which is consistent).
+pub(crate) fn salvage(d: &impl Words) -> Option<Held> {
+    let lock = d.w32(LOCK);
+    let until = Instant::now() + Duration::from_millis(50);
+    let locked = loop {
+        if lock.compare_exchange(0, 1, Acquire, Relaxed).is_ok() {
+            break true;
+        }
+        if Instant::now() >= until {
+            break false;
+        }
+        std::thread::yield_now();
+    };
+    let state = d.w32(STATE).load(Acquire);
+    let held = matches!(state, PASSIVE | ACTIVE).then(|| {
+        d.w32(STATE).store(INVALID, Relaxed);
+        peek(d)
+    });
+    if locked {
+        unlock(lock);
+    }
+    held
+}
+
 // ---- the service's side ----
 
 /// Give the token to this descriptor (`PASSIVE`), with the file's offset

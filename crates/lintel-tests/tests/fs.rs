@@ -1679,3 +1679,50 @@ fn a_mapped_writer_killed_mid_write_keeps_every_record_it_finished() {
         );
     }
 }
+
+/// The service killed while a client appends records through its window
+/// (or through the copy path): every record the client finished is on
+/// the host afterwards, whole, as a finished `write(2)` outlives any
+/// process on Linux. Through a window, such records once lived only in
+/// the dead service's cache, and the host file stayed empty.
+#[test]
+fn a_killed_service_loses_no_finished_write() {
+    for (round, io) in [AUTO, MAPPED, COPY, AUTO, MAPPED, AUTO, MAPPED, MAPPED]
+        .into_iter()
+        .enumerate()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = FsService::start(dir.path(), false);
+        let writer = FsClientPeer::start(svc.fs.door());
+        let fw = writer
+            .peer
+            .open(b"f".to_vec(), O_RDWR | O_CREAT | O_APPEND, io)
+            .unwrap();
+        writer
+            .peer
+            .write_in_background(fw, vec![b'w'; 1000], 1_000_000)
+            .unwrap();
+        let goal = 600 + 400 * round as u64;
+        assert!(lintel_tests::eventually(Duration::from_secs(60), || {
+            writer.peer.written().unwrap() >= goal
+        }));
+        svc.kill();
+        // The writer stops at its first failed write; whatever it
+        // finished must reach the host.
+        let host = dir.path().join("f");
+        let mut last = (0, 0);
+        let kept = lintel_tests::eventually(Duration::from_secs(60), || {
+            let finished = writer.peer.written().unwrap();
+            let bytes = std::fs::read(&host).unwrap();
+            last = (finished, bytes.len() as u64);
+            bytes.len() as u64 >= finished * 1000
+                && bytes.len() % 1000 == 0
+                && bytes.iter().all(|&b| b == b'w')
+        });
+        assert!(
+            kept,
+            "round {round}, path {io}: {} records finished, {} bytes on the host",
+            last.0, last.1
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! What a client writes back itself when its service dies.
+//!
+//! Bytes written through a window live in the file's cache (the service's
+//! memfd, mapped here too) until the service takes the token back and
+//! writes them to the host file. On Linux a finished `write` is in the
+//! kernel's page cache and outlives every process; here the service's
+//! death would take such bytes with it, were it not for this: for each
+//! file it may write through a window, a client keeps a descriptor of the
+//! host file (the service hands one out with the mapping,
+//! [`crate::proto::Session::host_descriptor`]: the client opened the file
+//! for writing, so the descriptor gives it nothing it did not have) and a
+//! descriptor of the cache. When the client's watcher sees the service
+//! die, it takes back every token the client holds and writes the range
+//! the token reports dirty from the cache to the host file, then sets the
+//! host size to the token's, exactly what the service's recall would have
+//! done (`Node::recall`).
+//!
+//! Only pages the cache holds are written: the dirty range is one span,
+//! and a page inside it that the service never filled (a hole of the
+//! memfd, found with `SEEK_DATA`) holds nothing this client wrote; its
+//! zeros must not reach the host. A page the service filled but this
+//! client did not write holds the host's bytes (the service keeps filled
+//! pages current), so writing it again changes nothing.
+//!
+//! What is not covered: a token the service had already taken back and
+//! was still writing out when it died (that write-back stops where the
+//! service did), and a client that dies before its watcher has written
+//! back. Writes made after the death fail with `EIO`.
+
+use std::os::fd::OwnedFd;
+
+use rustix::io::Errno;
+
+use crate::FsError;
+use crate::token::{self, Held, Words};
+
+/// The two descriptors a client needs to write one file back.
+pub(crate) struct Keeper {
+    pub slot: usize,
+    /// The host file (written at the offsets given).
+    pub host: OwnedFd,
+    /// The file's cache.
+    pub cache: OwnedFd,
+}
+
+impl Keeper {
+    /// Take this client's token for the file back from the dead service's
+    /// page and write what it reports dirty to the host. Returns the bytes
+    /// written (0 if the client held no token).
+    pub(crate) fn write_back(&self, desc: &impl Words) -> Result<u64, FsError> {
+        let Some(held) = token::salvage(desc) else {
+            return Ok(0);
+        };
+        write_back(&self.cache, &self.host, held)
+    }
+}
+
+/// Write `held`'s dirty range (within its size) from `cache` to `host`,
+/// data pages only, then give `host` the token's size.
+pub(crate) fn write_back(cache: &OwnedFd, host: &OwnedFd, held: Held) -> Result<u64, FsError> {
+    let lo = held.dirty.0.min(held.size);
+    let hi = held.dirty.1.min(held.size);
+    let mut written = 0;
+    let mut buf = vec![0u8; 1 << 20];
+    for (from, to) in data_runs(cache, lo, hi)? {
+        let mut at = from;
+        while at < to {
+            let want = ((to - at) as usize).min(buf.len());
+            let n = match rustix::io::pread(cache, &mut buf[..want], at) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let mut done = 0;
+            while done < n {
+                match rustix::io::pwrite(host, &buf[done..n], at + done as u64) {
+                    Ok(k) => done += k,
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            at += n as u64;
+            written += n as u64;
+        }
+    }
+    if rustix::fs::fstat(host)?.st_size as u64 != held.size {
+        rustix::fs::ftruncate(host, held.size)?;
+    }
+    Ok(written)
+}
+
+/// The runs of `[lo, hi)` that `fd` holds data for (not holes).
+fn data_runs(fd: &OwnedFd, lo: u64, hi: u64) -> Result<Vec<(u64, u64)>, FsError> {
+    use rustix::fs::{SeekFrom, seek};
+    let mut runs = Vec::new();
+    let mut at = lo;
+    while at < hi {
+        let data = match seek(fd, SeekFrom::Data(at)) {
+            Ok(d) => d,
+            // Nothing but a hole from `at` to the end.
+            Err(Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        if data >= hi {
+            break;
+        }
+        let hole = seek(fd, SeekFrom::Hole(data))?.min(hi);
+        runs.push((data, hole));
+        at = hole;
+    }
+    Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memfd(name: &str) -> OwnedFd {
+        rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC).unwrap()
+    }
+
+    fn contents(fd: &OwnedFd) -> Vec<u8> {
+        let len = rustix::fs::fstat(fd).unwrap().st_size as usize;
+        let mut v = vec![0u8; len];
+        let n = rustix::io::pread(fd, &mut v, 0).unwrap();
+        v.truncate(n);
+        v
+    }
+
+    #[test]
+    fn only_the_cache_pages_that_hold_data_are_written_back() {
+        // The host file: 300,000 bytes of 7s. The cache holds two filled
+        // pages, each with a write in it; everything between is a hole.
+        let host = memfd("host");
+        rustix::io::pwrite(&host, &vec![7u8; 300_000], 0).unwrap();
+        let cache = memfd("cache");
+        rustix::fs::ftruncate(&cache, 1 << 20).unwrap();
+        let mut page = vec![7u8; 4096];
+        page[10..20].fill(1);
+        rustix::io::pwrite(&cache, &page, 0).unwrap();
+        let mut page = vec![7u8; 4096];
+        page[250_000 % 4096..250_000 % 4096 + 10].fill(2);
+        rustix::io::pwrite(&cache, &page, 250_000 / 4096 * 4096).unwrap();
+        let held = Held {
+            offset: 0,
+            size: 300_000,
+            dirty: (10, 250_010),
+        };
+        write_back(&cache, &host, held).unwrap();
+        let mut want = vec![7u8; 300_000];
+        want[10..20].fill(1);
+        want[250_000..250_010].fill(2);
+        assert_eq!(contents(&host), want);
+    }
+
+    #[test]
+    fn the_host_takes_the_tokens_size() {
+        let host = memfd("host");
+        rustix::io::pwrite(&host, b"0123456789", 0).unwrap();
+        let cache = memfd("cache");
+        rustix::io::pwrite(&cache, b"0123456789abcdef", 0).unwrap();
+        // Grown by a write of "abc" at 10; the rest of the cache is past
+        // the size the client reported.
+        let grown = Held {
+            offset: 13,
+            size: 13,
+            dirty: (10, 13),
+        };
+        write_back(&cache, &host, grown).unwrap();
+        assert_eq!(contents(&host), b"0123456789abc");
+        // Cut to 4 with nothing written since.
+        let cut = Held {
+            offset: 0,
+            size: 4,
+            dirty: (u64::MAX, 0),
+        };
+        assert_eq!(write_back(&cache, &host, cut).unwrap(), 0);
+        assert_eq!(contents(&host), b"0123");
+    }
+}
