@@ -1663,7 +1663,7 @@ fn a_mapped_writer_killed_mid_write_keeps_every_record_it_finished() {
             size >= finished * 1000,
             "round {round}: {finished} records finished, {size} bytes kept"
         );
-        assert_eq!(size % 1000, 0, "round {round}: whole records only");
+        assert!(size.is_multiple_of(1000), "round {round}: whole records only");
         let all = svc.fs.read("f").unwrap();
         assert_eq!(all.len() as u64, size);
         assert!(
@@ -1716,7 +1716,7 @@ fn a_killed_service_loses_no_finished_write() {
             let bytes = std::fs::read(&host).unwrap();
             last = (finished, bytes.len() as u64);
             bytes.len() as u64 >= finished * 1000
-                && bytes.len() % 1000 == 0
+                && bytes.len().is_multiple_of(1000)
                 && bytes.iter().all(|&b| b == b'w')
         });
         assert!(
