@@ -96,15 +96,18 @@ impl Fs {
     pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
         let flags = options.flags()?;
         let file = self.export.open(bytes(&path), flags, options.mode)?;
-        Ok(self.finish_open(file, options, flags & 3 != 1))
+        Ok(self.finish_open(file, options, flags))
     }
 
-    fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, readable: bool) -> File {
+    /// `flags`: the open's, whichever way they were given (`append` or
+    /// a custom `O_APPEND`).
+    fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
+        let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();
         let mut f = File::from_client(file);
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
-        f.append = options.append;
+        f.append = flags & OFlags::APPEND.bits() != 0;
         if options.path != IoPath::Copy
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
@@ -126,7 +129,12 @@ impl Fs {
     /// offset, mapped as `options` say.
     pub fn adopt(&self, key: [u8; 16], options: &OpenOptions) -> Result<File, FsError> {
         let file = self.export.adopt(key)?;
-        Ok(self.finish_open(file, options, true))
+        let flags = options.flags().unwrap_or(OFlags::RDONLY.bits());
+        Ok(self.finish_open(
+            file,
+            options,
+            flags & !OFlags::ACCMODE.bits() | OFlags::RDWR.bits(),
+        ))
     }
 
     /// Metadata of `path`, following symlinks.

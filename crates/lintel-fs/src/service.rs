@@ -278,9 +278,21 @@ impl Export for ExportImpl {
         let st = rustix::fs::fstat(&fd)?;
         let node = self.node((st.st_dev, st.st_ino));
         let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        let directory = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+        if truncate && directory {
+            // As Linux answers `O_TRUNC` on a directory, whatever the access.
+            return Err(Errno::ISDIR.into());
+        }
         if truncate && regular {
             let _token = node.settle(Instant::now() + self.timeout);
-            rustix::fs::ftruncate(&fd, 0)?;
+            if access == OFlags::RDONLY {
+                // Linux truncates on `O_RDONLY|O_TRUNC` too (checking write
+                // permission); a read-only descriptor cannot, so the file is
+                // reopened for writing, as the same inode.
+                rustix::fs::ftruncate(reopen(&fd, OFlags::WRONLY)?, 0)?;
+            } else {
+                rustix::fs::ftruncate(&fd, 0)?;
+            }
             node.truncate_cache(0);
         }
         let id = self.next_open.fetch_add(1, SeqCst);
@@ -398,6 +410,9 @@ impl Export for ExportImpl {
     fn link(&self, from: &[u8], to: &[u8]) -> Result<(), FsError> {
         self.writable()?;
         let (from_dir, from_name) = self.parent(from)?;
+        // Linux looks the source up whole before the target's directory,
+        // and its errors come first.
+        rustix::fs::statat(&from_dir, from_name, AtFlags::SYMLINK_NOFOLLOW)?;
         let (to_dir, to_name) = self.parent(to)?;
         rustix::fs::linkat(&from_dir, from_name, &to_dir, to_name, AtFlags::empty())?;
         Ok(())
@@ -523,6 +538,18 @@ pub const MAX_EXPORT_PIPES: u64 = 256;
 /// reads it in large pieces); a client past it takes the copy path.
 pub const MAX_PIPES: usize = 64;
 
+/// `fd`'s file opened anew (a new open file description of the same
+/// inode, permissions checked again) with `access`.
+fn reopen(fd: &OwnedFd, access: OFlags) -> Result<OwnedFd, FsError> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    Ok(rustix::fs::open(
+        path.as_str(),
+        access | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
 impl Opened {
     /// A descriptor of this file that writes at the offsets it is given.
     pub(crate) fn positional_fd(&self) -> Result<&OwnedFd, FsError> {
@@ -532,9 +559,7 @@ impl Opened {
         if let Some(fd) = self.positional.get() {
             return Ok(fd);
         }
-        use std::os::fd::AsRawFd;
-        let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
-        let fd = rustix::fs::open(path.as_str(), OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+        let fd = reopen(&self.fd, OFlags::WRONLY)?;
         Ok(self.positional.get_or_init(|| fd))
     }
 
@@ -608,6 +633,11 @@ impl Opened {
     /// Write all of `data` at `at` (or at the end, if appending); the
     /// bytes written, which are fewer only if an error stopped it.
     fn write_all(&self, mut at: u64, data: &[u8]) -> Result<u64, FsError> {
+        // Linux checks the open's mode before the length: even an empty
+        // write to a file opened read-only is `EBADF`.
+        if !self.writable {
+            return Err(Errno::BADF.into());
+        }
         let data = &data[..data.len().min(MAX_IO as usize)];
         let mut done = 0;
         while done < data.len() {
@@ -772,6 +802,23 @@ impl OpenFile for Opened {
     fn seek(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
         let _token = self.settle()?;
         let mut offset = self.offset.lock();
+        if !self.regular {
+            // A directory's offsets are its file system's to define (ext4
+            // puts its end at the largest offset): the kernel seeks.
+            use rustix::fs::SeekFrom;
+            rustix::fs::seek(&self.fd, SeekFrom::Start(*offset))?;
+            let to = rustix::fs::seek(
+                &self.fd,
+                match whence {
+                    Whence::Start if delta < 0 => return Err(Errno::INVAL.into()),
+                    Whence::Start => SeekFrom::Start(delta as u64),
+                    Whence::Current => SeekFrom::Current(delta),
+                    Whence::End => SeekFrom::End(delta),
+                },
+            )?;
+            *offset = to;
+            return Ok(to);
+        }
         let base = match whence {
             Whence::Start => 0,
             Whence::Current => *offset,

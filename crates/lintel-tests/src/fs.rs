@@ -18,6 +18,8 @@ pub trait FsPeer {
     /// 2 mapped, 3 copy with every read spliced, 4 copy with none
     /// spliced); the file's number.
     fn open(&self, path: Vec<u8>, flags: u32, io: u8) -> Result<u32, FsError>;
+    /// [`FsPeer::open`] with the mode a created file gets.
+    fn open_mode(&self, path: Vec<u8>, flags: u32, mode: u32, io: u8) -> Result<u32, FsError>;
     /// Close a file the peer holds (its number is not reused).
     fn close(&self, file: u32) -> Result<(), FsError>;
     /// Writes the background writer has finished so far.

@@ -125,6 +125,10 @@ impl Client {
 
 impl FsPeer for Client {
     fn open(&self, path: Vec<u8>, flags: u32, io: u8) -> Result<u32, FsError> {
+        self.open_mode(path, flags, 0o666, io)
+    }
+
+    fn open_mode(&self, path: Vec<u8>, flags: u32, mode: u32, io: u8) -> Result<u32, FsError> {
         use std::os::unix::ffi::OsStrExt;
         let fs = self.export.as_ref().ok_or(FsError::Closed)?;
         let path = std::ffi::OsStr::from_bytes(&path);
@@ -139,10 +143,10 @@ impl FsPeer for Client {
         let f = fs.open_with(
             path,
             options
-                .custom_flags(flags & !0o2000)
+                .custom_flags(flags & !3)
                 .read(flags & 3 != 1)
                 .write(flags & 3 != 0)
-                .append(flags & 0o2000 != 0),
+                .mode(mode),
         )?;
         Ok(self.keep(f))
     }
