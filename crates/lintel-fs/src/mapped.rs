@@ -680,10 +680,28 @@ impl View {
 }
 
 impl Drop for Mapped {
+    /// The token goes back with what we wrote: to the service, or, if it
+    /// died and the watcher has not written this file back yet (it takes
+    /// the same lock), to the host through the keeper. Either way the
+    /// writes are on the host when a close returns.
     fn drop(&mut self) {
-        self.session.maps.lock().retain(|m| m.addr != self.map.addr());
-        if self.session.check().is_ok() {
-            let _ = self.session.session.detach(self.slot);
+        let keeper = {
+            let mut maps = self.session.maps.lock();
+            let i = maps.iter().position(|m| m.addr == self.map.addr());
+            i.and_then(|i| maps.swap_remove(i).keeper)
+        };
+        let died = match self.session.check() {
+            Ok(()) => matches!(
+                self.session.session.detach(self.slot),
+                Err(FsError::Stub(StubError::Call(CallError::PeerDied)))
+            ),
+            Err(e) => e.errno() == rustix::io::Errno::IO.raw_os_error(),
+        };
+        if died && let Some(k) = keeper {
+            // After the watcher, the token is no longer here: nothing to do.
+            if let Err(e) = k.write_back(&self.desc()) {
+                tracing::warn!("cannot write a file back after its service died: {e}");
+            }
         }
     }
 }

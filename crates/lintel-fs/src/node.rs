@@ -150,6 +150,9 @@ impl Node {
                         Err(e) => tracing::warn!("cannot write a file back: {e}"),
                     }
                 }
+                // Written out: should the service die from here on, the
+                // client has nothing to write back for this token.
+                token::recalled(&h.session.desc(h.slot));
             }
             Err(why) => h.session.evict(why.0),
         }

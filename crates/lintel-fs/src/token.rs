@@ -55,6 +55,11 @@ pub const STAT_WORDS: usize = 16;
 pub const INVALID: u32 = 0;
 pub const PASSIVE: u32 = 1;
 pub const ACTIVE: u32 = 2;
+/// Taken back by the service, which is writing out what the client
+/// reported and then makes it `INVALID` ([`recalled`]). A client whose
+/// service dies meanwhile writes it out itself ([`salvage`]): the service
+/// may have stopped halfway.
+pub const RECALLING: u32 = 3;
 
 /// The words of one descriptor, wherever they live.
 pub(crate) trait Words {
@@ -258,7 +263,7 @@ pub(crate) fn salvage(d: &impl Words) -> Option<Held> {
         std::thread::yield_now();
     };
     let state = d.w32(STATE).load(Acquire);
-    let held = matches!(state, PASSIVE | ACTIVE).then(|| {
+    let held = matches!(state, PASSIVE | ACTIVE | RECALLING).then(|| {
         d.w32(STATE).store(INVALID, Relaxed);
         peek(d)
     });
@@ -331,7 +336,7 @@ pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -
     lock_until(d.w32(LOCK), deadline, gone)?;
     loop {
         match d.w32(STATE).load(SeqCst) {
-            PASSIVE | INVALID => break,
+            PASSIVE | INVALID | RECALLING => break,
             ACTIVE => {
                 d.w32(RECALL).store(1, SeqCst);
                 unlock(d.w32(LOCK));
@@ -356,13 +361,20 @@ pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -
         size: d.w64(SIZE).load(SeqCst),
         dirty: (d.w64(DIRTY_LO).load(SeqCst), d.w64(DIRTY_HI).load(SeqCst)),
     };
-    d.w32(STATE).store(INVALID, SeqCst);
+    d.w32(STATE).store(RECALLING, SeqCst);
     d.w32(RECALL).store(0, SeqCst);
     unlock(d.w32(LOCK));
     if held.offset > MAX_OFFSET || held.size > MAX_OFFSET {
         return bad("wrote an offset or size beyond any file");
     }
     Ok(held)
+}
+
+/// The service has written out what [`take`] returned: the token is
+/// `INVALID` (unless the client wrote something else there since, which
+/// the next grant or take judges).
+pub(crate) fn recalled(d: &impl Words) {
+    let _ = d.w32(STATE).compare_exchange(RECALLING, INVALID, SeqCst, SeqCst);
 }
 
 /// A descriptor of words in private memory, for tests.
@@ -477,7 +489,13 @@ mod tests {
             },
         );
         assert_eq!(service.join().unwrap().unwrap().offset, 5);
-        assert_eq!(d.w32(STATE).load(SeqCst), INVALID, "given back, not kept passive");
+        assert_eq!(
+            d.w32(STATE).load(SeqCst),
+            RECALLING,
+            "given back, not kept passive"
+        );
+        recalled(&*d);
+        assert_eq!(d.w32(STATE).load(SeqCst), INVALID, "written out");
     }
 
     #[test]
@@ -530,6 +548,30 @@ mod tests {
         assert!(matches!(client_begin(&d), Begin::Ready(..)));
         assert_eq!(take(&d, far, &|| true), Err(Untaken::Gone));
         assert_eq!(d.w32(LOCK).load(SeqCst), 0, "the lock is not left held");
+    }
+
+    #[test]
+    fn a_client_salvages_its_token_until_the_service_has_written_it_out() {
+        let d = Plain::new();
+        assert_eq!(salvage(&d), None, "never granted");
+        grant(&d, 0, 10, &[0; STAT_WORDS], soon()).unwrap();
+        let Begin::Ready(..) = client_begin(&d) else {
+            panic!("granted")
+        };
+        let wrote = Held {
+            offset: 20,
+            size: 20,
+            dirty: (10, 20),
+        };
+        client_end(&d, wrote);
+        assert_eq!(take(&d, soon(), &|| false), Ok(wrote));
+        // The service died before it wrote the token out: still ours.
+        assert_eq!(salvage(&d), Some(wrote));
+        assert_eq!(salvage(&d), None, "once");
+        grant(&d, 0, 10, &[0; STAT_WORDS], soon()).unwrap();
+        take(&d, soon(), &|| false).unwrap();
+        recalled(&d);
+        assert_eq!(salvage(&d), None, "written out by the service");
     }
 
     #[test]
