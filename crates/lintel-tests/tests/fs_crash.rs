@@ -190,7 +190,7 @@ impl Round<'_> {
                 client, file, flags, ..
             } => {
                 let fd = rustix::fs::open(
-                    &self.native.join(FILES[file]),
+                    self.native.join(FILES[file]),
                     OFlags::from_bits_retain(flags) | OFlags::CLOEXEC,
                     Mode::from_bits_truncate(0o644),
                 )
