@@ -628,15 +628,67 @@ fn copy_out(from: &[u8], to: &mut [u8]) -> usize {
     n
 }
 
+impl File {
+    /// Read at the shared offset into each buffer in turn, as `readv(2)`:
+    /// the next buffer only once the last is full.
+    pub fn read_vectored_shared(&self, bufs: &mut [std::io::IoSliceMut<'_>]) -> Result<usize, FsError> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            // Nothing to read, but the open is checked as Linux does.
+            return self.read_shared(&mut []);
+        }
+        let mut total = 0;
+        for buf in bufs.iter_mut().filter(|b| !b.is_empty()) {
+            let n = match self.read_shared(buf) {
+                Ok(n) => n,
+                Err(_) if total > 0 => return Ok(total),
+                Err(e) => return Err(e),
+            };
+            total += n;
+            if n < buf.len() {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Write each buffer in turn at the shared offset, as `writev(2)`.
+    pub fn write_vectored_shared(&self, bufs: &[std::io::IoSlice<'_>]) -> Result<usize, FsError> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return self.write_shared(&[]);
+        }
+        let mut total = 0;
+        for buf in bufs.iter().filter(|b| !b.is_empty()) {
+            let n = match self.write_shared(buf) {
+                Ok(n) => n,
+                Err(_) if total > 0 => return Ok(total),
+                Err(e) => return Err(e),
+            };
+            total += n;
+            if n < buf.len() {
+                break;
+            }
+        }
+        Ok(total)
+    }
+}
+
 impl std::io::Read for File {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         Ok(self.read_shared(buf)?)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+        Ok(self.read_vectored_shared(bufs)?)
     }
 }
 
 impl std::io::Write for File {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         Ok(self.write_shared(buf)?)
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        Ok(self.write_vectored_shared(bufs)?)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -654,11 +706,19 @@ impl std::io::Read for &File {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         Ok(self.read_shared(buf)?)
     }
+
+    fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
+        Ok(self.read_vectored_shared(bufs)?)
+    }
 }
 
 impl std::io::Write for &File {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         Ok(self.write_shared(buf)?)
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        Ok(self.write_vectored_shared(bufs)?)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

@@ -598,9 +598,13 @@ impl Mapped {
                         .write((off + done) as usize, &data[done as usize..(done + k) as usize]);
                     done += k;
                 }
-                let (lo, hi) = a.held.dirty;
-                a.held.dirty = (lo.min(off), hi.max(off + n));
-                a.held.size = a.held.size.max(off + n);
+                // An empty write changes nothing, not even the size past
+                // the end it was made at.
+                if n > 0 {
+                    let (lo, hi) = a.held.dirty;
+                    a.held.dirty = (lo.min(off), hi.max(off + n));
+                    a.held.size = a.held.size.max(off + n);
+                }
                 if at.is_none() {
                     a.held.offset = off + n;
                 }

@@ -675,7 +675,8 @@ impl OpenFile for Opened {
         let mut offset = self.offset.lock();
         let at = *offset;
         let n = self.write_all(at, data)?;
-        *offset = if self.append {
+        *offset = if self.append && n > 0 {
+            // Where the append ended (an empty write moves nothing).
             rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
         } else {
             at + n

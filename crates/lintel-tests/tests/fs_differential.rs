@@ -108,6 +108,17 @@ enum Op {
         h: usize,
         len: u64,
     },
+    /// `readv` and `writev` with buffers of these lengths (this
+    /// process's files only).
+    ReadV {
+        h: usize,
+        lens: Vec<usize>,
+    },
+    WriteV {
+        h: usize,
+        lens: Vec<usize>,
+        seed: u64,
+    },
     Sync {
         h: usize,
     },
@@ -216,6 +227,9 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (h.clone(), 0u8..3, prop_oneof![-5000i64..5000, offset().prop_map(|o| o as i64)])
             .prop_map(|(h, whence, delta)| Op::Seek { h, whence, delta }),
         3 => (h.clone(), offset()).prop_map(|(h, len)| Op::SetLen { h, len }),
+        3 => (h.clone(), prop::collection::vec(length(), 0..4)).prop_map(|(h, lens)| Op::ReadV { h, lens }),
+        3 => (h.clone(), prop::collection::vec(length(), 0..4), any::<u64>())
+            .prop_map(|(h, lens, seed)| Op::WriteV { h, lens, seed }),
         1 => h.clone().prop_map(|h| Op::Sync { h }),
         4 => (h, offset(), length()).prop_map(|(h, at, len)| Op::View { h, at, len }),
         2 => name.clone().prop_map(|name| Op::Check { name }),
@@ -451,6 +465,37 @@ impl World<'_> {
                     let _ = same!(s, n, "set_len {len}");
                     self.after(i)?;
                 }
+            }
+            Op::ReadV { h, ref lens } => {
+                let Some(i) = self.pick(h) else { return Ok(()) };
+                let Served::Here(f) = &self.open[i].served else {
+                    return Ok(());
+                };
+                let mut a: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+                let mut slices: Vec<_> = a.iter_mut().map(|b| std::io::IoSliceMut::new(b)).collect();
+                let s = served(f.read_vectored_shared(&mut slices));
+                let mut b: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+                let mut slices: Vec<_> = b.iter_mut().map(|b| std::io::IoSliceMut::new(b)).collect();
+                let n = native(rustix::io::readv(&self.open[i].native, &mut slices));
+                let _ = same!(s, n, "readv of {lens:?}");
+                let _ = same!(&a, &b, "the bytes readv gave");
+                self.after(i)?;
+            }
+            Op::WriteV { h, ref lens, seed } => {
+                let Some(i) = self.pick(h) else { return Ok(()) };
+                let Served::Here(f) = &self.open[i].served else {
+                    return Ok(());
+                };
+                let bufs: Vec<Vec<u8>> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &n)| bytes(seed.wrapping_add(k as u64), n))
+                    .collect();
+                let slices: Vec<_> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
+                let s = served(f.write_vectored_shared(&slices));
+                let n = native(rustix::io::writev(&self.open[i].native, &slices));
+                let _ = same!(s, n, "writev of {lens:?}");
+                self.after(i)?;
             }
             Op::Sync { h } => {
                 if let Some(i) = self.pick(h) {
@@ -1076,6 +1121,69 @@ mod regressions {
     #[test]
     fn link_reports_the_source_first() {
         replay(&[Symlink { target: 1, name: 2 }, Link { from: 0, to: 3 }]);
+    }
+
+    /// An empty append leaves the offset where it was.
+    #[test]
+    fn an_empty_append_moves_nothing() {
+        replay(&[
+            Open {
+                client: 0,
+                name: 0,
+                flags: 0o2101,
+                mode: 0o644,
+                io: Copy,
+            },
+            WriteAt {
+                h: 0,
+                at: 0,
+                len: 1,
+                seed: 0,
+            },
+            WriteV {
+                h: 0,
+                lens: vec![],
+                seed: 0,
+            },
+            Write {
+                h: 0,
+                len: 0,
+                seed: 0,
+            },
+        ]);
+    }
+
+    /// An empty write past the end through a window does not extend the
+    /// file.
+    #[test]
+    fn an_empty_write_past_the_end_extends_nothing() {
+        replay(&[
+            Open {
+                client: 0,
+                name: 0,
+                flags: 0o102,
+                mode: 0o644,
+                io: Mapped,
+            },
+            SetLen { h: 0, len: 2068 },
+            Read { h: 0, len: 2068 },
+            Seek {
+                h: 0,
+                whence: 0,
+                delta: 2069,
+            },
+            WriteV {
+                h: 0,
+                lens: vec![],
+                seed: 0,
+            },
+            WriteAt {
+                h: 0,
+                at: 5000,
+                len: 0,
+                seed: 0,
+            },
+        ]);
     }
 
     /// `O_TRUNC` on a directory is `EISDIR`, even read-only.
