@@ -633,8 +633,13 @@ impl File {
     /// the next buffer only once the last is full.
     pub fn read_vectored_shared(&self, bufs: &mut [std::io::IoSliceMut<'_>]) -> Result<usize, FsError> {
         if bufs.iter().all(|b| b.is_empty()) {
-            // Nothing to read, but the open is checked as Linux does.
-            return self.read_shared(&mut []);
+            // Nothing to read, but the open's mode is checked as Linux
+            // does (`EBADF`); `readv` stops there, before a directory's
+            // `EISDIR`, which `read` gives.
+            return match self.read_shared(&mut []) {
+                Err(e) if e.errno() == rustix::io::Errno::ISDIR.raw_os_error() => Ok(0),
+                r => r,
+            };
         }
         let mut total = 0;
         for buf in bufs.iter_mut().filter(|b| !b.is_empty()) {

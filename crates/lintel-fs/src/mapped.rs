@@ -598,15 +598,15 @@ impl Mapped {
                         .write((off + done) as usize, &data[done as usize..(done + k) as usize]);
                     done += k;
                 }
-                // An empty write changes nothing, not even the size past
-                // the end it was made at.
+                // An empty write changes nothing: not the size past the
+                // end it was made at, not an appending file's offset.
                 if n > 0 {
                     let (lo, hi) = a.held.dirty;
                     a.held.dirty = (lo.min(off), hi.max(off + n));
                     a.held.size = a.held.size.max(off + n);
-                }
-                if at.is_none() {
-                    a.held.offset = off + n;
+                    if at.is_none() {
+                        a.held.offset = off + n;
+                    }
                 }
                 Ok(Some(n as usize))
             })?

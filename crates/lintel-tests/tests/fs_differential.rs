@@ -52,6 +52,11 @@ const O_APPEND: u32 = 0o2000;
 const O_DIRECTORY: u32 = 0o200000;
 const O_NOFOLLOW: u32 = 0o400000;
 const O_SYNC: u32 = 0o4010000;
+const O_DSYNC: u32 = 0o10000;
+const O_NONBLOCK: u32 = 0o4000;
+const O_NOCTTY: u32 = 0o400;
+const O_NOATIME: u32 = 0o1000000;
+const O_LARGEFILE: u32 = 0o100000;
 
 /// The paths an open file's data may take (the peers' numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +207,22 @@ fn flags() -> impl Strategy<Value = u32> {
         bit(O_EXCL, 8.0),
         bit(O_TRUNC, 12.0),
         bit(O_APPEND, 20.0),
-        prop::sample::select(vec![0, 0, 0, 0, 0, 0, O_SYNC, O_NOFOLLOW, O_DIRECTORY]),
+        prop::sample::select(vec![
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            O_SYNC,
+            O_DSYNC,
+            O_NOFOLLOW,
+            O_DIRECTORY,
+            O_NONBLOCK,
+            O_NOCTTY,
+            O_NOATIME,
+            O_LARGEFILE,
+        ]),
     )
         .prop_map(|(a, c, x, t, p, more)| a | c | x | t | p | more)
 }
@@ -1150,6 +1170,50 @@ mod regressions {
                 len: 0,
                 seed: 0,
             },
+            Open {
+                client: 0,
+                name: 0,
+                flags: 0o2102,
+                mode: 0o644,
+                io: Mapped,
+            },
+            WriteAt {
+                h: 1,
+                at: 0,
+                len: 1,
+                seed: 0,
+            },
+            WriteV {
+                h: 1,
+                lens: vec![],
+                seed: 0,
+            },
+            Write {
+                h: 1,
+                len: 0,
+                seed: 0,
+            },
+        ]);
+    }
+
+    /// `readv` of nothing on a directory is 0 (`read` is `EISDIR`).
+    #[test]
+    fn an_empty_readv_of_a_directory_reads_nothing() {
+        replay(&[
+            Mkdir { name: 5, mode: 0o644 },
+            Open {
+                client: 0,
+                name: 5,
+                flags: 0,
+                mode: 0o644,
+                io: Auto,
+            },
+            ReadV { h: 0, lens: vec![] },
+            ReadV {
+                h: 0,
+                lens: vec![0, 0],
+            },
+            Read { h: 0, len: 0 },
         ]);
     }
 
