@@ -155,6 +155,39 @@ impl Service {
     pub fn into_door(self) -> Door {
         ExportServer::door(ExportImpl(self.inner))
     }
+
+    /// A door of the export that leaves the service here, for
+    /// [`Service::write_out`].
+    pub fn door(&self) -> Door {
+        ExportServer::door(ExportImpl(self.inner.clone()))
+    }
+
+    /// Take every token back and write out what its holder wrote through
+    /// its windows, so that the host files hold every finished write. A
+    /// process that serves its own programs does this before it exits:
+    /// window writes of a program that has just ended are written back
+    /// when the service notices the end, and a service that exits first
+    /// would take them along.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let service = lintel_fs::Service::new(dir.path(), false).unwrap();
+    /// let fs = lintel_fs::Fs::from_door(service.door());
+    /// // ... programs write through `fs`, then end ...
+    /// service.write_out();
+    /// ```
+    pub fn write_out(&self) {
+        let nodes: Vec<Arc<Node>> = self
+            .inner
+            .nodes
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for n in nodes {
+            drop(n.settle(Instant::now() + self.inner.timeout));
+        }
+    }
 }
 
 /// The export's door implementation.

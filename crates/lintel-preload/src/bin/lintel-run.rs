@@ -61,15 +61,16 @@ fn main() -> ExitCode {
         eprintln!("lintel-run: liblintel_preload.so not found beside this program");
         return ExitCode::from(2);
     };
-    let (sock, service) = match (root, manifest) {
+    // `export`: the service this process runs for the program, if it does.
+    let (sock, service, export) = match (root, manifest) {
         (Some(root), None) if service_name.is_none() => match serve(&root, read_only) {
-            Ok(sock) => (sock, None),
+            Ok((sock, export)) => (sock, None, Some(export)),
             Err(code) => return code,
         },
         (None, Some(manifest)) if !read_only => {
             let name = service_name.unwrap_or_else(|| "fs".into());
             match join(std::path::Path::new(&manifest), &name) {
-                Ok(sock) => (sock, Some(name)),
+                Ok(sock) => (sock, Some(name), None),
                 Err(code) => return code,
             }
         }
@@ -115,6 +116,11 @@ fn main() -> ExitCode {
     if service.is_none() {
         let _ = std::fs::remove_file(&sock);
     }
+    // What the program wrote through its windows is on the host before
+    // this process, and its service, ends.
+    if let Some(export) = &export {
+        export.write_out();
+    }
     match status {
         Ok(s) => match s.code() {
             Some(c) => ExitCode::from(c as u8),
@@ -131,9 +137,9 @@ fn main() -> ExitCode {
 
 /// Export `root` from this process; the socket every process image of the
 /// program connects to.
-fn serve(root: &str, read_only: bool) -> Result<PathBuf, ExitCode> {
-    let service = match lintel_fs::Service::new(root, read_only) {
-        Ok(s) => s.into_door(),
+fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), ExitCode> {
+    let export = match lintel_fs::Service::new(root, read_only) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("lintel-run: cannot export {root}: {e}");
             return Err(ExitCode::from(2));
@@ -148,6 +154,7 @@ fn serve(root: &str, read_only: bool) -> Result<PathBuf, ExitCode> {
             return Err(ExitCode::from(2));
         }
     };
+    let service = export.door();
     // Every process of the program (each image after exec) connects.
     std::thread::spawn(move || {
         while let Ok(incoming) = listener.accept() {
@@ -157,7 +164,7 @@ fn serve(root: &str, read_only: bool) -> Result<PathBuf, ExitCode> {
             });
         }
     });
-    Ok(sock)
+    Ok((sock, export))
 }
 
 /// The socket of the system running from `manifest`, once its file service
