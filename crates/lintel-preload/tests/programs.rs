@@ -819,3 +819,39 @@ print("quick", time.monotonic() - start < 5, flush=True)
         "EIO for each, at once"
     );
 }
+
+/// What a program wrote to a served file is in the host file once
+/// `lintel-run` returns, also when the program exits without closing it
+/// (found while reducing fsx's failures, issue 25). Opened for reading
+/// and writing, so the write goes through a window (write-only opens
+/// kept their writes in every run). Twenty runs: the loss is a
+/// race between `lintel-run`'s exit and the service writing back the
+/// token the dead program held (8 to 10 runs in 10 lost the write here).
+#[test]
+#[ignore = "fails: lintel-run returns when the program exits, before its service has written \
+            back what the program wrote through its window (issue 25's report)"]
+fn a_program_that_exits_without_closing_keeps_its_writes() {
+    assert!(
+        have("/usr/bin/python3"),
+        "/usr/bin/python3 is missing: .ci/run installs Debian's python3"
+    );
+    let script = "import os, sys\n\
+                  fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n\
+                  os.pwrite(fd, b'x' * 4096, 0)\n\
+                  os._exit(0)\n";
+    let mut lost = Vec::new();
+    for run in 0..20 {
+        let s = tempfile::tempdir().unwrap();
+        let target = format!("{PREFIX}/written");
+        let (code, _, err) = lintel_run(s.path(), &["/usr/bin/python3", "-c", script, &target]);
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+        let on_host = std::fs::read(s.path().join("written")).unwrap();
+        if on_host != vec![b'x'; 4096] {
+            lost.push((run, on_host.len()));
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "runs whose 4096 written bytes are not in the host file (run, host size): {lost:?}"
+    );
+}
