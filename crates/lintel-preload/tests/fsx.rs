@@ -43,42 +43,18 @@ fn source_dir() -> PathBuf {
 }
 
 /// fsx, patched and compiled once per test process into the target
-/// directory. The flags are the ones xfstests builds it with (its
-/// `builddefs`), less what Debian's build-essential lacks (libaio,
-/// liburing, xfsprogs' headers, which would also bring `getopt.h`).
+/// directory by `third_party/fsx/build.sh` (xfstests' own flags, less
+/// what Debian's build-essential lacks: see the README there).
 fn fsx() -> &'static Path {
     static FSX: OnceLock<PathBuf> = OnceLock::new();
     FSX.get_or_init(|| {
-        let src = source_dir();
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fsx");
-        std::fs::create_dir_all(&dir).unwrap();
-        let pid = std::process::id();
-        let patched = dir.join(format!("fsx.{pid}.c"));
-        let mut patch = Command::new("patch");
-        patch.arg("-s").arg("-o").arg(&patched).arg(src.join("fsx.c"));
-        patch.arg(src.join("patches/0001-drop-caches-only-when-asked.patch"));
-        check_ran("patch (Debian's `patch`)", patch.output());
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let tmp = dir.join(format!("fsx.{pid}"));
-        let mut build = Command::new(&cc);
-        build.args([
-            "-O2",
-            "-g",
-            "-std=gnu11",
-            "-funsigned-char",
-            "-fno-strict-aliasing",
-            "-Wall",
-            "-D_GNU_SOURCE",
-            "-D_FILE_OFFSET_BITS=64",
-            "-include",
-            "getopt.h",
-        ]);
-        build.arg("-I").arg(&src).arg("-o").arg(&tmp).arg(&patched);
-        check_ran(&format!("{cc} (build-essential)"), build.output());
-        std::fs::remove_file(&patched).unwrap();
-        let exe = dir.join("fsx");
-        std::fs::rename(&tmp, &exe).unwrap();
-        exe
+        let script = source_dir().join("build.sh");
+        check_ran(
+            "third_party/fsx/build.sh (needs cc and patch: build-essential)",
+            Command::new("sh").arg(&script).arg(&dir).output(),
+        );
+        dir.join("fsx")
     })
 }
 
