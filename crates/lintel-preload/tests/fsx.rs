@@ -275,8 +275,6 @@ fn fsx_native_windows() {
 }
 
 #[test]
-#[ignore = "fails: data lost through the windows, within about 16,000 turns for each of 6 seeds \
-            tried (the bug of fsx_served_lost_write; issue 25's report)"]
 fn fsx_served_windows() {
     both_seeds(
         Via::Served,
@@ -301,9 +299,6 @@ fn fsx_native_reopen() {
 }
 
 #[test]
-#[ignore = "fails: data written before a close is lost (issue 25's report: a write that \
-            extends the file, then a write below the old end, then close; the 64 KiB chunks \
-            after the one written are zeros on the host)"]
 fn fsx_served_reopen() {
     both_seeds(
         Via::Served,
@@ -357,8 +352,6 @@ fn fsx_native_lost_write() {
 }
 
 #[test]
-#[ignore = "fails: a recalled token's dirty range is written back from cache pages never filled \
-            from the host, zeros over the file's data (issue 25's report)"]
 fn fsx_served_lost_write() {
     run_fsx(
         Via::Served,
