@@ -16,7 +16,8 @@
 //!   goes on and is compared as before; after the service's, a new
 //!   service of the same directory serves every file as the host has it.
 //!
-//! The seed is printed; `LINTEL_FS_CRASH_SEED` (decimal) replays one,
+//! Each seed runs with the service in another process and in this one
+//! (where only a client dies). The seed is printed; `LINTEL_FS_CRASH_SEED` (decimal) replays one,
 //! `LINTEL_FS_CRASH_ROUNDS` sets the rounds (default 24).
 
 use std::collections::BTreeMap;
@@ -369,17 +370,25 @@ enum Kill {
 
 /// One round: steps, a death during one of them, the checks; on failure,
 /// what it did.
-fn round(seed: u64) -> Result<(), String> {
+/// `here`: the service runs in this process (then only a client dies).
+fn round(seed: u64, here: bool) -> Result<(), String> {
     let mut log = Vec::new();
-    play(seed, &mut log).map_err(|e| format!("{e}\nsteps (the last cut short by the death): {log:#?}"))
+    play(seed, here, &mut log).map_err(|e| format!("{e}\nsteps (the last cut short by the death): {log:#?}"))
 }
 
-fn play(seed: u64, log: &mut Vec<Step>) -> Result<(), String> {
+fn play(seed: u64, here: bool, log: &mut Vec<Step>) -> Result<(), String> {
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let served = tempfile::tempdir().unwrap();
     let native = tempfile::tempdir().unwrap();
-    let mut svc = FsService::start(served.path(), false);
-    let peers = (0..2).map(|_| Some(FsClientPeer::start(svc.fs.door()))).collect();
+    let (mut svc, fs) = if here {
+        let door = lintel_fs::Service::new(served.path(), false).unwrap().into_door();
+        (None, lintel_fs::Fs::from_door(door))
+    } else {
+        let svc = FsService::start(served.path(), false);
+        let fs = svc.fs.clone();
+        (Some(svc), fs)
+    };
+    let peers = (0..2).map(|_| Some(FsClientPeer::start(fs.door()))).collect();
     let mut w = Round {
         peers,
         native: native.path(),
@@ -392,7 +401,7 @@ fn play(seed: u64, log: &mut Vec<Step>) -> Result<(), String> {
         w.run(&s)?;
     }
     // The step cut short, made on a thread while the death comes.
-    let kill = if r.below(3) == 0 {
+    let kill = if !here && r.below(3) == 0 {
         Kill::Service
     } else {
         Kill::Client(r.below(2) as usize)
@@ -417,7 +426,7 @@ fn play(seed: u64, log: &mut Vec<Step>) -> Result<(), String> {
                 p.kill();
             }
         }
-        Kill::Service => svc.kill(),
+        Kill::Service => svc.as_mut().expect("a service process").kill(),
     }
     let finished = under_way.join().unwrap().is_ok();
     // The reference after the step (an open also makes a file).
@@ -430,7 +439,7 @@ fn play(seed: u64, log: &mut Vec<Step>) -> Result<(), String> {
             // written on the host); a stat of each takes the token back.
             w.open.retain(|o| o.client != c);
             for f in FILES {
-                let _ = svc.fs.stat(f);
+                let _ = fs.stat(f);
             }
             check(served.path(), &before, &after)?;
             // The survivor goes on, compared as before, from what the host
@@ -511,8 +520,15 @@ fn a_death_during_any_step_leaves_only_what_was_written() {
         }
     };
     for seed in seeds {
-        if let Err(e) = round(seed) {
-            panic!("seed {seed} (LINTEL_FS_CRASH_SEED={seed} replays it): {e}");
+        for here in [false, true] {
+            if let Err(e) = round(seed, here) {
+                let placement = if here {
+                    "served by this process"
+                } else {
+                    "served by another"
+                };
+                panic!("seed {seed}, {placement} (LINTEL_FS_CRASH_SEED={seed} replays it): {e}");
+            }
         }
     }
 }
