@@ -17,8 +17,9 @@
 //!   service of the same directory serves every file as the host has it.
 //!
 //! Each seed runs with the service in another process and in this one
-//! (where only a client dies). The seed is printed; `LINTEL_FS_CRASH_SEED` (decimal) replays one,
-//! `LINTEL_FS_CRASH_ROUNDS` sets the rounds (default 24).
+//! (where only a client dies). The seed is printed; `LINTEL_FS_CRASH_SEED`
+//! (decimal) replays one, `LINTEL_FS_CRASH_ROUNDS` sets the rounds
+//! (default 24).
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
