@@ -456,21 +456,36 @@ impl Door {
     /// let d = Door::create(0, Clock);
     /// assert_eq!(d.with_local(|_: &Clock, datum| datum + 1), Some(Ok(1)));
     /// ```
+    ///
+    /// It is a call like any other: through a handle with a timeout
+    /// ([`Door::with_timeout`]) `f` runs under that deadline (see
+    /// [`crate::deadline::remaining`]); a deadline already passed, or a
+    /// cancel pending ([`crate::shuttle::ShuttleHandle::cancel`]), fails it
+    /// before `f` runs; and if the deadline passes while `f` runs, the
+    /// result is [`CallError::TimedOut`], as across domains.
     #[inline]
     pub fn with_local<T: std::any::Any, R>(
         &self,
         f: impl FnOnce(&T, u64) -> R,
     ) -> Option<Result<R, CallError>> {
-        let Inner::Local(core) = &self.base().0 else {
-            return None;
+        let core = match &self.0 {
+            Inner::Local(core) => core,
+            Inner::Timed(t) if t.door.is_local() => {
+                return crate::deadline::within(t.timeout, || t.door.with_local(f));
+            }
+            _ => return None,
         };
         let obj = core.handler.as_any()?.downcast_ref::<T>()?;
         let r = if core.revoked() {
             Err(CallError::Revoked)
+        } else if crate::shuttle::call_checks_due() {
+            crate::shuttle::check_call().and_then(|()| {
+                let due = crate::deadline::current();
+                let r = run_local(core, obj, f);
+                crate::deadline::settle(due, r)
+            })
         } else {
-            let datum = core.datum;
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(obj, datum)))
-                .map_err(|_| CallError::Panicked)
+            run_local(core, obj, f)
         };
         // Counted as a co-located call with no bytes: nothing is marshalled.
         stats::call(Path::Colocated, 0, 0, r.as_ref().ok().map(|_| (0, 0)));
@@ -523,6 +538,14 @@ impl std::fmt::Debug for Door {
             Inner::Timed(t) => write!(f, "{:?} with timeout {:?}", t.door, t.timeout),
         }
     }
+}
+
+/// [`Door::with_local`]'s call: `f` on the handler's object, a panic in it
+/// caught.
+#[inline]
+fn run_local<T, R>(core: &DoorCore, obj: &T, f: impl FnOnce(&T, u64) -> R) -> Result<R, CallError> {
+    let datum = core.datum;
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(obj, datum))).map_err(|_| CallError::Panicked)
 }
 
 /// Checks shared by every path, so co-located and remote calls fail alike.
