@@ -52,7 +52,7 @@ impl Shuttle {
     /// call of its own yet).
     #[inline]
     pub(crate) fn set_alert(&self) {
-        self.alerted.store(1, SeqCst);
+        self.alerted.store(ALERTED, SeqCst);
     }
 
     /// Whether a cancellation is pending.
