@@ -541,9 +541,10 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
             Kind::Value(t) => {
                 decl.push(quote!(#a: #t));
                 size.push(quote_spanned! {t.span()=>
-                    let (b, d) = ::lintel::stub::wire_size(&#a);
+                    let (b, d, n) = ::lintel::stub::wire_measure(&#a);
                     __bytes += b;
                     __doors += d;
+                    __items = __items.max(n);
                 });
                 enc.push(quote!(<#t as #st::Wire>::encode(&#a, &mut __w);));
             }
@@ -613,8 +614,12 @@ fn client_method(m: &Method, tname: &Ident, server: &Ident, iface: &str) -> (Tok
             if self.door.is_local() {
                 let mut __bytes = #st::METHOD_BYTES;
                 let mut __doors = 0usize;
+                #[allow(unused_mut)]
+                let mut __items = 0usize;
                 #(#size)*
-                if let ::core::result::Result::Err(e) = #st::check_args(__bytes, __doors) {
+                if let ::core::result::Result::Err(e) =
+                    METHOD.check_items(__items).and_then(|()| #st::check_args(__bytes, __doors))
+                {
                     return ::core::result::Result::Err(<#e as ::core::convert::From<#st::StubError>>::from(e));
                 }
                 let mut __held = ::core::option::Option::Some((#(#held,)*));

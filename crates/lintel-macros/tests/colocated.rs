@@ -13,6 +13,11 @@ fn every_parameter_kind_colocated() {
 }
 
 #[test]
+fn deadlines_and_caps_colocated() {
+    deadlines_and_caps(&ProbeServer::serve(ProbeImpl::default()));
+}
+
+#[test]
 fn untyped_local_call_goes_through_dispatch() {
     // A handler that is not a ProbeServer (here: a closure forwarding to
     // one) makes the client marshal even though the door is local.
@@ -50,7 +55,7 @@ fn method_numbers_are_fnv1a_of_names() {
     for (name, num) in ProbeServer::METHODS {
         assert_eq!(*num, lintel::stub::method_number(name));
     }
-    assert_eq!(ProbeServer::METHODS.len(), 18);
+    assert_eq!(ProbeServer::METHODS.len(), 21);
     assert_eq!(ProbeClient::INTERFACE, "Probe");
     // The methods both versions have share their numbers.
     assert!(

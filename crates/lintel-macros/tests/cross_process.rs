@@ -66,6 +66,11 @@ fn every_parameter_kind_across_processes() {
 }
 
 #[test]
+fn deadlines_and_caps_across_processes() {
+    deadlines_and_caps(&Peer::start().probe);
+}
+
+#[test]
 fn small_calls_take_the_fast_path() {
     // (Unless the vanilla path is forced, as the conformance run over the
     // vanilla path does with LINTEL_PATH=vanilla: then they take that.)

@@ -219,6 +219,13 @@ impl Control {
             m::MAX_CONCURRENT => put(reply, c.max_active.load(SeqCst)),
             m::SECRET_CALLS => put(reply, c.secret.load(SeqCst)),
             m::POOL_SHORTAGES => put(reply, lintel::pool::stats().shortages),
+            m::POOL_STATE => {
+                let s = lintel::pool::stats();
+                for v in [s.threads, s.idle] {
+                    put(reply, v as u64);
+                }
+                put(reply, c.active.load(SeqCst));
+            }
             m::SHORTAGES_WATCHED => put(reply, c.watched.load(SeqCst)),
             m::SERVER_PID_OF_PASSED => put(reply, req.doors.first().ok_or(Fault(4))?.server_pid() as u64),
             m::CONNECTIONS => put(reply, lintel::introspect::connections() as u64),

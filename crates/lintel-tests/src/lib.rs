@@ -69,6 +69,9 @@ pub mod m {
     /// bulk path), a loan and a sealed snapshot of `pattern(n)`; returns
     /// what that call returned.
     pub const CALL_HELD_WITH_BUFFERS: u8 = 34;
+    /// The server pool's threads, then its idle threads, then the calls
+    /// running `SLEEP_ALERTABLE` now (u64 each).
+    pub const POOL_STATE: u8 = 35;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

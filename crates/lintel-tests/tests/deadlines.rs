@@ -10,7 +10,9 @@ use lintel::deadline::within;
 use lintel::{CallError, Door, Reply, Request};
 use lintel_tests::{eventually, m, Peer};
 
-const WAIT: Duration = Duration::from_secs(5);
+/// How long a condition that must come about may take: generous, so a busy
+/// machine cannot fail a correct run (a check returns as soon as it holds).
+const WAIT: Duration = Duration::from_secs(30);
 /// Far longer than any deadline below: a call that waited this long was
 /// not bounded by its deadline.
 const LONG_MS: u64 = 20_000;
@@ -260,4 +262,149 @@ fn passing_a_third_partys_door_honours_the_calls_deadline() {
     assert_eq!(r.unwrap_err(), CallError::TimedOut);
     assert!(took < Duration::from_secs(4), "waited {took:?}");
     assert_eq!(b.call(m::ECHO, b"ok", &[]).unwrap().data, b"ok");
+}
+
+/// Where a test's server runs: in this domain (the co-located path), or in
+/// a peer process (the fast and vanilla paths, as CI's passes choose).
+#[derive(Clone, Copy, Debug)]
+enum Placement {
+    Here,
+    Peer,
+}
+
+/// A control door served as `at` says (with its peer, if any, kept alive).
+fn serve(at: Placement) -> (Door, Option<Peer>) {
+    match at {
+        Placement::Here => (lintel_tests::control::Control::new().door(), None),
+        Placement::Peer => {
+            let p = Peer::start("plain");
+            (p.ctl.clone(), Some(p))
+        }
+    }
+}
+
+/// Each test below runs in both placements.
+const BOTH: [Placement; 2] = [Placement::Here, Placement::Peer];
+
+#[test]
+fn a_chain_that_runs_out_of_time_gives_its_caller_timed_out_not_a_callees_error() {
+    // A (this test) calls B under a deadline; B calls C, which sleeps far
+    // past it. B's own call to C times out at the same deadline and B's
+    // handler turns that into a fault of its own, returned at about the
+    // deadline: A must get `TimedOut`, never B's fault, in every placement
+    // of B and C.
+    let mut wrong = Vec::new();
+    for b_at in BOTH {
+        for c_at in BOTH {
+            let (c, _c_peer) = serve(c_at);
+            let (b, _b_peer) = serve(b_at);
+            lintel_tests::call(&b, m::HOLD, b"", std::slice::from_ref(&c)).unwrap();
+            // C sleeps alertably (cross-process the deadline alerts it); a
+            // co-located C runs on B's thread and cannot be cut short, so
+            // it sleeps only a little past the deadline.
+            let sleep = match c_at {
+                Placement::Here => 150,
+                Placement::Peer => LONG_MS,
+            };
+            let arg = [&[m::SLEEP_ALERTABLE][..], &ms(sleep)].concat();
+            for round in 0..12 {
+                let r = within(Duration::from_millis(60), || {
+                    lintel_tests::call(&b, m::CALL_HELD, &arg, &[])
+                });
+                if r.as_ref().err() != Some(&CallError::TimedOut) {
+                    wrong.push(format!("B {b_at:?}, C {c_at:?}, round {round}: {r:?}"));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "not TimedOut: {wrong:#?}");
+}
+
+#[test]
+fn a_handler_that_returns_after_the_deadline_gives_timed_out_in_both_placements() {
+    for at in BOTH {
+        let (d, _peer) = serve(at);
+        for (what, bytes) in [("small", b"late".to_vec()), ("vanilla", vec![7u8; 100])] {
+            let r = within(Duration::from_millis(50), || {
+                lintel_tests::call(&d, m::ECHO_AFTER, &echo_after(200, &bytes), &[])
+            });
+            assert_eq!(r.unwrap_err(), CallError::TimedOut, "{at:?} {what}");
+            // A bounded handle, the same.
+            let bounded = d.with_timeout(Duration::from_millis(50));
+            let r = lintel_tests::call(&bounded, m::ECHO_AFTER, &echo_after(200, &bytes), &[]);
+            assert_eq!(
+                r.unwrap_err(),
+                CallError::TimedOut,
+                "{at:?} {what}, bounded handle"
+            );
+        }
+        // One that returns in time is answered.
+        let r = within(Duration::from_secs(60), || {
+            lintel_tests::call(&d, m::ECHO_AFTER, &echo_after(1, b"in time"), &[])
+        });
+        assert_eq!(r.unwrap().data, b"in time", "{at:?}");
+    }
+}
+
+#[test]
+fn a_cancel_is_consumed_by_the_call_it_ends() {
+    for at in BOTH {
+        let (d, _peer) = serve(at);
+        // No call in progress: the next one is cancelled, and its alert
+        // goes with it.
+        lintel::shuttle::current().cancel();
+        assert!(lintel::shuttle::alerted(), "{at:?}: pending with the cancel");
+        assert_eq!(
+            lintel_tests::call(&d, m::ECHO, b"x", &[]).unwrap_err(),
+            CallError::Cancelled,
+            "{at:?}"
+        );
+        assert!(
+            !lintel::shuttle::alerted(),
+            "{at:?}: consumed by the cancelled call"
+        );
+        assert_eq!(
+            lintel::shuttle::sleep_alertable(Duration::from_millis(1)),
+            Ok(()),
+            "{at:?}: the next alertable wait runs its course"
+        );
+        assert_eq!(lintel_tests::call(&d, m::ECHO, b"y", &[]).unwrap().data, b"y");
+        // An alert of its own stays, cancel or not.
+        let me = lintel::shuttle::current();
+        me.alert();
+        me.cancel();
+        assert_eq!(
+            lintel_tests::call(&d, m::ECHO, b"z", &[]).unwrap_err(),
+            CallError::Cancelled,
+            "{at:?}"
+        );
+        assert!(
+            lintel::shuttle::alerted(),
+            "{at:?}: the alert was not the cancel's"
+        );
+        lintel::shuttle::clear_alert();
+    }
+}
+
+#[test]
+fn a_cancel_during_a_call_leaves_no_alert_behind() {
+    let p = Peer::start("plain");
+    let ctl = p.ctl.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        tx.send(lintel::shuttle::current()).unwrap();
+        let r = lintel_tests::call(&ctl, m::SLEEP_ALERTABLE, &ms(LONG_MS), &[]).map(drop);
+        let after = lintel::shuttle::sleep_alertable(Duration::from_millis(1));
+        (r, lintel::shuttle::alerted(), after)
+    });
+    let caller = rx.recv().unwrap();
+    assert!(
+        eventually(WAIT, || p.u64(m::MAX_CONCURRENT, b"") >= 1),
+        "the call runs"
+    );
+    caller.cancel();
+    let (r, alerted, after) = t.join().unwrap();
+    assert_eq!(r.unwrap_err(), CallError::Cancelled);
+    assert!(!alerted, "the cancel's alert went with the call it ended");
+    assert_eq!(after, Ok(()), "the next alertable wait runs its course");
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use lintel::{Buffer, CallError, Door, Loan, Reply, Request, Sealed};
 use lintel_tests::{eventually, fds_and_maps, fds_and_shared_maps, m, Peer};
 
-const WAIT: Duration = Duration::from_secs(5);
+/// How long a condition that must come about may take: generous, so a busy
+/// machine cannot fail a correct run (a check returns as soon as it holds).
+const WAIT: Duration = Duration::from_secs(30);
 
 /// Held by each test for its whole run: the counts are process-wide.
 static ALONE: Mutex<()> = Mutex::new(());

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use lintel::{CallError, Door, Reply, Request};
 use lintel_tests::{eventually, m, Peer};
 
-const WAIT: Duration = Duration::from_secs(5);
+/// How long a condition that must come about may take: generous, so a busy
+/// machine cannot fail a correct run (a check returns as soon as it holds).
+const WAIT: Duration = Duration::from_secs(30);
 
 fn counting_door(count: Arc<AtomicU64>) -> Door {
     Door::create_with_unref(
@@ -530,4 +532,52 @@ fn a_forked_child_gets_a_domain_of_its_own() {
         !lintel::introspect::connected_to(pid as u32),
         "the child left a connection behind in the parent"
     );
+}
+
+/// The server pool's threads, idle threads, and alertable sleeps running.
+fn pool_state(p: &Peer) -> (u64, u64, u64) {
+    let r = p.call(m::POOL_STATE, b"", &[]).expect("pool state");
+    let v = |i: usize| u64::from_le_bytes(r.data[8 * i..8 * i + 8].try_into().unwrap());
+    (v(0), v(1), v(2))
+}
+
+#[test]
+fn server_threads_of_a_killed_caller_go_idle_when_its_calls_end() {
+    // Four alertable calls of a caller killed 0-150 ms into them: every
+    // handler is alerted and returns; then the four threads that ran them
+    // must be idle again, not asleep on the dead caller's slots (the pool
+    // counts a thread bound to a slot as busy). The one thread left busy
+    // serves this test's own calls. (The rule is model-checked in
+    // `handshake`: a_server_busy_when_its_caller_dies_lets_go_of_the_slot.)
+    const BOUND: Duration = Duration::from_secs(30);
+    let server = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "5")], &[]);
+    for round in 0..6u64 {
+        let mut caller = Peer::start("plain");
+        caller
+            .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
+            .unwrap();
+        let mut arg = vec![4, m::SLEEP_ALERTABLE];
+        arg.extend_from_slice(&200u64.to_le_bytes());
+        let ctl = caller.ctl.clone();
+        let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD_PARALLEL, &arg, &[]));
+        assert!(
+            eventually(BOUND, || pool_state(&server).2 == 4),
+            "round {round}: the four calls run"
+        );
+        std::thread::sleep(Duration::from_millis(round * 30));
+        caller.kill();
+        let _ = t.join();
+        assert!(
+            eventually(BOUND, || pool_state(&server).2 == 0),
+            "round {round}: every handler was alerted and returned"
+        );
+        assert!(
+            eventually(BOUND, || {
+                let (threads, idle, _) = pool_state(&server);
+                threads == idle + 1
+            }),
+            "round {round}: threads left busy: {:?}",
+            pool_state(&server)
+        );
+    }
 }

@@ -171,6 +171,7 @@ fn call_colocated_slow(
     buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
+    let due = crate::deadline::current();
     let r = admit(core, data, doors, &buffers).and_then(|()| {
         reply.clear();
         let req = Request {
@@ -179,8 +180,12 @@ fn call_colocated_slow(
             doors: doors.to_vec().into(),
             buffers: buffers.into(),
         };
-        // As across domains, where a failed call brings nothing back.
-        core.invoke(req, reply).inspect_err(|_| reply.clear())
+        // A handler that returns after the deadline: `TimedOut`, as across
+        // domains (see `deadline`).
+        let r = core.invoke(req, reply);
+        crate::deadline::settle(due, r)
+            // As across domains, where a failed call brings nothing back.
+            .inspect_err(|_| reply.clear())
     });
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     stats::call(Path::Colocated, data.len(), doors.len(), result);

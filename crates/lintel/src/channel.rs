@@ -563,8 +563,9 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     }
 
     let h = ReplyHeader::read(slot);
-    if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
+    if due != 0 || h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
         let r = take_reply(lease, &rd.conn, seq, h, &[], reply, false);
+        let r = settled(due, r, reply);
         let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
         lease.counters.call(Path::Fast, data.len(), 0, result);
         return r;
@@ -576,6 +577,19 @@ fn call_fast(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> 
     }
     lease.counters.small_ok(Path::Fast);
     Ok(())
+}
+
+/// The result of a call made under deadline `due` (0: none) whose reply
+/// came: [`CallError::TimedOut`] if the deadline passed before the caller
+/// saw it, whatever the server sent (see `deadline`); the reply's contents
+/// are then dropped.
+#[cold]
+fn settled(due: u64, r: Result<(), CallError>, reply: &mut Reply) -> Result<(), CallError> {
+    let r = deadline::settle(due, r);
+    if r.is_err() {
+        reply.clear();
+    }
+    r
 }
 
 /// The vanilla path: data in the data region (also when it would fit
@@ -651,6 +665,7 @@ fn call_vanilla(
         buffer::take_back(conn, &lent);
     }
     let r = take_reply(lease, conn, seq, h, &granted, reply, true);
+    let r = settled(due, r, reply);
     if data.len() > DATA_CAP {
         lease.area.bulk[index as usize].lock().out.trim();
     }

@@ -16,7 +16,30 @@
 //! A co-located call runs the handler on the caller's own thread: a call
 //! whose deadline has passed fails before it starts, and the handler sees
 //! the deadline through [`remaining`], but nothing can stop a handler that
-//! does not look.
+//! does not look. Typed clients ([`crate::interface`]) called co-located
+//! do the same: through a handle with a timeout the implementation runs
+//! under it ([`crate::Door::with_local`]).
+//!
+//! # A result that comes after the deadline is `TimedOut`
+//!
+//! A call whose deadline has passed by the time its caller sees the result
+//! returns [`CallError::TimedOut`], whatever the callee produced, in both
+//! placements: a co-located handler that returns late, and a reply from
+//! another domain that lands as the deadline passes (read before the
+//! caller's wait noticed the time), are both discarded (doors and buffers
+//! in them dropped, as a failed call brings nothing back).
+//!
+//! Why `TimedOut` and not the late result: the caller asked for a bound,
+//! and across domains it cannot be given the late result without waiting
+//! past that bound for it, so the co-located path does as that one must,
+//! and a call gives the same outcome wherever its server runs. It also
+//! settles what a chain returns: when A calls B under a deadline and B's
+//! own call to C times out at that same deadline, B's handler may turn
+//! that into an error of its own (a fault) and return it just after the
+//! deadline. A gets `TimedOut`, the deadline it set, never an error that a
+//! callee produced because the deadline passed further down. Whatever the
+//! server did before the deadline passed stays done, as with any call that
+//! times out.
 //!
 //! ```
 //! use std::time::Duration;
@@ -35,6 +58,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use crate::CallError;
 use crate::sys;
 
 thread_local! {
@@ -106,6 +130,18 @@ pub(crate) fn earliest(a: u64, b: u64) -> u64 {
     match (a, b) {
         (0, x) | (x, 0) => x,
         (a, b) => a.min(b),
+    }
+}
+
+/// What the caller of a call made under deadline `at` (0: none) gets for
+/// its result `r`: [`CallError::TimedOut`] if the deadline has passed by
+/// now, whatever the callee produced (its reply, or an error it made
+/// because the deadline passed further down); else `r`.
+#[inline]
+pub(crate) fn settle<T>(at: u64, r: Result<T, CallError>) -> Result<T, CallError> {
+    match passed(at) {
+        true => Err(CallError::TimedOut),
+        false => r,
     }
 }
 

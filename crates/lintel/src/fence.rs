@@ -55,7 +55,7 @@ pub(crate) fn heavy() {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering::*};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
     use super::*;
 
@@ -65,29 +65,53 @@ mod tests {
     /// on x86: each store waits in its CPU's store buffer while the load
     /// runs.) The two sides meet before each round, each then a varying few
     /// turns late, so their windows overlap often.
+    ///
+    /// Bounded by rounds, not by time: a side that waits for the other
+    /// spins briefly, then sleeps until the other wakes it, so on a busy
+    /// machine the pair takes turns on the CPUs it gets instead of spinning
+    /// away the other's share (the rounds where both ran at once are the
+    /// ones that test the fences; a quiet machine gives nearly all).
     #[test]
     fn light_and_heavy_never_both_miss() {
+        use std::thread::Thread;
         init();
         const ROUNDS: u32 = 50_000;
         let words = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
         let seen = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
         let met = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
-        // Wait until the other side has marked `round` (yielding now and
-        // then: on a busy machine it may not be running).
-        let meet = |met: &[AtomicU32; 2], me: usize, round: u32| {
-            met[me].store(round, Release);
-            let mut turns = 0u32;
+        let parked = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+        // Mark `round`, wake the other side if it sleeps, and wait until it
+        // has marked `round` too: a few polls, then sleep. (A side about to
+        // sleep says so, then looks again: with the marking side's look at
+        // that word after its mark, one of the two sees the other, so no
+        // wake-up is lost. The wake costs the marking side nothing when the
+        // other polls, which keeps the two sides' windows aligned.)
+        let meet = |met: &[AtomicU32; 2], parked: &[AtomicBool; 2], me: usize, round: u32, other: &Thread| {
+            met[me].store(round, SeqCst);
+            if parked[1 - me].load(SeqCst) {
+                other.unpark();
+            }
+            let mut polls = 0u32;
             while met[1 - me].load(Acquire) < round {
-                turns += 1;
-                if turns.is_multiple_of(256) {
-                    std::thread::yield_now();
+                polls += 1;
+                if polls < 2_000 {
+                    std::hint::spin_loop();
+                } else {
+                    parked[me].store(true, SeqCst);
+                    if met[1 - me].load(SeqCst) < round {
+                        std::thread::park();
+                    }
+                    parked[me].store(false, SeqCst);
                 }
-                std::hint::spin_loop();
             }
         };
-        let side = move |me: usize, words: &[AtomicU32; 2], seen: &[AtomicU32; 2], met: &[AtomicU32; 2]| {
+        let side = move |me: usize,
+                         words: &[AtomicU32; 2],
+                         seen: &[AtomicU32; 2],
+                         (met, parked): (&[AtomicU32; 2], &[AtomicBool; 2]),
+                         other: &Thread| {
             for round in 1..=ROUNDS {
-                meet(met, me, 2 * round - 1);
+                meet(met, parked, me, 2 * round - 1, other);
                 for _ in 0..(round.wrapping_mul(2_654_435_761) >> (28 + me)) {
                     std::hint::spin_loop();
                 }
@@ -98,7 +122,7 @@ mod tests {
                     light()
                 }
                 seen[me].store(words[1 - me].load(Relaxed), Relaxed);
-                meet(met, me, 2 * round);
+                meet(met, parked, me, 2 * round, other);
                 let (a, b) = (seen[0].load(Relaxed), seen[1].load(Relaxed));
                 assert!(
                     a == round || b == round,
@@ -106,11 +130,12 @@ mod tests {
                 );
             }
         };
+        let main = std::thread::current();
         let other = {
-            let (w, s, m) = (words.clone(), seen.clone(), met.clone());
-            std::thread::spawn(move || side(1, &w, &s, &m))
+            let (w, s, m, p) = (words.clone(), seen.clone(), met.clone(), parked.clone());
+            std::thread::spawn(move || side(1, &w, &s, (&m, &p), &main))
         };
-        side(0, &words, &seen, &met);
+        side(0, &words, &seen, (&met, &parked), other.thread());
         other.join().unwrap();
     }
 }

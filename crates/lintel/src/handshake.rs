@@ -205,6 +205,46 @@ pub(crate) fn sleep_for_request<M: Mem>(w: &Words<'_, M::Word>, last: u32, timeo
     Some(r)
 }
 
+/// Server, bound to a slot between calls: sleep until a request newer
+/// than `last` comes (`Some`, the server marked busy), or until `let_go`
+/// says to let go of the slot (`None`). `let_go` is asked before every
+/// sleep, not only after one: a reason to let go that came while the
+/// thread was busy (its caller died during the call it served, whose wake-up
+/// found nobody asleep) is seen before the thread sleeps, not after its
+/// timeout. A caller's death also makes the sleep itself end
+/// ([`caller_gone`]), so none is lost between the look and the sleep.
+#[inline]
+pub(crate) fn wait_for_request<M: Mem>(
+    w: &Words<'_, M::Word>,
+    last: u32,
+    let_go: impl Fn() -> bool,
+    timeout: Duration,
+) -> Option<u32> {
+    loop {
+        if let_go() {
+            return None;
+        }
+        if let Some(r) = sleep_for_request::<M>(w, last, timeout) {
+            return Some(r);
+        }
+    }
+}
+
+/// The slot's caller died (published before this, where the server's
+/// `let_go` reads it): move the request word on, then wake the server. A
+/// server between its look at `let_go` and its sleep then does not sleep
+/// (the futex finds the word changed), and one that finds the new word
+/// takes it for a request, which a dead caller's never starts. The caller
+/// is gone, so nobody else writes the word.
+pub(crate) fn caller_gone<M: Mem>(w: &Words<'_, M::Word>) {
+    let next = match w.req.load(Acquire).wrapping_add(1) {
+        0 => 1,
+        n => n,
+    };
+    M::publish(w.req, next);
+    M::futex_wake(w.req);
+}
+
 /// Server: stop serving the slot: publish [`UNBOUND`], then look once more.
 /// `Some(seq)`: a request came in meanwhile whose caller saw the server
 /// still bound, so no kick announces it; serve it (if the bind state lets
@@ -462,6 +502,35 @@ mod tests {
             server.join().unwrap();
             assert_eq!(s.rep.load(SeqCst), 2, "call 2 was answered");
             assert_eq!(served.load(SeqCst), 1, "by exactly one thread");
+        });
+    }
+
+    /// The server is running call 1 when its caller dies: the death's
+    /// wake-up finds nobody asleep. The server, done with the call, must
+    /// let go of the slot, not sleep on it (with no timeout in the model, a
+    /// sleep nobody ends is a deadlock). Its pool counts a thread bound to a
+    /// slot as busy: one asleep on a dead caller's slot would stay busy
+    /// until its safety-net timeout.
+    #[test]
+    fn a_server_busy_when_its_caller_dies_lets_go_of_the_slot() {
+        model(|| {
+            let s = Slot::new(BUSY);
+            s.req.store(1, SeqCst); // call 1, being served
+            let dead = Arc::new(AtomicBool::new(false));
+            let server = {
+                let (s, dead) = (s.clone(), dead.clone());
+                loom::thread::spawn(move || {
+                    let mut last = 1;
+                    let let_go = || dead.load(SeqCst);
+                    // A request seen now is a dead caller's: never started.
+                    while let Some(r) = wait_for_request::<Model>(&s.words(), last, let_go, Duration::ZERO) {
+                        last = r;
+                    }
+                })
+            };
+            dead.store(true, SeqCst);
+            caller_gone::<Model>(&s.words());
+            server.join().unwrap();
         });
     }
 

@@ -346,7 +346,12 @@ mod tests {
                             None if wait => l.take_or_wait(|_, _| true, || None::<()>).unwrap(),
                             None => match l.take(|_, _| true) {
                                 Some(c) => c,
-                                None => continue,
+                                None => {
+                                    // Every slot is busy: its owner may
+                                    // wait for this CPU to end its call.
+                                    std::thread::yield_now();
+                                    continue;
+                                }
                             },
                         };
                         let b = &busy[c.index as usize];

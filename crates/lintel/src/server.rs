@@ -156,7 +156,10 @@ impl InArea {
         for (i, ss) in self.slots.iter().enumerate() {
             ss.alerts.alerted_seq.store(ss.last_seq(), Relaxed);
             ss.alert_thread();
-            self.request_unbind(i as u32);
+            ss.unbind.store(true, SeqCst);
+            // The slot's thread lets go now, not after a sleep: were it
+            // running a call, the wake-up alone would find nobody asleep.
+            handshake::caller_gone::<Shared>(&self.slot(i as u32).words());
             ss.pinned.lock().clear();
         }
     }
@@ -330,20 +333,16 @@ fn wait_request(
         *spinner = false;
         pool.give_up_spinning();
     }
-    let w = slot.words();
-    loop {
-        if let Some(r) = handshake::sleep_for_request::<Shared>(&w, last, Duration::from_secs(1)) {
-            // Callers spin only while we run elsewhere; the CPU changes
-            // rarely, so it is looked up on every 16th wake-up.
-            if r.is_multiple_of(16) {
-                slot.set(OFF_SERVER_CPU, sys::current_cpu());
-            }
-            return Some(r);
-        }
-        if let_go() {
-            return None;
-        }
+    // Asked before each sleep too: a caller that died during the call just
+    // served woke nobody (the pool would count this thread busy until the
+    // sleep's safety-net timeout).
+    let r = handshake::wait_for_request::<Shared>(&slot.words(), last, let_go, Duration::from_secs(1))?;
+    // Callers spin only while we run elsewhere; the CPU changes rarely, so
+    // it is looked up on every 16th wake-up.
+    if r.is_multiple_of(16) {
+        slot.set(OFF_SERVER_CPU, sys::current_cpu());
     }
+    Some(r)
 }
 
 /// Store `v` in a server-written header word unless it holds it already.

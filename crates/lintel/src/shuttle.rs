@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use crate::sys;
 
 pub(crate) struct Shuttle {
+    /// 0, [`ALERTED`], or [`CANCEL_ALERT`]: alerted by a cancel only, an
+    /// alert that the call the cancel ends takes away with it.
     alerted: AtomicU32,
     /// The outgoing call the thread is in: [`in_call`] of its slot and
     /// sequence, 0 between calls. One store on entry, one on the way out.
@@ -50,7 +52,7 @@ impl Shuttle {
     /// call of its own yet).
     #[inline]
     pub(crate) fn set_alert(&self) {
-        self.alerted.store(1, SeqCst);
+        self.alerted.store(ALERTED, SeqCst);
     }
 
     /// Whether a cancellation is pending.
@@ -60,26 +62,47 @@ impl Shuttle {
     }
 
     /// A call ended (it returned before it saw the cancel): a cancel meant
-    /// for it is spent, not carried to the next call.
+    /// for it is spent, not carried to the next call, and its alert goes
+    /// with it.
     #[inline]
     pub(crate) fn call_ended(&self) {
-        if self.cancelled.load(Relaxed) == CANCEL_THIS {
-            let _ = self.cancelled.compare_exchange(CANCEL_THIS, 0, AcqRel, Relaxed);
+        if self.cancelled.load(Relaxed) == CANCEL_THIS
+            && self
+                .cancelled
+                .compare_exchange(CANCEL_THIS, 0, AcqRel, Relaxed)
+                .is_ok()
+        {
+            self.cancel_spent();
         }
     }
 
-    /// Take a pending cancellation (it cancels one call).
+    /// Take a pending cancellation (it cancels one call: the one taking it,
+    /// which takes the cancel's alert too).
     #[inline]
     pub(crate) fn take_cancel(&self) -> bool {
-        self.cancelled.load(Relaxed) != 0 && self.cancelled.swap(0, AcqRel) != 0
+        let taken = self.cancelled.load(Relaxed) != 0 && self.cancelled.swap(0, AcqRel) != 0;
+        if taken {
+            self.cancel_spent();
+        }
+        taken
+    }
+
+    /// The call a cancel was for has ended: the alert the cancel set is
+    /// cleared, unless an [`alert`](Self::alert) came too (that one stays).
+    #[cold]
+    fn cancel_spent(&self) {
+        let _ = self.alerted.compare_exchange(CANCEL_ALERT, 0, AcqRel, Relaxed);
     }
 
     /// Cancel the call in progress (or the next one), alerting its server.
     fn cancel(&self) {
         let in_call = self.out_call.load(SeqCst) != 0;
+        // The alert first (over no other: one that `alert` set outlives the
+        // call), so that the call which takes the cancel finds it to clear.
+        let _ = self.alerted.compare_exchange(0, CANCEL_ALERT, SeqCst, SeqCst);
         self.cancelled
             .store(if in_call { CANCEL_THIS } else { CANCEL_NEXT }, SeqCst);
-        self.alert();
+        self.raised();
         if self.out_call.load(SeqCst) != 0 {
             sys::futex_wake_addr(self.waiting_on.load(SeqCst), u32::MAX);
         }
@@ -88,7 +111,13 @@ impl Shuttle {
     /// Set the alert, wake an alertable sleep, and forward it to the call
     /// this thread is blocked in, if any.
     pub fn alert(&self) {
-        self.alerted.store(1, SeqCst);
+        self.alerted.store(ALERTED, SeqCst);
+        self.raised();
+    }
+
+    /// The alert is set: wake an alertable sleep, and forward it to the
+    /// call this thread is blocked in, if any.
+    fn raised(&self) {
         sys::futex_wake(&self.alerted, u32::MAX);
         if let Some((slot, seq)) = call_of(self.out_call.load(SeqCst))
             && let Some(forward) = FORWARD.get()
@@ -102,6 +131,12 @@ impl Shuttle {
 /// sequence. Set by the domain when it starts (before it, nobody is in a
 /// call); the shuttle itself knows no connections.
 pub(crate) static FORWARD: std::sync::OnceLock<fn(u64, u32, u32)> = std::sync::OnceLock::new();
+
+/// `alerted`: alerted by [`Shuttle::alert`] (or by a server's request).
+const ALERTED: u32 = 1;
+/// `alerted`: alerted by a cancel only; cleared when the call it cancels
+/// (or the call that spends it) ends.
+const CANCEL_ALERT: u32 = 2;
 
 /// `cancelled`: the call in progress when the cancel came.
 const CANCEL_THIS: u32 = 1;
@@ -209,13 +244,23 @@ impl ShuttleHandle {
     /// reply came before it could see the cancel returns the reply, and the
     /// cancel is spent with it.
     ///
+    /// The cancel also sets the thread's own alert (so that it reaches the
+    /// server of a call being posted as it comes, and wakes an alertable
+    /// sleep meanwhile); that alert belongs to the call the cancel ends and
+    /// is consumed with it: once that call has returned (cancelled, or with
+    /// the reply that beat the cancel), [`alerted`] is false again and the
+    /// thread's next alertable wait runs its course. An alert that
+    /// [`ShuttleHandle::alert`] set, before or after the cancel, is not
+    /// consumed: it stays until [`clear_alert`].
+    ///
     /// ```
     /// use lintel::{CallError, Door, Reply, Request};
     /// let d = Door::create(0, |_: Request<'_>, _: &mut Reply| Ok(()));
     /// lintel::shuttle::current().cancel();
+    /// assert!(lintel::shuttle::alerted(), "pending with the cancel");
     /// assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Cancelled);
+    /// assert!(!lintel::shuttle::alerted(), "consumed by the call it ended");
     /// assert!(d.call_bytes(b"").is_ok(), "a cancel ends one call");
-    /// lintel::shuttle::clear_alert();
     /// ```
     pub fn cancel(&self) {
         self.0.cancel()

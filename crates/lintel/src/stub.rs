@@ -96,6 +96,19 @@ pub enum StubError {
         /// The method's name.
         method: String,
     },
+    /// The arguments hold a sequence of more items than a call may carry
+    /// ([`MAX_ITEMS`]); the call was not made.
+    #[error("{interface}::{method}: an argument holds a sequence of {len} items, over the {max}-item cap")]
+    TooManyItems {
+        /// The interface's name.
+        interface: String,
+        /// The method's name.
+        method: String,
+        /// Items of the longest sequence.
+        len: usize,
+        /// Items allowed ([`MAX_ITEMS`]).
+        max: usize,
+    },
     /// The reply did not decode as the method's result.
     #[error("malformed reply to {interface}::{method}: {why}")]
     BadReply {
@@ -173,6 +186,10 @@ pub trait Wire: Sized {
 /// counter that only measures (for the co-located path's size checks).
 pub struct Writer<'a> {
     sink: Sink<'a>,
+    /// Most items of any sequence written so far ([`Writer::items`]).
+    longest: usize,
+    /// Where a call's writer also keeps `longest`, for [`Call::send`].
+    report: Option<&'a mut usize>,
 }
 
 enum Sink<'a> {
@@ -196,6 +213,8 @@ impl<'a> Writer<'a> {
                 doors,
                 buffers: None,
             },
+            longest: 0,
+            report: None,
         }
     }
 
@@ -212,6 +231,8 @@ impl<'a> Writer<'a> {
                 doors,
                 buffers: Some(buffers),
             },
+            longest: 0,
+            report: None,
         }
     }
 
@@ -219,6 +240,8 @@ impl<'a> Writer<'a> {
     pub fn counter() -> Writer<'static> {
         Writer {
             sink: Sink::Count { bytes: 0, doors: 0 },
+            longest: 0,
+            report: None,
         }
     }
 
@@ -251,6 +274,19 @@ impl<'a> Writer<'a> {
     #[inline]
     pub fn count(&mut self, n: usize) {
         self.bytes(&(n.min(u32::MAX as usize) as u32).to_le_bytes());
+    }
+
+    /// Append the item count of a sequence (as [`Writer::count`]), noting
+    /// it for the check against [`MAX_ITEMS`] made before a call is sent.
+    #[inline]
+    pub fn items(&mut self, n: usize) {
+        self.count(n);
+        if n > self.longest {
+            self.longest = n;
+            if let Some(r) = self.report.as_deref_mut() {
+                *r = (*r).max(n);
+            }
+        }
     }
 
     /// Append a door.
@@ -373,14 +409,29 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Most items a decoded sequence may hold.
+/// Most items a sequence (`Vec<T>`, at any depth of a value) may hold in
+/// a typed call: 1 Mi (2^20). It bounds the work a hostile count can cause
+/// a decoder, even for items that take no bytes. A call whose arguments
+/// hold a longer sequence is refused before it is sent (in either
+/// placement) with [`StubError::TooManyItems`], which names the count and
+/// this cap; pass larger bulk data as `&[u8]`, which only the message
+/// limit ([`crate::max_message`]) bounds. A server receiving one from a
+/// client that did not check refuses it with [`StubError::BadRequest`].
 pub const MAX_ITEMS: usize = 1 << 20;
 
 /// Bytes and doors `v` encodes to.
 pub fn wire_size<T: Wire>(v: &T) -> (usize, usize) {
+    let (bytes, doors, _) = wire_measure(v);
+    (bytes, doors)
+}
+
+/// Bytes and doors `v` encodes to, and the most items of any sequence in
+/// it (for the check against [`MAX_ITEMS`]).
+pub fn wire_measure<T: Wire>(v: &T) -> (usize, usize, usize) {
     let mut w = Writer::counter();
     v.encode(&mut w);
-    w.counted()
+    let (bytes, doors) = w.counted();
+    (bytes, doors, w.longest)
 }
 
 // ---- Wire for standard types --------------------------------------------
@@ -499,7 +550,7 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
 
 impl<T: Wire> Wire for Vec<T> {
     fn encode(&self, w: &mut Writer<'_>) {
-        w.count(self.len());
+        w.items(self.len());
         T::encode_slice(self, w);
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -726,6 +777,18 @@ impl Wire for StubError {
                 method.encode(w);
                 w.len_bytes(why.as_bytes());
             }
+            StubError::TooManyItems {
+                interface,
+                method,
+                len,
+                max,
+            } => {
+                w.bytes(&[4]);
+                interface.encode(w);
+                method.encode(w);
+                len.encode(w);
+                max.encode(w);
+            }
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -747,6 +810,12 @@ impl Wire for StubError {
                     "(remote)"
                 },
             },
+            4 => StubError::TooManyItems {
+                interface: String::decode(r)?,
+                method: String::decode(r)?,
+                len: usize::decode(r)?,
+                max: usize::decode(r)?,
+            },
             _ => return Err(WireError("invalid StubError tag")),
         })
     }
@@ -759,6 +828,8 @@ impl Wire for StubError {
 /// each get their own, and none is allocated in the steady state.
 #[derive(Default)]
 struct Scratch {
+    /// Most items of any sequence in `args` ([`Writer::items`]).
+    longest: usize,
     args: Vec<u8>,
     doors: Vec<Door>,
     buffers: Vec<crate::Buffer>,
@@ -784,6 +855,7 @@ fn take_scratch() -> Scratch {
 }
 
 fn put_scratch(mut s: Scratch) {
+    s.longest = 0;
     s.args.clear();
     s.doors.clear();
     s.buffers.clear();
@@ -834,6 +906,20 @@ impl Method {
         }
     }
 
+    /// [`StubError::TooManyItems`] of this method, for a sequence of `len`
+    /// items; `Ok` if `len` is within [`MAX_ITEMS`].
+    pub fn check_items(&self, len: usize) -> Result<(), StubError> {
+        match len > MAX_ITEMS {
+            false => Ok(()),
+            true => Err(StubError::TooManyItems {
+                interface: self.interface.into(),
+                method: self.name.into(),
+                len,
+                max: MAX_ITEMS,
+            }),
+        }
+    }
+
     fn bad_reply(&self, e: WireError) -> StubError {
         StubError::BadReply {
             interface: self.interface.into(),
@@ -865,7 +951,9 @@ impl Call {
     #[inline]
     pub fn writer(&mut self) -> Writer<'_> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        Writer::with_buffers(&mut s.args, &mut s.doors, &mut s.buffers)
+        let mut w = Writer::with_buffers(&mut s.args, &mut s.doors, &mut s.buffers);
+        w.report = Some(&mut s.longest);
+        w
     }
 
     /// Pass `b` by reference with the call (a `#[buffer]` parameter).
@@ -875,10 +963,12 @@ impl Call {
         s.buffers.push(b);
     }
 
-    /// Make the call; the reply's reader.
+    /// Make the call; the reply's reader. Arguments holding a sequence
+    /// over [`MAX_ITEMS`] are refused here, before anything is sent.
     #[inline]
     pub fn send(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
+        self.m.check_items(s.longest)?;
         let r = match s.buffers.is_empty() {
             true => door.call(&s.args, &s.doors, &mut s.reply),
             false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
@@ -1221,6 +1311,12 @@ mod tests {
             len: 6000,
             max: DATA_CAP,
         }));
+        roundtrip(StubError::TooManyItems {
+            interface: "Kv".into(),
+            method: "put_all".into(),
+            len: MAX_ITEMS + 1,
+            max: MAX_ITEMS,
+        });
     }
 
     #[test]

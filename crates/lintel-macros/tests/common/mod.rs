@@ -72,6 +72,12 @@ pub trait Probe {
     /// file holding its bytes reversed, and the bytes of `extra` (passed
     /// as a `#[buffer]` parameter).
     fn descriptors(&self, file: OwnedFd, #[buffer] extra: OwnedFd) -> Result<(OwnedFd, Vec<u8>), ProbeError>;
+    /// The time left before the call's deadline, in ms (`u64::MAX`: none).
+    fn remaining_ms(&self) -> Result<u64, ProbeError>;
+    /// Sleeps `ms` (not alertably), then returns it.
+    fn sleep_ms(&self, ms: u64) -> Result<u64, ProbeError>;
+    /// The number of items (which take no bytes) it was given.
+    fn count_units(&self, units: Vec<()>) -> Result<u64, ProbeError>;
 }
 
 #[lintel::interface]
@@ -183,6 +189,16 @@ impl Probe for ProbeImpl {
             .map_err(|e| ProbeError::Refused(e.to_string()))?;
         bytes.reverse();
         Ok((file_with(&bytes), file_bytes(&extra)))
+    }
+    fn remaining_ms(&self) -> Result<u64, ProbeError> {
+        Ok(lintel::deadline::remaining().map_or(u64::MAX, |d| d.as_millis() as u64))
+    }
+    fn sleep_ms(&self, ms: u64) -> Result<u64, ProbeError> {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(ms)
+    }
+    fn count_units(&self, units: Vec<()>) -> Result<u64, ProbeError> {
+        Ok(units.len() as u64)
     }
     fn by_reference(&self, loan: Buffer, tag: u8, snap: Sealed) -> Result<(u64, u8, u64, u64), ProbeError> {
         let bytes = match &loan {
@@ -417,4 +433,61 @@ pub fn exercise(p: &ProbeClient, placement: Placement) {
     // Revocation is reported as the service's error.
     assert_eq!(p.revoke_counters(), Ok(1));
     assert_eq!(c.next().unwrap_err().call(), Some(&CallError::Revoked));
+}
+
+/// Deadlines and the item cap, with the same results wherever the server
+/// is: a typed client over a bounded door (`with_timeout`) or under a
+/// deadline scope runs its call under that deadline, fails it before it
+/// runs once the deadline has passed, and gets `TimedOut` from a handler
+/// that returns after it; a sequence argument over `stub::MAX_ITEMS` fails
+/// with `StubError::TooManyItems`, naming the count and the cap.
+pub fn deadlines_and_caps(p: &ProbeClient) {
+    use std::time::Duration;
+    let timed_out = ProbeError::Stub(StubError::Call(CallError::TimedOut));
+    assert_eq!(p.remaining_ms(), Ok(u64::MAX), "no deadline");
+    let bounded = ProbeClient::from_door(p.door().with_timeout(Duration::from_secs(60)));
+    let left = bounded.remaining_ms().unwrap();
+    assert!(
+        left > 0 && left <= 60_000,
+        "the handle's bound reaches the implementation: {left} ms"
+    );
+    let left = lintel::deadline::within(Duration::from_secs(30), || p.remaining_ms()).unwrap();
+    assert!(
+        left > 0 && left <= 30_000,
+        "a scope's deadline reaches it: {left} ms"
+    );
+    let passed = ProbeClient::from_door(p.door().with_timeout(Duration::ZERO));
+    assert_eq!(passed.null(), Err(timed_out.clone()), "a bound of zero");
+    assert_eq!(
+        lintel::deadline::within(Duration::ZERO, || p.null()),
+        Err(timed_out.clone()),
+        "a passed deadline"
+    );
+    let short = ProbeClient::from_door(p.door().with_timeout(Duration::from_millis(50)));
+    assert_eq!(short.sleep_ms(200), Err(timed_out), "a handler that returns late");
+    assert_eq!(short.sleep_ms(0), Ok(0), "one in time");
+
+    let cap = lintel::stub::MAX_ITEMS;
+    assert_eq!(p.count_units(vec![(); cap]), Ok(cap as u64), "at the cap");
+    assert_eq!(
+        p.count_units(vec![(); cap + 1]),
+        Err(ProbeError::Stub(StubError::TooManyItems {
+            interface: "Probe".into(),
+            method: "count_units".into(),
+            len: cap + 1,
+            max: cap,
+        })),
+        "over the cap"
+    );
+    let msg = StubError::TooManyItems {
+        interface: "Probe".into(),
+        method: "count_units".into(),
+        len: cap + 1,
+        max: cap,
+    }
+    .to_string();
+    assert!(
+        msg.contains(&(cap + 1).to_string()) && msg.contains(&cap.to_string()),
+        "{msg}"
+    );
 }
