@@ -517,7 +517,7 @@ mod tests {
                 "kept its token active past the timeout"
             )))
         );
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() < Duration::from_secs(30));
         // Garbage in the state and the size.
         d.w32(STATE).store(9, SeqCst);
         assert_eq!(
