@@ -853,3 +853,33 @@ fn a_program_that_exits_without_closing_keeps_its_writes() {
         "runs whose 4096 written bytes are not in the host file (run, host size): {lost:?}"
     );
 }
+
+/// `O_RDONLY|O_CREAT` creates, `O_RDONLY|O_TRUNC` truncates and
+/// `O_RDONLY|O_CREAT|O_EXCL` of an existing file is `EEXIST`, as on Linux
+/// (served, the first two were `EINVAL`, so `flock(1)` could not open its
+/// lock file); then `flock(1)` itself.
+#[test]
+fn read_only_opens_create_and_truncate_as_on_linux() {
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let script = "import os, sys\n\
+                  d = sys.argv[1]\n\
+                  fd = os.open(d + '/lock', os.O_RDONLY | os.O_CREAT, 0o640)\n\
+                  print('created', os.fstat(fd).st_size, oct(os.fstat(fd).st_mode))\n\
+                  open(d + '/f', 'w').write('hello')\n\
+                  fd2 = os.open(d + '/f', os.O_RDONLY | os.O_TRUNC)\n\
+                  print('truncated', os.fstat(fd2).st_size, os.path.getsize(d + '/f'))\n\
+                  try:\n    os.open(d + '/lock', os.O_RDONLY | os.O_CREAT | os.O_EXCL)\n\
+                  except OSError as e:\n    print('excl', e.errno)\n\
+                  try:\n    os.write(fd, b'x')\n\
+                  except OSError as e:\n    print('write', e.errno)\n";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
+    if have("/usr/bin/flock") {
+        let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        same(
+            n.path(),
+            s.path(),
+            &["/usr/bin/flock", "%R/lockfile", "/bin/echo", "locked"],
+        );
+    }
+}

@@ -1430,23 +1430,17 @@ fn placeholder(cloexec: bool) -> i64 {
     )
 }
 
-/// The client's open options for `open(2)` flags and a mode.
+/// The client's open options for `open(2)` flags and a mode: the access
+/// mode as it is, every other flag passed to the service raw, so that
+/// `O_RDONLY|O_CREAT` creates and `O_RDONLY|O_TRUNC` truncates, as on
+/// Linux (`OpenOptions`' own `create` and `truncate`, like the standard
+/// library's, want writing).
 fn options_for(flags: i32, mode: u32) -> OpenOptions {
     let acc = flags & libc::O_ACCMODE;
-    let passed = flags
-        & !(libc::O_ACCMODE
-            | libc::O_CLOEXEC
-            | libc::O_CREAT
-            | libc::O_TRUNC
-            | libc::O_EXCL
-            | libc::O_APPEND);
+    let passed = flags & !(libc::O_ACCMODE | libc::O_CLOEXEC);
     let mut o = OpenOptions::new();
     o.read(acc != libc::O_WRONLY)
-        .write(acc != libc::O_RDONLY && flags & libc::O_APPEND == 0)
-        .append(flags & libc::O_APPEND != 0)
-        .create(flags & libc::O_CREAT != 0)
-        .create_new(flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0)
-        .truncate(flags & libc::O_TRUNC != 0)
+        .write(acc != libc::O_RDONLY)
         .mode(mode)
         .custom_flags(passed as u32)
         .mapped_max(MAPPED_MAX_CALL);
