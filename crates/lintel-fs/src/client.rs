@@ -20,6 +20,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -107,7 +108,7 @@ impl Fs {
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
-        f.append = flags & OFlags::APPEND.bits() != 0;
+        f.append = Arc::new(AtomicBool::new(flags & OFlags::APPEND.bits() != 0));
         if options.path != IoPath::Copy
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
@@ -373,7 +374,9 @@ pub struct File {
     path: IoPath,
     mapped_max: usize,
     splice_min: usize,
-    append: bool,
+    /// Whether writes append, as this process last learned it from the
+    /// service (shared with this handle's clones).
+    append: Arc<AtomicBool>,
 }
 
 impl File {
@@ -386,7 +389,7 @@ impl File {
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
             splice_min: SPLICE_MIN,
-            append: false,
+            append: Arc::default(),
         }
     }
 
@@ -448,7 +451,7 @@ impl File {
         f.path = self.path;
         f.mapped_max = self.mapped_max;
         f.splice_min = self.splice_min;
-        f.append = self.append;
+        f.append = self.append.clone();
         f
     }
 
@@ -478,7 +481,7 @@ impl File {
     /// Write at the shared offset (at the end, if opened to append).
     pub fn write_shared(&self, buf: &[u8]) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(None, buf, self.append)?
+            && let Some(n) = m.write(None, buf, self.append.load(Relaxed))?
         {
             return Ok(n);
         }
@@ -505,6 +508,20 @@ impl File {
             std::io::SeekFrom::Current(d) => (Whence::Current, d),
             std::io::SeekFrom::End(d) => (Whence::End, d),
         };
+        self.seek_whence(whence, delta)
+    }
+
+    /// Move the shared offset as `lseek(2)` does with any `whence`,
+    /// `SEEK_DATA` and `SEEK_HOLE` included; returns it.
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// use lintel_fs::proto::Whence;
+    /// // Where the data at or after byte 0 ends: the first hole.
+    /// let hole = file.seek_whence(Whence::Hole, 0)?;
+    /// # let _ = hole; Ok(()) }
+    /// ```
+    pub fn seek_whence(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
         if let Some(m) = &self.mapped
             && let Some(to) = m.seek(whence, delta)?
         {
@@ -533,7 +550,7 @@ impl File {
     /// Write at `at`, leaving the offset alone.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(Some(at), buf, self.append)?
+            && let Some(n) = m.write(Some(at), buf, self.append.load(Relaxed))?
         {
             return Ok(n);
         }
@@ -580,6 +597,39 @@ impl File {
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
         self.file.truncate(len)
+    }
+
+    /// `fallocate(2)` on `[offset, offset + len)` with `mode` (Linux's
+    /// `FALLOC_FL_*` bits): see
+    /// [`OpenFile::allocate`](crate::proto::OpenFile::allocate).
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// // Reserve the first megabyte (the file grows to it if shorter), ...
+    /// file.allocate(0, 0, 1 << 20)?;
+    /// // ... then free its second half again, keeping the size.
+    /// let punch = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32;
+    /// file.allocate(punch, 1 << 19, 1 << 19)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
+        self.file.allocate(mode, offset, len)
+    }
+
+    /// Whether writes append (`O_APPEND`), as the service says: another
+    /// holder of the door may have changed it.
+    pub fn appends(&self) -> Result<bool, FsError> {
+        let on = self.file.append(None)?;
+        self.append.store(on, Relaxed);
+        Ok(on)
+    }
+
+    /// Make writes append, or stop them appending, for every holder of
+    /// the door (`fcntl(F_SETFL)` with or without `O_APPEND`).
+    pub fn set_append(&self, on: bool) -> Result<(), FsError> {
+        let on = self.file.append(Some(on))?;
+        self.append.store(on, Relaxed);
+        Ok(())
     }
 
     /// Data and metadata on the host's storage (`fsync`).

@@ -615,11 +615,16 @@ impl Mapped {
 
     /// Move the shared offset without a call.
     pub(crate) fn seek(&self, whence: Whence, delta: i64) -> Result<Option<u64>, FsError> {
+        if matches!(whence, Whence::Data | Whence::Hole) {
+            // Only the host's file system knows its holes: the copy path
+            // takes the token back and asks it.
+            return Ok(None);
+        }
         self.with_token(|a| {
             let base = match whence {
                 Whence::Start => 0,
                 Whence::Current => a.held.offset,
-                Whence::End => a.held.size,
+                Whence::End | Whence::Data | Whence::Hole => a.held.size,
             };
             let to = base
                 .checked_add_signed(delta)
