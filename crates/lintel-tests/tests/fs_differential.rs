@@ -264,7 +264,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (h.clone(), 0u8..5, prop_oneof![-5000i64..5000, offset().prop_map(|o| o as i64)])
             .prop_map(|(h, whence, delta)| Op::Seek { h, whence, delta }),
         3 => (h.clone(), offset()).prop_map(|(h, len)| Op::SetLen { h, len }),
-        4 => (h.clone(), prop::sample::select(FALLOC_MODES.to_vec()), offset(), length())
+        6 => (h.clone(), prop::sample::select(FALLOC_MODES.to_vec()), offset(), length())
             .prop_map(|(h, mode, at, len)| Op::Allocate { h, mode, at, len }),
         2 => (h.clone(), any::<bool>()).prop_map(|(h, on)| Op::SetAppend { h, on }),
         3 => (h.clone(), prop::collection::vec(length(), 0..4)).prop_map(|(h, lens)| Op::ReadV { h, lens }),
@@ -1218,6 +1218,46 @@ mod regressions {
                 seed: 0,
             },
         ]);
+    }
+
+    /// A hole punched and a range zeroed in pages a window has read
+    /// read as zeros through the window afterwards (the service zeroes
+    /// its cache's resident pages there).
+    #[test]
+    fn a_punched_hole_reads_as_zeros_through_a_window() {
+        for mode in [3, 0x10, 0x11] {
+            replay(&[
+                Open {
+                    client: 0,
+                    name: 0,
+                    flags: 0o102,
+                    mode: 0o644,
+                    io: Mapped,
+                },
+                WriteAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                    seed: 7,
+                },
+                ReadAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                },
+                Allocate {
+                    h: 0,
+                    mode,
+                    at: 100,
+                    len: 9000,
+                },
+                ReadAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                },
+            ]);
+        }
     }
 
     /// `O_RDONLY|O_TRUNC` truncates, as on Linux (it was refused).

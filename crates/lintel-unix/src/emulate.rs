@@ -515,6 +515,22 @@ impl Emulation {
             | libc::SYS_flistxattr
             | libc::SYS_fsetxattr
             | libc::SYS_fremovexattr => fd(0),
+            // Close-on-exec and duplicates are the descriptor's own; the
+            // status flags and locks are the served file's.
+            libc::SYS_fcntl => {
+                matches!(
+                    a[1] as i32,
+                    libc::F_GETFL
+                        | libc::F_SETFL
+                        | libc::F_GETLK
+                        | libc::F_SETLK
+                        | libc::F_SETLKW
+                        | libc::F_OFD_GETLK
+                        | libc::F_OFD_SETLK
+                        | libc::F_OFD_SETLKW
+                ) && fd(0)
+            }
+            libc::SYS_ioctl => a[1] != libc::FIOCLEX && a[1] != libc::FIONCLEX && fd(0),
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
             libc::SYS_sendfile => fd(0) || fd(1),
             libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
