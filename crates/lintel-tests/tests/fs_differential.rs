@@ -19,7 +19,10 @@
 //! What the service answers differently from Linux on purpose is kept out
 //! of the generator, with the reason: paths that lead outside the export
 //! (`EXDEV`, its confinement, tested in `fs.rs`), and so symlinks with
-//! absolute targets.
+//! absolute targets. Where the file system is free to choose, the test
+//! checks what Linux promises instead: `SEEK_DATA` and `SEEK_HOLE` find
+//! holes as the host file system allocated them, which a window's
+//! write-back may have filled with zeros (`World::holes_elsewhere`).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -851,7 +854,9 @@ impl World<'_> {
     /// different offset served (`s`) than native (`n`). Where a file keeps
     /// holes is its file system's business: the service writes a window's
     /// pages back as whole runs, so blocks the native file leaves
-    /// unallocated may hold written zeros served. What Linux promises
+    /// unallocated may hold written zeros served (one byte written at 0
+    /// and one at 65536 through a window: the write-back writes 0..65537,
+    /// and `SEEK_HOLE` from 0 finds 65537 served, 4096 native). What Linux promises
     /// must hold all the same: `ENXIO` exactly at or past the end (the
     /// sizes match, so both sides agree on that), an offset in `[at,
     /// size]`, only zeros skipped to reach data, and a hole that reads as
