@@ -20,7 +20,6 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -100,15 +99,13 @@ impl Fs {
         Ok(self.finish_open(file, options, flags))
     }
 
-    /// `flags`: the open's, whichever way they were given (`append` or
-    /// a custom `O_APPEND`).
+    /// `flags`: the open's, whichever way they were given.
     fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
         let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();
         let mut f = File::from_client(file);
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
-        f.append = Arc::new(AtomicBool::new(flags & OFlags::APPEND.bits() != 0));
         if options.path != IoPath::Copy
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
@@ -374,9 +371,6 @@ pub struct File {
     path: IoPath,
     mapped_max: usize,
     splice_min: usize,
-    /// Whether writes append, as this process last learned it from the
-    /// service (shared with this handle's clones).
-    append: Arc<AtomicBool>,
 }
 
 impl File {
@@ -389,7 +383,6 @@ impl File {
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
             splice_min: SPLICE_MIN,
-            append: Arc::default(),
         }
     }
 
@@ -451,7 +444,6 @@ impl File {
         f.path = self.path;
         f.mapped_max = self.mapped_max;
         f.splice_min = self.splice_min;
-        f.append = self.append.clone();
         f
     }
 
@@ -481,7 +473,7 @@ impl File {
     /// Write at the shared offset (at the end, if opened to append).
     pub fn write_shared(&self, buf: &[u8]) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(None, buf, self.append.load(Relaxed))?
+            && let Some(n) = m.write(None, buf)?
         {
             return Ok(n);
         }
@@ -550,7 +542,7 @@ impl File {
     /// Write at `at`, leaving the offset alone.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(Some(at), buf, self.append.load(Relaxed))?
+            && let Some(n) = m.write(Some(at), buf)?
         {
             return Ok(n);
         }
@@ -619,17 +611,24 @@ impl File {
     /// Whether writes append (`O_APPEND`), as the service says: another
     /// holder of the door may have changed it.
     pub fn appends(&self) -> Result<bool, FsError> {
-        let on = self.file.append(None)?;
-        self.append.store(on, Relaxed);
-        Ok(on)
+        self.file.append(None)
     }
 
     /// Make writes append, or stop them appending, for every holder of
-    /// the door (`fcntl(F_SETFL)` with or without `O_APPEND`).
+    /// the door (`fcntl(F_SETFL)` with or without `O_APPEND`): the
+    /// service takes every token back and grants the next with the new
+    /// flag, so a window appends as the copy path does.
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// file.set_len(3)?;
+    /// file.set_append(true)?;
+    /// file.write_shared(b"XY")?; // at 3, whatever the offset said
+    /// assert!(file.appends()?);
+    /// # Ok(()) }
+    /// ```
     pub fn set_append(&self, on: bool) -> Result<(), FsError> {
-        let on = self.file.append(Some(on))?;
-        self.append.store(on, Relaxed);
-        Ok(())
+        self.file.append(Some(on)).map(drop)
     }
 
     /// Data and metadata on the host's storage (`fsync`).

@@ -573,14 +573,15 @@ impl Mapped {
         }
     }
 
-    /// Write at `at` (or the shared offset, moving it; at the end if
-    /// `append`); `None`: use the copy path.
-    pub(crate) fn write(&self, at: Option<u64>, data: &[u8], append: bool) -> Result<Option<usize>, FsError> {
+    /// Write at `at` (or the shared offset, moving it; at the end if the
+    /// open file appends, as its grant says); `None`: use the copy path.
+    pub(crate) fn write(&self, at: Option<u64>, data: &[u8]) -> Result<Option<usize>, FsError> {
         if !self.writable {
             return Ok(None);
         }
         Ok(self
             .with_token(|a| {
+                let append = token::flags(&self.desc()) & token::FLAG_APPEND != 0;
                 let off = if append {
                     a.held.size
                 } else {

@@ -699,7 +699,27 @@ show("pwrite", lambda: os.pwrite(a, b"W", 0))
 os.close(a); os.close(b)
 show("content", lambda: open(q, "rb").read())
 os.close(fd)
-show("sum", lambda: __import__("hashlib").sha256(open(p, "rb").read()).hexdigest()[:16])"#;
+show("sum", lambda: __import__("hashlib").sha256(open(p, "rb").read()).hexdigest()[:16])
+# O_APPEND set by one process holds for another sharing the open file
+# (a forked child that wrote through it before).
+c = os.open(os.path.join(root, "shared.txt"), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(c, b"0123456789")
+os.lseek(c, 2, os.SEEK_SET)
+(r1, w1), (r2, w2) = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(c, b"a")
+    os.write(w1, b"1")
+    os.read(r2, 1)
+    os.write(c, b"child")
+    print("child", fcntl.fcntl(c, fcntl.F_GETFL) & os.O_APPEND, os.lseek(c, 0, os.SEEK_CUR), flush=True)
+    os._exit(0)
+os.read(r1, 1)
+fcntl.fcntl(c, fcntl.F_SETFL, os.O_APPEND)
+os.write(w2, b"1")
+os.waitpid(pid, 0)
+print("parent", os.pread(c, 100, 0), os.lseek(c, 0, os.SEEK_CUR))
+os.close(c)"#;
     let (n, s) = copy_tree();
     python_both(n.path(), s.path(), script);
     assert_eq!(snapshot(s.path()), snapshot(n.path()));
