@@ -99,15 +99,13 @@ impl Fs {
         Ok(self.finish_open(file, options, flags))
     }
 
-    /// `flags`: the open's, whichever way they were given (`append` or
-    /// a custom `O_APPEND`).
+    /// `flags`: the open's, whichever way they were given.
     fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
         let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();
         let mut f = File::from_client(file);
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
-        f.append = flags & OFlags::APPEND.bits() != 0;
         if options.path != IoPath::Copy
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
@@ -373,7 +371,6 @@ pub struct File {
     path: IoPath,
     mapped_max: usize,
     splice_min: usize,
-    append: bool,
 }
 
 impl File {
@@ -386,7 +383,6 @@ impl File {
             path: IoPath::Auto,
             mapped_max: MAPPED_MAX,
             splice_min: SPLICE_MIN,
-            append: false,
         }
     }
 
@@ -448,7 +444,6 @@ impl File {
         f.path = self.path;
         f.mapped_max = self.mapped_max;
         f.splice_min = self.splice_min;
-        f.append = self.append;
         f
     }
 
@@ -478,7 +473,7 @@ impl File {
     /// Write at the shared offset (at the end, if opened to append).
     pub fn write_shared(&self, buf: &[u8]) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(None, buf, self.append)?
+            && let Some(n) = m.write(None, buf)?
         {
             return Ok(n);
         }
@@ -505,6 +500,20 @@ impl File {
             std::io::SeekFrom::Current(d) => (Whence::Current, d),
             std::io::SeekFrom::End(d) => (Whence::End, d),
         };
+        self.seek_whence(whence, delta)
+    }
+
+    /// Move the shared offset as `lseek(2)` does with any `whence`,
+    /// `SEEK_DATA` and `SEEK_HOLE` included; returns it.
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// use lintel_fs::proto::Whence;
+    /// // Where the data at or after byte 0 ends: the first hole.
+    /// let hole = file.seek_whence(Whence::Hole, 0)?;
+    /// # let _ = hole; Ok(()) }
+    /// ```
+    pub fn seek_whence(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
         if let Some(m) = &self.mapped
             && let Some(to) = m.seek(whence, delta)?
         {
@@ -533,7 +542,7 @@ impl File {
     /// Write at `at`, leaving the offset alone.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
         if let Some(m) = self.mapped_for(buf.len())
-            && let Some(n) = m.write(Some(at), buf, self.append)?
+            && let Some(n) = m.write(Some(at), buf)?
         {
             return Ok(n);
         }
@@ -580,6 +589,46 @@ impl File {
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
         self.file.truncate(len)
+    }
+
+    /// `fallocate(2)` on `[offset, offset + len)` with `mode` (Linux's
+    /// `FALLOC_FL_*` bits): see
+    /// [`OpenFile::allocate`](crate::proto::OpenFile::allocate).
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// // Reserve the first megabyte (the file grows to it if shorter), ...
+    /// file.allocate(0, 0, 1 << 20)?;
+    /// // ... then free its second half again, keeping the size.
+    /// let punch = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32;
+    /// file.allocate(punch, 1 << 19, 1 << 19)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
+        self.file.allocate(mode, offset, len)
+    }
+
+    /// Whether writes append (`O_APPEND`), as the service says: another
+    /// holder of the door may have changed it.
+    pub fn appends(&self) -> Result<bool, FsError> {
+        self.file.append(None)
+    }
+
+    /// Make writes append, or stop them appending, for every holder of
+    /// the door (`fcntl(F_SETFL)` with or without `O_APPEND`): the
+    /// service takes every token back and grants the next with the new
+    /// flag, so a window appends as the copy path does.
+    ///
+    /// ```no_run
+    /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
+    /// file.set_len(3)?;
+    /// file.set_append(true)?;
+    /// file.write_shared(b"XY")?; // at 3, whatever the offset said
+    /// assert!(file.appends()?);
+    /// # Ok(()) }
+    /// ```
+    pub fn set_append(&self, on: bool) -> Result<(), FsError> {
+        self.file.append(Some(on)).map(drop)
     }
 
     /// Data and metadata on the host's storage (`fsync`).

@@ -47,7 +47,7 @@ mod uffd;
 
 pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};
 pub use error::FsError;
-pub use proto::{Attr, DirEntry, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec};
+pub use proto::{Attr, DirEntry, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence};
 pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service};
 pub use shm::prefetch;
 pub use spliced::SPLICE_MIN;

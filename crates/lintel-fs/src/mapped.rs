@@ -573,14 +573,15 @@ impl Mapped {
         }
     }
 
-    /// Write at `at` (or the shared offset, moving it; at the end if
-    /// `append`); `None`: use the copy path.
-    pub(crate) fn write(&self, at: Option<u64>, data: &[u8], append: bool) -> Result<Option<usize>, FsError> {
+    /// Write at `at` (or the shared offset, moving it; at the end if the
+    /// open file appends, as its grant says); `None`: use the copy path.
+    pub(crate) fn write(&self, at: Option<u64>, data: &[u8]) -> Result<Option<usize>, FsError> {
         if !self.writable {
             return Ok(None);
         }
         Ok(self
             .with_token(|a| {
+                let append = token::flags(&self.desc()) & token::FLAG_APPEND != 0;
                 let off = if append {
                     a.held.size
                 } else {
@@ -615,11 +616,16 @@ impl Mapped {
 
     /// Move the shared offset without a call.
     pub(crate) fn seek(&self, whence: Whence, delta: i64) -> Result<Option<u64>, FsError> {
+        if matches!(whence, Whence::Data | Whence::Hole) {
+            // Only the host's file system knows its holes: the copy path
+            // takes the token back and asks it.
+            return Ok(None);
+        }
         self.with_token(|a| {
             let base = match whence {
                 Whence::Start => 0,
                 Whence::Current => a.held.offset,
-                Whence::End => a.held.size,
+                Whence::End | Whence::Data | Whence::Hole => a.held.size,
             };
             let to = base
                 .checked_add_signed(delta)

@@ -292,6 +292,18 @@ impl Node {
         }
     }
 
+    /// The host file reads as zeros in `[lo, hi)` now (a punched hole, a
+    /// zeroed range, an extension): resident pages there get zeros, in
+    /// place, so every client's mapping of them sees the host's bytes.
+    /// Pages that are not resident are filled from the host when touched.
+    pub(crate) fn zero_cache(&self, lo: u64, hi: u64) {
+        let cache = self.cache.lock();
+        let Some(c) = cache.as_ref() else { return };
+        for (from, to) in c.resident_runs(lo, hi.min(c.len)) {
+            c.map.zero(from as usize, (to - from) as usize);
+        }
+    }
+
     /// The file was cut to `len` bytes: cached bytes past it are gone
     /// (the tail of the last page is zeroed; whole pages are punched out,
     /// which also unmaps them from every client).

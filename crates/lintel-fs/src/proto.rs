@@ -197,6 +197,14 @@ pub enum Whence {
     Start,
     Current,
     End,
+    /// `SEEK_DATA`: the first byte at or after the offset given (not a
+    /// delta) that lies in data, as the host file system keeps the file;
+    /// `ENXIO` at or past the end.
+    Data,
+    /// `SEEK_HOLE`: the first byte at or after the offset given that lies
+    /// in a hole, the end of the file counting as one; `ENXIO` at or past
+    /// the end.
+    Hole,
 }
 
 /// An exported directory.
@@ -335,6 +343,17 @@ pub trait OpenFile {
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
     fn stat(&self) -> Result<Stat, FsError>;
     fn truncate(&self, len: u64) -> Result<(), FsError>;
+    /// `fallocate(2)` of `[offset, offset + len)` with its `mode` bits
+    /// (`FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE`,
+    /// `FALLOC_FL_ZERO_RANGE`, …), answered by the host file system:
+    /// mode 0 allocates and may extend the file, a punched or zeroed
+    /// range reads as zeros afterwards; a mode the host refuses is its
+    /// errno (`EOPNOTSUPP`), an open not for writing `EBADF`.
+    fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError>;
+    /// Whether writes through this open file append (its `O_APPEND`
+    /// status flag); with `Some`, set it first, for every holder of the
+    /// door, as `fcntl(F_SETFL)` sets it on a Unix file description.
+    fn append(&self, set: Option<bool>) -> Result<bool, FsError>;
     /// `fsync` (or `fdatasync` when `data_only`): the data is on the host
     /// file system's storage when this returns.
     fn sync(&self, data_only: bool) -> Result<(), FsError>;

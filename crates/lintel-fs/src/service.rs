@@ -333,7 +333,7 @@ impl Export for ExportImpl {
             id,
             fd,
             node,
-            append: flags.contains(OFlags::APPEND),
+            append: AtomicBool::new(flags.contains(OFlags::APPEND)),
             readable: access != OFlags::WRONLY,
             writable: access != OFlags::RDONLY,
             regular,
@@ -520,7 +520,9 @@ pub(crate) struct Opened {
     pub(crate) id: u64,
     pub(crate) fd: OwnedFd,
     pub(crate) node: Arc<Node>,
-    append: bool,
+    /// Its `O_APPEND` status flag, which `fcntl(F_SETFL)` may change (the
+    /// host description's flag follows it).
+    append: AtomicBool,
     pub(crate) readable: bool,
     pub(crate) writable: bool,
     pub(crate) regular: bool,
@@ -584,9 +586,14 @@ fn reopen(fd: &OwnedFd, access: OFlags) -> Result<OwnedFd, FsError> {
 }
 
 impl Opened {
+    /// Whether writes append (`O_APPEND`).
+    pub(crate) fn appends(&self) -> bool {
+        self.append.load(SeqCst)
+    }
+
     /// A descriptor of this file that writes at the offsets it is given.
     pub(crate) fn positional_fd(&self) -> Result<&OwnedFd, FsError> {
-        if !self.append {
+        if !self.appends() {
             return Ok(&self.fd);
         }
         if let Some(fd) = self.positional.get() {
@@ -674,7 +681,7 @@ impl Opened {
         let data = &data[..data.len().min(MAX_IO as usize)];
         let mut done = 0;
         while done < data.len() {
-            let r = if self.append {
+            let r = if self.appends() {
                 rustix::io::write(&self.fd, &data[done..])
             } else {
                 rustix::io::pwrite(&self.fd, &data[done..], at)
@@ -708,7 +715,7 @@ impl OpenFile for Opened {
         let mut offset = self.offset.lock();
         let at = *offset;
         let n = self.write_all(at, data)?;
-        *offset = if self.append && n > 0 {
+        *offset = if self.appends() && n > 0 {
             // Where the append ended (an empty write moves nothing).
             rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
         } else {
@@ -821,7 +828,7 @@ impl OpenFile for Opened {
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
         let _token = self.settle()?;
-        if self.append {
+        if self.appends() {
             // Linux appends whatever the offset says.
             let n = self.write_all(at, data)?;
             let end = rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::End(0))?;
@@ -848,6 +855,8 @@ impl OpenFile for Opened {
                     Whence::Start => SeekFrom::Start(delta as u64),
                     Whence::Current => SeekFrom::Current(delta),
                     Whence::End => SeekFrom::End(delta),
+                    Whence::Data => SeekFrom::Data(delta as u64),
+                    Whence::Hole => SeekFrom::Hole(delta as u64),
                 },
             )?;
             *offset = to;
@@ -857,6 +866,19 @@ impl OpenFile for Opened {
             Whence::Start => 0,
             Whence::Current => *offset,
             Whence::End => stat_of(&self.fd)?.size,
+            Whence::Data | Whence::Hole => {
+                // The host file is current (the token is back): its file
+                // system knows where its data and holes are. A negative
+                // offset is past any end, as the kernel reads it.
+                use rustix::fs::SeekFrom;
+                let from = match whence {
+                    Whence::Data => SeekFrom::Data(delta as u64),
+                    _ => SeekFrom::Hole(delta as u64),
+                };
+                let to = rustix::fs::seek(&self.fd, from)?;
+                *offset = to;
+                return Ok(to);
+            }
         };
         let to = base
             .checked_add_signed(delta)
@@ -876,6 +898,48 @@ impl OpenFile for Opened {
         rustix::fs::ftruncate(&self.fd, len)?;
         self.node.truncate_cache(len);
         Ok(())
+    }
+
+    fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
+        use rustix::fs::FallocateFlags as F;
+        let _token = self.settle()?;
+        let before = stat_of(&self.fd)?.size;
+        // The host checks the arguments, the mode and the open's access
+        // in Linux's order, and answers with Linux's errno.
+        rustix::fs::fallocate(&self.fd, F::from_bits_retain(mode), offset, len)?;
+        let after = stat_of(&self.fd)?.size;
+        let mode = F::from_bits_retain(mode);
+        if mode.intersects(F::COLLAPSE_RANGE | F::INSERT_RANGE) {
+            // The bytes moved: no cached page is where it was.
+            self.node.truncate_cache(0);
+        } else if mode.intersects(F::PUNCH_HOLE | F::ZERO_RANGE) {
+            // The range reads as zeros on the host now; so it must in
+            // every window.
+            self.node
+                .zero_cache(offset, offset.saturating_add(len).min(after.max(before)));
+        }
+        if after > before {
+            // Bytes past the old end read as zeros.
+            self.node.zero_cache(before, after);
+        }
+        Ok(())
+    }
+
+    fn append(&self, set: Option<bool>) -> Result<bool, FsError> {
+        // The token comes back first: a holder appending through its
+        // window does so under the flag it was granted with.
+        let _token = self.settle()?;
+        if let Some(on) = set
+            && on != self.appends()
+        {
+            let flags = rustix::fs::fcntl_getfl(&self.fd)?;
+            rustix::fs::fcntl_setfl(
+                &self.fd,
+                flags.difference(OFlags::APPEND) | if on { OFlags::APPEND } else { OFlags::empty() },
+            )?;
+            self.append.store(on, SeqCst);
+        }
+        Ok(self.appends())
     }
 
     fn sync(&self, data_only: bool) -> Result<(), FsError> {

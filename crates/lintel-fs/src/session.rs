@@ -453,6 +453,9 @@ impl Session for SessionImpl {
         let stat = crate::service::stat_of(&open.fd)?;
         let offset = *open.offset.lock();
         let desc = self.core.desc(slot as usize);
+        // `O_APPEND` travels with the token: `fcntl(F_SETFL)` takes every
+        // token back before it changes the flag.
+        token::set_flags(&desc, if open.appends() { token::FLAG_APPEND } else { 0 });
         if let Err(why) = token::grant(&desc, offset, stat.size, &stat_words(&stat), self.core.deadline()) {
             self.core.evict(why.0);
             return Err(FsError::Closed);

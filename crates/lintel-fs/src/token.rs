@@ -51,6 +51,11 @@ pub const DIRTY_HI: usize = 56;
 /// [`STAT_WORDS`] words (see [`crate::proto::Stat`]).
 pub const STAT: usize = 64;
 pub const STAT_WORDS: usize = 16;
+/// The open file's status flags as of the grant ([`FLAG_APPEND`]), a
+/// 32-bit word the service writes before it grants the token.
+pub const FLAGS: usize = STAT + 8 * STAT_WORDS;
+/// Writes through the window append (`O_APPEND`).
+pub const FLAG_APPEND: u32 = 1;
 
 pub const INVALID: u32 = 0;
 pub const PASSIVE: u32 = 1;
@@ -301,6 +306,18 @@ pub(crate) fn grant(
     d.w32(STATE).store(PASSIVE, SeqCst);
     unlock(d.w32(LOCK));
     Ok(())
+}
+
+/// Set the open file's status flags for the next grant: called before
+/// [`grant`], while the descriptor holds no token, so the client reads
+/// them only once the grant has made them visible.
+pub(crate) fn set_flags(d: &impl Words, flags: u32) {
+    d.w32(FLAGS).store(flags, SeqCst);
+}
+
+/// The status flags of the grant the client holds.
+pub(crate) fn flags(d: &impl Words) -> u32 {
+    d.w32(FLAGS).load(Relaxed)
 }
 
 /// Set the window (the client asked for it, holding its token `ACTIVE`).

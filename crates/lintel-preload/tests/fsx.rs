@@ -317,8 +317,6 @@ fn fsx_native_fallocate() {
 }
 
 #[test]
-#[ignore = "fails: fallocate on a served file goes to the placeholder memfd and succeeds \
-            without changing the served file (issue 25's report)"]
 fn fsx_served_fallocate() {
     both_seeds(
         Via::Served,

@@ -548,22 +548,36 @@ fn a_raw_forked_child_gets_eio_not_silence() {
     let script = format!(
         r#"
 import ctypes, os
+import fcntl
 libc = ctypes.CDLL(None, use_errno=True)
 fd = os.open("{PREFIX}/a.txt", os.O_RDONLY)
 pid = libc.syscall(57)  # fork(2), made directly
 if pid == 0:
-    try:
-        os.read(fd, 5)
-        os._exit(10)
-    except OSError as e:
-        os._exit(e.errno)
+    # Each call on the served file must fail with EIO; the exit status
+    # counts those that did not.
+    import fcntl, termios
+    calls = [
+        lambda: os.read(fd, 5),
+        lambda: fcntl.fcntl(fd, fcntl.F_GETFL),
+        lambda: fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND),
+        lambda: fcntl.ioctl(fd, termios.FIONREAD, bytearray(4)),
+        lambda: os.posix_fallocate(fd, 0, 10),
+    ]
+    bad = 0
+    for call in calls:
+        try:
+            call()
+            bad += 1
+        except OSError as e:
+            bad += e.errno != 5
+    os._exit(bad)
 _, status = os.waitpid(pid, 0)
-print(os.waitstatus_to_exitcode(status), os.read(fd, 5))
+print(os.waitstatus_to_exitcode(status), os.read(fd, 5), fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
 "#
     );
     let (code, out, err) = lintel_run(s.path(), &["python3", "-c", &script]);
     let (out, err) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
-    assert_eq!((code, out.as_ref()), (0, "5 b'alpha'\n"), "stderr: {err}");
+    assert_eq!((code, out.as_ref()), (0, "0 b'alpha' 0\n"), "stderr: {err}");
 }
 
 #[test]
@@ -611,6 +625,119 @@ print("done")
 "#;
     let (n, s) = copy_tree();
     python_both(n.path(), s.path(), script);
+    assert_eq!(snapshot(s.path()), snapshot(n.path()));
+}
+
+/// fallocate's modes, SEEK_DATA and SEEK_HOLE, `F_SETFL` with `O_APPEND`
+/// and `FIONREAD` on served files, against the same calls on host files:
+/// results, errnos, offsets and bytes (pages read before a punched hole
+/// or zeroed range are read again after it).
+#[test]
+fn fallocate_seek_data_append_and_fionread_work_as_on_the_host() {
+    let script = r#"
+import os, sys, fcntl, termios, struct, errno, ctypes
+root = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+def falloc(fd, mode, off, n):
+    if libc.fallocate(fd, mode, off, n) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+def show(label, f):
+    try: print(label, f())
+    except OSError as e: print(label, "error", errno.errorcode[e.errno])
+KEEP, PUNCH, ZERO, COLLAPSE = 1, 2, 0x10, 0x08
+p = os.path.join(root, "alloc.bin")
+fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, bytes(range(256)) * 200)
+show("pread", lambda: os.pread(fd, 16, 4090).hex())
+show("posix_fallocate", lambda: os.posix_fallocate(fd, 0, 200000))
+show("size", lambda: os.fstat(fd).st_size)
+show("tail", lambda: os.pread(fd, 16, 51195).hex())
+show("keep", lambda: falloc(fd, KEEP, 300000, 100000))
+show("size", lambda: os.fstat(fd).st_size)
+show("punch", lambda: falloc(fd, PUNCH | KEEP, 4096, 8192))
+show("pread", lambda: os.pread(fd, 16, 4090).hex())
+show("pread", lambda: os.pread(fd, 16, 12280).hex())
+show("punch-nokeep", lambda: falloc(fd, PUNCH, 4096, 8192))
+show("zero", lambda: falloc(fd, ZERO, 20000, 100))
+show("pread", lambda: os.pread(fd, 16, 19995).hex())
+show("zero-extend", lambda: falloc(fd, ZERO, 199990, 30))
+show("size", lambda: os.fstat(fd).st_size)
+show("zero-keep", lambda: falloc(fd, ZERO | KEEP, 210000, 30))
+show("size", lambda: os.fstat(fd).st_size)
+show("badmode", lambda: falloc(fd, 0x400, 0, 10))
+show("len0", lambda: falloc(fd, 0, 0, 0))
+show("negoff", lambda: falloc(fd, 0, -1, 10))
+show("collapse", lambda: falloc(fd, COLLAPSE, 4096, 4096))
+show("size", lambda: os.fstat(fd).st_size)
+for at in [0, 4096, 5000, 100000, 199999, 200029, 10**9]:
+    show(f"data {at}", lambda: os.lseek(fd, at, os.SEEK_DATA))
+    show(f"hole {at}", lambda: os.lseek(fd, at, os.SEEK_HOLE))
+    show("cur", lambda: os.lseek(fd, 0, os.SEEK_CUR))
+ro = os.open(p, os.O_RDONLY)
+show("ro", lambda: falloc(ro, 0, 0, 10))
+os.lseek(ro, 1000, os.SEEK_SET)
+buf = bytearray(4)
+show("fionread", lambda: (fcntl.ioctl(ro, termios.FIONREAD, buf), struct.unpack("i", buf)[0]))
+os.lseek(ro, 300000, os.SEEK_SET)
+show("fionread-past", lambda: (fcntl.ioctl(ro, termios.FIONREAD, buf), struct.unpack("i", buf)[0]))
+os.close(ro)
+q = os.path.join(root, "append.txt")
+a = os.open(q, os.O_RDWR | os.O_CREAT, 0o644)
+os.write(a, b"hello world")
+os.ftruncate(a, 3)
+b = os.dup(a)
+show("getfl", lambda: fcntl.fcntl(a, fcntl.F_GETFL) & os.O_APPEND)
+show("setfl", lambda: fcntl.fcntl(b, fcntl.F_SETFL, os.O_APPEND))
+show("getfl", lambda: fcntl.fcntl(a, fcntl.F_GETFL) & os.O_APPEND)
+show("write", lambda: os.write(a, b"XY"))
+show("cur", lambda: os.lseek(a, 0, os.SEEK_CUR))
+show("pwrite", lambda: os.pwrite(a, b"Z", 0))
+show("setfl", lambda: fcntl.fcntl(a, fcntl.F_SETFL, 0))
+show("getfl", lambda: fcntl.fcntl(b, fcntl.F_GETFL) & os.O_APPEND)
+show("pwrite", lambda: os.pwrite(a, b"W", 0))
+os.close(a); os.close(b)
+show("content", lambda: open(q, "rb").read())
+os.close(fd)
+show("sum", lambda: __import__("hashlib").sha256(open(p, "rb").read()).hexdigest()[:16])
+# O_APPEND set by one process holds for another sharing the open file
+# (a forked child that wrote through it before).
+c = os.open(os.path.join(root, "shared.txt"), os.O_RDWR | os.O_CREAT, 0o644)
+os.write(c, b"0123456789")
+os.lseek(c, 2, os.SEEK_SET)
+(r1, w1), (r2, w2) = os.pipe(), os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(c, b"a")
+    os.write(w1, b"1")
+    os.read(r2, 1)
+    os.write(c, b"child")
+    print("child", fcntl.fcntl(c, fcntl.F_GETFL) & os.O_APPEND, os.lseek(c, 0, os.SEEK_CUR), flush=True)
+    os._exit(0)
+os.read(r1, 1)
+fcntl.fcntl(c, fcntl.F_SETFL, os.O_APPEND)
+os.write(w2, b"1")
+os.waitpid(pid, 0)
+print("parent", os.pread(c, 100, 0), os.lseek(c, 0, os.SEEK_CUR))
+os.close(c)"#;
+    let (n, s) = copy_tree();
+    python_both(n.path(), s.path(), script);
+    assert_eq!(snapshot(s.path()), snapshot(n.path()));
+    // util-linux's fallocate(1): extend, punch, zero; then the sizes and
+    // the holes as SEEK_HOLE finds them.
+    assert!(have("fallocate"), "fallocate(1) is missing: util-linux has it");
+    same(
+        n.path(),
+        s.path(),
+        &[
+            "sh",
+            "-c",
+            "cd %R && fallocate -l 200000 f && wc -c f && fallocate -p -o 4096 -l 8192 data/blob.bin \\
+             && fallocate -z -o 100 -l 50 a.txt && fallocate -n -l 1000000 docs/notes/one.txt \\
+             && wc -c f data/blob.bin a.txt docs/notes/one.txt && od -An -c a.txt | head -3 \\
+             && /usr/bin/python3 -c 'import os; fd = os.open(\"data/blob.bin\", os.O_RDONLY); print(os.lseek(fd, 0, os.SEEK_HOLE), os.lseek(fd, 4096, os.SEEK_DATA))'",
+        ],
+    );
     assert_eq!(snapshot(s.path()), snapshot(n.path()));
 }
 

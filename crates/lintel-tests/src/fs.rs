@@ -39,10 +39,15 @@ pub trait FsPeer {
     fn write(&self, file: u32, data: &[u8]) -> Result<u64, FsError>;
     fn read_at(&self, file: u32, at: u64, len: u32, out: &mut Vec<u8>) -> Result<(), FsError>;
     fn write_at(&self, file: u32, at: u64, data: &[u8]) -> Result<u64, FsError>;
-    /// `whence`: 0 start, 1 current, 2 end.
+    /// `whence`: 0 start, 1 current, 2 end, 3 data, 4 hole (as `lseek`).
     fn seek(&self, file: u32, whence: u8, delta: i64) -> Result<u64, FsError>;
     fn stat(&self, file: u32) -> Result<Stat, FsError>;
     fn truncate(&self, file: u32, len: u64) -> Result<(), FsError>;
+    /// `fallocate(2)` with `mode` ([`lintel_fs::File::allocate`]).
+    fn allocate(&self, file: u32, mode: u32, offset: u64, len: u64) -> Result<(), FsError>;
+    /// Set or clear `O_APPEND` ([`lintel_fs::File::set_append`]); then
+    /// whether it is set, as the service says.
+    fn set_append(&self, file: u32, on: bool) -> Result<bool, FsError>;
     fn sync(&self, file: u32) -> Result<(), FsError>;
     /// Write `data` at the shared offset `times` times, from a thread of
     /// its own, returning at once (for killing a client mid-write); each

@@ -19,7 +19,10 @@
 //! What the service answers differently from Linux on purpose is kept out
 //! of the generator, with the reason: paths that lead outside the export
 //! (`EXDEV`, its confinement, tested in `fs.rs`), and so symlinks with
-//! absolute targets.
+//! absolute targets. Where the file system is free to choose, the test
+//! checks what Linux promises instead: `SEEK_DATA` and `SEEK_HOLE` find
+//! holes as the host file system allocated them, which a window's
+//! write-back may have filled with zeros (`World::holes_elsewhere`).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -57,6 +60,14 @@ const O_NONBLOCK: u32 = 0o4000;
 const O_NOCTTY: u32 = 0o400;
 const O_NOATIME: u32 = 0o1000000;
 const O_LARGEFILE: u32 = 0o100000;
+
+/// fallocate's modes: allocate (may extend), `FALLOC_FL_KEEP_SIZE`,
+/// `PUNCH_HOLE|KEEP_SIZE`, `ZERO_RANGE` with and without `KEEP_SIZE`,
+/// `COLLAPSE_RANGE` and `INSERT_RANGE` (which move the bytes after the
+/// range; the host file system wants them block-aligned, and answers
+/// `EINVAL` otherwise, as natively), and two Linux refuses (a punch that
+/// would change the size; an unknown bit).
+const FALLOC_MODES: [u32; 9] = [0, 1, 3, 0x10, 0x11, 0x08, 0x20, 2, 0x400];
 
 /// The paths an open file's data may take (the peers' numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +114,7 @@ enum Op {
         len: usize,
         seed: u64,
     },
-    /// `whence`: 0 start, 1 current, 2 end.
+    /// `whence`: 0 start, 1 current, 2 end, 3 `SEEK_DATA`, 4 `SEEK_HOLE`.
     Seek {
         h: usize,
         whence: u8,
@@ -112,6 +123,18 @@ enum Op {
     SetLen {
         h: usize,
         len: u64,
+    },
+    /// `fallocate(2)` with `mode` ([`FALLOC_MODES`]).
+    Allocate {
+        h: usize,
+        mode: u32,
+        at: u64,
+        len: usize,
+    },
+    /// `fcntl(F_SETFL)` with `O_APPEND` set or cleared.
+    SetAppend {
+        h: usize,
+        on: bool,
     },
     /// `readv` and `writev` with buffers of these lengths (this
     /// process's files only).
@@ -244,9 +267,12 @@ fn op() -> impl Strategy<Value = Op> {
         10 => (h.clone(), length(), any::<u64>()).prop_map(|(h, len, seed)| Op::Write { h, len, seed }),
         12 => (h.clone(), offset(), length(), any::<u64>())
             .prop_map(|(h, at, len, seed)| Op::WriteAt { h, at, len, seed }),
-        5 => (h.clone(), 0u8..3, prop_oneof![-5000i64..5000, offset().prop_map(|o| o as i64)])
+        6 => (h.clone(), 0u8..5, prop_oneof![-5000i64..5000, offset().prop_map(|o| o as i64)])
             .prop_map(|(h, whence, delta)| Op::Seek { h, whence, delta }),
         3 => (h.clone(), offset()).prop_map(|(h, len)| Op::SetLen { h, len }),
+        6 => (h.clone(), prop::sample::select(FALLOC_MODES.to_vec()), offset(), length())
+            .prop_map(|(h, mode, at, len)| Op::Allocate { h, mode, at, len }),
+        2 => (h.clone(), any::<bool>()).prop_map(|(h, on)| Op::SetAppend { h, on }),
         3 => (h.clone(), prop::collection::vec(length(), 0..4)).prop_map(|(h, lens)| Op::ReadV { h, lens }),
         3 => (h.clone(), prop::collection::vec(length(), 0..4), any::<u64>())
             .prop_map(|(h, lens, seed)| Op::WriteV { h, lens, seed }),
@@ -311,6 +337,10 @@ struct Tally {
     on_open_files: AtomicU64,
     bytes_written: AtomicU64,
     errors: AtomicU64,
+    allocations: AtomicU64,
+    /// `SEEK_DATA`/`SEEK_HOLE` answers that differed but kept Linux's
+    /// promises ([`World::holes_elsewhere`]).
+    holes_elsewhere: AtomicU64,
 }
 
 static TALLY: Tally = Tally {
@@ -321,6 +351,8 @@ static TALLY: Tally = Tally {
     on_open_files: AtomicU64::new(0),
     bytes_written: AtomicU64::new(0),
     errors: AtomicU64::new(0),
+    allocations: AtomicU64::new(0),
+    holes_elsewhere: AtomicU64::new(0),
 };
 
 /// One open file on the served side.
@@ -462,7 +494,9 @@ impl World<'_> {
                     let from = match whence {
                         0 => rustix::fs::SeekFrom::Start(delta as u64),
                         1 => rustix::fs::SeekFrom::Current(delta),
-                        _ => rustix::fs::SeekFrom::End(delta),
+                        2 => rustix::fs::SeekFrom::End(delta),
+                        3 => rustix::fs::SeekFrom::Data(delta as u64),
+                        _ => rustix::fs::SeekFrom::Hole(delta as u64),
                     };
                     // A negative start is EINVAL on Linux; as u64 it is a
                     // huge one, which the service refuses alike.
@@ -471,7 +505,11 @@ impl World<'_> {
                     } else {
                         native(rustix::fs::seek(&self.open[i].native, from))
                     };
-                    let _ = same!(s, n, "seek {whence} {delta}");
+                    if whence >= 3 && s != n {
+                        self.holes_elsewhere(i, whence, delta, s, n)?;
+                    } else {
+                        let _ = same!(s, n, "seek {whence} {delta}");
+                    }
                     self.after(i)?;
                 }
             }
@@ -484,6 +522,45 @@ impl World<'_> {
                     let n = native(rustix::fs::ftruncate(&self.open[i].native, len));
                     let _ = same!(s, n, "set_len {len}");
                     self.after(i)?;
+                }
+            }
+            Op::Allocate { h, mode, at, len } => {
+                if let Some(i) = self.pick(h) {
+                    let len = len as u64;
+                    let s = match &self.open[i].served {
+                        Served::Here(f) => served(f.allocate(mode, at, len)),
+                        Served::There(c, n) => {
+                            served(self.clients.peers[c - 1].peer.allocate(*n, mode, at, len))
+                        }
+                    };
+                    let n = native(rustix::fs::fallocate(
+                        &self.open[i].native,
+                        rustix::fs::FallocateFlags::from_bits_retain(mode),
+                        at,
+                        len,
+                    ));
+                    TALLY.allocations.fetch_add(n.is_ok() as u64, SeqCst);
+                    let _ = same!(s, n, "fallocate {mode:#x} of {len} at {at}");
+                    self.after(i)?;
+                }
+            }
+            Op::SetAppend { h, on } => {
+                if let Some(i) = self.pick(h) {
+                    let s = match &self.open[i].served {
+                        Served::Here(f) => served(f.set_append(on).and_then(|()| f.appends())),
+                        Served::There(c, n) => served(self.clients.peers[c - 1].peer.set_append(*n, on)),
+                    };
+                    let fd = &self.open[i].native;
+                    let n = native(rustix::fs::fcntl_getfl(fd).and_then(|fl| {
+                        let fl = if on {
+                            fl | OFlags::APPEND
+                        } else {
+                            fl - OFlags::APPEND
+                        };
+                        rustix::fs::fcntl_setfl(fd, fl)?;
+                        Ok(rustix::fs::fcntl_getfl(fd)?.contains(OFlags::APPEND))
+                    }));
+                    let _ = same!(s, n, "F_SETFL O_APPEND {on}");
                 }
             }
             Op::ReadV { h, ref lens } => {
@@ -763,15 +840,75 @@ impl World<'_> {
     fn seek(&self, i: usize, whence: u8, delta: i64) -> Outcome<u64> {
         match &self.open[i].served {
             Served::Here(f) => {
-                let to = match whence {
-                    0 => std::io::SeekFrom::Start(delta as u64),
-                    1 => std::io::SeekFrom::Current(delta),
-                    _ => std::io::SeekFrom::End(delta),
-                };
-                served(f.seek_shared(to))
+                use lintel_fs::Whence;
+                served(match whence {
+                    0 => f.seek_shared(std::io::SeekFrom::Start(delta as u64)),
+                    1 => f.seek_whence(Whence::Current, delta),
+                    2 => f.seek_whence(Whence::End, delta),
+                    3 => f.seek_whence(Whence::Data, delta),
+                    _ => f.seek_whence(Whence::Hole, delta),
+                })
             }
             Served::There(c, n) => served(self.clients.peers[c - 1].peer.seek(*n, whence, delta)),
         }
+    }
+
+    /// `SEEK_DATA` (`whence` 3) or `SEEK_HOLE` from `at` found a
+    /// different offset served (`s`) than native (`n`). Where a file keeps
+    /// holes is its file system's business: the service writes a window's
+    /// pages back as whole runs, so blocks the native file leaves
+    /// unallocated may hold written zeros served (one byte written at 0
+    /// and one at 65536 through a window: the write-back writes 0..65537,
+    /// and `SEEK_HOLE` from 0 finds 65537 served, 4096 native). What Linux promises
+    /// must hold all the same: `ENXIO` exactly at or past the end (the
+    /// sizes match, so both sides agree on that), an offset in `[at,
+    /// size]`, only zeros skipped to reach data, and a hole that reads as
+    /// zeros. The native offset then follows the served one.
+    fn holes_elsewhere(
+        &self,
+        i: usize,
+        whence: u8,
+        at: i64,
+        s: Outcome<u64>,
+        n: Outcome<u64>,
+    ) -> Result<(), TestCaseError> {
+        let (Ok(to), Ok(_)) = (s, n) else {
+            let _ = same!(s, n, "seek {whence} {at}");
+            return Ok(());
+        };
+        let fd = &self.open[i].native;
+        let fail = |what: &str, e: Errno| TestCaseError::fail(format!("{what}: {e}"));
+        let size = rustix::fs::fstat(fd).map_err(|e| fail("fstat", e))?.st_size as u64;
+        let at = at as u64;
+        prop_assert!(
+            at <= to && to <= size,
+            "seek {whence} from {at} to {to}: not in [{at}, {size}]"
+        );
+        // The bytes, through a reading description of the native file
+        // (the one open may be write-only).
+        use std::os::fd::AsRawFd;
+        let reader = rustix::fs::open(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| fail("reopening to read", e))?;
+        let (lo, hi) = if whence == 3 {
+            (at, to)
+        } else {
+            (to, (to + 1).min(size))
+        };
+        let mut buf = vec![0u8; (hi - lo) as usize];
+        let k = native(rustix::io::pread(&reader, &mut buf, lo));
+        let _ = same!(k, Ok(buf.len()), "reading [{lo}, {hi})");
+        prop_assert!(
+            buf.iter().all(|&b| b == 0),
+            "seek {whence} from {at} to {to}: [{lo}, {hi}) holds data"
+        );
+        TALLY.holes_elsewhere.fetch_add(1, SeqCst);
+        let moved = native(rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(to)));
+        let _ = same!(moved, Ok(to), "moving the native offset along");
+        Ok(())
     }
 
     /// After an operation on open file `i`: its offset and its size match.
@@ -1006,7 +1143,8 @@ fn against_linux(fs: Fs, served_root: &Path) {
     let t = |c: &AtomicU64| c.load(SeqCst);
     eprintln!(
         "fs_differential: {} sequences, {} steps; {} files opened ({} mapped here), {} operations on them, \
-         {} bytes written, {} errors matched",
+         {} bytes written, {} errors matched, {} fallocates that did something, \
+         {} SEEK_DATA/SEEK_HOLE answers elsewhere (within Linux's promises)",
         t(&TALLY.sequences),
         t(&TALLY.steps),
         t(&TALLY.opened),
@@ -1014,6 +1152,8 @@ fn against_linux(fs: Fs, served_root: &Path) {
         t(&TALLY.on_open_files),
         t(&TALLY.bytes_written),
         t(&TALLY.errors),
+        t(&TALLY.allocations),
+        t(&TALLY.holes_elsewhere),
     );
 }
 
@@ -1086,6 +1226,48 @@ mod regressions {
                 seed: 0,
             },
         ]);
+    }
+
+    /// A hole punched and a range zeroed in pages a window has read
+    /// read as zeros through the window afterwards (the service zeroes
+    /// its cache's resident pages there), and a range collapsed or
+    /// inserted moves what the window shows (the service drops its cache).
+    #[test]
+    fn a_punched_hole_reads_as_zeros_through_a_window() {
+        for (mode, at, len) in [
+            (3, 100, 9000),
+            (0x10, 100, 9000),
+            (0x11, 100, 9000),
+            (0x08, 4096, 8192),
+            (0x20, 4096, 8192),
+        ] {
+            replay(&[
+                Open {
+                    client: 0,
+                    name: 0,
+                    flags: 0o102,
+                    mode: 0o644,
+                    io: Mapped,
+                },
+                WriteAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                    seed: 7,
+                },
+                ReadAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                },
+                Allocate { h: 0, mode, at, len },
+                ReadAt {
+                    h: 0,
+                    at: 0,
+                    len: 20_000,
+                },
+            ]);
+        }
     }
 
     /// `O_RDONLY|O_TRUNC` truncates, as on Linux (it was refused).

@@ -13,7 +13,7 @@
 use crate::fdtable::FdTable;
 use std::sync::Arc;
 
-use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec};
+use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec, Whence};
 use parking_lot::Mutex;
 
 use crate::paths::{self, Prefix};
@@ -26,8 +26,11 @@ pub struct Served {
     /// Its path relative to the export's root (for `openat` relative to it).
     path: Vec<u8>,
     dir: bool,
-    /// The `open` flags (`F_GETFL`).
+    /// The `open` flags (`F_GETFL`), but for those `F_SETFL` changes.
     flags: i32,
+    /// The status flags `F_SETFL` changes ([`SETFL_FLAGS`]), as this
+    /// process last set or learned them (`O_APPEND` is the service's).
+    status: std::sync::atomic::AtomicI32,
     /// A directory's entries as `linux_dirent64` records, and how far
     /// `getdents64` has read them.
     listing: Mutex<Option<(Vec<u8>, usize)>>,
@@ -45,13 +48,25 @@ impl Served {
             file,
             path,
             dir,
-            flags,
+            flags: flags & !SETFL_FLAGS,
+            status: std::sync::atomic::AtomicI32::new(flags & SETFL_FLAGS),
             listing: Mutex::new(None),
             recorded: std::sync::atomic::AtomicBool::new(recorded),
             map_fd: std::sync::OnceLock::new(),
         })
     }
+
+    /// The open flags with the status flags as last known here.
+    fn all_flags(&self) -> i32 {
+        self.flags | self.status.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
+
+/// The status flags `fcntl(F_SETFL)` changes on a served file: `O_APPEND`
+/// (the service's, shared by every holder of the open file), and
+/// `O_NONBLOCK` and `O_ASYNC`, which a regular file or directory ignores
+/// (kept for `F_GETFL`). `O_DIRECT` and `O_NOATIME` are refused.
+const SETFL_FLAGS: i32 = libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC;
 
 /// What a placeholder memfd holds once its open file is shared: magic,
 /// key, open flags, whether a directory, the path's length, the path.
@@ -500,6 +515,22 @@ impl Emulation {
             | libc::SYS_flistxattr
             | libc::SYS_fsetxattr
             | libc::SYS_fremovexattr => fd(0),
+            // Close-on-exec and duplicates are the descriptor's own; the
+            // status flags and locks are the served file's.
+            libc::SYS_fcntl => {
+                matches!(
+                    a[1] as i32,
+                    libc::F_GETFL
+                        | libc::F_SETFL
+                        | libc::F_GETLK
+                        | libc::F_SETLK
+                        | libc::F_SETLKW
+                        | libc::F_OFD_GETLK
+                        | libc::F_OFD_SETLK
+                        | libc::F_OFD_SETLKW
+                ) && fd(0)
+            }
+            libc::SYS_ioctl => a[1] != libc::FIOCLEX && a[1] != libc::FIONCLEX && fd(0),
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
             libc::SYS_sendfile => fd(0) || fd(1),
             libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
@@ -606,7 +637,7 @@ impl Emulation {
             let Ok(key) = self.fs.share(&s.file) else { continue };
             let mut rec = RECORD_MAGIC.to_vec();
             rec.extend_from_slice(&key);
-            rec.extend_from_slice(&s.flags.to_le_bytes());
+            rec.extend_from_slice(&s.all_flags().to_le_bytes());
             rec.push(s.dir as u8);
             rec.extend_from_slice(&(s.path.len() as u32).to_le_bytes());
             rec.extend_from_slice(&s.path);
@@ -789,13 +820,15 @@ impl Emulation {
 
     fn lseek(&self, fd: u64, off: u64, whence: u64) -> R {
         let s = self.served(fd)?;
-        let pos = match whence as i32 {
-            libc::SEEK_SET if (off as i64) >= 0 => std::io::SeekFrom::Start(off),
-            libc::SEEK_CUR => std::io::SeekFrom::Current(off as i64),
-            libc::SEEK_END => std::io::SeekFrom::End(off as i64),
+        let (whence, off) = match whence as i32 {
+            libc::SEEK_SET if (off as i64) >= 0 => (Whence::Start, off as i64),
+            libc::SEEK_CUR => (Whence::Current, off as i64),
+            libc::SEEK_END => (Whence::End, off as i64),
+            libc::SEEK_DATA => (Whence::Data, off as i64),
+            libc::SEEK_HOLE => (Whence::Hole, off as i64),
             _ => return Some(err(libc::EINVAL)),
         };
-        Some(s.file.seek_shared(pos).map_or_else(fs_err, |p| p as i64))
+        Some(s.file.seek_whence(whence, off).map_or_else(fs_err, |p| p as i64))
     }
 
     fn fstat(&self, fd: u64, buf: u64) -> R {
@@ -874,9 +907,29 @@ impl Emulation {
         let s = self.served(fd)?;
         Some(match cmd as i32 {
             libc::F_GETFL => {
-                (s.flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC)) as i64
+                // Another holder of the open file may have changed
+                // `O_APPEND`: the service knows.
+                let append = match s.file.appends() {
+                    Ok(on) => on,
+                    Err(e) => return Some(fs_err(e)),
+                };
+                let known = s.all_flags() & !libc::O_APPEND;
+                let flags = known | if append { libc::O_APPEND } else { 0 };
+                (flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC)) as i64
             }
-            libc::F_SETFL => 0,
+            libc::F_SETFL => {
+                let arg = arg as i32;
+                let unserved = libc::O_DIRECT | libc::O_NOATIME;
+                if (arg ^ s.all_flags()) & unserved != 0 {
+                    return Some(err(libc::EINVAL));
+                }
+                if let Err(e) = s.file.set_append(arg & libc::O_APPEND != 0) {
+                    return Some(fs_err(e));
+                }
+                s.status
+                    .store(arg & SETFL_FLAGS, std::sync::atomic::Ordering::Relaxed);
+                0
+            }
             libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
                 let fd2 = trap::raw_syscall(libc::SYS_fcntl, [fd, cmd, arg, 0, 0, 0]);
                 if fd2 >= 0 {
@@ -894,6 +947,31 @@ impl Emulation {
             | libc::F_OFD_SETLK
             | libc::F_OFD_SETLKW => return Some(self.record_lock(&s, cmd as i32, arg)),
             _ => err(libc::EINVAL),
+        })
+    }
+
+    /// `ioctl` on a served file: `FIONREAD` as Linux answers it on a
+    /// regular file (its size less the offset, as an `int`), close-on-exec
+    /// on the descriptor itself; anything else is not a terminal's
+    /// (`ENOTTY`).
+    fn ioctl(&self, fd: u64, req: u64, arg: u64) -> R {
+        let s = self.served(fd)?;
+        Some(match req {
+            r if r == libc::FIONREAD && !s.dir => {
+                let size = match s.file.metadata() {
+                    Ok(st) => st.size,
+                    Err(e) => return Some(fs_err(e)),
+                };
+                let at = match s.file.seek_shared(std::io::SeekFrom::Current(0)) {
+                    Ok(at) => at,
+                    Err(e) => return Some(fs_err(e)),
+                };
+                // The kernel stores the 64-bit difference as an int.
+                let n = size.wrapping_sub(at) as i32;
+                user::write(arg, &n.to_ne_bytes()).map_or_else(err, |()| 0)
+            }
+            r if r == libc::FIOCLEX || r == libc::FIONCLEX => return None,
+            _ => err(libc::ENOTTY),
         })
     }
 
@@ -1209,7 +1287,12 @@ impl Emulator for Emulation {
                 .served(a[0])
                 .map(|s| s.file.set_len(a[1]).map_or_else(fs_err, |()| 0)),
             libc::SYS_fadvise64 => self.served(a[0]).map(|_| 0),
-            libc::SYS_ioctl => self.served(a[0]).map(|_| err(libc::ENOTTY)),
+            libc::SYS_ioctl => self.ioctl(a[0], a[1], a[2]),
+            libc::SYS_fallocate => self.served(a[0]).map(|s| {
+                s.file
+                    .allocate(a[1] as u32, a[2], a[3])
+                    .map_or_else(fs_err, |()| 0)
+            }),
             libc::SYS_mmap => self.mmap(a),
             // In-kernel copies cannot reach a served file: programs fall
             // back to reading and writing.

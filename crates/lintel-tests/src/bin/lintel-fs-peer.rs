@@ -291,13 +291,15 @@ impl FsPeer for Client {
     }
 
     fn seek(&self, file: u32, whence: u8, delta: i64) -> Result<u64, FsError> {
-        use std::io::SeekFrom;
-        let pos = match whence {
-            0 => SeekFrom::Start(delta as u64),
-            1 => SeekFrom::Current(delta),
-            _ => SeekFrom::End(delta),
-        };
-        self.file(file)?.seek_shared(pos)
+        use lintel_fs::Whence;
+        let f = self.file(file)?;
+        match whence {
+            0 => f.seek_shared(std::io::SeekFrom::Start(delta as u64)),
+            1 => f.seek_whence(Whence::Current, delta),
+            2 => f.seek_whence(Whence::End, delta),
+            3 => f.seek_whence(Whence::Data, delta),
+            _ => f.seek_whence(Whence::Hole, delta),
+        }
     }
 
     fn stat(&self, file: u32) -> Result<Stat, FsError> {
@@ -306,6 +308,16 @@ impl FsPeer for Client {
 
     fn truncate(&self, file: u32, len: u64) -> Result<(), FsError> {
         self.file(file)?.set_len(len)
+    }
+
+    fn allocate(&self, file: u32, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
+        self.file(file)?.allocate(mode, offset, len)
+    }
+
+    fn set_append(&self, file: u32, on: bool) -> Result<bool, FsError> {
+        let f = self.file(file)?;
+        f.set_append(on)?;
+        f.appends()
     }
 
     fn sync(&self, file: u32) -> Result<(), FsError> {
