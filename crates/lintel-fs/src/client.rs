@@ -690,19 +690,8 @@ impl File {
                 r => r,
             };
         }
-        let mut total = 0;
-        for buf in bufs.iter_mut().filter(|b| !b.is_empty()) {
-            let n = match self.read_shared(buf) {
-                Ok(n) => n,
-                Err(_) if total > 0 => return Ok(total),
-                Err(e) => return Err(e),
-            };
-            total += n;
-            if n < buf.len() {
-                break;
-            }
-        }
-        Ok(total)
+        let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+        in_turn(&lens, |i| self.read_shared(&mut bufs[i]))
     }
 
     /// Write each buffer in turn at the shared offset, as `writev(2)`.
@@ -710,20 +699,28 @@ impl File {
         if bufs.iter().all(|b| b.is_empty()) {
             return self.write_shared(&[]);
         }
-        let mut total = 0;
-        for buf in bufs.iter().filter(|b| !b.is_empty()) {
-            let n = match self.write_shared(buf) {
-                Ok(n) => n,
-                Err(_) if total > 0 => return Ok(total),
-                Err(e) => return Err(e),
-            };
-            total += n;
-            if n < buf.len() {
-                break;
-            }
-        }
-        Ok(total)
+        let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+        in_turn(&lens, |i| self.write_shared(&bufs[i]))
     }
+}
+
+/// Run `op` on each non-empty buffer (of lengths `lens`) in turn, as
+/// `readv` and `writev` do: on to the next only when the last was done
+/// whole; an error after some bytes ends the call with those bytes.
+fn in_turn(lens: &[usize], mut op: impl FnMut(usize) -> Result<usize, FsError>) -> Result<usize, FsError> {
+    let mut total = 0;
+    for (i, &len) in lens.iter().enumerate().filter(|(_, len)| **len > 0) {
+        let n = match op(i) {
+            Ok(n) => n,
+            Err(_) if total > 0 => return Ok(total),
+            Err(e) => return Err(e),
+        };
+        total += n;
+        if n < len {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 impl std::io::Read for File {

@@ -167,6 +167,20 @@ pub fn call(door: &Door, m: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, Cal
     Ok(reply)
 }
 
+/// `len` bytes that follow from `seed` (xorshift) and are never zero, so
+/// that a zero nobody wrote shows wherever they were written.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x as u8) | 1
+        })
+        .collect()
+}
+
 /// Poll `f` until it holds or `limit` passes; returns whether it held.
 pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;

@@ -1547,19 +1547,6 @@ fn a_spliced_read_given_up_leaves_nothing_behind() {
     assert!(buf == data[300_000..400_000], "a later read gets its own bytes");
 }
 
-/// Random bytes from a seed (xorshift), for contents nobody could guess.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Two small writes far apart into an existing file change those bytes
 /// and no other: the window between them, which nobody read or wrote,
 /// keeps its bytes on the host (it once came back as zeros).
@@ -1572,7 +1559,7 @@ fn writes_far_apart_in_an_existing_file_change_no_other_byte() {
     ] {
         both_placements(|fs, root| {
             use std::os::unix::fs::FileExt;
-            let mut want = noise(0x5eed, 300_000);
+            let mut want = lintel_tests::noise(0x5eed, 300_000);
             std::fs::write(root.join("f"), &want).unwrap();
             let f = fs
                 .open_with("f", OpenOptions::new().read(true).write(true).io_path(io))
@@ -1605,7 +1592,7 @@ fn writes_far_apart_in_an_existing_file_change_no_other_byte() {
 #[test]
 fn small_copy_path_reads_move_the_offset_by_what_they_read() {
     both_placements(|fs, root| {
-        let data = noise(7, 4000);
+        let data = lintel_tests::noise(7, 4000);
         std::fs::write(root.join("f"), &data).unwrap();
         let copy = OpenOptions::new()
             .read(true)

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use lintel_fs::FsError;
 use lintel_tests::fs::{FsClientPeer, FsPeer, FsService};
+use lintel_tests::noise;
 use rustix::fs::{Mode, OFlags};
 
 const FILES: [&str; 3] = ["a", "b", "c"];
@@ -53,11 +54,6 @@ impl Rng {
             _ => self.below(200_000),
         }
     }
-}
-
-fn data(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng(seed | 1);
-    (0..len).map(|_| (r.next() as u8) | 1).collect()
 }
 
 #[derive(Debug, Clone)]
@@ -163,11 +159,11 @@ impl Round<'_> {
             }
             Step::Write { h, len, seed } => {
                 let (p, n) = cl(self.pick(h)?);
-                Box::new(move || write_all(&p, n, None, &data(seed, len)))
+                Box::new(move || write_all(&p, n, None, &noise(seed, len)))
             }
             Step::WriteAt { h, at, len, seed } => {
                 let (p, n) = cl(self.pick(h)?);
-                Box::new(move || write_all(&p, n, Some(at), &data(seed, len)))
+                Box::new(move || write_all(&p, n, Some(at), &noise(seed, len)))
             }
             Step::SetLen { h, len } => {
                 let (p, n) = cl(self.pick(h)?);
@@ -207,12 +203,12 @@ impl Round<'_> {
             }
             Step::Write { h, len, seed } => {
                 if let Some(i) = self.pick(h) {
-                    native_write(&self.open[i].native, None, &data(seed, len));
+                    native_write(&self.open[i].native, None, &noise(seed, len));
                 }
             }
             Step::WriteAt { h, at, len, seed } => {
                 if let Some(i) = self.pick(h) {
-                    native_write(&self.open[i].native, Some(at), &data(seed, len));
+                    native_write(&self.open[i].native, Some(at), &noise(seed, len));
                 }
             }
             Step::SetLen { h, len } => {

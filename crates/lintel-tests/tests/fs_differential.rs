@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use lintel_fs::{Fs, FsError, IoPath, OpenOptions};
 use lintel_tests::fs::{FsClientPeer, FsPeer, FsService};
+use lintel_tests::noise;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use rustix::fs::{Mode, OFlags};
@@ -296,20 +297,6 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 1..64)
 }
 
-/// Bytes a write puts there, from its seed (never all zeros, so a zero
-/// nobody wrote shows).
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x as u8) | 1
-        })
-        .collect()
-}
-
 // ---- the two sides ----
 
 /// What an operation gave: a value or an errno.
@@ -466,7 +453,7 @@ impl World<'_> {
             }
             Op::Write { h, len, seed } => {
                 if let Some(i) = self.pick(h) {
-                    let data = bytes(seed, len);
+                    let data = noise(seed, len);
                     let s = self.write(i, None, &data);
                     let n = native(write_all(&self.open[i].native, None, &data));
                     TALLY
@@ -478,7 +465,7 @@ impl World<'_> {
             }
             Op::WriteAt { h, at, len, seed } => {
                 if let Some(i) = self.pick(h) {
-                    let data = bytes(seed, len);
+                    let data = noise(seed, len);
                     let s = self.write(i, Some(at), &data);
                     let n = native(write_all(&self.open[i].native, Some(at), &data));
                     TALLY
@@ -586,7 +573,7 @@ impl World<'_> {
                 let bufs: Vec<Vec<u8>> = lens
                     .iter()
                     .enumerate()
-                    .map(|(k, &n)| bytes(seed.wrapping_add(k as u64), n))
+                    .map(|(k, &n)| noise(seed.wrapping_add(k as u64), n))
                     .collect();
                 let slices: Vec<_> = bufs.iter().map(|b| std::io::IoSlice::new(b)).collect();
                 let s = served(f.write_vectored_shared(&slices));
