@@ -517,8 +517,19 @@ fn a_forked_child_gets_a_domain_of_its_own() {
         assert_eq!(p.call(m::ECHO, &d, &[]).unwrap().data, d);
     }
     let mut status = 0;
-    // SAFETY: waits for our own child.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    // SAFETY: polls our own child (a child stuck on a lock its parent's
+    // threads held at the fork fails the test instead of hanging it).
+    let ended = lintel_tests::eventually(Duration::from_secs(60), || unsafe {
+        libc::waitpid(pid, &mut status, libc::WNOHANG) == pid
+    });
+    if !ended {
+        // SAFETY: our own child, stuck.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+    }
+    assert!(ended, "the forked child hung");
     assert!(libc::WIFEXITED(status), "the child died: {status:#x}");
     assert_eq!(libc::WEXITSTATUS(status), 0, "the child's check that failed");
     assert_eq!(p.call(m::ECHO, b"after", &[]).unwrap().data, b"after");

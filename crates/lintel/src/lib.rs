@@ -185,6 +185,7 @@ pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd 
 /// }
 /// ```
 pub fn after_fork() {
+    stats::after_fork();
     buffer::forked();
     unref::after_fork();
     running::after_fork();

@@ -19,6 +19,7 @@
 //! assert_eq!(after.calls[p] - before.calls[p], 1);
 //! ```
 
+use crate::leaked::Leaked;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -175,8 +176,31 @@ struct Block([AtomicU64; WORDS]);
 /// Every block ever made (they are never freed), and those whose owner is
 /// gone, ready for the next one: counts are the domain's, so a block may
 /// change hands.
-static ALL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
-static FREE: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+struct Registry {
+    all: Mutex<Vec<&'static Block>>,
+    free: Mutex<Vec<&'static Block>>,
+}
+
+/// The domain's registry. A forked child leaves its parent's behind
+/// ([`after_fork`]): a parent thread may have held its locks at the fork,
+/// and would hold them in the child for ever.
+static REGISTRY: Leaked<Registry> = Leaked::new();
+
+fn registry() -> &'static Registry {
+    REGISTRY.get_or_make(
+        || Registry {
+            all: Mutex::new(Vec::new()),
+            free: Mutex::new(Vec::new()),
+        },
+        |_| {},
+    )
+}
+
+/// In a forked child, before it uses lintel: its counts start anew, in a
+/// registry of its own (its domain is new too).
+pub(crate) fn after_fork() {
+    REGISTRY.abandon();
+}
 
 /// A block owned by one thread's object that is on the call path anyway (a
 /// caller's lease of a slot, a server worker), so counting needs no
@@ -188,9 +212,10 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub fn new() -> Counters {
-        let block = FREE.lock().pop().unwrap_or_else(|| {
+        let r = registry();
+        let block = r.free.lock().pop().unwrap_or_else(|| {
             let b: &'static Block = Box::leak(Box::new(Block(std::array::from_fn(|_| AtomicU64::new(0)))));
-            ALL.lock().push(b);
+            r.all.lock().push(b);
             b
         });
         Counters {
@@ -254,7 +279,7 @@ impl Counters {
 
 impl Drop for Counters {
     fn drop(&mut self) {
-        FREE.lock().push(self.block);
+        registry().free.lock().push(self.block);
     }
 }
 
@@ -295,7 +320,7 @@ pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize,
 /// This domain's counts so far.
 pub fn snapshot() -> CallStats {
     let mut s = CallStats::default();
-    for b in ALL.lock().iter() {
+    for b in registry().all.lock().iter() {
         add(&mut s, b);
     }
     s
@@ -324,6 +349,49 @@ fn add(s: &mut CallStats, b: &Block) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A forked child counts its calls though a thread of its parent held
+    /// the registry's lock at the fork (it once hung there for ever).
+    #[test]
+    fn a_forked_child_counts_though_the_parent_held_the_lock() {
+        let (held, hold) = std::sync::mpsc::channel();
+        let (done, finish) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _free = registry().free.lock();
+            held.send(()).unwrap();
+            let _ = finish.recv();
+        });
+        hold.recv().unwrap();
+        // SAFETY: the child runs only the code below and leaves with
+        // _exit; it takes no lock of the parent's but through lintel.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            crate::after_fork();
+            drop(Counters::new());
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        let mut waited = 0;
+        // SAFETY: polls our own child.
+        while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 && waited < 3000 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            waited += 1;
+        }
+        let finished = waited < 3000;
+        if !finished {
+            // SAFETY: our own child, stuck.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+        }
+        done.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(finished, "the child hung on its parent's lock");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
 
     #[test]
     fn buckets_follow_springs_ranges() {
