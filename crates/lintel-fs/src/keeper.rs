@@ -60,34 +60,7 @@ impl Keeper {
 pub(crate) fn write_back(cache: &OwnedFd, host: &OwnedFd, held: Held) -> Result<u64, FsError> {
     let lo = held.dirty.0.min(held.size);
     let hi = held.dirty.1.min(held.size);
-    let mut written = 0;
-    let mut buf = vec![0u8; 1 << 20];
-    for (from, to) in data_runs(cache, lo, hi)? {
-        let mut at = from;
-        while at < to {
-            let want = ((to - at) as usize).min(buf.len());
-            let n = match rustix::io::pread(cache, &mut buf[..want], at) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let mut done = 0;
-            while done < n {
-                match rustix::io::pwrite(host, &buf[done..n], at + done as u64) {
-                    Ok(k) => done += k,
-                    Err(Errno::INTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            at += n as u64;
-            written += n as u64;
-        }
-    }
-    if rustix::fs::fstat(host)?.st_size as u64 != held.size {
-        rustix::fs::ftruncate(host, held.size)?;
-    }
-    Ok(written)
+    crate::node::copy_back(cache, host, &data_runs(cache, lo, hi)?, held.size)
 }
 
 /// The runs of `[lo, hi)` that `fd` holds data for (not holes).

@@ -169,29 +169,16 @@ impl Node {
     fn write_back(&self, fd: &OwnedFd, held: token::Held) {
         let size = held.size;
         let cache = self.cache.lock();
-        if let Some(c) = cache.as_ref() {
-            let lo = held.dirty.0.min(size);
-            let hi = held.dirty.1.min(size).min(c.len);
-            let mut buf = vec![0u8; 1 << 20];
-            for (from, to) in c.resident_runs(lo, hi) {
-                let mut at = from;
-                while at < to {
-                    let n = ((to - at) as usize).min(buf.len());
-                    c.map.read(at as usize, &mut buf[..n]);
-                    match rustix::io::pwrite(fd, &buf[..n], at) {
-                        Ok(k) => at += k as u64,
-                        Err(rustix::io::Errno::INTR) => {}
-                        Err(e) => {
-                            tracing::warn!("cannot write a file back: {e}");
-                            break;
-                        }
-                    }
-                }
+        let r = match cache.as_ref() {
+            Some(c) => {
+                let lo = held.dirty.0.min(size);
+                let hi = held.dirty.1.min(size).min(c.len);
+                copy_back(&c.memfd, fd, &c.resident_runs(lo, hi), size).map(drop)
             }
-        }
-        drop(cache);
-        if rustix::fs::fstat(fd).is_ok_and(|s| s.st_size as u64 != size) {
-            let _ = rustix::fs::ftruncate(fd, size);
+            None => set_size(fd, size),
+        };
+        if let Err(e) = r {
+            tracing::warn!("cannot write a file back: {e}");
         }
     }
 
@@ -331,6 +318,53 @@ impl Node {
             }
         }
     }
+}
+
+/// Write the byte ranges `runs` of `cache` to the same offsets of `host`,
+/// then give `host` the length `size`: what the service's recall does
+/// with the runs it filled, and a client's keeper with the runs its cache
+/// holds data for ([`crate::keeper`]). The bytes written.
+pub(crate) fn copy_back(
+    cache: &OwnedFd,
+    host: &OwnedFd,
+    runs: &[(u64, u64)],
+    size: u64,
+) -> Result<u64, FsError> {
+    use rustix::io::Errno;
+    let mut written = 0;
+    let mut buf = vec![0u8; (1 << 20).min(runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0) as usize)];
+    for &(from, to) in runs {
+        let mut at = from;
+        while at < to {
+            let want = ((to - at) as usize).min(buf.len());
+            let n = match rustix::io::pread(cache, &mut buf[..want], at) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let mut done = 0;
+            while done < n {
+                match rustix::io::pwrite(host, &buf[done..n], at + done as u64) {
+                    Ok(k) => done += k,
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            at += n as u64;
+            written += n as u64;
+        }
+    }
+    set_size(host, size)?;
+    Ok(written)
+}
+
+/// Give `host` the length `size` (no call if it has it).
+fn set_size(host: &OwnedFd, size: u64) -> Result<(), FsError> {
+    if rustix::fs::fstat(host)?.st_size as u64 != size {
+        rustix::fs::ftruncate(host, size)?;
+    }
+    Ok(())
 }
 
 /// Copy `len` bytes of the host file `host` at `at` into the cache memfd

@@ -18,6 +18,9 @@
 //! `LINTEL_FSX_DIR` names another directory; `LINTEL_FSX_SEED` fixes
 //! the "fresh" seed (each run prints the one it used).
 
+mod common;
+use common::check_library_is_current;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -91,44 +94,6 @@ fn fresh_seed() -> u32 {
     let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
     let mix = (t.as_nanos() as u64 ^ (std::process::id() as u64) << 32).wrapping_mul(0x9e3779b97f4a7c15);
     (mix >> 33) as u32 % 1_000_000 + 1
-}
-
-/// `cargo test` rebuilds `lintel-run` but not the preload library (a
-/// `cdylib`, which no test links): refuse a library older than a source
-/// file it is built from (as `programs.rs` does).
-fn check_library_is_current() {
-    fn newest(dir: &Path, best: &mut Option<SystemTime>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                newest(&p, best);
-            } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
-                *best = Some(best.map_or(t, |b| b.max(t)));
-            }
-        }
-    }
-    let lib = Path::new(env!("CARGO_BIN_EXE_lintel-run")).with_file_name("liblintel_preload.so");
-    let fix = "run `cargo build --release -p lintel-preload` (bash .ci/run does)";
-    let built = std::fs::metadata(&lib)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|_| panic!("{} is missing: {fix}", lib.display()));
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut best = None;
-    for c in [
-        "lintel-abi",
-        "lintel",
-        "lintel-boot",
-        "lintel-fs",
-        "lintel-unix",
-        "lintel-preload",
-    ] {
-        newest(&crates.join(c).join("src"), &mut best);
-    }
-    assert!(
-        best.is_none_or(|t| t <= built),
-        "{} is older than its sources: {fix}",
-        lib.display()
-    );
 }
 
 /// How fsx reaches its file.

@@ -665,7 +665,7 @@ fn call_vanilla(
         buffer::take_back(conn, &lent);
     }
     let r = take_reply(lease, conn, seq, h, &granted, reply, true);
-    let r = settled(due, r, reply);
+    let r = if due == 0 { r } else { settled(due, r, reply) };
     if data.len() > DATA_CAP {
         lease.area.bulk[index as usize].lock().out.trim();
     }

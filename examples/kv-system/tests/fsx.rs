@@ -6,21 +6,10 @@
 //! the emulation is the only way it reaches a file service: there is no
 //! kernel mount of one.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
 
-/// `lintel-run`, built beside this crate's binary by `cargo test
-/// --workspace` (it belongs to `lintel-preload`).
-fn lintel_run() -> PathBuf {
-    let p = Path::new(env!("CARGO_BIN_EXE_kv-system")).with_file_name("lintel-run");
-    assert!(
-        p.exists(),
-        "{} is missing: build it with `cargo build --release -p lintel-preload` (cargo test --workspace does)",
-        p.display()
-    );
-    p
-}
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// fsx, built by `third_party/fsx/build.sh` into the target directory.
 fn fsx() -> PathBuf {
@@ -42,7 +31,7 @@ fn fsx() -> PathBuf {
 /// `third_party/fsx/README.md`).
 #[test]
 fn fsx_through_a_running_systems_file_service() {
-    let run = lintel_run();
+    let run = common::lintel_run();
     let fsx = fsx();
     // On a tmpfs if there is one: fsx's mapped writes end with
     // msync(MS_SYNC), which waits on a disk.
@@ -53,35 +42,8 @@ fn fsx_through_a_running_systems_file_service() {
     };
     let logs = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("files")).unwrap();
-    let manifest = dir.path().join("fsx.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "system = \"fsx-{}\"\nroot = \"shell\"\nsocket = \"sys.sock\"\n\
-             [domain.shell]\nservices = [\"shell\"]\n\
-             [domain.rest]\nservices = [\"kv\", \"clock\", \"log\"]\n\
-             [domain.files]\nservices = [\"fs\"]\n\
-             [service.fs]\nroot = \"files\"\n",
-            std::process::id()
-        ),
-    )
-    .unwrap();
-    let mut system = Command::new(env!("CARGO_BIN_EXE_kv-system"))
-        .args(["boot", manifest.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(system.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("system ready") {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "the system ended before it was ready"
-        );
-    }
+    let mut system = common::boot(dir.path(), "fsx");
+    let manifest = system.manifest.clone();
     let ops = "260000";
     let start = std::time::Instant::now();
     let out = Command::new(&run)
@@ -96,8 +58,8 @@ fn fsx_through_a_running_systems_file_service() {
         .output()
         .unwrap();
     let took = start.elapsed();
-    drop(system.stdin.take()); // the shell ends, and the system with it
-    let _ = system.wait();
+    drop(system.child.stdin.take()); // the shell ends, and the system with it
+    let _ = system.child.wait();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let ok_line = format!("All {ops} operations completed A-OK!");
     if !(out.status.success() && stdout.contains(&ok_line)) {
