@@ -204,8 +204,16 @@ impl Emulation {
             }
             Err(e) => return Some(err(e)),
         };
-        match self.fs.stat(std::ffi::OsStr::from_bytes(&target)) {
+        let os = std::ffi::OsStr::from_bytes;
+        match self.fs.stat(os(&target)) {
             Ok(st) if st.is_dir() => {
+                // Entering it takes the right to search it, as for Linux.
+                if let Err(e) = self
+                    .fs
+                    .access(os(&target), libc::X_OK as u32, libc::AT_EACCESS as u32)
+                {
+                    return Some(fs_err(e));
+                }
                 *self.cwd.write() = Some(target);
                 Some(0)
             }
@@ -1115,6 +1123,32 @@ impl Emulation {
         self.set_attr(dirfd, path, flags, attr)
     }
 
+    /// `access`/`faccessat2`: checked by the service with the program's
+    /// credentials (its real ids unless `AT_EACCESS`).
+    fn access(&self, dirfd: i32, path: u64, mode: u64, flags: u64) -> R {
+        let flags = flags as i32;
+        if flags & !(libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+            return self.path_at(dirfd, path).ok()?.map(|_| err(libc::EINVAL));
+        }
+        let empty = flags & libc::AT_EMPTY_PATH != 0 && user::cstr(path).is_ok_and(|p| p.is_empty());
+        let rel = match empty {
+            true => self.served(dirfd as u64)?.path.clone(),
+            false => match self.path_at(dirfd, path) {
+                Ok(Some(rel)) => rel,
+                Ok(None) => return None,
+                Err(e) => return Some(err(e)),
+            },
+        };
+        if mode & !7 != 0 {
+            return Some(err(libc::EINVAL));
+        }
+        let flags = (flags & (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW)) as u32;
+        let r = self
+            .fs
+            .access(std::ffi::OsStr::from_bytes(&rel), mode as u32, flags);
+        Some(r.map_or_else(fs_err, |()| 0))
+    }
+
     /// `statfs`/`fstatfs` of something served: the export's file system.
     fn statfs(&self, served: Result<bool, i32>, buf: u64) -> R {
         match served {
@@ -1217,6 +1251,13 @@ impl Emulator for Emulation {
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
         let cwd = libc::AT_FDCWD;
         if let Some(r) = reserved(nr, a) {
+            return Some(r);
+        }
+        if changes_credentials(nr) {
+            // Made here, then noted: a served call of another thread that
+            // came between would otherwise tell the service too early.
+            let r = trap::raw_syscall(nr, a);
+            Fs::credentials_changed();
             return Some(r);
         }
         if trap::forked_child() {
@@ -1322,10 +1363,9 @@ impl Emulator for Emulation {
             libc::SYS_rename => self.rename(cwd, a[0], cwd, a[1], 0),
             libc::SYS_renameat => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], 0),
             libc::SYS_renameat2 => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], a[4]),
-            libc::SYS_access => self.on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop)),
-            libc::SYS_faccessat | libc::SYS_faccessat2 => {
-                self.on_path(a[0] as i32, a[1], |p| self.fs.stat(p).map(drop))
-            }
+            libc::SYS_access => self.access(cwd, a[0], a[1], 0),
+            libc::SYS_faccessat => self.access(a[0] as i32, a[1], a[2], 0),
+            libc::SYS_faccessat2 => self.access(a[0] as i32, a[1], a[2], a[3]),
             libc::SYS_readlink => self.readlink(cwd, a[0], a[1], a[2]),
             libc::SYS_readlinkat => self.readlink(a[0] as i32, a[1], a[2], a[3]),
             libc::SYS_symlink => self.symlink(a[0], cwd, a[1]),
@@ -1410,6 +1450,24 @@ pub fn set_reviver(revive: fn() -> Option<&'static Emulation>) {
 /// program sees the floor as its descriptor limit, so `dup2` onto a
 /// number above it fails as above any limit, `close` finds nothing
 /// there, and `close_range` stops below it. `None`: not such a call.
+/// Whether call `nr` may change the program's credentials or umask,
+/// which the service acts with.
+fn changes_credentials(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_setuid
+            | libc::SYS_setgid
+            | libc::SYS_setreuid
+            | libc::SYS_setregid
+            | libc::SYS_setresuid
+            | libc::SYS_setresgid
+            | libc::SYS_setfsuid
+            | libc::SYS_setfsgid
+            | libc::SYS_setgroups
+            | libc::SYS_umask
+    )
+}
+
 fn reserved(nr: i64, a: [u64; 6]) -> R {
     let floor = lintel::descriptor_floor() as u64;
     if floor == 0 {
