@@ -1043,3 +1043,43 @@ fn the_umask_shapes_new_files_as_on_linux() {
         ],
     );
 }
+
+/// Symlinks the program makes with absolute targets, into the served tree
+/// and out to the host, and relative ones, resolve as if the tree were
+/// mounted at the prefix: listed, walked, followed, copied and removed as
+/// natively (issue 26, findings 5 and 9).
+#[test]
+fn symlinks_in_and_out_of_the_prefix_resolve_as_if_mounted() {
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let script = "import os, sys, shutil, glob\n\
+        d = sys.argv[1]\n\
+        os.chdir(d)\n\
+        def t(name, f):\n    try:\n        print(name, 'ok', f())\n    except OSError as e:\n        print(name, 'errno', e.errno)\n\
+        os.makedirs('a/b'); open('a/b/f', 'w').write('data')\n\
+        os.symlink(d + '/a', 'abs')\n\
+        os.symlink('/etc/hostname', 'out')\n\
+        os.symlink('/etc', 'etc')\n\
+        os.symlink('../a/b', 'a/rel')\n\
+        t('scandir', lambda: sorted((e.name, e.is_dir(), e.is_file(), e.is_symlink()) for e in os.scandir('.')))\n\
+        t('walk', lambda: [(p.replace(d, 'D'), sorted(ds), sorted(fs)) for p, ds, fs in os.walk(d)])\n\
+        t('walk following links', lambda: sorted(p.replace(d, 'D') for p, ds, fs in os.walk(d + '/a', followlinks=True)))\n\
+        t('glob', lambda: sorted(glob.glob(d + '/*/b/f')))\n\
+        t('read through abs', lambda: open('abs/b/f').read())\n\
+        t('read out', lambda: open('out').read() == open('/etc/hostname').read())\n\
+        t('stat through etc', lambda: os.stat('etc/passwd').st_size == os.stat('/etc/passwd').st_size)\n\
+        t('lstat abs', lambda: oct(os.lstat('abs').st_mode))\n\
+        t('chdir through abs', lambda: (os.chdir('abs/rel'), sorted(os.listdir('.')), os.chdir(d)))\n\
+        t('copytree following', lambda: (shutil.copytree('abs', 'copy'), sorted(os.listdir('copy/rel'))))\n\
+        t('rmtree', lambda: (shutil.rmtree('copy'), os.path.exists('copy')))\n\
+        t('write through abs', lambda: open('abs/b/g', 'w').write('more'))\n\
+        t('exists', lambda: [os.path.exists(x) for x in ('abs', 'out', 'etc', 'a/rel', 'abs/b/g')])\n";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
+    // A program nobody here wrote follows a link out of the prefix.
+    same(n.path(), s.path(), &["/bin/cat", "%R/out"]);
+    same(
+        n.path(),
+        s.path(),
+        &["/usr/bin/find", "-L", "%R/abs", "-name", "g"],
+    );
+}
