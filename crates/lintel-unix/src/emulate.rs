@@ -272,8 +272,12 @@ impl Emulation {
         };
         // An O_PATH open (glibc makes them for `fchmodat` and friends)
         // becomes a read-only one: the descriptor stands for the file.
+        // Linux heeds only these flags with it (no `O_CREAT`, no
+        // `O_TRUNC`); the descriptor keeps `O_PATH`, and so refuses I/O
+        // ([`refused_on_path_only`]).
+        let path_only = flags as i32 & libc::O_PATH;
         let flags = match flags as i32 {
-            f if f & libc::O_PATH != 0 => (f & !(libc::O_PATH | libc::O_ACCMODE)) | libc::O_RDONLY,
+            f if path_only != 0 => (f & (libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)) | libc::O_RDONLY,
             f => f,
         };
         let o = options_for(flags, mode as u32);
@@ -282,7 +286,7 @@ impl Emulation {
             Err(e) => return Some(fs_err(e)),
         };
         let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
-        let served = Served::new(file, rel, dir, flags, false);
+        let served = Served::new(file, rel, dir, flags | path_only, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
 
@@ -605,6 +609,9 @@ impl Emulation {
         // Under the table's read lock, not a clone of the entry: this is
         // the hot path (a concurrent close waits for it).
         self.fds.with(fd, |s| {
+            if s.flags & libc::O_PATH != 0 {
+                return err(libc::EBADF);
+            }
             if s.dir {
                 return err(libc::EISDIR);
             }
@@ -621,6 +628,9 @@ impl Emulation {
     /// A write from a buffer the caller vouches for (see [`Self::read_to`]).
     pub fn write_from(&self, fd: i32, buf: &[u8], at: Option<u64>) -> R {
         self.fds.with(fd, |s| {
+            if s.flags & libc::O_PATH != 0 {
+                return err(libc::EBADF);
+            }
             let buf = &buf[..buf.len().min(MAX_IO)];
             let n = match at {
                 None => s.file.write_shared(buf),
@@ -923,7 +933,12 @@ impl Emulation {
                     Err(e) => return Some(fs_err(e)),
                 };
                 let known = s.all_flags() & !libc::O_APPEND;
-                let flags = known | if append { libc::O_APPEND } else { 0 };
+                // The kernel opens every file with `O_LARGEFILE` on a 64-bit
+                // machine, but an `O_PATH` one.
+                let flags = match known & libc::O_PATH {
+                    0 => known | O_LARGEFILE | if append { libc::O_APPEND } else { 0 },
+                    _ => known & (libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW),
+                };
                 (flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC)) as i64
             }
             libc::F_SETFL => {
@@ -1203,12 +1218,30 @@ impl Emulation {
         Some(self.fs.symlink(os(&target), os(&rel)).map_or_else(fs_err, |()| 0))
     }
 
-    /// `link`: both names served, or `EXDEV`.
+    /// `link`: both names served, or `EXDEV` (once the kernel would have
+    /// found the file and the new name's directory: a bad descriptor is
+    /// `EBADF`, a missing name `ENOENT`).
     fn link(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
+        let follow = flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
+        let first = |e: i32, then: R| Some(if e != 0 { err(e) } else { then.filter(|&r| r < 0).unwrap_or(err(libc::EXDEV)) });
         match (self.path_at(olddir, old), self.path_at(newdir, new)) {
             (Ok(None), Ok(None)) => None,
             (Err(e), _) | (_, Err(e)) => Some(err(e)),
-            (Ok(Some(_)), Ok(None)) | (Ok(None), Ok(Some(_))) => Some(err(libc::EXDEV)),
+            (Ok(None), Ok(Some(_))) => {
+                let e = user::cstr(old).map_or(libc::EFAULT, |p| host_lookup(olddir, &p, follow, false));
+                first(e, self.parent_error(newdir, new))
+            }
+            (Ok(Some(a)), Ok(None)) => {
+                let os = std::ffi::OsStr::from_bytes;
+                let found = match follow {
+                    false => self.fs.symlink_stat(os(&a)),
+                    true => self.fs.stat(os(&a)),
+                };
+                match found {
+                    Err(e) => Some(fs_err(e)),
+                    Ok(_) => first(host_parent(newdir, new), None),
+                }
+            }
             (Ok(Some(_)), Ok(Some(_))) if flags & !(libc::AT_SYMLINK_FOLLOW as u64) != 0 => {
                 Some(err(libc::EINVAL))
             }
@@ -1219,12 +1252,81 @@ impl Emulation {
         }
     }
 
+    /// A call that removes or renames the last name of (`dirfd`,
+    /// `path`), when that name is `.` (`dot`) or `..` (`dotdot`): refused
+    /// as Linux refuses it once the directory holding it is found (the
+    /// path is otherwise made lexical, `d/.` being `d`). `None`: not such
+    /// a path, or not served.
+    fn dot_last(&self, dirfd: i32, path: u64, dot: i32, dotdot: i32) -> R {
+        let p = user::cstr(path).ok()?;
+        let e = match last_name(&p).1 {
+            b"." => dot,
+            b".." => dotdot,
+            _ => return None,
+        };
+        match self.parent_error(dirfd, path)? {
+            0 => Some(err(e)),
+            r => Some(r),
+        }
+    }
+
+    /// Whether the directory holding the last name of (`dirfd`, `path`)
+    /// is one: 0, or the error finding it. `None`: not served.
+    fn parent_error(&self, dirfd: i32, path: u64) -> R {
+        let p = user::cstr(path).ok()?;
+        let mut parent = match last_name(&p).0 {
+            [] => b".".to_vec(),
+            d => d.to_vec(),
+        };
+        parent.push(0);
+        let rel = match self.path_at(dirfd, parent.as_ptr() as u64) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        Some(match self.fs.stat(std::ffi::OsStr::from_bytes(&rel)) {
+            Ok(st) if st.is_dir() => 0,
+            Ok(_) => err(libc::ENOTDIR),
+            Err(e) => fs_err(e),
+        })
+    }
+
     fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
+        // A last name `.` or `..` is `EBUSY`, once both directories are
+        // found.
+        let dot = |p: u64| user::cstr(p).is_ok_and(|p| matches!(last_name(&p).1, b"." | b".."));
+        if dot(old) || dot(new) {
+            let found = [(olddir, old), (newdir, new)]
+                .into_iter()
+                .find_map(|(d, p)| self.parent_error(d, p).filter(|&r| r < 0));
+            if let Some(r) = found {
+                return Some(r);
+            }
+            if self.path_at(olddir, old).is_ok_and(|p| p.is_some())
+                || self.path_at(newdir, new).is_ok_and(|p| p.is_some())
+            {
+                return Some(err(libc::EBUSY));
+            }
+        }
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
             (Ok(None), Ok(None)) => None,
             (Err(e), _) | (_, Err(e)) => Some(err(e)),
-            (Ok(Some(_)), Ok(None)) | (Ok(None), Ok(Some(_))) => Some(err(libc::EXDEV)),
+            // `EXDEV` once both names' directories are found.
+            (Ok(Some(_)), Ok(None)) => Some(match self.parent_error(olddir, old) {
+                Some(r) if r < 0 => r,
+                _ => err(match host_parent(newdir, new) {
+                    0 => libc::EXDEV,
+                    e => e,
+                }),
+            }),
+            (Ok(None), Ok(Some(_))) => Some(match host_parent(olddir, old) {
+                0 => self
+                    .parent_error(newdir, new)
+                    .filter(|&r| r < 0)
+                    .unwrap_or(err(libc::EXDEV)),
+                e => err(e),
+            }),
             (Ok(Some(_)), Ok(Some(_))) if flags != 0 => Some(err(libc::EINVAL)),
             (Ok(Some(a)), Ok(Some(b))) => Some(
                 self.fs
@@ -1239,6 +1341,9 @@ impl Emulation {
     /// Answer call `nr` if it names something served.
     fn dispatch(&self, nr: i64, a: [u64; 6]) -> R {
         let cwd = libc::AT_FDCWD;
+        if refused_on_path_only(nr, a) && self.served(a[0]).is_some_and(|s| s.flags & libc::O_PATH != 0) {
+            return Some(err(libc::EBADF));
+        }
         match nr {
             libc::SYS_open => self.open(cwd, a[0], a[1], a[2]),
             libc::SYS_openat => self.open(a[0] as i32, a[1], a[2], a[3]),
@@ -1262,6 +1367,10 @@ impl Emulation {
             libc::SYS_fchdir => self.fchdir(a[0]),
             libc::SYS_getcwd => self.getcwd(a[0], a[1]),
             libc::SYS_truncate => self.on_path(cwd, a[0], |p| {
+                // A negative length is refused before the path is looked up.
+                if (a[1] as i64) < 0 {
+                    return Err(FsError::Os { errno: libc::EINVAL });
+                }
                 let mut o = OpenOptions::new();
                 o.write(true);
                 self.fs.open_with(p, &o)?.set_len(a[1])
@@ -1315,9 +1424,14 @@ impl Emulation {
                 (self.served(a[0]).is_some() || self.served(a[2]).is_some()).then(|| err(libc::EINVAL))
             }
             libc::SYS_unlink => self.on_path(cwd, a[0], |p| self.fs.remove_file(p)),
-            libc::SYS_rmdir => self.on_path(cwd, a[0], |p| self.fs.remove_dir(p)),
+            libc::SYS_rmdir => self
+                .dot_last(cwd, a[0], libc::EINVAL, libc::ENOTEMPTY)
+                .or_else(|| self.on_path(cwd, a[0], |p| self.fs.remove_dir(p))),
             libc::SYS_unlinkat => {
                 let dir = a[2] as i32 & libc::AT_REMOVEDIR != 0;
+                if dir && let Some(r) = self.dot_last(a[0] as i32, a[1], libc::EINVAL, libc::ENOTEMPTY) {
+                    return Some(r);
+                }
                 self.on_path(a[0] as i32, a[1], |p| {
                     if dir {
                         self.fs.remove_dir(p)
@@ -1429,6 +1543,91 @@ impl Emulation {
             links::Target::Host(_) => Some(trap::raw_syscall(nr, again)),
         }
     }
+}
+
+/// The kernel's `O_LARGEFILE` on x86-64 (glibc's, and so `libc`'s, is 0).
+const O_LARGEFILE: i32 = 0o100000;
+
+/// Whether call `nr` on an `O_PATH` descriptor (its first argument) is
+/// `EBADF`: anything that reads, writes or changes the file through it.
+fn refused_on_path_only(nr: i64, a: [u64; 6]) -> bool {
+    match nr {
+        libc::SYS_read
+        | libc::SYS_write
+        | libc::SYS_pread64
+        | libc::SYS_pwrite64
+        | libc::SYS_readv
+        | libc::SYS_writev
+        | libc::SYS_preadv
+        | libc::SYS_pwritev
+        | libc::SYS_preadv2
+        | libc::SYS_pwritev2
+        | libc::SYS_lseek
+        | libc::SYS_ftruncate
+        | libc::SYS_fallocate
+        | libc::SYS_fchmod
+        | libc::SYS_fchown
+        | libc::SYS_getdents64
+        | libc::SYS_ioctl
+        | libc::SYS_flock
+        | libc::SYS_fsync
+        | libc::SYS_fdatasync
+        | libc::SYS_fadvise64
+        | libc::SYS_fgetxattr
+        | libc::SYS_flistxattr
+        | libc::SYS_fsetxattr
+        | libc::SYS_fremovexattr => true,
+        libc::SYS_fcntl => !matches!(
+            a[1] as i32,
+            libc::F_GETFL | libc::F_SETFL | libc::F_GETFD | libc::F_SETFD | libc::F_DUPFD | libc::F_DUPFD_CLOEXEC
+        ),
+        _ => false,
+    }
+}
+
+/// A path (its trailing slashes aside) as the directory part, with its
+/// slash, and the last name.
+fn last_name(p: &[u8]) -> (&[u8], &[u8]) {
+    let trimmed = p.len() - p.iter().rev().take_while(|&&b| b == b'/').count();
+    let p = &p[..trimmed];
+    let at = p.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    (&p[..at], &p[at..])
+}
+
+/// What the kernel says of (`dirfd`, `path`), a name not served: 0 if
+/// it is there (and a directory, if `dir`), or the errno.
+fn host_lookup(dirfd: i32, path: &[u8], follow: bool, dir: bool) -> i32 {
+    let mut p = path.to_vec();
+    p.push(0);
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    let mut st = [0u8; 144];
+    let r = trap::raw_syscall(
+        libc::SYS_newfstatat,
+        [dirfd as u64, p.as_ptr() as u64, st.as_mut_ptr() as u64, flags as u64, 0, 0],
+    );
+    if r < 0 {
+        return -r as i32;
+    }
+    // `st_mode`, at 24 in x86-64's `struct stat`.
+    let mode = u32::from_ne_bytes(st[24..28].try_into().expect("4 bytes"));
+    if dir && mode & libc::S_IFMT != libc::S_IFDIR {
+        return libc::ENOTDIR;
+    }
+    0
+}
+
+/// What the kernel says of the directory holding the last name of
+/// (`dirfd`, `path`), a name not served: 0 or the errno (before a call
+/// naming a served name too is `EXDEV`).
+fn host_parent(dirfd: i32, path: u64) -> i32 {
+    let Ok(p) = user::cstr(path) else {
+        return libc::EFAULT;
+    };
+    let parent = match last_name(&p).0 {
+        [] => b".".as_slice(),
+        d => d,
+    };
+    host_lookup(dirfd, parent, true, true)
 }
 
 /// The service's answers for [`links::resolve`].

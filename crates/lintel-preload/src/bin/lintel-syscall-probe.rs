@@ -1,4 +1,4 @@
-//! `lintel-syscall-probe ROOT < SCRIPT`: make the system calls a script
+//! `lintel-syscall-probe ROOT [OUT] < SCRIPT`: make the system calls a script
 //! names, one by one, with raw libc calls (the flags exactly as written),
 //! and print one normalized line per call. The differential test
 //! (`tests/syscalls_differential.rs`) runs it natively on one tree and
@@ -18,7 +18,8 @@
 //! behave alike: descriptor numbers (`fd`), inode numbers, devices and
 //! times; a stat is kind, mode & 07777, size and links; bytes read are a
 //! length and a hash; a directory listing is sorted; the root is `ROOT`
-//! in link targets and the working directory. After each step, a digest
+//! in link targets and the working directory, OUT (a directory outside
+//! the tree symlinks lead to) `OUT`. After each step, a digest
 //! of the case's tree. `SEEK_DATA`/`SEEK_HOLE` on a regular file print
 //! whether the answer keeps Linux's promises (an offset in `[at, size]`,
 //! only zeros skipped; where a file keeps its holes is its file system's
@@ -42,6 +43,8 @@ const DUP_BASE: i32 = 200;
 
 struct Probe {
     root: String,
+    /// A directory outside the tree, renamed `OUT` where printed.
+    out_dir: String,
     base: String,
     slots: [i32; SLOTS],
     out: std::io::BufWriter<std::io::Stdout>,
@@ -170,7 +173,8 @@ impl Probe {
     }
 
     fn renamed(&self, s: &[u8]) -> String {
-        String::from_utf8_lossy(s).replace(&self.root, "ROOT")
+        let s = String::from_utf8_lossy(s).replace(&self.root, "ROOT");
+        if self.out_dir.is_empty() { s } else { s.replace(&self.out_dir, "OUT") }
     }
 
     /// Put `fd` into slot `s`, closing what it held.
@@ -201,6 +205,12 @@ impl Probe {
         let a = |i: usize| *w.get(i).unwrap_or_else(|| panic!("lintel-syscall-probe: {w:?}: too few arguments"));
         let n = |i: usize| num(a(i));
         match w[0] {
+            "rename" | "rmdir" | "unlink" if self.in_use(&w[1..]) => {
+                // The emulation keeps a served directory descriptor and
+                // working directory as its path: moved or removed, it
+                // would name what is at the path now.
+                "not made: it would move or remove a directory in use".into()
+            }
             "open" => {
                 let (s, dir, p) = (self.slot(a(1)), self.dir(a(2)), self.path(a(3)));
                 // SAFETY: a NUL-terminated path; flags and mode as given.
@@ -388,6 +398,11 @@ impl Probe {
                 let r = unsafe { libc::unlinkat(dir, p.as_ptr(), n(3) as i32) };
                 self.result(r as i64)
             }
+            "rename" | "link" if self.crosses(a(1), a(2), a(3), a(4)) => {
+                // The host moves or links across it (one file system);
+                // the service is a file system of its own (`EXDEV`).
+                "not made: the names are on both sides of the tree's boundary".into()
+            }
             "rename" => {
                 let (d1, p1, d2, p2) = (self.dir(a(1)), self.path(a(2)), self.dir(a(3)), self.path(a(4)));
                 // SAFETY: NUL-terminated paths.
@@ -470,6 +485,86 @@ impl Probe {
             "tree" => self.tree_digest(true),
             other => panic!("lintel-syscall-probe: unknown step {other}"),
         }
+    }
+
+    /// Whether the directory holding `path`'s last name (from `dir`) is
+    /// in the tree: `None` if it cannot be found.
+    fn inside(&self, dir: &str, path: &str) -> Option<bool> {
+        let p = self.path(path);
+        let p = p.as_bytes();
+        let trimmed = p.len() - p.iter().rev().take_while(|&&b| b == b'/').count();
+        let parent = match p[..trimmed].iter().rposition(|&b| b == b'/') {
+            Some(0) => b"/".to_vec(),
+            Some(i) => p[..i].to_vec(),
+            None => b".".to_vec(),
+        };
+        let parent = CString::new(parent).expect("no NUL");
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::openat(self.dir(dir), parent.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+        // SAFETY: ours.
+        unsafe { libc::close(fd) };
+        let link = link.ok()?;
+        let link = link.as_os_str().as_encoded_bytes();
+        let root = self.root.as_bytes();
+        Some(link.starts_with(root) && matches!(link.get(root.len()), None | Some(b'/')))
+    }
+
+    /// The path of what (`dir`, `path`) names, if a directory (not
+    /// following a last symlink).
+    fn dir_path(&self, dir: &str, path: &str) -> Option<Vec<u8>> {
+        // `.` and `..` last are refused anyway.
+        let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        if name == "." || name == ".." {
+            return None;
+        }
+        let p = self.path(path);
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::openat(self.dir(dir), p.as_ptr(), flags) };
+        if fd < 0 {
+            return None;
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+        // SAFETY: ours.
+        unsafe { libc::close(fd) };
+        Some(link.ok()?.into_os_string().into_encoded_bytes())
+    }
+
+    /// Whether a `rename`, `rmdir` or `unlink` (its arguments) would move
+    /// or remove a directory a slot or the working directory is in.
+    fn in_use(&self, args: &[&str]) -> bool {
+        let named: Vec<Vec<u8>> = match args {
+            [p, ..] if !p.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
+                self.dir_path("-", p).into_iter().collect()
+            }
+            [d1, p1, d2, p2, ..] if args.len() == 4 => {
+                [self.dir_path(d1, p1), self.dir_path(d2, p2)].into_iter().flatten().collect()
+            }
+            [d, p, ..] => self.dir_path(d, p).into_iter().collect(),
+            _ => Vec::new(),
+        };
+        let mut used: Vec<Vec<u8>> = self
+            .slots
+            .iter()
+            .filter(|&&fd| fd >= 0)
+            .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+            .map(|l| l.into_os_string().into_encoded_bytes())
+            .collect();
+        used.extend(std::env::current_dir().ok().map(|c| c.into_os_string().into_encoded_bytes()));
+        named.iter().any(|n| {
+            used.iter()
+                .any(|u| u.starts_with(n) && matches!(u.get(n.len()), None | Some(b'/')))
+        })
+    }
+
+    /// Whether a `rename` or `link` of these names crosses the tree's
+    /// boundary.
+    fn crosses(&self, d1: &str, p1: &str, d2: &str, p2: &str) -> bool {
+        matches!((self.inside(d1, p1), self.inside(d2, p2)), (Some(a), Some(b)) if a != b)
     }
 
     fn data(&self, r: isize, buf: &[u8]) -> String {
@@ -662,6 +757,7 @@ impl Probe {
             "lintel-syscall-probe".to_string(),
             "--child".into(),
             self.root.clone(),
+            self.out_dir.clone(),
             self.base.clone(),
             slots.join(","),
             steps.join(";"),
@@ -711,30 +807,32 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let out = std::io::BufWriter::new(std::io::stdout());
     if args.get(1).map(String::as_str) == Some("--child") {
-        // An `exec`ed child: --child ROOT BASE SLOTS STEPS.
+        // An `exec`ed child: --child ROOT OUT BASE SLOTS STEPS.
         let mut slots = [-1; SLOTS];
-        for (s, fd) in slots.iter_mut().zip(args[4].split(',')) {
+        for (s, fd) in slots.iter_mut().zip(args[5].split(',')) {
             *s = fd.parse().unwrap_or(-1);
         }
         let mut p = Probe {
             root: args[2].clone(),
-            base: args[3].clone(),
+            out_dir: args[3].clone(),
+            base: args[4].clone(),
             slots,
             out,
             tag: "  child ",
         };
-        let steps: Vec<String> = args[5].split(';').map(str::to_string).collect();
+        let steps: Vec<String> = args[6].split(';').map(str::to_string).collect();
         p.run(&steps);
         let _ = p.out.flush();
         return;
     }
     let Some(root) = args.get(1) else {
-        eprintln!("usage: lintel-syscall-probe ROOT < SCRIPT");
+        eprintln!("usage: lintel-syscall-probe ROOT [OUT] < SCRIPT");
         std::process::exit(2);
     };
     let root_c = CString::new(root.as_str()).expect("no NUL");
     let mut p = Probe {
         root: root.clone(),
+        out_dir: args.get(2).cloned().unwrap_or_default(),
         base: root.clone(),
         slots: [-1; SLOTS],
         out,
