@@ -300,11 +300,15 @@ impl Emulation {
     fn dup_to(&self, old: u64, new: Option<u64>, flags: u64) -> R {
         let served = self.served(old);
         let Some(served) = served else {
-            // Not ours; if the target is, it is closed by the call.
-            if let Some(n) = new {
+            // Not ours; if the target is, it is closed by the call (when
+            // the call succeeds: a bad `old` leaves it open).
+            let n = new.filter(|&n| self.fds.contains(n as i32))?;
+            // (`old` is not `n`, which is served: `dup3` is `dup2` here.)
+            let r = trap::raw_syscall(libc::SYS_dup3, [old, n, flags, 0, 0, 0]);
+            if r >= 0 {
                 self.fds.remove(n as i32);
             }
-            return None;
+            return Some(r);
         };
         let fd = match new {
             None => trap::raw_syscall(libc::SYS_dup, [old, 0, 0, 0, 0, 0]),
@@ -1298,7 +1302,10 @@ impl Emulation {
         if dot(old) || dot(new) {
             let found = [(olddir, old), (newdir, new)]
                 .into_iter()
-                .find_map(|(d, p)| self.parent_error(d, p).filter(|&r| r < 0));
+                .find_map(|(d, p)| match self.parent_error(d, p) {
+                    Some(r) => (r < 0).then_some(r),
+                    None => Some(err(host_parent(d, p))).filter(|&r| r < 0),
+                });
             if let Some(r) = found {
                 return Some(r);
             }
@@ -1563,7 +1570,6 @@ fn refused_on_path_only(nr: i64, a: [u64; 6]) -> bool {
         | libc::SYS_preadv2
         | libc::SYS_pwritev2
         | libc::SYS_lseek
-        | libc::SYS_ftruncate
         | libc::SYS_fallocate
         | libc::SYS_fchmod
         | libc::SYS_fchown
@@ -1577,9 +1583,11 @@ fn refused_on_path_only(nr: i64, a: [u64; 6]) -> bool {
         | libc::SYS_flistxattr
         | libc::SYS_fsetxattr
         | libc::SYS_fremovexattr => true,
+        // A negative length is `EINVAL` first.
+        libc::SYS_ftruncate => (a[1] as i64) >= 0,
         libc::SYS_fcntl => !matches!(
             a[1] as i32,
-            libc::F_GETFL | libc::F_SETFL | libc::F_GETFD | libc::F_SETFD | libc::F_DUPFD | libc::F_DUPFD_CLOEXEC
+            libc::F_GETFL | libc::F_GETFD | libc::F_SETFD | libc::F_DUPFD | libc::F_DUPFD_CLOEXEC
         ),
         _ => false,
     }

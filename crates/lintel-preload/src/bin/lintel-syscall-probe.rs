@@ -211,6 +211,11 @@ impl Probe {
                 // would name what is at the path now.
                 "not made: it would move or remove a directory in use".into()
             }
+            "symlink" if a(1).starts_with('@') && self.inside(a(2), a(3)) == Some(false) => {
+                // The host's kernel follows a symlink outside the tree,
+                // and the prefix is not on the host.
+                "not made: a symlink outside the tree into it".into()
+            }
             "open" => {
                 let (s, dir, p) = (self.slot(a(1)), self.dir(a(2)), self.path(a(3)));
                 // SAFETY: a NUL-terminated path; flags and mode as given.
