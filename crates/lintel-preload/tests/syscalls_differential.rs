@@ -570,6 +570,7 @@ mod regressions {
         replay(&["link 0 a - a 0x0"]);
         replay(&["open 1 - a 0x41 420", "link - a 0 b 0x0", "rename 0 b - a", "rename - a 0 b"]);
         replay(&["open 1 - a 0x41 420", "link 1 b - c 0x0", "rename - a 1 b"]);
+        replay(&["open 0 - b 0x40 420", "link - a 0 a 0x0", "link - b 0 a 0x0"]);
         replay(&["link - %/o - d/c 0x0", "link - %/x - c 0x0", "rename - %/o - d/c", "rename - d/c - %/x/y"]);
     }
 
@@ -614,10 +615,12 @@ mod regressions {
 
     /// `dup2` from a bad descriptor onto a served one let the served
     /// file go though the call failed (`EBADF`) and left the target open:
-    /// reads then found the placeholder behind it.
+    /// reads then found the placeholder behind it. `dup3` of a served
+    /// descriptor onto itself succeeded (Linux: `EINVAL`).
     #[test]
     fn a_failed_dup2_leaves_its_target_served() {
         replay(&["open 1 - . 0x200000 420", "dup2 2 1", "pread 1 0 0"]);
+        replay(&["open 3 - a 0x40 420", "fcntl 3 dupfd 4", "dup3 4 4 0x0", "dup2 4 4", "fstat 4"]);
         replay(&["open 1 - a 0x42 420", "write 1 5 1", "dup3 2 1 0x0", "dup3 1 2 0x1", "pread 1 9 0", "pread 2 9 0"]);
     }
 

@@ -1228,20 +1228,22 @@ impl Emulation {
     fn link(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
         let follow = flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
         let first = |e: i32, then: R| Some(if e != 0 { err(e) } else { then.filter(|&r| r < 0).unwrap_or(err(libc::EXDEV)) });
+        let os = std::ffi::OsStr::from_bytes;
+        let found = |a: &[u8]| match follow {
+            false => self.fs.symlink_stat(os(a)),
+            true => self.fs.stat(os(a)),
+        };
         match (self.path_at(olddir, old), self.path_at(newdir, new)) {
             (Ok(None), Ok(None)) => None,
+            // The file is looked up before the new name's directory.
+            (Ok(Some(a)), Err(e)) => Some(found(&a).map_or_else(fs_err, |_| err(e))),
             (Err(e), _) | (_, Err(e)) => Some(err(e)),
             (Ok(None), Ok(Some(_))) => {
                 let e = user::cstr(old).map_or(libc::EFAULT, |p| host_lookup(olddir, &p, follow, false));
                 first(e, self.parent_error(newdir, new))
             }
             (Ok(Some(a)), Ok(None)) => {
-                let os = std::ffi::OsStr::from_bytes;
-                let found = match follow {
-                    false => self.fs.symlink_stat(os(&a)),
-                    true => self.fs.stat(os(&a)),
-                };
-                match found {
+                match found(&a) {
                     Err(e) => Some(fs_err(e)),
                     Ok(_) => first(host_parent(newdir, new), None),
                 }
@@ -1400,6 +1402,8 @@ impl Emulation {
             libc::SYS_fcntl => self.fcntl(a[0], a[1], a[2]),
             libc::SYS_dup => self.dup_to(a[0], None, 0),
             libc::SYS_dup2 => self.dup_to(a[0], Some(a[1]), 0),
+            // `dup3` onto itself is `EINVAL` (`dup2`'s no-op is not its).
+            libc::SYS_dup3 if a[0] == a[1] => self.served(a[0]).map(|_| err(libc::EINVAL)),
             libc::SYS_dup3 => self.dup_to(a[0], Some(a[1]), a[2]),
             libc::SYS_flock => self.flock(a[0], a[1]),
             libc::SYS_fsync => self
