@@ -403,6 +403,12 @@ impl Probe {
                 let r = unsafe { libc::unlinkat(dir, p.as_ptr(), n(3) as i32) };
                 self.result(r as i64)
             }
+            "rename" | "link" if self.through_absolute_link(a(1), a(2)) || self.through_absolute_link(a(3), a(4)) => {
+                // The emulation follows a symlink the service refuses
+                // (an absolute target) for calls naming one path only:
+                // these answer `EXDEV`.
+                "not made: a name through a symlink with an absolute target".into()
+            }
             "rename" | "link" if self.crosses(a(1), a(2), a(3), a(4)) => {
                 // The host moves or links across it (one file system);
                 // the service is a file system of its own (`EXDEV`).
@@ -563,6 +569,22 @@ impl Probe {
         named.iter().any(|n| {
             used.iter()
                 .any(|u| u.starts_with(n) && matches!(u.get(n.len()), None | Some(b'/')))
+        })
+    }
+
+    /// Whether a directory on the way to (`dir`, `path`)'s last name is
+    /// a symlink with an absolute target.
+    fn through_absolute_link(&self, dir: &str, path: &str) -> bool {
+        let p = self.path(path);
+        let p = p.as_bytes();
+        let trimmed = p.len() - p.iter().rev().take_while(|&&b| b == b'/').count();
+        let p = &p[..trimmed];
+        (1..p.len()).filter(|&i| p[i] == b'/').any(|i| {
+            let prefix = CString::new(&p[..i]).expect("no NUL");
+            let mut buf = [0u8; 8];
+            // SAFETY: a NUL-terminated path, into a buffer of its length.
+            let n = unsafe { libc::readlinkat(self.dir(dir), prefix.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            n > 0 && buf[0] == b'/'
         })
     }
 
