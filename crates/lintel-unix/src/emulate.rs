@@ -277,7 +277,9 @@ impl Emulation {
         // ([`refused_on_path_only`]).
         let path_only = flags as i32 & libc::O_PATH;
         let flags = match flags as i32 {
-            f if path_only != 0 => (f & (libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)) | libc::O_RDONLY,
+            f if path_only != 0 => {
+                (f & (libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)) | libc::O_RDONLY
+            }
             f => f,
         };
         let o = options_for(flags, mode as u32);
@@ -1227,7 +1229,13 @@ impl Emulation {
     /// `EBADF`, a missing name `ENOENT`).
     fn link(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
         let follow = flags & libc::AT_SYMLINK_FOLLOW as u64 != 0;
-        let first = |e: i32, then: R| Some(if e != 0 { err(e) } else { then.filter(|&r| r < 0).unwrap_or(err(libc::EXDEV)) });
+        let first = |e: i32, then: R| {
+            Some(if e != 0 {
+                err(e)
+            } else {
+                then.filter(|&r| r < 0).unwrap_or(err(libc::EXDEV))
+            })
+        };
         let os = std::ffi::OsStr::from_bytes;
         let found = |a: &[u8]| match follow {
             false => self.fs.symlink_stat(os(a)),
@@ -1242,12 +1250,10 @@ impl Emulation {
                 let e = user::cstr(old).map_or(libc::EFAULT, |p| host_lookup(olddir, &p, follow, false));
                 first(e, self.parent_error(newdir, new))
             }
-            (Ok(Some(a)), Ok(None)) => {
-                match found(&a) {
-                    Err(e) => Some(fs_err(e)),
-                    Ok(_) => first(host_parent(newdir, new), None),
-                }
-            }
+            (Ok(Some(a)), Ok(None)) => match found(&a) {
+                Err(e) => Some(fs_err(e)),
+                Ok(_) => first(host_parent(newdir, new), None),
+            },
             (Ok(Some(_)), Ok(Some(_))) if flags & !(libc::AT_SYMLINK_FOLLOW as u64) != 0 => {
                 Some(err(libc::EINVAL))
             }
@@ -1302,12 +1308,13 @@ impl Emulation {
         // found.
         let dot = |p: u64| user::cstr(p).is_ok_and(|p| matches!(last_name(&p).1, b"." | b".."));
         if dot(old) || dot(new) {
-            let found = [(olddir, old), (newdir, new)]
-                .into_iter()
-                .find_map(|(d, p)| match self.parent_error(d, p) {
-                    Some(r) => (r < 0).then_some(r),
-                    None => Some(err(host_parent(d, p))).filter(|&r| r < 0),
-                });
+            let found =
+                [(olddir, old), (newdir, new)]
+                    .into_iter()
+                    .find_map(|(d, p)| match self.parent_error(d, p) {
+                        Some(r) => (r < 0).then_some(r),
+                        None => Some(err(host_parent(d, p))).filter(|&r| r < 0),
+                    });
             if let Some(r) = found {
                 return Some(r);
             }
@@ -1615,7 +1622,14 @@ fn host_lookup(dirfd: i32, path: &[u8], follow: bool, dir: bool) -> i32 {
     let mut st = [0u8; 144];
     let r = trap::raw_syscall(
         libc::SYS_newfstatat,
-        [dirfd as u64, p.as_ptr() as u64, st.as_mut_ptr() as u64, flags as u64, 0, 0],
+        [
+            dirfd as u64,
+            p.as_ptr() as u64,
+            st.as_mut_ptr() as u64,
+            flags as u64,
+            0,
+            0,
+        ],
     );
     if r < 0 {
         return -r as i32;

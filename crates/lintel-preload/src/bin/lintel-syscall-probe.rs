@@ -96,8 +96,9 @@ fn errno_name(e: i32) -> String {
 
 /// FNV-1a.
 fn hash(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// `len` bytes from `seed` (what a write writes).
@@ -156,7 +157,11 @@ impl Probe {
     }
 
     fn path(&self, p: &str) -> CString {
-        let p = if p == "~" { String::new() } else { p.replace('@', &self.base) };
+        let p = if p == "~" {
+            String::new()
+        } else {
+            p.replace('@', &self.base)
+        };
         CString::new(p).expect("no NUL in a path")
     }
 
@@ -174,7 +179,11 @@ impl Probe {
 
     fn renamed(&self, s: &[u8]) -> String {
         let s = String::from_utf8_lossy(s).replace(&self.root, "ROOT");
-        if self.out_dir.is_empty() { s } else { s.replace(&self.out_dir, "OUT") }
+        if self.out_dir.is_empty() {
+            s
+        } else {
+            s.replace(&self.out_dir, "OUT")
+        }
     }
 
     /// Put `fd` into slot `s`, closing what it held.
@@ -188,7 +197,11 @@ impl Probe {
     }
 
     fn result(&self, r: i64) -> String {
-        if r < 0 { errno_name(errno()) } else { format!("{r}") }
+        if r < 0 {
+            errno_name(errno())
+        } else {
+            format!("{r}")
+        }
     }
 
     /// A call that returns a descriptor: kept in slot `s`.
@@ -202,7 +215,10 @@ impl Probe {
 
     /// Make one step; its line.
     fn step(&mut self, w: &[&str]) -> String {
-        let a = |i: usize| *w.get(i).unwrap_or_else(|| panic!("lintel-syscall-probe: {w:?}: too few arguments"));
+        let a = |i: usize| {
+            *w.get(i)
+                .unwrap_or_else(|| panic!("lintel-syscall-probe: {w:?}: too few arguments"))
+        };
         let n = |i: usize| num(a(i));
         match w[0] {
             "rename" | "rmdir" | "unlink" if self.in_use(&w[1..]) => {
@@ -403,7 +419,10 @@ impl Probe {
                 let r = unsafe { libc::unlinkat(dir, p.as_ptr(), n(3) as i32) };
                 self.result(r as i64)
             }
-            "rename" | "link" if self.through_absolute_link(a(1), a(2)) || self.through_absolute_link(a(3), a(4)) => {
+            "rename" | "link"
+                if self.through_absolute_link(a(1), a(2), w[0] == "link" && n(5) & 0x400 != 0)
+                    || self.through_absolute_link(a(3), a(4), false) =>
+            {
                 // The emulation follows a symlink the service refuses
                 // (an absolute target) for calls naming one path only:
                 // these answer `EXDEV`.
@@ -464,7 +483,8 @@ impl Probe {
             "access" => {
                 let (dir, p) = (self.dir(a(1)), self.path(a(2)));
                 // SAFETY: a NUL-terminated path.
-                let r = unsafe { libc::syscall(libc::SYS_faccessat2, dir, p.as_ptr(), n(3) as i32, n(4) as i32) };
+                let r =
+                    unsafe { libc::syscall(libc::SYS_faccessat2, dir, p.as_ptr(), n(3) as i32, n(4) as i32) };
                 self.result(r)
             }
             "umask" => {
@@ -511,7 +531,13 @@ impl Probe {
         };
         let parent = CString::new(parent).expect("no NUL");
         // SAFETY: a NUL-terminated path.
-        let fd = unsafe { libc::openat(self.dir(dir), parent.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::openat(
+                self.dir(dir),
+                parent.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return None;
         }
@@ -552,9 +578,10 @@ impl Probe {
             [p, ..] if !p.starts_with(|c: char| c == '-' || c.is_ascii_digit()) => {
                 self.dir_path("-", p).into_iter().collect()
             }
-            [d1, p1, d2, p2, ..] if args.len() == 4 => {
-                [self.dir_path(d1, p1), self.dir_path(d2, p2)].into_iter().flatten().collect()
-            }
+            [d1, p1, d2, p2, ..] if args.len() == 4 => [self.dir_path(d1, p1), self.dir_path(d2, p2)]
+                .into_iter()
+                .flatten()
+                .collect(),
             [d, p, ..] => self.dir_path(d, p).into_iter().collect(),
             _ => Vec::new(),
         };
@@ -565,7 +592,11 @@ impl Probe {
             .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
             .map(|l| l.into_os_string().into_encoded_bytes())
             .collect();
-        used.extend(std::env::current_dir().ok().map(|c| c.into_os_string().into_encoded_bytes()));
+        used.extend(
+            std::env::current_dir()
+                .ok()
+                .map(|c| c.into_os_string().into_encoded_bytes()),
+        );
         named.iter().any(|n| {
             used.iter()
                 .any(|u| u.starts_with(n) && matches!(u.get(n.len()), None | Some(b'/')))
@@ -573,17 +604,20 @@ impl Probe {
     }
 
     /// Whether a directory on the way to (`dir`, `path`)'s last name is
-    /// a symlink with an absolute target.
-    fn through_absolute_link(&self, dir: &str, path: &str) -> bool {
+    /// a symlink with an absolute target (or the last name, if `last`).
+    fn through_absolute_link(&self, dir: &str, path: &str, last: bool) -> bool {
         let p = self.path(path);
         let p = p.as_bytes();
         let trimmed = p.len() - p.iter().rev().take_while(|&&b| b == b'/').count();
         let p = &p[..trimmed];
-        (1..p.len()).filter(|&i| p[i] == b'/').any(|i| {
+        let last = last.then_some(p.len());
+        (1..p.len()).filter(|&i| p[i] == b'/').chain(last).any(|i| {
             let prefix = CString::new(&p[..i]).expect("no NUL");
             let mut buf = [0u8; 8];
             // SAFETY: a NUL-terminated path, into a buffer of its length.
-            let n = unsafe { libc::readlinkat(self.dir(dir), prefix.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            let n = unsafe {
+                libc::readlinkat(self.dir(dir), prefix.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+            };
             n > 0 && buf[0] == b'/'
         })
     }
@@ -596,7 +630,14 @@ impl Probe {
 
     fn data(&self, r: isize, buf: &[u8]) -> String {
         if r < 0 {
-            return errno_name(errno());
+            // ext4 leaves a directory read to its end at an offset where
+            // offset + count overflows (`EINVAL` before `EISDIR`): its
+            // offsets are its own business.
+            return match errno() {
+                libc::EINVAL => "EISDIR or EINVAL".into(),
+                libc::EISDIR => "EISDIR or EINVAL".into(),
+                e => errno_name(e),
+            };
         }
         format!("{r} #{:016x}", hash(&buf[..r as usize]))
     }
@@ -729,7 +770,8 @@ impl Probe {
                         body.unwrap_or_else(|e| format!("{e}"))
                     }
                     libc::S_IFLNK => {
-                        let t = std::fs::read_link(&p).map(|t| self.renamed(t.as_os_str().as_encoded_bytes()));
+                        let t =
+                            std::fs::read_link(&p).map(|t| self.renamed(t.as_os_str().as_encoded_bytes()));
                         t.unwrap_or_else(|e| format!("{e}"))
                     }
                     libc::S_IFDIR => {
@@ -750,7 +792,11 @@ impl Probe {
         }
         lines.sort();
         let all = lines.join("\n");
-        if full { all } else { format!("tree #{:016x}", hash(all.as_bytes())) }
+        if full {
+            all
+        } else {
+            format!("tree #{:016x}", hash(all.as_bytes()))
+        }
     }
 
     /// Run `steps`; a forked child's lines are printed as it makes them.
@@ -789,7 +835,10 @@ impl Probe {
             slots.join(","),
             steps.join(";"),
         ];
-        let args: Vec<CString> = args.into_iter().map(|a| CString::new(a).expect("no NUL")).collect();
+        let args: Vec<CString> = args
+            .into_iter()
+            .map(|a| CString::new(a).expect("no NUL"))
+            .collect();
         let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         // SAFETY: fork; the child runs single-threaded code of ours and
