@@ -501,6 +501,14 @@ pub unsafe extern "C" fn fork() -> libc::pid_t {
 ///
 /// As `fork(2)`.
 unsafe fn recorded_fork(e: Option<&Emulation>) -> libc::pid_t {
+    // A forked child that has not used a served file yet gets its own
+    // runtime first: it records what its child inherits, and the fork
+    // below would otherwise take its right to revive (a child that ran
+    // `sh -c` and then opened a served file got a deferred placeholder).
+    let e = match trap::forked_child() {
+        true => revive().or(e),
+        false => e,
+    };
     before_fork(e);
     RECORDED_FORK.store(true, Ordering::Release);
     // SAFETY: libc's fork, as the caller asked.

@@ -693,6 +693,15 @@ mod regressions {
         ]);
     }
 
+    /// A forked child that forked (and `exec`ed) before its first use
+    /// of a served file could not revive any more: its opens were
+    /// deferred, succeeding for a file that does not exist.
+    #[test]
+    fn a_child_that_forks_first_still_serves() {
+        replay(&["fork 3", "forkexec 1", "open 0 - a 0x0 420", "open 0 - a 0x0 420"]);
+        replay(&["open 1 - a 0x42 420", "fork 4", "fork 1", "write 1 3 1", "read 1 9", "fstat 1"]);
+    }
+
     /// Smoke: one of each family.
     #[test]
     fn a_little_of_everything() {
