@@ -617,6 +617,7 @@ mod regressions {
         ]);
         replay(&["open 1 - a 0x41 420", "link 1 b - c 0x0", "rename - a 1 b"]);
         replay(&["open 0 - b 0x40 420", "link - a 0 a 0x0", "link - b 0 a 0x0"]);
+        replay(&["open 0 - b 0x40 420", "rename - d/c 0 a", "rename - b 0 a"]);
         replay(&[
             "link - %/o - d/c 0x0",
             "link - %/x - c 0x0",
@@ -699,7 +700,28 @@ mod regressions {
     #[test]
     fn a_child_that_forks_first_still_serves() {
         replay(&["fork 3", "forkexec 1", "open 0 - a 0x0 420", "open 0 - a 0x0 420"]);
-        replay(&["open 1 - a 0x42 420", "fork 4", "fork 1", "write 1 3 1", "read 1 9", "fstat 1"]);
+        replay(&[
+            "open 1 - a 0x42 420",
+            "fork 4",
+            "fork 1",
+            "write 1 3 1",
+            "read 1 9",
+            "fstat 1",
+        ]);
+    }
+
+    /// `linkat(AT_SYMLINK_FOLLOW)` linked the symlink itself.
+    #[test]
+    fn a_followed_link_links_the_target() {
+        replay(&["symlink a - l", "link - l - a 0x400"]);
+        replay(&["symlink .. - l", "link - l - a 0x400"]);
+        replay(&[
+            "open 0 - a 0x41 420",
+            "mkdir - d 493",
+            "symlink ../a - d/l",
+            "link - d/l - b 0x400",
+            "link - d/l - c 0x0",
+        ]);
     }
 
     /// Smoke: one of each family.

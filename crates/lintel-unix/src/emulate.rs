@@ -1258,7 +1258,20 @@ impl Emulation {
                 Some(err(libc::EINVAL))
             }
             (Ok(Some(a)), Ok(Some(b))) => {
-                let os = std::ffi::OsStr::from_bytes;
+                // `AT_SYMLINK_FOLLOW`: a link to what a symlink leads to.
+                let a = match follow {
+                    false => a,
+                    true => match links::resolve(&self.prefix, &a, true, &LinkLookup(&self.fs)) {
+                        Ok(links::Target::Served(p)) => p,
+                        Ok(links::Target::Host(_)) => return Some(err(libc::EXDEV)),
+                        Err(e) => return Some(err(e)),
+                    },
+                };
+                // The export's root, a directory, has no name in a
+                // directory the service could link from.
+                if a == b"." {
+                    return Some(err(libc::EPERM));
+                }
                 Some(self.fs.hard_link(os(&a), os(&b)).map_or_else(fs_err, |()| 0))
             }
         }
@@ -1327,6 +1340,12 @@ impl Emulation {
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
             (Ok(None), Ok(None)) => None,
+            // The old name's directory is looked up first.
+            (Ok(Some(_)), Err(e)) => Some(
+                self.parent_error(olddir, old)
+                    .filter(|&r| r < 0)
+                    .unwrap_or(err(e)),
+            ),
             (Err(e), _) | (_, Err(e)) => Some(err(e)),
             // `EXDEV` once both names' directories are found.
             (Ok(Some(_)), Ok(None)) => Some(match self.parent_error(olddir, old) {
