@@ -23,8 +23,7 @@
 //!
 //! Left out of the generator, each for a divergence named where it is
 //! left out (see `op`, `flags`, `NAMES`): `X/..` (lexical served),
-//! access mode 3, `O_PATH|O_NOFOLLOW`, `getcwd` after `chdir` through a
-//! symlink. The probe does not make (and prints so) renames and links
+//! access mode 3, `O_PATH|O_NOFOLLOW`. The probe does not make (and prints so) renames and links
 //! across the tree's boundary or through an absolute symlink, moves of
 //! directories in use, symlinks outside the tree into it; and reduces
 //! what Linux leaves to the file system (`SEEK_DATA`/`SEEK_HOLE`
@@ -202,9 +201,7 @@ fn op() -> BoxedStrategy<String> {
         1 => slot().prop_map(|s| format!("getdents {s}")),
         1 => path().prop_map(|p| format!("chdir {p}")),
         1 => slot().prop_map(|s| format!("fchdir {s}")),
-        // Not `getcwd`: `chdir` through a symlink keeps the path as
-        // named served (`ROOT/s0/l`), Linux the directory it leads to
-        // (`ROOT`, for `l -> ..`). Open divergence (issue 26 report).
+        1 => Just("getcwd".to_string()),
         1 => (1usize..4).prop_map(|k| format!("fork {k}")),
         1 => (1usize..4).prop_map(|k| format!("forkexec {k}")),
     ];
@@ -619,6 +616,13 @@ mod regressions {
         replay(&["open 0 - b 0x40 420", "link - a 0 a 0x0", "link - b 0 a 0x0"]);
         replay(&["open 0 - b 0x40 420", "rename - d/c 0 a", "rename - b 0 a"]);
         replay(&[
+            "open 0 - a 0x40 420",
+            "rename 2 a 0 a",
+            "link 2 a 0 a 0x0",
+            "rename - %/o 0 a",
+            "link - %/o 0 a 0x0",
+        ]);
+        replay(&[
             "link - %/o - d/c 0x0",
             "link - %/x - c 0x0",
             "rename - %/o - d/c",
@@ -714,13 +718,69 @@ mod regressions {
     #[test]
     fn a_followed_link_links_the_target() {
         replay(&["symlink a - l", "link - l - a 0x400"]);
-        replay(&["symlink .. - l", "link - l - a 0x400"]);
+        replay(&[
+            "symlink .. - l",
+            "link - l - a 0x400",
+            "link - l - d/c 0x400",
+            "link - l - l 0x400",
+        ]);
         replay(&[
             "open 0 - a 0x41 420",
             "mkdir - d 493",
             "symlink ../a - d/l",
             "link - d/l - b 0x400",
             "link - d/l - c 0x0",
+        ]);
+    }
+
+    /// `chdir` through a symlink kept the path as named (`ROOT/s0/a`),
+    /// Linux the directory it leads to (`ROOT`, for `a -> ..`); so did a
+    /// directory descriptor opened through one.
+    #[test]
+    fn a_working_directory_is_the_directory_not_the_path() {
+        replay(&["symlink .. - @/a", "chdir a", "getcwd", "rename - @ - a"]);
+        replay(&[
+            "mkdir - d 493",
+            "mkdir - d/e 493",
+            "symlink d/e - l",
+            "open 0 - l 0x10000 0",
+            "mkdir 0 ../c 493",
+            "stat - d/c 0",
+        ]);
+        replay(&[
+            "mkdir - d 493",
+            "symlink d - l",
+            "chdir l",
+            "getcwd",
+            "open 0 - ../a 0x41 420",
+            "chdir ..",
+            "getcwd",
+        ]);
+    }
+
+    /// `O_CREAT|O_DIRECTORY` relative to a file's descriptor: Linux
+    /// refuses the flags (`EINVAL`) before it looks at the descriptor.
+    #[test]
+    fn creat_with_directory_is_einval_first() {
+        replay(&[
+            "open 0 - a 0x40 420",
+            "open 1 0 a 0x10040 420",
+            "open 1 - b 0x10040 420",
+            "open 1 - b 0x210040 420",
+        ]);
+    }
+
+    /// An empty `readv` of a write-only file (or `writev` of a read-only
+    /// one) moved nothing and answered 0; Linux checks the open first
+    /// (`EBADF`).
+    #[test]
+    fn an_empty_vectored_call_checks_the_open() {
+        replay(&["open 0 - a 0x41 420", "readv 0 0", "readv 0 0,0", "writev 0 0 1"]);
+        replay(&[
+            "open 0 - a 0x40 420",
+            "writev 0 0 1",
+            "writev 0 0,0 1",
+            "readv 0 0",
         ]);
     }
 

@@ -215,11 +215,22 @@ impl Emulation {
                 {
                     return Some(fs_err(e));
                 }
-                *self.cwd.write() = Some(target);
+                *self.cwd.write() = Some(self.physical(target));
                 Some(0)
             }
             Ok(_) => Some(err(libc::ENOTDIR)),
             Err(e) => Some(fs_err(e)),
+        }
+    }
+
+    /// The served directory `rel` names with the symlinks in its path
+    /// followed (as a working directory or a directory descriptor is the
+    /// directory, not the path: `..` from it is its parent); `rel` as
+    /// it is if that cannot be told.
+    fn physical(&self, rel: Vec<u8>) -> Vec<u8> {
+        match links::resolve(&self.prefix, &rel, true, &LinkLookup(&self.fs)) {
+            Ok(links::Target::Served(p)) => p,
+            _ => rel,
         }
     }
 
@@ -265,7 +276,13 @@ impl Emulation {
     }
 
     fn open(&self, dirfd: i32, path: u64, flags: u64, mode: u64) -> R {
+        // Linux refuses `O_CREAT|O_DIRECTORY` before looking the path up
+        // (`O_PATH` drops `O_CREAT` first).
+        let f = flags as i32;
+        let both = libc::O_CREAT | libc::O_DIRECTORY;
+        let refused = f & libc::O_PATH == 0 && f & both == both;
         let rel = match self.path_at(dirfd, path) {
+            Ok(Some(_)) | Err(_) if refused => return Some(err(libc::EINVAL)),
             Ok(Some(rel)) => rel,
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
@@ -288,6 +305,7 @@ impl Emulation {
             Err(e) => return Some(fs_err(e)),
         };
         let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
+        let rel = if dir { self.physical(rel) } else { rel };
         let served = Served::new(file, rel, dir, flags | path_only, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
@@ -345,7 +363,15 @@ impl Emulation {
     /// `readv`/`writev` and their positional kinds: each buffer in turn,
     /// stopping at a short one, as the kernel does for a regular file.
     fn vectored(&self, fd: u64, iov: u64, count: u64, at: Option<u64>, dir: Dir) -> R {
-        self.served(fd)?;
+        let s = self.served(fd)?;
+        // Even with no bytes to move, the open must allow the direction.
+        let acc = s.flags & libc::O_ACCMODE;
+        if matches!(
+            (dir, acc),
+            (Dir::Read, libc::O_WRONLY) | (Dir::Write, libc::O_RDONLY)
+        ) {
+            return Some(err(libc::EBADF));
+        }
         if count > libc::UIO_MAXIOV as u64 {
             return Some(err(libc::EINVAL));
         }
@@ -484,6 +510,8 @@ impl Emulation {
                 Err(e) => Some(err(e)),
             },
             libc::SYS_getcwd => self.getcwd(a[0], a[1]),
+            // Into a host directory: the served one is left.
+            libc::SYS_fchdir if !placeholder_fd(a[0] as i32) => self.kernel_chdir(libc::SYS_fchdir, a[0]),
             libc::SYS_open => self.defer_open(a[0], a[1], a[2]),
             libc::SYS_openat
                 if a[0] as i32 == libc::AT_FDCWD
@@ -1245,7 +1273,11 @@ impl Emulation {
             (Ok(None), Ok(None)) => None,
             // The file is looked up before the new name's directory.
             (Ok(Some(a)), Err(e)) => Some(found(&a).map_or_else(fs_err, |_| err(e))),
-            (Err(e), _) | (_, Err(e)) => Some(err(e)),
+            (Ok(None), Err(e)) => {
+                let h = user::cstr(old).map_or(libc::EFAULT, |p| host_lookup(olddir, &p, follow, false));
+                Some(err(if h != 0 { h } else { e }))
+            }
+            (Err(e), _) => Some(err(e)),
             (Ok(None), Ok(Some(_))) => {
                 let e = user::cstr(old).map_or(libc::EFAULT, |p| host_lookup(olddir, &p, follow, false));
                 first(e, self.parent_error(newdir, new))
@@ -1269,8 +1301,14 @@ impl Emulation {
                 };
                 // The export's root, a directory, has no name in a
                 // directory the service could link from.
+                // (`EPERM` once the new name's directory is found and the
+                // name is free.)
                 if a == b"." {
-                    return Some(err(libc::EPERM));
+                    return Some(match self.parent_error(newdir, new) {
+                        Some(r) if r < 0 => r,
+                        _ if self.fs.symlink_stat(os(&b)).is_ok() => err(libc::EEXIST),
+                        _ => err(libc::EPERM),
+                    });
                 }
                 Some(self.fs.hard_link(os(&a), os(&b)).map_or_else(fs_err, |()| 0))
             }
@@ -1346,7 +1384,11 @@ impl Emulation {
                     .filter(|&r| r < 0)
                     .unwrap_or(err(e)),
             ),
-            (Err(e), _) | (_, Err(e)) => Some(err(e)),
+            (Ok(None), Err(e)) => Some(err(match host_parent(olddir, old) {
+                0 => e,
+                h => h,
+            })),
+            (Err(e), _) => Some(err(e)),
             // `EXDEV` once both names' directories are found.
             (Ok(Some(_)), Ok(None)) => Some(match self.parent_error(olddir, old) {
                 Some(r) if r < 0 => r,
