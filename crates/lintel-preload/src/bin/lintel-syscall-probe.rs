@@ -110,7 +110,7 @@ fn bytes(len: usize, seed: u64) -> Vec<u8> {
             x ^= x >> 7;
             x ^= x << 17;
             // Some zeros, so SEEK_DATA has something to skip.
-            if x % 5 == 0 { 0 } else { x as u8 }
+            if x.is_multiple_of(5) { 0 } else { x as u8 }
         })
         .collect()
 }
