@@ -127,7 +127,14 @@ fn run_static(
         let named = |v: &std::ffi::CString| v.as_bytes().starts_with(format!("{ENV_STATIC}=").as_bytes());
         (args, envs.into_iter().filter(|v| !named(v)).collect::<Vec<_>>())
     });
-    let loaded = match trap::allowed(|| lintel_unix::image::load(path, &args, &envs)) {
+    // A served program is opened through the service (the kernel cannot
+    // open the prefix's paths), a host one by its path.
+    let load = || match current().and_then(|e| e.open_program(path)) {
+        Some(Ok(file)) => lintel_unix::image::load_file(path, file, &args, &envs),
+        Some(Err(e)) => Err(e),
+        None => lintel_unix::image::load(path, &args, &envs),
+    };
+    let loaded = match trap::allowed(load) {
         Ok(l) => l,
         Err(e) => fail(&e),
     };
@@ -520,9 +527,9 @@ unsafe fn recorded_fork(e: Option<&Emulation>) -> libc::pid_t {
 /// child may do too.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
-    before_fork(emulation());
-    // SAFETY: libc's fork in place of vfork. (Its child may only `exec`
-    // or `_exit`: it needs no runtime; the trap path carries its served
-    // files and redirections to the image it `exec`s.)
-    unsafe { real_fork()() }
+    // SAFETY: libc's fork in place of vfork, made as the `fork` wrapper
+    // makes it. (Its child may only `exec` or `_exit`; the trap path
+    // carries its served files and redirections to the image it `exec`s,
+    // and an `exec` of a served program gives it a runtime first.)
+    unsafe { recorded_fork(emulation()) }
 }
