@@ -7,7 +7,9 @@
 //! `--manifest`, the program joins the file service NAME (default `fs`)
 //! of the system running from manifest M: every process image looks it
 //! up through the system's name service. Exits with PROGRAM's status.
-//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`).
+//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`);
+//! a PROGRAM under /PATH is started by a shell, `exec "$0" "$@"` (only an
+//! emulated program can start a served one).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -89,6 +91,15 @@ fn main() -> ExitCode {
             let mut c = Command::new(me);
             std::os::unix::process::CommandExt::arg0(&mut c, program);
             c.env(lintel_unix::ENV_STATIC, path);
+            c
+        }
+        // A program in the served tree is started by the emulation, which
+        // only an emulated program has: a shell (emulated) `exec`s it.
+        _ if lintel_unix::paths::Prefix::new(prefix.as_bytes())
+            .is_some_and(|p| p.strip(program.as_bytes()).is_some()) =>
+        {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", "exec \"$0\" \"$@\"", program]);
             c
         }
         _ => Command::new(program),
