@@ -51,6 +51,12 @@ fn make_tree(root: &Path, shown: &str) {
     copy("/bin/busybox", "bin/busybox");
     std::os::unix::fs::symlink("busybox", root.join("bin/wc")).unwrap();
     put("a.txt", "alpha\nbeta\ngamma\n", 0o644);
+    // make starts a command with no shell syntax itself (posix_spawn).
+    put(
+        "Makefile",
+        "all:\n\t./bin/echo from-make\n\t./s/plain from-make\n",
+        0o644,
+    );
     put("exec_errno.py", EXEC_ERRNO, 0o644);
     put("s/plain", "#!/bin/sh\necho \"plain 0=$0 n=$# args=$*\"\n", 0o755);
     put(
@@ -115,6 +121,11 @@ fn run(cmd: &[&str]) -> (i32, String, String) {
 /// `lintel-run`: status and output (stdout, then stderr, paths renamed
 /// `ROOT`) must match.
 fn same(native: &Path, served: &Path, cmd: &[&str]) {
+    same_with(native, served, &[], cmd)
+}
+
+/// [`same`], with `options` for the launcher (`--read-only`).
+fn same_with(native: &Path, served: &Path, options: &[&str], cmd: &[&str]) {
     check_library_is_current();
     let n_root = native.to_str().unwrap();
     let n_cmd: Vec<String> = cmd.iter().map(|a| a.replace("%R", n_root)).collect();
@@ -124,10 +135,9 @@ fn same(native: &Path, served: &Path, cmd: &[&str]) {
         env!("CARGO_BIN_EXE_lintel-run"),
         "--root",
         served.to_str().unwrap(),
-        "--prefix",
-        PREFIX,
-        "--",
     ];
+    full.extend_from_slice(options);
+    full.extend_from_slice(&["--prefix", PREFIX, "--"]);
     full.extend(s_cmd.iter().map(String::as_str));
     let s = run(&full);
     let shown =
@@ -181,6 +191,13 @@ fn served_programs_run_dynamically_and_statically_linked() {
         ]),
         // Each exec'd program is served: it reads served files.
         in_root("./bin/busybox sh -c './bin/busybox ls s chain | ./bin/busybox sort'"),
+        // Started by posix_spawn: by make, by Python.
+        in_root("make -s"),
+        strs(&[
+            "python3",
+            "-c",
+            "import os\nfor p in ['%R/bin/echo', '%R/s/plain']:\n    pid = os.posix_spawn(p, [p, 'spawned'], os.environ)\n    print(os.waitpid(pid, 0)[1])",
+        ]),
         // By descriptor (fexecve): as natively.
         strs(&[
             "python3",
@@ -259,4 +276,18 @@ fn exec_errors_are_the_ones_linux_gives() {
             "cd %R; ./s/no-interp; ./chain/c6; ./s/not-a-program; echo status=$?".into(),
         ],
     ]);
+}
+
+#[test]
+fn served_programs_run_from_a_read_only_export() {
+    // The service hands out the file on a read-only mount of its own.
+    let (n, s) = trees();
+    for cmd in [
+        in_root("./bin/echo read-only; ./bin/busybox cat a.txt; ./bin/wc -l a.txt"),
+        in_root("./s/nested n1; ./s/by-busybox b1; ./s/env e1"),
+        strs(&["python3", "%R/exec_errno.py", "%R/s/not-executable", "x"]),
+    ] {
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        same_with(n.path(), s.path(), &["--read-only"], &cmd);
+    }
 }

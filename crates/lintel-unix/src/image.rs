@@ -132,6 +132,12 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
 /// with the program's environment at `envp` (in the program's memory) and
 /// `target` named in it.
 pub fn host_exec(target: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> {
+    host_exec_naming(crate::ENV_STATIC, target, envp, static_mode)
+}
+
+/// What to `execve` to start the host with `var=value` in the program's
+/// environment at `envp` (in place of any `var` there).
+pub fn host_exec_naming(var: &str, value: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> {
     let host: std::path::PathBuf = if static_mode {
         std::fs::read_link("/proc/self/exe").ok()?
     } else {
@@ -146,15 +152,15 @@ pub fn host_exec(target: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> 
             if at == 0 {
                 break;
             }
-            let var = crate::user::cstr(at).ok()?;
-            if !var.starts_with(crate::ENV_STATIC.as_bytes()) {
+            let entry = crate::user::cstr(at).ok()?;
+            if !entry.starts_with(format!("{var}=").as_bytes()) {
                 envp_words.push(at);
             }
         }
     }
-    let mut named = crate::ENV_STATIC.as_bytes().to_vec();
+    let mut named = var.as_bytes().to_vec();
     named.push(b'=');
-    named.extend_from_slice(target);
+    named.extend_from_slice(value);
     let named = CString::new(named).ok()?;
     envp_words.push(named.as_ptr() as u64);
     envp_words.push(0);

@@ -30,8 +30,9 @@
 //! be (the service opens it for reading).
 //!
 //! A forked child first gets a runtime of its own (as on its first use of
-//! a served file); one that cannot (a raw `clone`'s, posix_spawn's) gets
-//! `EIO`.
+//! a served file); one that cannot (a raw `clone`'s, posix_spawn's) hands
+//! the `exec` to a new image of the host (`through_host`), and its errors
+//! become an exit status of 127.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -97,7 +98,7 @@ impl Emulation {
                     e.exec_failed();
                     r
                 }
-                None => Some(err(libc::EIO)),
+                None => Some(through_host(dirfd, &named, argv, envp)),
             };
         }
         let rel = if empty {
@@ -231,6 +232,21 @@ impl Emulation {
         err(libc::ELOOP)
     }
 
+    /// Start the served program `path` (absolute, or relative to the
+    /// working directory) with the arguments at `argv` and environment at
+    /// `envp` (this process's own memory): how the preload library's
+    /// constructor runs the program a forked child handed to it
+    /// ([`crate::ENV_EXEC`]). Returns only if it failed: the error.
+    pub fn exec_program(&self, path: &std::ffi::CStr, argv: u64, envp: u64) -> i64 {
+        trap::Emulator::before_fork_or_exec(self);
+        let a = [path.as_ptr() as u64, argv, envp, 0, 0, 0];
+        let r = self
+            .exec_served(libc::SYS_execve, a)
+            .unwrap_or_else(|| trap::raw_syscall(libc::SYS_execve, a));
+        self.exec_failed();
+        r
+    }
+
     /// Where `path` (relative to `dirfd`) leads: a served file, or the
     /// host's (an absolute path out of the prefix, one relative to a
     /// directory of the kernel's, or one that climbs out of a served
@@ -268,6 +284,24 @@ impl Emulation {
 }
 
 use std::os::unix::ffi::OsStrExt;
+
+/// A forked child that cannot reach the service (one a raw `clone` or
+/// posix_spawn made: it may not allocate a runtime) hands the `exec` of
+/// the served `path` to a new image of the host, whose preload library
+/// makes it ([`crate::ENV_EXEC`]; the working directory and served
+/// descriptors go across as to any image). The image is started whatever
+/// becomes of the program: an `exec` that then fails ends it with status
+/// 127, as posix_spawn's child here does (`trap`). A path relative to a
+/// descriptor other than the working directory's gets `EIO`.
+fn through_host(dirfd: i32, path: &[u8], argv: u64, envp: u64) -> i64 {
+    if dirfd != libc::AT_FDCWD && path.first() != Some(&b'/') {
+        return err(libc::EIO);
+    }
+    match crate::image::host_exec_naming(crate::ENV_EXEC, path, envp, trap::static_mode()) {
+        Some(h) => trap::raw_syscall(libc::SYS_execve, [h.path(), argv, h.envp(), 0, 0, 0]),
+        None => err(libc::EIO),
+    }
+}
 
 /// `/proc/self/exe` or `/proc/<our pid>/exe`.
 fn is_self_exe(p: &[u8]) -> bool {
