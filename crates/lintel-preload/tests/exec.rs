@@ -85,6 +85,13 @@ fn make_tree(root: &Path, shown: &str) {
         "#!%R/bin/busybox sh\necho \"busybox 0=$0 args=$*\"; %R/bin/busybox cat %R/a.txt | %R/bin/wc -l\n",
         0o755,
     );
+    // Lines as the kernel reads them: /bin/echo shows the arguments it
+    // was given.
+    put("s/spaced-arg", "#!/bin/echo  a \t b  \t\n", 0o755);
+    put("s/tabs", "#!\t/bin/echo\t-n\t\n", 0o755);
+    put("s/nul", "#!/bin/echo\0ignored\n", 0o755);
+    put("s/cut-arg", &format!("#!/bin/echo {}", "x".repeat(300)), 0o755);
+    put("s/cut-name", &format!("#!/{}", "a".repeat(300)), 0o755);
     // What must fail, and how.
     put("s/not-executable", "#!/bin/sh\necho ran\n", 0o644);
     put("s/no-interp", "#!/nonexistent/interp\n", 0o755);
@@ -227,6 +234,7 @@ fn served_scripts_run_as_the_kernel_runs_them() {
         in_root("./s/rel-interp r1"),
         in_root("./s/by-busybox b1 b2"),
         in_root("./chain/c5 five-deep"),
+        in_root("./s/spaced-arg 1; ./s/tabs 2; echo; ./s/nul 3; ./s/cut-arg 4"),
         // Exec'd by other programs: bash, Python, busybox in static mode.
         vec![
             "/bin/bash".into(),
@@ -259,6 +267,7 @@ fn exec_errors_are_the_ones_linux_gives() {
         errno_of("%R/s/interp-is-dir"),
         errno_of("%R/s/empty-line"),
         errno_of("%R/s/not-a-program"),
+        errno_of("%R/s/cut-name"),
         errno_of("%R/s"),
         errno_of("%R/missing"),
         errno_of("%R/a.txt/below"),

@@ -421,6 +421,9 @@ fn strings(at: u64) -> Result<Vec<Vec<u8>>, i32> {
     Err(libc::E2BIG)
 }
 
+/// A `#!` line's interpreter and its optional argument.
+type Shebang = (Vec<u8>, Option<Vec<u8>>);
+
 fn spacetab(b: u8) -> bool {
     b == b' ' || b == b'\t'
 }
@@ -434,7 +437,7 @@ fn spacetab(b: u8) -> bool {
 /// line counts as cut there (its last byte dropped), and is refused
 /// (`ENOEXEC`) unless the interpreter ends before the cut; so is a line
 /// with no interpreter. `None`: not a script.
-fn shebang(head: &[u8]) -> Option<Result<(Vec<u8>, Option<Vec<u8>>), i32>> {
+fn shebang(head: &[u8]) -> Option<Result<Shebang, i32>> {
     if !head.starts_with(b"#!") {
         return None;
     }
