@@ -25,7 +25,10 @@
 //! interpreter. What differs from a native `exec`: the program's
 //! `/proc/self/exe` is the host file behind the served path (its
 //! `AT_EXECFN` is `/dev/fd/N`), except in static mode, where it is the
-//! served path; a set-user-ID bit is never honoured (as for every program
+//! served path; the dynamic loader, which runs before the emulation is
+//! armed, finds no library in a served directory (`LD_LIBRARY_PATH`
+//! naming the prefix: a host library of that name is taken, if any); a
+//! set-user-ID bit is never honoured (as for every program
 //! the emulation runs); a file that may be executed but not read cannot
 //! be (the service opens it for reading).
 //!
