@@ -77,6 +77,11 @@ fn make_tree(root: &Path, shown: &str) {
         0o755,
     );
     put("s/nested", "#!%R/s/interp\nline two\n", 0o755);
+    put(
+        "s/fd3",
+        "#!/bin/sh\nread y <&3; echo \"got=$y\"; cat <&3\n",
+        0o755,
+    );
     put("s/nested-arg", "#!%R/s/interp  one  arg  \n", 0o755);
     put("s/deeper", "#!%R/s/nested\n", 0o755);
     put("s/rel-interp", "#!s/interp\n", 0o755);
@@ -232,6 +237,9 @@ fn served_scripts_run_as_the_kernel_runs_them() {
         // and a served static one.
         in_root("./s/nested n1 n2; ./s/nested-arg a1; ./s/deeper d1"),
         in_root("./s/rel-interp r1"),
+        // Served descriptors and the working directory go across, offset
+        // shared.
+        in_root("exec 3<a.txt; read x <&3; echo \"first=$x\"; ./s/fd3; cd s && ./plain in-s && pwd"),
         in_root("./s/by-busybox b1 b2"),
         in_root("./chain/c5 five-deep"),
         in_root("./s/spaced-arg 1; ./s/tabs 2; echo; ./s/nul 3; ./s/cut-arg 4"),

@@ -8,8 +8,8 @@
 //! of the system running from manifest M: every process image looks it
 //! up through the system's name service. Exits with PROGRAM's status.
 //! A statically linked PROGRAM runs in static mode (`lintel_unix::image`);
-//! a PROGRAM under /PATH is started by a shell, `exec "$0" "$@"` (only an
-//! emulated program can start a served one).
+//! a PROGRAM under /PATH is started by this program's preload library
+//! (only an emulated process can start a served one).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -94,12 +94,18 @@ fn main() -> ExitCode {
             c
         }
         // A program in the served tree is started by the emulation, which
-        // only an emulated program has: a shell (emulated) `exec`s it.
+        // only an emulated process has: this program again, whose
+        // preload library `exec`s it (`lintel_unix::ENV_EXEC`).
         _ if lintel_unix::paths::Prefix::new(prefix.as_bytes())
             .is_some_and(|p| p.strip(program.as_bytes()).is_some()) =>
         {
-            let mut c = Command::new("/bin/sh");
-            c.args(["-c", "exec \"$0\" \"$@\"", program]);
+            let Some(me) = &me else {
+                eprintln!("lintel-run: cannot find this program to start {program}");
+                return ExitCode::from(127);
+            };
+            let mut c = Command::new(me);
+            std::os::unix::process::CommandExt::arg0(&mut c, program);
+            c.env(lintel_unix::ENV_EXEC, program);
             c
         }
         _ => Command::new(program),
