@@ -161,6 +161,13 @@ impl Fs {
         ))
     }
 
+    /// A read-only host descriptor of the file `path` names, to `exec`
+    /// ([`Export::exec_descriptor`](crate::proto::Export::exec_descriptor)):
+    /// `EACCES` where `execve` would refuse it.
+    pub fn exec_descriptor(&self, path: impl AsRef<Path>) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.export.exec_descriptor(bytes(&path))
+    }
+
     /// Metadata of `path`, following symlinks.
     pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
         self.export().stat(bytes(&path), true)

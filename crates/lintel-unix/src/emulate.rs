@@ -9,9 +9,15 @@
 //! call that slips past the emulation touches nothing that matters.
 //! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
 //! (glibc's `fchmodat` and `realpath` go that way).
+//!
+//! Programs and scripts in the served tree are started by the emulation
+//! (`exec`): a program so started sees the host file as its
+//! `/proc/self/exe`.
 
 use crate::fdtable::FdTable;
 use std::sync::Arc;
+
+mod exec;
 
 use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec, Whence};
 use parking_lot::Mutex;
@@ -1516,6 +1522,10 @@ impl Emulator for Emulation {
 
     fn exec_failed(&self) {
         Emulation::exec_failed(self);
+    }
+
+    fn exec(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        self.exec_served(nr, a)
     }
 
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
