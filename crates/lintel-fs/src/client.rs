@@ -586,6 +586,12 @@ impl File {
         self.file.test_lock(kind, start, len)
     }
 
+    /// Take, change or drop a `flock(2)` lock on the whole file, held by
+    /// this open file (see [`crate::proto::OpenFile::flock`]).
+    pub fn flock(&self, kind: crate::proto::LockKind, wait: bool) -> Result<(), FsError> {
+        self.file.flock(kind, wait)
+    }
+
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
         self.file.truncate(len)

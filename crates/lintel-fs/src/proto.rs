@@ -374,4 +374,11 @@ pub trait OpenFile {
     /// The first lock of another open file that would conflict with
     /// `kind` on the range (as `F_GETLK`).
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError>;
+    /// Take, change or drop (`Unlock`) a `flock(2)` lock on the whole
+    /// file (`Read`: shared, `Write`: exclusive), held by this open file
+    /// as Linux holds `flock` locks: whatever its access mode, and apart
+    /// from the byte-range locks of [`OpenFile::lock`] (neither kind
+    /// conflicts with the other). With `wait`, as [`OpenFile::lock`]
+    /// waits; without, `EAGAIN` at once.
+    fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError>;
 }

@@ -993,6 +993,24 @@ impl OpenFile for Opened {
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
         crate::lock::test(self.fd.as_fd(), kind, start, len)
     }
+
+    fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError> {
+        // The host's own `flock` on this open's description: what Linux
+        // does for the caller (no access-mode check, no conflict with
+        // byte-range locks). Waiting polls, as in `lock`.
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match crate::lock::whole_file(self.fd.as_fd(), kind) {
+                Err(e) if wait && e.errno() == libc::EAGAIN => {
+                    if lintel::shuttle::sleep_alertable(pause).is_err() {
+                        return Err(FsError::Os { errno: libc::EINTR });
+                    }
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
+    }
 }
 
 /// Apply `attr` to the file `fd` names (an `O_PATH` descriptor will do:

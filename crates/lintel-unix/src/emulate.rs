@@ -1050,8 +1050,9 @@ impl Emulation {
             .map_or_else(fs_err, |()| 0)
     }
 
-    /// `flock(2)` on a served file: a lock on the whole file, of the open
-    /// file (as `flock` locks are).
+    /// `flock(2)` on a served file: the host's `flock` of the service's
+    /// open file, so it holds whatever the access mode and apart from the
+    /// byte-range locks of `fcntl`, as on Linux.
     fn flock(&self, fd: u64, op: u64) -> R {
         let s = self.served(fd)?;
         let op = op as i32;
@@ -1061,7 +1062,7 @@ impl Emulation {
             libc::LOCK_UN => LockKind::Unlock,
             _ => return Some(err(libc::EINVAL)),
         };
-        let r = s.file.lock(kind, 0, 0, op & libc::LOCK_NB == 0);
+        let r = s.file.flock(kind, op & libc::LOCK_NB == 0);
         Some(match r {
             Err(e) if e.errno() == libc::EAGAIN => err(libc::EWOULDBLOCK),
             r => r.map_or_else(fs_err, |()| 0),
