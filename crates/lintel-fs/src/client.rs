@@ -135,6 +135,12 @@ impl Fs {
         ))
     }
 
+    /// Make `path` a FIFO, socket, device or empty file, as `mknod(2)`
+    /// does (see [`crate::proto::Export::mknod`]).
+    pub fn mknod(&self, path: impl AsRef<Path>, mode: u32, dev: u64) -> Result<(), FsError> {
+        self.export.mknod(bytes(&path), mode, dev)
+    }
+
     /// Metadata of `path`, following symlinks.
     pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
         self.export.stat(bytes(&path), true)
@@ -590,6 +596,12 @@ impl File {
     /// this open file (see [`crate::proto::OpenFile::flock`]).
     pub fn flock(&self, kind: crate::proto::LockKind, wait: bool) -> Result<(), FsError> {
         self.file.flock(kind, wait)
+    }
+
+    /// The host's `O_PATH` descriptor of the FIFO, socket or device this
+    /// open stands for (see [`crate::proto::OpenFile::path_descriptor`]).
+    pub fn path_descriptor(&self) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.file.path_descriptor()
     }
 
     /// Truncate or extend the file to `len` bytes.

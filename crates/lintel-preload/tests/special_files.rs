@@ -136,3 +136,150 @@ show("bad op", lambda: fcntl.flock(ro, 0))
 "#;
     python(script);
 }
+
+/// Finding 6: `mkfifo` makes a FIFO with the mode asked (less the
+/// umask), `stat` shows it, and two processes pass bytes through it,
+/// with non-blocking opens and blocking ones that wait for the other end.
+/// `mknod` makes the other types it takes, and refuses the rest as Linux
+/// does; a socket node does not open (`ENXIO`), a character device opens
+/// as the device.
+#[test]
+fn fifos_and_nodes_are_made_and_opened_as_on_linux() {
+    let script = r#"
+import os, sys, stat, errno, select
+root = sys.argv[1]
+def show(label, f):
+    try: r = f(); print(label, "ok" if r is None else r)
+    except OSError as e: print(label, errno.errorcode[e.errno])
+p = os.path.join(root, "fifo")
+show("mkfifo", lambda: os.mkfifo(p, 0o640))
+show("mkfifo again", lambda: os.mkfifo(p, 0o640))
+show("stat", lambda: oct(os.stat(p).st_mode))
+show("lstat", lambda: oct(os.lstat(p).st_mode))
+show("writer, no reader", lambda: os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+r = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+print("reader's fstat: a FIFO", stat.S_ISFIFO(os.fstat(r).st_mode))
+pid = os.fork()
+if pid == 0:
+    w = os.open(p, os.O_WRONLY)
+    os.write(w, b"through the fifo")
+    os._exit(0)
+os.waitpid(pid, 0)
+select.select([r], [], [], 10)
+print("read", os.read(r, 100))
+os.close(r)
+# Both ends opened blocking: each open waits for the other's.
+pid = os.fork()
+if pid == 0:
+    w = os.open(p, os.O_WRONLY)
+    os.write(w, b"after waiting")
+    os.close(w)
+    os._exit(0)
+r = os.open(p, os.O_RDONLY)
+print("read", os.read(r, 100))
+os.close(r)
+os.waitpid(pid, 0)
+show("mknod fifo", lambda: os.mknod(os.path.join(root, "fifo2"), 0o600 | stat.S_IFIFO))
+show("mknod regular", lambda: os.mknod(os.path.join(root, "reg"), 0o600 | stat.S_IFREG))
+show("mknod type 0", lambda: os.mknod(os.path.join(root, "zero"), 0o600))
+show("mknod socket", lambda: os.mknod(os.path.join(root, "sock"), 0o600 | stat.S_IFSOCK))
+show("open socket", lambda: os.open(os.path.join(root, "sock"), os.O_RDONLY))
+show("mknod char 1,3", lambda: os.mknod(os.path.join(root, "null"), 0o600 | stat.S_IFCHR, os.makedev(1, 3)))
+show("mknod directory", lambda: os.mknod(os.path.join(root, "d"), 0o600 | stat.S_IFDIR))
+show("mknod bad type", lambda: os.mknod(os.path.join(root, "bad"), 0o600 | 0o110000))
+show("mknod existing", lambda: os.mknod(p, 0o600 | stat.S_IFIFO))
+show("mknod in a missing dir", lambda: os.mknod(os.path.join(root, "no/f"), 0o600 | stat.S_IFIFO))
+def null():
+    fd = os.open(os.path.join(root, "null"), os.O_RDWR)
+    return os.write(fd, b"x"), os.read(fd, 5), stat.S_ISCHR(os.fstat(fd).st_mode)
+show("open the char device", null)
+for n in ["fifo2", "reg", "zero", "sock", "null"]:
+    show("lstat " + n, lambda: oct(os.lstat(os.path.join(root, n)).st_mode))
+show("rdev", lambda: os.lstat(os.path.join(root, "null")).st_rdev == os.makedev(1, 3))
+show("listdir", lambda: sorted(os.listdir(root)))
+show("unlink fifo", lambda: os.unlink(p))
+"#;
+    let (n, s) = python(script);
+    assert_eq!(tree(s.path()), tree(n.path()));
+}
+
+/// Finding 8: `open(O_PATH | O_NOFOLLOW)` of a symlink is a descriptor of
+/// the link itself (`fstat` describes it), which glibc's
+/// `fchmodat(AT_SYMLINK_NOFOLLOW)` relies on (then `EOPNOTSUPP` for a
+/// link); an `O_PATH` descriptor reads and writes nothing (`EBADF`).
+#[test]
+fn o_path_opens_stand_for_the_file_or_the_link_itself() {
+    let script = r#"
+import os, sys, stat, errno, ctypes
+root = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+def show(label, f):
+    try: r = f(); print(label, "ok" if r is None else r)
+    except OSError as e: print(label, errno.errorcode[e.errno])
+def fchmodat_nofollow(path, mode):
+    if libc.fchmodat(-100, path.encode(), mode, 0x100) != 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+f = os.path.join(root, "file")
+with open(f, "w") as h: h.write("data")
+link = os.path.join(root, "link")
+os.symlink("file", link)
+fd = os.open(link, os.O_PATH | os.O_NOFOLLOW)
+show("fstat of the link's descriptor", lambda: oct(os.fstat(fd).st_mode))
+show("its size", lambda: os.fstat(fd).st_size)
+show("read", lambda: os.read(fd, 1))
+show("write", lambda: os.write(fd, b"x"))
+show("readlink of /proc/self/fd", lambda: os.readlink("/proc/self/fd/%d" % fd).replace(root, "ROOT"))
+os.close(fd)
+fd = os.open(link, os.O_PATH)
+show("fstat, followed", lambda: oct(os.fstat(fd).st_mode))
+show("read", lambda: os.read(fd, 1))
+os.close(fd)
+show("O_RDONLY|O_NOFOLLOW of the link", lambda: os.open(link, os.O_RDONLY | os.O_NOFOLLOW))
+show("fchmodat nofollow, link", lambda: fchmodat_nofollow(link, 0o700))
+show("fchmodat nofollow, file", lambda: fchmodat_nofollow(f, 0o604))
+show("mode", lambda: oct(os.lstat(f).st_mode))
+show("lchown", lambda: os.chown(link, os.getuid(), os.getgid(), follow_symlinks=False))
+show("utime nofollow", lambda: os.utime(link, (1, 2), follow_symlinks=False))
+show("link's mtime", lambda: os.lstat(link).st_mtime)
+d = os.open(root, os.O_PATH | os.O_DIRECTORY)
+show("stat through an O_PATH directory", lambda: oct(os.stat("file", dir_fd=d).st_mode))
+show("O_PATH|O_DIRECTORY of a file", lambda: os.open(f, os.O_PATH | os.O_DIRECTORY))
+show("O_PATH of a missing file", lambda: os.open(os.path.join(root, "none"), os.O_PATH))
+"#;
+    let (n, s) = python(script);
+    assert_eq!(tree(s.path()), tree(n.path()));
+}
+
+/// Finding 8 as it was met: `tar x` of an archive with symlinks into a
+/// served directory (tar sets each link's mode with
+/// `fchmodat(AT_SYMLINK_NOFOLLOW)`), then `tar c` of the result.
+#[test]
+fn tar_extracts_symlinks_into_a_served_directory() {
+    let src = tempfile::tempdir().unwrap();
+    let root = src.path();
+    std::fs::create_dir_all(root.join("t/sub")).unwrap();
+    std::fs::write(root.join("t/sub/file"), b"contents\n").unwrap();
+    std::os::unix::fs::symlink("sub/file", root.join("t/rel")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", root.join("t/dangling")).unwrap();
+    std::os::unix::fs::symlink("sub", root.join("t/dirlink")).unwrap();
+    let archive = root.join("t.tar");
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(root)
+        .arg("-cf")
+        .arg(&archive)
+        .arg("t")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let archive = archive.to_str().unwrap();
+    let (n, s) = same(&[
+        "sh",
+        "-c",
+        &format!(
+            "cd %R && tar -xpf {archive} && ls -l t | awk 'NR > 1 {{print $1, $(NF-2), $(NF-1), $NF}}' \
+             && tar -cf - t | tar -tvf - | sed 's/ [0-9-]* [0-9:]* / /' | sort"
+        ),
+    ]);
+    assert_eq!(tree(s.path()), tree(n.path()));
+}

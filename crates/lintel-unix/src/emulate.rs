@@ -9,6 +9,16 @@
 //! call that slips past the emulation touches nothing that matters.
 //! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
 //! (glibc's `fchmodat` and `realpath` go that way).
+//!
+//! An `O_PATH` open of a served path is served: it stands for the file (a
+//! symlink itself with `O_NOFOLLOW`), and answers `fstat` and attribute
+//! changes. `mknod`/`mknodat` make FIFOs, sockets, devices and empty files
+//! through the service (a device only where Linux would let the caller:
+//! `CAP_MKNOD`, else `EPERM`). FIFOs, sockets and devices are never opened
+//! by the service: an `open` of one gets the service's `O_PATH` descriptor
+//! and opens it through `/proc/self/fd`, so the descriptor it returns is
+//! the kernel's own (a FIFO's reader and writer meet in the kernel, and the
+//! open waits as on Linux; a socket is `ENXIO`).
 
 use crate::fdtable::FdTable;
 use std::sync::Arc;
@@ -261,18 +271,25 @@ impl Emulation {
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
+        let flags = flags as i32;
         // An O_PATH open (glibc makes them for `fchmodat` and friends)
-        // becomes a read-only one: the descriptor stands for the file.
-        let flags = match flags as i32 {
-            f if f & libc::O_PATH != 0 => (f & !(libc::O_PATH | libc::O_ACCMODE)) | libc::O_RDONLY,
-            f => f,
-        };
-        let o = options_for(flags, mode as u32);
+        // stands for the file, a symlink itself with O_NOFOLLOW: the
+        // service's answers `stat` and attribute changes, and reading or
+        // writing it is EBADF, as on Linux.
+        let o_path = flags & libc::O_PATH != 0;
+        let mut o = options_for(flags, mode as u32);
+        if o_path {
+            o.io_path(lintel_fs::IoPath::Copy);
+        }
         let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
         };
-        let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
+        let st = file.metadata();
+        if !o_path && st.as_ref().is_ok_and(special) {
+            return Some(open_special(&file, flags));
+        }
+        let dir = st.map(|s| s.is_dir()).unwrap_or(false);
         let served = Served::new(file, rel, dir, flags, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
@@ -545,6 +562,7 @@ impl Emulation {
             | libc::SYS_unlink
             | libc::SYS_rmdir
             | libc::SYS_mkdir
+            | libc::SYS_mknod
             | libc::SYS_chmod
             | libc::SYS_chown
             | libc::SYS_lchown
@@ -565,6 +583,7 @@ impl Emulation {
             | libc::SYS_statx
             | libc::SYS_unlinkat
             | libc::SYS_mkdirat
+            | libc::SYS_mknodat
             | libc::SYS_faccessat
             | libc::SYS_faccessat2
             | libc::SYS_readlinkat
@@ -1318,6 +1337,8 @@ impl Emulator for Emulation {
                     }
                 })
             }
+            libc::SYS_mknod => self.on_path(cwd, a[0], |p| self.fs.mknod(p, a[1] as u32, a[2])),
+            libc::SYS_mknodat => self.on_path(a[0] as i32, a[1], |p| self.fs.mknod(p, a[2] as u32, a[3])),
             libc::SYS_mkdir => self.on_path(cwd, a[0], |p| self.fs.create_dir(p, a[1] as u32)),
             libc::SYS_mkdirat => self.on_path(a[0] as i32, a[1], |p| self.fs.create_dir(p, a[2] as u32)),
             libc::SYS_rename => self.rename(cwd, a[0], cwd, a[1], 0),
@@ -1529,6 +1550,36 @@ fn options_for(flags: i32, mode: u32) -> OpenOptions {
         .custom_flags(passed as u32)
         .mapped_max(MAPPED_MAX_CALL);
     o
+}
+
+/// Whether `st` is a FIFO, socket or device: the service opens none of
+/// them ([`open_special`]).
+fn special(st: &Stat) -> bool {
+    !matches!(
+        st.mode & libc::S_IFMT,
+        libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK
+    )
+}
+
+/// Open the FIFO, socket or device `file` stands for: the service hands
+/// over its `O_PATH` descriptor and the program opens that through
+/// `/proc/self/fd` with its own flags, so the kernel checks the access,
+/// a FIFO's open waits here for the other end, and the descriptor is the
+/// kernel's (not served), as on Linux. The service's open is let go.
+fn open_special(file: &File, flags: i32) -> i64 {
+    use std::os::fd::AsRawFd;
+    let fd = match file.path_descriptor() {
+        Ok(fd) => fd,
+        Err(e) => return fs_err(e),
+    };
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    // The name was looked up already: the magic link is not to be
+    // refused as a symlink, and nothing is created.
+    let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
+    trap::raw_syscall(
+        libc::SYS_openat,
+        [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0],
+    )
 }
 
 /// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.
