@@ -20,6 +20,7 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -62,6 +63,8 @@ pub enum IoPath {
 #[derive(Clone)]
 pub struct Fs {
     export: ExportClient,
+    /// The [`CREDENTIALS`] generation the service was last told of.
+    told: Arc<AtomicU64>,
     /// This process's mapped-window session with the export, made on the
     /// first open that maps.
     session: Arc<Mutex<Option<Arc<MappedSession>>>>,
@@ -73,8 +76,31 @@ impl Fs {
     pub fn from_door(door: Door) -> Fs {
         Fs {
             export: ExportClient::from_door(door),
+            told: Arc::default(),
             session: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// This process changed its credentials (`set*id`, `setgroups`) or
+    /// its umask: each service it uses reads them again (from the kernel)
+    /// before its next call that names a path or changes a file. Only sets
+    /// a flag, so a signal handler may call it.
+    ///
+    /// ```no_run
+    /// # fn f(fs: &lintel_fs::Fs) -> Result<(), lintel_fs::FsError> {
+    /// rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    /// lintel_fs::Fs::credentials_changed();
+    /// fs.create("secret")?; // made 0600, as the new umask says
+    /// # Ok(()) }
+    /// ```
+    pub fn credentials_changed() {
+        CREDENTIALS.fetch_add(1, Ordering::Release);
+    }
+
+    /// The export, told first of a change of credentials it has not heard of.
+    fn export(&self) -> &ExportClient {
+        tell(&self.told, || self.export.credentials_changed());
+        &self.export
     }
 
     /// The export's door, to pass to another domain.
@@ -95,7 +121,7 @@ impl Fs {
     /// Open `path` as `options` say.
     pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
         let flags = options.flags()?;
-        let file = self.export.open(bytes(&path), flags, options.mode)?;
+        let file = self.export().open(bytes(&path), flags, options.mode)?;
         Ok(self.finish_open(file, options, flags))
     }
 
@@ -120,13 +146,13 @@ impl Fs {
     /// A key naming the open file `file`, for a program this process
     /// `exec`s to [`Fs::adopt`] it (offset shared).
     pub fn share(&self, file: &File) -> Result<[u8; 16], FsError> {
-        self.export.share(file.door().clone())
+        self.export().share(file.door().clone())
     }
 
     /// The open file a key from [`Fs::share`] names, with its shared
     /// offset, mapped as `options` say.
     pub fn adopt(&self, key: [u8; 16], options: &OpenOptions) -> Result<File, FsError> {
-        let file = self.export.adopt(key)?;
+        let file = self.export().adopt(key)?;
         let flags = options.flags().unwrap_or(OFlags::RDONLY.bits());
         Ok(self.finish_open(
             file,
@@ -143,33 +169,41 @@ impl Fs {
 
     /// Metadata of `path`, following symlinks.
     pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
-        self.export.stat(bytes(&path), true)
+        self.export().stat(bytes(&path), true)
     }
 
     /// Metadata of `path` itself, even if it is a symlink.
     pub fn symlink_stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
-        self.export.stat(bytes(&path), false)
+        self.export().stat(bytes(&path), false)
+    }
+
+    /// Whether this process may read, write or run `path` (`mode`: the
+    /// bits of `R_OK`, `W_OK` and `X_OK`, or 0 for `F_OK`), as
+    /// `faccessat2(2)` with `flags` (`AT_EACCESS`, `AT_SYMLINK_NOFOLLOW`)
+    /// answers: checked by the service with this process's credentials.
+    pub fn access(&self, path: impl AsRef<Path>, mode: u32, flags: u32) -> Result<(), FsError> {
+        self.export().access(bytes(&path), mode, flags)
     }
 
     /// The entries of the directory `path` (without `.` and `..`).
     pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>, FsError> {
-        self.export.list(bytes(&path))
+        self.export().list(bytes(&path))
     }
 
     pub fn create_dir(&self, path: impl AsRef<Path>, mode: u32) -> Result<(), FsError> {
-        self.export.mkdir(bytes(&path), mode)
+        self.export().mkdir(bytes(&path), mode)
     }
 
     pub fn remove_dir(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export.rmdir(bytes(&path))
+        self.export().rmdir(bytes(&path))
     }
 
     pub fn remove_file(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export.unlink(bytes(&path))
+        self.export().unlink(bytes(&path))
     }
 
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export.rename(bytes(&from), bytes(&to))
+        self.export().rename(bytes(&from), bytes(&to))
     }
 
     /// The exported file system's figures (`statfs(2)` of the root).
@@ -179,17 +213,17 @@ impl Fs {
 
     /// The target of the symlink `path`.
     pub fn read_link(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
-        self.export.read_link(bytes(&path))
+        self.export().read_link(bytes(&path))
     }
 
     /// Make `path` a symlink to `target`.
     pub fn symlink(&self, target: impl AsRef<Path>, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export.symlink(bytes(&target), bytes(&path))
+        self.export().symlink(bytes(&target), bytes(&path))
     }
 
     /// Make `to` a hard link to the file `from`.
     pub fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export.link(bytes(&from), bytes(&to))
+        self.export().link(bytes(&from), bytes(&to))
     }
 
     /// What the service has done for mapped windows (faults paged in,
@@ -206,7 +240,7 @@ impl Fs {
         follow: bool,
         attr: crate::proto::Attr,
     ) -> Result<(), FsError> {
-        self.export.set_attr(bytes(&path), follow, attr)
+        self.export().set_attr(bytes(&path), follow, attr)
     }
 
     /// Whether the export refuses every change.
@@ -240,6 +274,22 @@ impl Fs {
             at += n;
         }
         f.close()
+    }
+}
+
+/// How many times this process changed its credentials or umask
+/// ([`Fs::credentials_changed`]).
+static CREDENTIALS: AtomicU64 = AtomicU64::new(0);
+
+/// Tell a service (`notice`) of the changes of credentials since `told`.
+fn tell(told: &AtomicU64, notice: impl FnOnce() -> Result<(), FsError>) {
+    let now = CREDENTIALS.load(Ordering::Acquire);
+    if told.load(Ordering::Relaxed) != now {
+        match notice() {
+            Ok(()) => told.store(now, Ordering::Relaxed),
+            // The call that follows fails as well, and says why.
+            Err(e) => tracing::debug!(error = %e, "the file service was not told of new credentials"),
+        }
     }
 }
 
@@ -377,12 +427,16 @@ pub struct File {
     path: IoPath,
     mapped_max: usize,
     splice_min: usize,
+    /// The [`CREDENTIALS`] generation the service was last told of
+    /// through this handle.
+    told: AtomicU64,
 }
 
 impl File {
     fn from_client(file: OpenFileClient) -> File {
         File {
             file,
+            told: AtomicU64::new(0),
             scratch: Mutex::new(Vec::new()),
             pipe: Arc::default(),
             mapped: None,
@@ -435,6 +489,13 @@ impl File {
     /// takes the copy path.
     pub fn from_door(door: Door) -> File {
         File::from_client(OpenFileClient::from_door(door))
+    }
+
+    /// The open file, for a call that changes it: the service told first
+    /// of a change of credentials it has not heard of through this handle.
+    fn changing(&self) -> &OpenFileClient {
+        tell(&self.told, || self.file.credentials_changed());
+        &self.file
     }
 
     /// This open file's door: whoever holds it shares the offset.
@@ -606,7 +667,7 @@ impl File {
 
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
-        self.file.truncate(len)
+        self.changing().truncate(len)
     }
 
     /// `fallocate(2)` on `[offset, offset + len)` with `mode` (Linux's
@@ -623,7 +684,7 @@ impl File {
     /// # Ok(()) }
     /// ```
     pub fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
-        self.file.allocate(mode, offset, len)
+        self.changing().allocate(mode, offset, len)
     }
 
     /// Whether writes append (`O_APPEND`), as the service says: another
@@ -667,7 +728,7 @@ impl File {
     /// Change the file's mode, owner or times (after the token is back:
     /// bytes written through a window land first).
     pub fn set_attr(&self, attr: crate::proto::Attr) -> Result<(), FsError> {
-        self.file.set_attr(attr)
+        self.changing().set_attr(attr)
     }
 
     /// Close this handle, reporting what dropping it would not: a write

@@ -30,6 +30,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod client;
+mod credentials;
 mod error;
 mod keeper;
 mod lock;

@@ -260,6 +260,14 @@ pub trait Export {
     /// door and its shared page (a memfd of [`crate::token::PAGE_LEN`]
     /// bytes, sealed against resizing).
     fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError>;
+    /// `faccessat2(2)` of `path`: whether the caller may read, write or
+    /// run it (`mode`: `R_OK`, `W_OK`, `X_OK`, or `F_OK` (0)), with its real
+    /// ids unless `flags` has `AT_EACCESS`; of a symlink itself with
+    /// `AT_SYMLINK_NOFOLLOW`.
+    fn access(&self, path: &[u8], mode: u32, flags: u32) -> Result<(), FsError>;
+    /// The caller changed its credentials or umask: the service reads
+    /// them again (from the kernel) before its next call.
+    fn credentials_changed(&self) -> Result<(), FsError>;
     /// Make `path` a FIFO, socket, device or empty regular file, as
     /// `mknod(2)` does with `mode` (type and permission bits) and `dev`
     /// (a device's number): a device needs what Linux needs of whoever
@@ -386,6 +394,9 @@ pub trait OpenFile {
     /// The first lock of another open file that would conflict with
     /// `kind` on the range (as `F_GETLK`).
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError>;
+    /// The caller changed its credentials or umask
+    /// ([`Export::credentials_changed`], for a holder of an open file only).
+    fn credentials_changed(&self) -> Result<(), FsError>;
     /// Take, change or drop (`Unlock`) a `flock(2)` lock on the whole
     /// file (`Read`: shared, `Write`: exclusive), held by this open file
     /// as Linux holds `flock` locks: whatever its access mode, and apart

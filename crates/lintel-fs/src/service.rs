@@ -31,6 +31,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::FsError;
+use crate::credentials::{As, Credentials};
 use crate::node::Node;
 use crate::path;
 use crate::proto::{
@@ -84,6 +85,8 @@ pub(crate) struct Inner {
     pub(crate) max_sessions: usize,
     /// Open files shared by key ([`Export::share`]), oldest first.
     shared: Mutex<std::collections::VecDeque<([u8; 16], Arc<Opened>)>>,
+    /// Its callers' credentials, which each call is made with.
+    pub(crate) creds: Arc<Credentials>,
 }
 
 /// Most open files kept shared by key at once (the oldest go first).
@@ -130,6 +133,7 @@ impl Service {
                 sessions: Arc::default(),
                 max_sessions: MAX_SESSIONS,
                 shared: Mutex::new(std::collections::VecDeque::new()),
+                creds: Arc::new(Credentials::new()?),
             }),
         })
     }
@@ -305,6 +309,7 @@ impl Inner {
 
 impl Export for ExportImpl {
     fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let flags = OFlags::from_bits(flags)
             .filter(|f| CLIENT_FLAGS.contains(*f))
             .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
@@ -381,12 +386,14 @@ impl Export for ExportImpl {
             positional: std::sync::OnceLock::new(),
             pipes: Mutex::new(Pipes::default()),
             export_read_only: self.read_only,
+            creds: self.creds.clone(),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
         Ok(OpenFileClient::from_door(self.door_of(open)))
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
         let st = rustix::fs::fstat(&fd)?;
@@ -395,11 +402,13 @@ impl Export for ExportImpl {
     }
 
     fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let fd = self.resolve(path, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())?;
         list_of(&fd)
     }
 
     fn mkdir(&self, path: &[u8], mode: u32) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let (dir, name) = match self.parent(path) {
             Ok(p) => p,
             // A path ending in `.` or `..` (the root's own, say) names a
@@ -417,6 +426,7 @@ impl Export for ExportImpl {
     }
 
     fn rmdir(&self, path: &[u8]) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (dir, name) = self.parent(path)?;
         rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?;
@@ -424,6 +434,7 @@ impl Export for ExportImpl {
     }
 
     fn unlink(&self, path: &[u8]) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (dir, name) = self.parent(path)?;
         rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
@@ -431,6 +442,7 @@ impl Export for ExportImpl {
     }
 
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (from_dir, from_name) = self.parent(from)?;
         let (to_dir, to_name) = self.parent(to)?;
@@ -461,11 +473,13 @@ impl Export for ExportImpl {
     }
 
     fn read_link(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let (dir, name) = self.parent(path)?;
         Ok(rustix::fs::readlinkat(&dir, name, Vec::new())?.into_bytes())
     }
 
     fn symlink(&self, target: &[u8], path: &[u8]) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         if target.is_empty() || target.contains(&0) {
             return Err(FsError::Invalid(
@@ -478,6 +492,7 @@ impl Export for ExportImpl {
     }
 
     fn link(&self, from: &[u8], to: &[u8]) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (from_dir, from_name) = self.parent(from)?;
         // Linux looks the source up whole before the target's directory,
@@ -489,6 +504,7 @@ impl Export for ExportImpl {
     }
 
     fn set_attr(&self, path: &[u8], follow: bool, attr: Attr) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
@@ -549,8 +565,54 @@ impl Export for ExportImpl {
         Ok((SessionClient::from_door(door), page))
     }
 
+    fn access(&self, path: &[u8], mode: u32, flags: u32) -> Result<(), FsError> {
+        let known = (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW) as u32;
+        let access = rustix::fs::Access::from_bits(mode)
+            .ok_or_else(|| FsError::Invalid(format!("access mode {mode:#o}")))?;
+        if flags & !known != 0 {
+            return Err(FsError::Invalid(format!("access flags {flags:#x}")));
+        }
+        let who = if flags & libc::AT_EACCESS as u32 != 0 {
+            As::Effective
+        } else {
+            As::Real
+        };
+        let _as = self.creds.adopt(who)?;
+        let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW as u32 != 0 {
+            OFlags::NOFOLLOW
+        } else {
+            OFlags::empty()
+        };
+        let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
+        // Checked by the kernel, on the file resolved beneath the root (its
+        // descriptor's link in /proc names that very file).
+        let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        rustix::fs::accessat(rustix::fs::CWD, fd_path.as_str(), access, AtFlags::EACCESS)?;
+        // Then, as Linux: asking to write a file (not a device, FIFO or
+        // socket) of a read-only file system.
+        let special = || {
+            rustix::fs::fstat(&fd).is_ok_and(|st| {
+                use rustix::fs::FileType;
+                !matches!(
+                    FileType::from_raw_mode(st.st_mode),
+                    FileType::RegularFile | FileType::Directory | FileType::Symlink
+                )
+            })
+        };
+        if self.read_only && access.contains(rustix::fs::Access::WRITE_OK) && !special() {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    fn credentials_changed(&self) -> Result<(), FsError> {
+        self.creds.forget();
+        Ok(())
+    }
+
     fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> Result<(), FsError> {
         use rustix::fs::FileType;
+        let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (dir, name) = self.parent(path)?;
         // The types mknod(2) takes (0: a regular file); a directory is
@@ -598,6 +660,7 @@ impl ExportImpl {
             positional: std::sync::OnceLock::new(),
             pipes: Mutex::new(Pipes::default()),
             export_read_only: self.read_only,
+            creds: self.creds.clone(),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
         Ok(OpenFileClient::from_door(self.door_of(open)))
@@ -638,6 +701,9 @@ pub(crate) struct Opened {
     /// number; `None` once found broken.
     pipes: Mutex<Pipes>,
     export_read_only: bool,
+    /// The export's callers' credentials: a change to the file is made
+    /// as its caller (a write by another user clears set-user-ID bits).
+    creds: Arc<Credentials>,
 }
 
 /// The pipes attached to an open file, by number. A number is never given
@@ -993,6 +1059,7 @@ impl OpenFile for Opened {
     }
 
     fn truncate(&self, len: u64) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         rustix::fs::ftruncate(&self.fd, len)?;
         self.node.truncate_cache(len);
@@ -1000,6 +1067,7 @@ impl OpenFile for Opened {
     }
 
     fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         use rustix::fs::FallocateFlags as F;
         let _token = self.settle()?;
         let before = stat_of(&self.fd)?.size;
@@ -1066,6 +1134,7 @@ impl OpenFile for Opened {
     }
 
     fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         set_attr(&self.fd, attr)
     }
@@ -1087,6 +1156,11 @@ impl OpenFile for Opened {
                 r => return r,
             }
         }
+    }
+
+    fn credentials_changed(&self) -> Result<(), FsError> {
+        self.creds.forget();
+        Ok(())
     }
 
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {

@@ -958,3 +958,128 @@ fn read_only_opens_create_and_truncate_as_on_linux() {
         );
     }
 }
+
+/// A program that drops privileges is served as what it became: the
+/// service checks and creates with the program's own credentials, read
+/// from the kernel (issue 26, finding 1). Needs root, as dropping does.
+#[test]
+fn a_program_that_drops_privileges_is_served_with_its_own() {
+    check_library_is_current();
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid != 0 {
+        eprintln!("not root: nothing to drop (CI runs this as root)");
+        return;
+    }
+    let script = "import os, sys\n\
+        os.chdir(sys.argv[1])\n\
+        def t(name, f):\n    try:\n        print(name, 'ok', f())\n    except OSError as e:\n        print(name, 'errno', e.errno)\n\
+        open('secret', 'w').write('x'); os.chmod('secret', 0o600)\n\
+        os.mkdir('rootdir', 0o755)\n\
+        os.mkdir('shared'); os.chmod('shared', 0o1777)\n\
+        open('shared/roots', 'w').close()\n\
+        os.mkdir('group'); os.chown('group', 0, 4242); os.chmod('group', 0o2770)\n\
+        open('rootfile', 'w').close()\n\
+        os.setgroups([4242]); os.setgid(65534); os.setuid(65534)\n\
+        t('read secret', lambda: open('secret').read())\n\
+        t('create in a 0755 root directory', lambda: open('rootdir/x', 'w').close())\n\
+        t('access R secret', lambda: os.access('secret', os.R_OK))\n\
+        t('access W rootfile', lambda: os.access('rootfile', os.W_OK))\n\
+        t('access F secret', lambda: os.access('secret', os.F_OK))\n\
+        t('create in the sticky directory', lambda: open('shared/mine', 'w').close())\n\
+        t('owner of mine', lambda: (os.stat('shared/mine').st_uid, os.stat('shared/mine').st_gid))\n\
+        t('mkdir as nobody', lambda: os.mkdir('shared/d'))\n\
+        t('owner of d', lambda: (os.stat('shared/d').st_uid, os.stat('shared/d').st_gid))\n\
+        t('unlink root file in sticky directory', lambda: os.unlink('shared/roots'))\n\
+        t('create through a supplementary group', lambda: open('group/g', 'w').close())\n\
+        t('group of g (setgid directory)', lambda: os.stat('group/g').st_gid)\n\
+        t('chmod secret', lambda: os.chmod('secret', 0o644))\n\
+        t('chown mine to root', lambda: os.chown('shared/mine', 0, 0))\n\
+        t('chdir into group', lambda: os.chdir('group'))\n\
+        t('unlink secret', lambda: os.unlink('secret'))\n";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&n, &s] {
+        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
+    assert_eq!(
+        snapshot(s.path()),
+        snapshot(n.path()),
+        "the trees the program left"
+    );
+}
+
+/// New files and directories get the mode the program's umask leaves, as
+/// the kernel gives them, also after the program changes its umask
+/// (issue 26, finding 4).
+#[test]
+fn the_umask_shapes_new_files_as_on_linux() {
+    check_library_is_current();
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let script = "import os, sys\n\
+        os.chdir(sys.argv[1])\n\
+        for mask in (0o077, 0o002, 0o027, 0):\n    os.umask(mask)\n    \
+            n = '%03o' % mask\n    \
+            os.close(os.open('f' + n, os.O_CREAT | os.O_WRONLY, 0o666))\n    \
+            os.mkdir('d' + n, 0o777)\n    \
+            os.close(os.open('d' + n + '/x', os.O_CREAT | os.O_WRONLY, 0o777))\n    \
+            print(n, oct(os.stat('f' + n).st_mode), oct(os.stat('d' + n).st_mode))\n";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
+    assert_eq!(
+        snapshot(s.path()),
+        snapshot(n.path()),
+        "the trees the program left"
+    );
+    // A shell's umask, inherited by the programs it starts.
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    same(
+        n.path(),
+        s.path(),
+        &[
+            "/bin/sh",
+            "-c",
+            "umask 077; cd %R && touch a && mkdir b && ls -l a | cut -c1-10 && ls -ld b | cut -c1-10",
+        ],
+    );
+}
+
+/// Symlinks the program makes with absolute targets, into the served tree
+/// and out to the host, and relative ones, resolve as if the tree were
+/// mounted at the prefix: listed, walked, followed, copied and removed as
+/// natively (issue 26, findings 5 and 9).
+#[test]
+fn symlinks_in_and_out_of_the_prefix_resolve_as_if_mounted() {
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let script = "import os, sys, shutil, glob\n\
+        d = sys.argv[1]\n\
+        os.chdir(d)\n\
+        def t(name, f):\n    try:\n        print(name, 'ok', f())\n    except OSError as e:\n        print(name, 'errno', e.errno)\n\
+        os.makedirs('a/b'); open('a/b/f', 'w').write('data')\n\
+        os.symlink(d + '/a', 'abs')\n\
+        os.symlink('/etc/hostname', 'out')\n\
+        os.symlink('/etc', 'etc')\n\
+        os.symlink('../a/b', 'a/rel')\n\
+        t('scandir', lambda: sorted((e.name, e.is_dir(), e.is_file(), e.is_symlink()) for e in os.scandir('.')))\n\
+        t('walk', lambda: [(p.replace(d, 'D'), sorted(ds), sorted(fs)) for p, ds, fs in os.walk(d)])\n\
+        t('walk following links', lambda: sorted(p.replace(d, 'D') for p, ds, fs in os.walk(d + '/a', followlinks=True)))\n\
+        t('glob', lambda: sorted(glob.glob(d + '/*/b/f')))\n\
+        t('read through abs', lambda: open('abs/b/f').read())\n\
+        t('read out', lambda: open('out').read() == open('/etc/hostname').read())\n\
+        t('stat through etc', lambda: os.stat('etc/passwd').st_size == os.stat('/etc/passwd').st_size)\n\
+        t('lstat abs', lambda: oct(os.lstat('abs').st_mode))\n\
+        t('chdir through abs', lambda: (os.chdir('abs/rel'), sorted(os.listdir('.')), os.chdir(d)))\n\
+        t('copytree following', lambda: (shutil.copytree('abs', 'copy'), sorted(os.listdir('copy/rel'))))\n\
+        t('rmtree', lambda: (shutil.rmtree('copy'), os.path.exists('copy')))\n\
+        t('write through abs', lambda: open('abs/b/g', 'w').write('more'))\n\
+        t('exists', lambda: [os.path.exists(x) for x in ('abs', 'out', 'etc', 'a/rel', 'abs/b/g')])\n";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
+    // A program nobody here wrote follows a link out of the prefix.
+    same(n.path(), s.path(), &["/bin/cat", "%R/out"]);
+    same(
+        n.path(),
+        s.path(),
+        &["/usr/bin/find", "-L", "%R/abs", "-name", "g"],
+    );
+}

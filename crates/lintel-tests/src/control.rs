@@ -72,6 +72,14 @@ impl Control {
         let put = |reply: &mut Reply, v: u64| reply.data.extend_from_slice(&v.to_le_bytes());
         match method {
             m::ECHO => reply.data.extend_from_slice(arg),
+            m::CALLER => {
+                let who = lintel::caller();
+                let pid = who.and_then(|c| c.pid()).unwrap_or(0) as u64;
+                reply.data.extend_from_slice(&pid.to_le_bytes());
+                reply
+                    .data
+                    .extend_from_slice(&who.map_or(0, |c| c.connection()).to_le_bytes());
+            }
             m::BUFFERS_INFO => describe(&req.buffers, reply),
             m::KEEP_BUFFERS => st.lock().unwrap().kept.extend(req.buffers),
             m::KEPT_INFO => describe(&st.lock().unwrap().kept, reply),

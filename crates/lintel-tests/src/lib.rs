@@ -72,6 +72,9 @@ pub mod m {
     /// The server pool's threads, then its idle threads, then the calls
     /// running `SLEEP_ALERTABLE` now (u64 each).
     pub const POOL_STATE: u8 = 35;
+    /// The calling process as `lintel::caller` names it: its pid (u64; 0
+    /// for none) and its connection (u64).
+    pub const CALLER: u8 = 36;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -74,7 +74,31 @@ conformance!(
     cancel_ends_the_next_call,
     data_of_any_size_comes_back_whole,
     buffers_pass_both_ways_and_may_be_kept,
+    the_caller_is_the_process_the_kernel_names,
 );
+
+/// A handler learns which process calls it, on every path (small and
+/// large requests), from the connection the kernel named; a co-located
+/// call is this process's own and names no other.
+fn the_caller_is_the_process_the_kernel_names(s: &Server) {
+    let want = match s {
+        Server::Here(_) => 0,
+        Server::Peer(_) => u64::from(std::process::id()),
+    };
+    let mut connections = Vec::new();
+    for arg in [&[][..], &[7u8; 100_000][..]] {
+        let r = s.call(m::CALLER, arg, &[]).unwrap().data;
+        let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(word(0), want, "the caller's pid, {} argument bytes", arg.len());
+        connections.push(word(1));
+    }
+    assert_eq!(connections[0], connections[1], "one connection for both calls");
+    assert_eq!(
+        connections[0] != 0,
+        want != 0,
+        "a connection names a caller from another process"
+    );
+}
 
 fn results_come_back_whole(s: &Server) {
     for len in [0usize, 1, 15, 16, 17, 100, 1000, lintel::abi::DATA_CAP - 1] {

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec, Whence};
 use parking_lot::Mutex;
 
+use crate::links;
 use crate::paths::{self, Prefix};
 use crate::trap::{self, Emulator};
 use crate::user;
@@ -214,8 +215,16 @@ impl Emulation {
             }
             Err(e) => return Some(err(e)),
         };
-        match self.fs.stat(std::ffi::OsStr::from_bytes(&target)) {
+        let os = std::ffi::OsStr::from_bytes;
+        match self.fs.stat(os(&target)) {
             Ok(st) if st.is_dir() => {
+                // Entering it takes the right to search it, as for Linux.
+                if let Err(e) = self
+                    .fs
+                    .access(os(&target), libc::X_OK as u32, libc::AT_EACCESS as u32)
+                {
+                    return Some(fs_err(e));
+                }
                 *self.cwd.write() = Some(target);
                 Some(0)
             }
@@ -1135,6 +1144,32 @@ impl Emulation {
         self.set_attr(dirfd, path, flags, attr)
     }
 
+    /// `access`/`faccessat2`: checked by the service with the program's
+    /// credentials (its real ids unless `AT_EACCESS`).
+    fn access(&self, dirfd: i32, path: u64, mode: u64, flags: u64) -> R {
+        let flags = flags as i32;
+        if flags & !(libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH) != 0 {
+            return self.path_at(dirfd, path).ok()?.map(|_| err(libc::EINVAL));
+        }
+        let empty = flags & libc::AT_EMPTY_PATH != 0 && user::cstr(path).is_ok_and(|p| p.is_empty());
+        let rel = match empty {
+            true => self.served(dirfd as u64)?.path.clone(),
+            false => match self.path_at(dirfd, path) {
+                Ok(Some(rel)) => rel,
+                Ok(None) => return None,
+                Err(e) => return Some(err(e)),
+            },
+        };
+        if mode & !7 != 0 {
+            return Some(err(libc::EINVAL));
+        }
+        let flags = (flags & (libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW)) as u32;
+        let r = self
+            .fs
+            .access(std::ffi::OsStr::from_bytes(&rel), mode as u32, flags);
+        Some(r.map_or_else(fs_err, |()| 0))
+    }
+
     /// `statfs`/`fstatfs` of something served: the export's file system.
     fn statfs(&self, served: Result<bool, i32>, buf: u64) -> R {
         match served {
@@ -1220,36 +1255,10 @@ impl Emulation {
     }
 }
 
-use std::os::unix::ffi::OsStrExt;
-
-impl Emulator for Emulation {
-    fn before_fork_or_exec(&self) {
-        // The trap path calls this for `exec` only (forks are recorded by
-        // the preload library's wrapper, which calls `record_all`).
-        self.record_all();
-        self.record_cwd();
-    }
-
-    fn exec_failed(&self) {
-        Emulation::exec_failed(self);
-    }
-
-    fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+impl Emulation {
+    /// Answer call `nr` if it names something served.
+    fn dispatch(&self, nr: i64, a: [u64; 6]) -> R {
         let cwd = libc::AT_FDCWD;
-        if let Some(r) = reserved(nr, a) {
-            return Some(r);
-        }
-        if trap::forked_child() {
-            // A child forked through the preload library's wrapper gets a
-            // runtime of its own on its first use of a served file; any
-            // other forked child serves what it can without one.
-            if self.child_touches_served(nr, a)
-                && let Some(e) = REVIVER.get().and_then(|revive| revive())
-            {
-                return e.emulate(nr, a);
-            }
-            return self.emulate_in_forked_child(nr, a);
-        }
         match nr {
             libc::SYS_open => self.open(cwd, a[0], a[1], a[2]),
             libc::SYS_openat => self.open(a[0] as i32, a[1], a[2], a[3]),
@@ -1344,10 +1353,9 @@ impl Emulator for Emulation {
             libc::SYS_rename => self.rename(cwd, a[0], cwd, a[1], 0),
             libc::SYS_renameat => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], 0),
             libc::SYS_renameat2 => self.rename(a[0] as i32, a[1], a[2] as i32, a[3], a[4]),
-            libc::SYS_access => self.on_path(cwd, a[0], |p| self.fs.symlink_stat(p).map(drop)),
-            libc::SYS_faccessat | libc::SYS_faccessat2 => {
-                self.on_path(a[0] as i32, a[1], |p| self.fs.stat(p).map(drop))
-            }
+            libc::SYS_access => self.access(cwd, a[0], a[1], 0),
+            libc::SYS_faccessat => self.access(a[0] as i32, a[1], a[2], 0),
+            libc::SYS_faccessat2 => self.access(a[0] as i32, a[1], a[2], a[3]),
             libc::SYS_readlink => self.readlink(cwd, a[0], a[1], a[2]),
             libc::SYS_readlinkat => self.readlink(a[0] as i32, a[1], a[2], a[3]),
             libc::SYS_symlink => self.symlink(a[0], cwd, a[1]),
@@ -1412,6 +1420,156 @@ impl Emulator for Emulation {
             _ => None,
         }
     }
+
+    /// Call `nr` again, the service having refused (`EXDEV`) a symlink in
+    /// its path that leaves the export: followed as the program would see
+    /// it ([`links`]), into the served tree or out to the kernel. `None`:
+    /// not a call that names one path, or nothing to follow.
+    fn follow_out(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        let arg = PathArg::of(nr, a)?;
+        let dirfd = arg.dirfd.map_or(libc::AT_FDCWD, |i| a[i] as i32);
+        let rel = self.path_at(dirfd, a[arg.path]).ok()??;
+        let look = LinkLookup(&self.fs);
+        let target = match links::resolve(&self.prefix, &rel, arg.follow_last, &look) {
+            Ok(t) => t,
+            Err(e) => return Some(err(e)),
+        };
+        let mut again = a;
+        if let Some(i) = arg.dirfd {
+            again[i] = libc::AT_FDCWD as u64;
+        }
+        let mut path = match &target {
+            links::Target::Served(p) if *p == rel => return None,
+            links::Target::Served(p) => self.prefix.absolute(p),
+            links::Target::Host(p) => p.clone(),
+        };
+        path.push(0);
+        again[arg.path] = path.as_ptr() as u64;
+        match target {
+            links::Target::Served(_) => self.dispatch(nr, again),
+            links::Target::Host(_) if nr == libc::SYS_chdir => self.kernel_chdir(nr, again[0]),
+            links::Target::Host(_) => Some(trap::raw_syscall(nr, again)),
+        }
+    }
+}
+
+/// The service's answers for [`links::resolve`].
+struct LinkLookup<'a>(&'a Fs);
+
+impl links::Lookup for LinkLookup<'_> {
+    fn link(&self, rel: &[u8]) -> Result<Option<Vec<u8>>, i32> {
+        let rel = std::ffi::OsStr::from_bytes(rel);
+        match self.0.symlink_stat(rel) {
+            Ok(st) if st.is_symlink() => self.0.read_link(rel).map(Some).map_err(|e| e.errno()),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.errno()),
+        }
+    }
+}
+
+/// Where a call that names one path has it: the argument of its
+/// directory descriptor (for the `*at` calls) and of the path, and whether
+/// a symlink as its last name is followed.
+struct PathArg {
+    dirfd: Option<usize>,
+    path: usize,
+    follow_last: bool,
+}
+
+impl PathArg {
+    fn of(nr: i64, a: [u64; 6]) -> Option<PathArg> {
+        let nofollow = |flags: u64| flags as i32 & libc::AT_SYMLINK_NOFOLLOW == 0;
+        let open = |flags: u64| {
+            let f = flags as i32;
+            f & libc::O_NOFOLLOW == 0 && f & (libc::O_CREAT | libc::O_EXCL) != libc::O_CREAT | libc::O_EXCL
+        };
+        let (dirfd, path, follow_last) = match nr {
+            libc::SYS_open => (None, 0, open(a[1])),
+            libc::SYS_creat
+            | libc::SYS_stat
+            | libc::SYS_access
+            | libc::SYS_chdir
+            | libc::SYS_truncate
+            | libc::SYS_statfs
+            | libc::SYS_chmod
+            | libc::SYS_chown
+            | libc::SYS_getxattr
+            | libc::SYS_listxattr
+            | libc::SYS_setxattr
+            | libc::SYS_removexattr => (None, 0, true),
+            libc::SYS_lstat
+            | libc::SYS_lchown
+            | libc::SYS_readlink
+            | libc::SYS_unlink
+            | libc::SYS_rmdir
+            | libc::SYS_mkdir
+            | libc::SYS_lgetxattr
+            | libc::SYS_llistxattr
+            | libc::SYS_lsetxattr
+            | libc::SYS_lremovexattr => (None, 0, false),
+            libc::SYS_openat => (Some(0), 1, open(a[2])),
+            libc::SYS_faccessat | libc::SYS_fchmodat => (Some(0), 1, true),
+            libc::SYS_newfstatat | libc::SYS_faccessat2 => (Some(0), 1, nofollow(a[3])),
+            libc::SYS_statx => (Some(0), 1, nofollow(a[2])),
+            libc::SYS_fchownat => (Some(0), 1, nofollow(a[4])),
+            libc::SYS_utimensat if a[1] != 0 => (Some(0), 1, nofollow(a[3])),
+            libc::SYS_readlinkat | libc::SYS_unlinkat | libc::SYS_mkdirat => (Some(0), 1, false),
+            libc::SYS_symlink => (None, 1, false),
+            libc::SYS_symlinkat => (Some(1), 2, false),
+            _ => return None,
+        };
+        Some(PathArg {
+            dirfd,
+            path,
+            follow_last,
+        })
+    }
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+impl Emulator for Emulation {
+    fn before_fork_or_exec(&self) {
+        // The trap path calls this for `exec` only (forks are recorded by
+        // the preload library's wrapper, which calls `record_all`).
+        self.record_all();
+        self.record_cwd();
+    }
+
+    fn exec_failed(&self) {
+        Emulation::exec_failed(self);
+    }
+
+    fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        if let Some(r) = reserved(nr, a) {
+            return Some(r);
+        }
+        if changes_credentials(nr) {
+            // Made here, then noted: a served call of another thread that
+            // came between would otherwise tell the service too early.
+            let r = trap::raw_syscall(nr, a);
+            Fs::credentials_changed();
+            return Some(r);
+        }
+        if trap::forked_child() {
+            // A child forked through the preload library's wrapper gets a
+            // runtime of its own on its first use of a served file; any
+            // other forked child serves what it can without one.
+            if self.child_touches_served(nr, a)
+                && let Some(e) = REVIVER.get().and_then(|revive| revive())
+            {
+                return e.emulate(nr, a);
+            }
+            return self.emulate_in_forked_child(nr, a);
+        }
+        let r = self.dispatch(nr, a);
+        if r == Some(err(libc::EXDEV))
+            && let Some(r) = self.follow_out(nr, a)
+        {
+            return Some(r);
+        }
+        r
+    }
 }
 
 /// How a forked child gets a lintel runtime and an emulation of its own
@@ -1432,6 +1590,24 @@ pub fn set_reviver(revive: fn() -> Option<&'static Emulation>) {
 /// program sees the floor as its descriptor limit, so `dup2` onto a
 /// number above it fails as above any limit, `close` finds nothing
 /// there, and `close_range` stops below it. `None`: not such a call.
+/// Whether call `nr` may change the program's credentials or umask,
+/// which the service acts with.
+fn changes_credentials(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_setuid
+            | libc::SYS_setgid
+            | libc::SYS_setreuid
+            | libc::SYS_setregid
+            | libc::SYS_setresuid
+            | libc::SYS_setresgid
+            | libc::SYS_setfsuid
+            | libc::SYS_setfsgid
+            | libc::SYS_setgroups
+            | libc::SYS_umask
+    )
+}
+
 fn reserved(nr: i64, a: [u64; 6]) -> R {
     let floor = lintel::descriptor_floor() as u64;
     if floor == 0 {

@@ -20,6 +20,7 @@ pub mod fdtable;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub mod image;
+pub mod links;
 pub mod paths;
 mod raw;
 #[cfg(target_arch = "x86_64")]

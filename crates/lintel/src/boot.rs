@@ -162,7 +162,16 @@ pub struct Incoming {
 }
 
 /// Bind a listening socket at `path` (which must not exist).
+///
+/// Also starts this process's domain, if it has none yet: a process
+/// listens before it starts threads of its own, as a rule, and a domain
+/// started while the process has one thread costs microseconds, where one
+/// started beside other threads waits for the kernel to register the
+/// process for its barriers (`membarrier`'s registration waits an RCU
+/// grace period then: 10–20 ms here, which every first caller would wait
+/// for).
 pub fn listen(path: &std::path::Path) -> Result<Listener, BootError> {
+    let _ = domain::get();
     Ok(Listener {
         sock: sys::seqpacket_listen(path)?,
         path: path.to_path_buf(),

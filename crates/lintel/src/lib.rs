@@ -135,6 +135,7 @@ pub use buffer::{Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use door::{Door, Handler, Reply, Request};
 pub use error::{BootError, CallError, Fault};
 pub use lintel_macros::interface;
+pub use server::{Caller, caller};
 pub use settings::{max_message, set_max_message};
 
 /// Keep the runtime's own descriptors (sockets, memfds, eventfds, epoll,
