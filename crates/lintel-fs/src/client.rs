@@ -164,7 +164,13 @@ impl Fs {
     /// Make `path` a FIFO, socket, device or empty file, as `mknod(2)`
     /// does (see [`crate::proto::Export::mknod`]).
     pub fn mknod(&self, path: impl AsRef<Path>, mode: u32, dev: u64) -> Result<(), FsError> {
-        self.export.mknod(bytes(&path), mode, dev)
+        self.export().mknod(bytes(&path), mode, dev)
+    }
+
+    /// Bind the Unix-domain socket `socket` to `path` (see
+    /// [`crate::proto::Export::bind`]).
+    pub fn bind(&self, path: impl AsRef<Path>, socket: std::os::fd::OwnedFd) -> Result<(), FsError> {
+        self.export().bind(bytes(&path), socket)
     }
 
     /// Metadata of `path`, following symlinks.

@@ -274,6 +274,11 @@ pub trait Export {
     /// the service acts for (`CAP_MKNOD`), and is never opened by the
     /// service ([`Export::open`]).
     fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> Result<(), FsError>;
+    /// Bind `socket`, a Unix-domain socket of the caller's, to `path`, as
+    /// `bind(2)` does: the socket file is made beneath the root with the
+    /// caller's credentials and umask (`EADDRINUSE` if the name is taken).
+    /// The caller's socket is bound (the descriptor shares its socket).
+    fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError>;
 }
 
 /// A client process's mapped windows on one export: descriptors in the

@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
@@ -627,6 +628,21 @@ impl Export for ExportImpl {
             _ => return Err(Errno::INVAL.into()),
         };
         rustix::fs::mknodat(&dir, name, kind, Mode::from_bits_truncate(mode & 0o7777), dev)?;
+        Ok(())
+    }
+
+    fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError> {
+        use std::os::fd::AsRawFd;
+        let _as = self.creds.adopt(As::Effective)?;
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        // Unix sockets bind to a path, not a name in a directory: the
+        // directory resolved beneath the root, through its descriptor's
+        // link (a path longer than `sun_path` holds is ENAMETOOLONG).
+        let mut at = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+        at.extend_from_slice(name);
+        let addr = rustix::net::SocketAddrUnix::new(std::ffi::OsStr::from_bytes(&at))?;
+        rustix::net::bind(&socket, &addr)?;
         Ok(())
     }
 }

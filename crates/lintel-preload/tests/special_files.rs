@@ -283,3 +283,46 @@ fn tar_extracts_symlinks_into_a_served_directory() {
     ]);
     assert_eq!(tree(s.path()), tree(n.path()));
 }
+
+/// Unix-domain sockets bound to a served path: `bind` makes the socket
+/// file (with the umask), a second `bind` of the name is `EADDRINUSE`,
+/// another process connects by the name and the two pass bytes; a
+/// connect to a name that is no socket, or to none, fails as on Linux.
+#[test]
+fn unix_sockets_bind_and_connect_at_served_paths() {
+    let script = r#"
+import os, sys, stat, errno, socket
+root = sys.argv[1]
+def show(label, f):
+    try: r = f(); print(label, "ok" if r is None else r)
+    except OSError as e: print(label, errno.errorcode[e.errno])
+p = os.path.join(root, "sock")
+os.mkdir(os.path.join(root, "d"))
+old = os.umask(0o027)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+show("bind", lambda: s.bind(p))
+os.umask(old)
+show("lstat", lambda: oct(os.lstat(p).st_mode))
+show("bind again", lambda: socket.socket(socket.AF_UNIX).bind(p))
+show("bind in a missing dir", lambda: socket.socket(socket.AF_UNIX).bind(os.path.join(root, "no/s")))
+show("bind, relative", lambda: (os.chdir(os.path.join(root, "d")), socket.socket(socket.AF_UNIX).bind("rel"))[1])
+show("its mode", lambda: oct(os.lstat(os.path.join(root, "d/rel")).st_mode & 0o170000))
+s.listen(1)
+pid = os.fork()
+if pid == 0:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(p)
+    c.sendall(b"over the socket")
+    os._exit(0)
+conn, _ = s.accept()
+print("got", conn.recv(100))
+os.waitpid(pid, 0)
+show("connect to a file", lambda: (open(os.path.join(root, "f"), "w").close(), socket.socket(socket.AF_UNIX).connect(os.path.join(root, "f")))[1])
+show("connect to nothing", lambda: socket.socket(socket.AF_UNIX).connect(os.path.join(root, "none")))
+show("abstract", lambda: socket.socket(socket.AF_UNIX).bind("\0lintel-test-%d" % os.getpid()))
+show("unlink", lambda: os.unlink(p))
+show("listdir", lambda: sorted(os.listdir(root)))
+"#;
+    let (n, s) = python(script);
+    assert_eq!(tree(s.path()), tree(n.path()));
+}

@@ -599,6 +599,7 @@ impl Emulation {
             | libc::SYS_fchmodat
             | libc::SYS_fchownat
             | libc::SYS_utimensat => path(a[0], a[1]),
+            libc::SYS_bind | libc::SYS_connect => self.child_socket_path(a[1], a[2]),
             libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {
                 path(a[0], a[1]) || path(a[2], a[3])
             }
@@ -609,6 +610,20 @@ impl Emulation {
     /// Whether (`dirfd`, `path`) names something served, as a forked
     /// child sees it: an absolute path under the prefix, or any path
     /// relative to (or empty, on) a placeholder.
+    /// Whether a socket address names a path [`Emulation::child_path`]
+    /// finds served.
+    fn child_socket_path(&self, addr: u64, len: u64) -> bool {
+        // `sockaddr_un` (its path need not end in a NUL) and a NUL.
+        let mut raw = [0u8; std::mem::size_of::<libc::sockaddr_un>() + 1];
+        let len = (len as usize).min(raw.len() - 1);
+        if len <= 2 || user::read_into(addr, &mut raw[..len]).is_err() {
+            return false;
+        }
+        u16::from_ne_bytes([raw[0], raw[1]]) == libc::AF_UNIX as u16
+            && raw[2] != 0
+            && self.child_path(libc::AT_FDCWD, raw[2..].as_ptr() as u64)
+    }
+
     fn child_path(&self, dirfd: i32, path: u64) -> bool {
         match user::cstr(path) {
             Ok(p) if p.first() == Some(&b'/') => self.prefix.strip(&p).is_some(),
@@ -1239,6 +1254,88 @@ impl Emulation {
         }
     }
 
+    /// The served path a Unix-domain socket address names, if it names
+    /// one (abstract and unnamed addresses and other families do not).
+    fn socket_path(&self, addr: u64, len: u64) -> Result<Option<Vec<u8>>, i32> {
+        let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_un>());
+        if len <= 2 {
+            return Ok(None);
+        }
+        let mut raw = vec![0u8; len];
+        user::read_into(addr, &mut raw)?;
+        if u16::from_ne_bytes([raw[0], raw[1]]) != libc::AF_UNIX as u16 || raw[2] == 0 {
+            return Ok(None);
+        }
+        let end = raw[2..].iter().position(|&b| b == 0).map_or(len, |i| i + 2);
+        let mut path = raw[2..end].to_vec();
+        path.push(0);
+        self.path_at(libc::AT_FDCWD, path.as_ptr() as u64)
+    }
+
+    /// `bind` of a Unix-domain socket to a served path: the service binds
+    /// the program's socket (a descriptor of it passed along), making the
+    /// socket file beneath its root.
+    fn bind(&self, fd: u64, addr: u64, len: u64) -> R {
+        let rel = match self.socket_path(addr, len) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        if self.served(fd).is_some() {
+            return Some(err(libc::ENOTSOCK));
+        }
+        let sock = match crate::raw::dup_owned(fd) {
+            Ok(s) => s,
+            Err(e) => return Some(e),
+        };
+        let os = std::ffi::OsStr::from_bytes;
+        Some(self.fs.bind(os(&rel), sock).map_or_else(fs_err, |()| 0))
+    }
+
+    /// `connect` of a Unix-domain socket to a served path: the service
+    /// hands over the socket file's `O_PATH` descriptor (as for an `open`
+    /// of it) and the program connects through `/proc/self/fd`, so the
+    /// kernel checks its access and the connection is the kernel's.
+    fn connect(&self, fd: u64, addr: u64, len: u64) -> R {
+        use std::os::fd::AsRawFd;
+        let rel = match self.socket_path(addr, len) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        if self.served(fd).is_some() {
+            return Some(err(libc::ENOTSOCK));
+        }
+        let mut o = OpenOptions::new();
+        o.read(true)
+            .custom_flags(libc::O_PATH as u32)
+            .io_path(lintel_fs::IoPath::Copy);
+        let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
+            Ok(f) => f,
+            Err(e) => return Some(fs_err(e)),
+        };
+        let path_fd = match file.metadata() {
+            Ok(st) if st.mode & libc::S_IFMT == libc::S_IFSOCK => file.path_descriptor(),
+            Ok(_) => return Some(err(libc::ECONNREFUSED)),
+            Err(e) => return Some(fs_err(e)),
+        };
+        let path_fd = match path_fd {
+            Ok(p) => p,
+            Err(e) => return Some(fs_err(e)),
+        };
+        let mut sun: libc::sockaddr_un = crate::raw::zeroed();
+        sun.sun_family = libc::AF_UNIX as u16;
+        let path = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+        for (d, s) in sun.sun_path.iter_mut().zip(path.bytes()) {
+            *d = s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + 1;
+        Some(trap::raw_syscall(
+            libc::SYS_connect,
+            [fd, &sun as *const libc::sockaddr_un as u64, len as u64, 0, 0, 0],
+        ))
+    }
+
     fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
@@ -1346,6 +1443,8 @@ impl Emulation {
                     }
                 })
             }
+            libc::SYS_bind => self.bind(a[0], a[1], a[2]),
+            libc::SYS_connect => self.connect(a[0], a[1], a[2]),
             libc::SYS_mknod => self.on_path(cwd, a[0], |p| self.fs.mknod(p, a[1] as u32, a[2])),
             libc::SYS_mknodat => self.on_path(a[0] as i32, a[1], |p| self.fs.mknod(p, a[2] as u32, a[3])),
             libc::SYS_mkdir => self.on_path(cwd, a[0], |p| self.fs.create_dir(p, a[1] as u32)),
