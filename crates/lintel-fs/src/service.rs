@@ -438,7 +438,15 @@ impl Export for ExportImpl {
         let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (dir, name) = self.parent(path)?;
+        let key = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino));
         rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+        if let Some(key) = key {
+            // A client that holds the file's token answers `fstat` from
+            // its shared page: its link count changed.
+            self.settle_key(key);
+        }
         Ok(())
     }
 

@@ -1336,7 +1336,56 @@ impl Emulation {
         ))
     }
 
+    /// Whether the last name of `path` (relative to `dirfd`) is `.`
+    /// (`Some(Ok(false))`) or `..` (`Some(Ok(true))`), which no call that
+    /// acts on a name in a directory takes: Linux resolves the directory
+    /// it is in first, and that error (`Some(Err)`) comes before the
+    /// call's own. `None`: another name, or not a served path.
+    fn dot_last(&self, dirfd: i32, path: u64) -> Option<Result<bool, i32>> {
+        let p = user::cstr(path).ok()?;
+        let end = p.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+        let start = p[..end].iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        let dotdot = match &p[start..end] {
+            b"." => false,
+            b".." => true,
+            _ => return None,
+        };
+        let mut dir = if start == 0 { b".".to_vec() } else { p[..start].to_vec() };
+        dir.push(0);
+        Some(match self.path_at(dirfd, dir.as_ptr() as u64) {
+            Ok(Some(rel)) => match self.fs.stat(std::ffi::OsStr::from_bytes(&rel)) {
+                Ok(st) if st.is_dir() => Ok(dotdot),
+                Ok(_) => Err(libc::ENOTDIR),
+                Err(e) => Err(e.errno()),
+            },
+            Ok(None) => return None,
+            Err(e) => Err(e),
+        })
+    }
+
+    /// `rmdir`: of `d/.`, `EINVAL`, and of `d/..`, `ENOTEMPTY`, as Linux
+    /// answers (the service sees the path with `.` and `..` collapsed).
+    fn rmdir(&self, dirfd: i32, path: u64) -> R {
+        match self.dot_last(dirfd, path) {
+            Some(Ok(false)) => Some(err(libc::EINVAL)),
+            Some(Ok(true)) => Some(err(libc::ENOTEMPTY)),
+            Some(Err(e)) => Some(err(e)),
+            None => self.on_path(dirfd, path, |p| self.fs.remove_dir(p)),
+        }
+    }
+
     fn rename(&self, olddir: i32, old: u64, newdir: i32, new: u64, flags: u64) -> R {
+        // A last name `.` or `..` on either side: `EBUSY`, after the
+        // directories they are in resolve, as Linux answers.
+        let dots = [self.dot_last(olddir, old), self.dot_last(newdir, new)];
+        for d in &dots {
+            if let Some(Err(e)) = d {
+                return Some(err(*e));
+            }
+        }
+        if dots.iter().any(Option::is_some) {
+            return Some(err(libc::EBUSY));
+        }
         let (a, b) = (self.path_at(olddir, old), self.path_at(newdir, new));
         match (a, b) {
             (Ok(None), Ok(None)) => None,
@@ -1432,7 +1481,8 @@ impl Emulation {
                 (self.served(a[0]).is_some() || self.served(a[2]).is_some()).then(|| err(libc::EINVAL))
             }
             libc::SYS_unlink => self.on_path(cwd, a[0], |p| self.fs.remove_file(p)),
-            libc::SYS_rmdir => self.on_path(cwd, a[0], |p| self.fs.remove_dir(p)),
+            libc::SYS_rmdir => self.rmdir(cwd, a[0]),
+            libc::SYS_unlinkat if a[2] as i32 & libc::AT_REMOVEDIR != 0 => self.rmdir(a[0] as i32, a[1]),
             libc::SYS_unlinkat => {
                 let dir = a[2] as i32 & libc::AT_REMOVEDIR != 0;
                 self.on_path(a[0] as i32, a[1], |p| {
