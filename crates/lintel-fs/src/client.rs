@@ -161,6 +161,13 @@ impl Fs {
         ))
     }
 
+    /// A read-only host descriptor of the file `path` names, to `exec`
+    /// ([`Export::exec_descriptor`](crate::proto::Export::exec_descriptor)):
+    /// `EACCES` where `execve` would refuse it.
+    pub fn exec_descriptor(&self, path: impl AsRef<Path>) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.export.exec_descriptor(bytes(&path))
+    }
+
     /// Make `path` a FIFO, socket, device or empty file, as `mknod(2)`
     /// does (see [`crate::proto::Export::mknod`]).
     pub fn mknod(&self, path: impl AsRef<Path>, mode: u32, dev: u64) -> Result<(), FsError> {

@@ -268,6 +268,17 @@ pub trait Export {
     /// The caller changed its credentials or umask: the service reads
     /// them again (from the kernel) before its next call.
     fn credentials_changed(&self) -> Result<(), FsError>;
+    /// A read-only descriptor of the host file `path` names (symlinks
+    /// followed), for the caller to `exec` (`execveat(fd, "", …,
+    /// AT_EMPTY_PATH)`): the kernel cannot open the prefix's paths. Given
+    /// once the kernel's own check for `exec` passes in the service
+    /// (`faccessat2(…, X_OK, AT_EACCESS)`, then a regular file, else
+    /// `EACCES`, as Linux answers), with the file's token taken back, so
+    /// what a client wrote through its window is in the host file. On a
+    /// read-only export, the file on a read-only mount of its own (as
+    /// [`OpenFile::map_descriptor`] gives). Needs read permission too (the
+    /// caller reads a script's `#!` line through it).
+    fn exec_descriptor(&self, path: &[u8]) -> Result<OwnedFd, FsError>;
     /// Make `path` a FIFO, socket, device or empty regular file, as
     /// `mknod(2)` does with `mode` (type and permission bits) and `dev`
     /// (a device's number): a device needs what Linux needs of whoever

@@ -619,6 +619,11 @@ impl Export for ExportImpl {
         Ok(())
     }
 
+    fn exec_descriptor(&self, path: &[u8]) -> Result<OwnedFd, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
+        exec_descriptor(self, path)
+    }
+
     fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> Result<(), FsError> {
         use rustix::fs::FileType;
         let _as = self.creds.adopt(As::Effective)?;
@@ -653,6 +658,36 @@ impl Export for ExportImpl {
         rustix::net::bind(&socket, &addr)?;
         Ok(())
     }
+}
+
+/// [`Export::exec_descriptor`]: every check is the kernel's, made in the
+/// service thread (with whatever credentials it runs the call with), in
+/// the order `execve` makes them: the path's lookup, permission to
+/// execute (`X_OK` with the effective ids; `noexec` mounts), a regular
+/// file (`EACCES` otherwise, as `execve` answers a directory or a FIFO),
+/// then permission to read, which the caller needs to read a `#!` line.
+fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
+    use std::os::fd::AsRawFd;
+    let fd = export.resolve(path, OFlags::PATH, Mode::empty())?;
+    // faccessat2(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS), through the
+    // descriptor's link (rustix refuses AT_EMPTY_PATH here).
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::accessat(
+        rustix::fs::CWD,
+        link.as_str(),
+        rustix::fs::Access::EXEC_OK,
+        AtFlags::EACCESS,
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(Errno::ACCESS.into());
+    }
+    // What a client wrote through its window is in the host file first.
+    export.settle_key((st.st_dev, st.st_ino));
+    if export.read_only {
+        return Ok(crate::readonly::reopen_read_only(&fd)?);
+    }
+    reopen(&fd, OFlags::RDONLY)
 }
 
 impl ExportImpl {

@@ -1083,3 +1083,38 @@ fn symlinks_in_and_out_of_the_prefix_resolve_as_if_mounted() {
         &["/usr/bin/find", "-L", "%R/abs", "-name", "g"],
     );
 }
+
+/// A program that drops privileges and then `exec`s another is served in
+/// its new image as the user it became (its image connects as that user):
+/// files it makes are that user's, and root's private files stay private.
+#[test]
+fn a_program_that_drops_privileges_and_execs_is_served_as_its_new_user() {
+    check_library_is_current();
+    assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid != 0 {
+        eprintln!("not root: nothing to drop (CI runs this as root)");
+        return;
+    }
+    let drop_then = "import os, sys\n\
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)\n\
+        os.execv('/bin/sh', ['sh', '-c', sys.argv[1]])\n";
+    let after = "cat secret; echo \"cat: $?\"; touch open/x; echo \"touch: $?\"; \
+        stat -c '%u %g %a' open/x; echo hi >> rootfile; echo \"append: $?\"; id -u";
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&n, &s] {
+        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let script = format!(
+        "cd %R && echo secret > secret && chmod 600 secret && mkdir -m 1777 open && touch rootfile && \
+         /usr/bin/python3 -c \"{}\" '{}'",
+        drop_then.replace('"', "\\\""),
+        after.replace('\'', "'\\''")
+    );
+    same(n.path(), s.path(), &["/bin/sh", "-c", &script]);
+    assert_eq!(
+        snapshot(s.path()),
+        snapshot(n.path()),
+        "the trees the program left"
+    );
+}

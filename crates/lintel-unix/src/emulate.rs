@@ -10,6 +10,10 @@
 //! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
 //! (glibc's `fchmodat` and `realpath` go that way).
 //!
+//! Programs and scripts in the served tree are started by the emulation
+//! (`exec`): a program so started sees the host file as its
+//! `/proc/self/exe`.
+//!
 //! An `O_PATH` open of a served path is served: it stands for the file (a
 //! symlink itself with `O_NOFOLLOW`), and answers `fstat` and attribute
 //! changes. `mknod`/`mknodat` make FIFOs, sockets, devices and empty files
@@ -18,10 +22,15 @@
 //! by the service: an `open` of one gets the service's `O_PATH` descriptor
 //! and opens it through `/proc/self/fd`, so the descriptor it returns is
 //! the kernel's own (a FIFO's reader and writer meet in the kernel, and the
-//! open waits as on Linux; a socket is `ENXIO`).
+//! open waits as on Linux; a socket is `ENXIO`). `bind` of a Unix-domain
+//! socket to a served path is made by the service (the program's socket
+//! passed to it), and `connect` to one goes through the socket file's
+//! `O_PATH` descriptor the same way.
 
 use crate::fdtable::FdTable;
 use std::sync::Arc;
+
+mod exec;
 
 use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec, Whence};
 use parking_lot::Mutex;
@@ -1687,6 +1696,10 @@ impl Emulator for Emulation {
 
     fn exec_failed(&self) {
         Emulation::exec_failed(self);
+    }
+
+    fn exec(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        self.exec_served(nr, a)
     }
 
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {

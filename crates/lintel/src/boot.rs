@@ -182,9 +182,26 @@ impl Listener {
     /// Wait for the next connection from a process of this user. Other
     /// users' connections are closed and skipped.
     pub fn accept(&self) -> Result<Incoming, BootError> {
+        self.accept_admitting(|_, _| false)
+    }
+
+    /// Wait for the next connection from a process of this user, or of
+    /// another user whose process `admit` lets in (given its pid and user
+    /// id, as the kernel names them). Others are closed and skipped. Who
+    /// may connect at all is the socket file's mode: writable by its owner
+    /// only, unless changed.
+    ///
+    /// ```no_run
+    /// # let path = std::path::Path::new("/tmp/x.sock");
+    /// let listener = lintel::boot::listen(path).unwrap();
+    /// // Any user's process 4242, and this user's.
+    /// let incoming = listener.accept_admitting(|pid, _uid| pid == 4242).unwrap();
+    /// ```
+    pub fn accept_admitting(&self, mut admit: impl FnMut(u32, u32) -> bool) -> Result<Incoming, BootError> {
+        let me = rustix::process::geteuid().as_raw();
         loop {
-            let (sock, pid, same_user) = sys::seqpacket_accept(self.sock.as_fd())?;
-            if same_user {
+            let (sock, pid, uid) = sys::seqpacket_accept(self.sock.as_fd())?;
+            if uid == me || admit(pid, uid) {
                 return Ok(Incoming { sock, pid });
             }
         }

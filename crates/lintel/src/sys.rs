@@ -196,11 +196,10 @@ pub fn seqpacket_listen(path: &std::path::Path) -> io::Result<OwnedFd> {
 
 /// Accept one connection: the socket, the peer's pid as the kernel records
 /// it, and whether the peer runs as our user.
-pub fn seqpacket_accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, u32, bool)> {
+pub fn seqpacket_accept(listener: BorrowedFd<'_>) -> io::Result<(OwnedFd, u32, u32)> {
     let sock = above_floor(rustix::net::accept_with(listener, SocketFlags::CLOEXEC)?);
     let cred = rustix::net::sockopt::socket_peercred(&sock)?;
-    let same_user = cred.uid == rustix::process::geteuid();
-    Ok((sock, cred.pid.as_raw_nonzero().get() as u32, same_user))
+    Ok((sock, cred.pid.as_raw_nonzero().get() as u32, cred.uid.as_raw()))
 }
 
 /// A `SOCK_SEQPACKET` socket connected to the listener at `path`.

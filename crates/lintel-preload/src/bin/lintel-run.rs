@@ -7,7 +7,9 @@
 //! `--manifest`, the program joins the file service NAME (default `fs`)
 //! of the system running from manifest M: every process image looks it
 //! up through the system's name service. Exits with PROGRAM's status.
-//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`).
+//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`);
+//! a PROGRAM under /PATH is started by this program's preload library
+//! (only an emulated process can start a served one).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -91,6 +93,21 @@ fn main() -> ExitCode {
             c.env(lintel_unix::ENV_STATIC, path);
             c
         }
+        // A program in the served tree is started by the emulation, which
+        // only an emulated process has: this program again, whose
+        // preload library `exec`s it (`lintel_unix::ENV_EXEC`).
+        _ if lintel_unix::paths::Prefix::new(prefix.as_bytes())
+            .is_some_and(|p| p.strip(program.as_bytes()).is_some()) =>
+        {
+            let Some(me) = &me else {
+                eprintln!("lintel-run: cannot find this program to start {program}");
+                return ExitCode::from(127);
+            };
+            let mut c = Command::new(me);
+            std::os::unix::process::CommandExt::arg0(&mut c, program);
+            c.env(lintel_unix::ENV_EXEC, program);
+            c
+        }
         _ => Command::new(program),
     };
     // The program's runtime keeps its descriptors at this floor and above,
@@ -154,10 +171,17 @@ fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), E
             return Err(ExitCode::from(2));
         }
     };
+    // A program that changes user (and then `exec`s) is served as the
+    // user it became: any user may connect, and a process of another user
+    // is let in only if it descends from this one. (The service checks
+    // every call with the caller's own credentials.)
+    if let Err(e) = std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o777)) {
+        eprintln!("lintel-run: programs that change user will not be served: {e}");
+    }
     let service = export.door();
     // Every process of the program (each image after exec) connects.
     std::thread::spawn(move || {
-        while let Ok(incoming) = listener.accept() {
+        while let Ok(incoming) = listener.accept_admitting(|pid, _| descends_from_us(pid)) {
             let door = service.clone();
             std::thread::spawn(move || {
                 let _ = incoming.exchange(&[door]);
@@ -165,6 +189,31 @@ fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), E
         }
     });
     Ok((sock, export))
+}
+
+/// Whether process `pid` descends from this one (its parents' chain, as
+/// `/proc` gives it, reaches us). A process whose parent has gone is
+/// re-parented away from us, and is refused.
+fn descends_from_us(pid: u32) -> bool {
+    let me = std::process::id();
+    let mut at = pid;
+    for _ in 0..4096 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{at}/stat")) else {
+            return false;
+        };
+        // The parent follows the command's name, which may hold anything
+        // but ends at the last ')'.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        match parent {
+            Some(p) if p == me => return true,
+            Some(p) if p > 1 => at = p,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The socket of the system running from `manifest`, once its file service
