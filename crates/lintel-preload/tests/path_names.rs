@@ -42,7 +42,12 @@ fn both(native: &Path, served: &Path, cmd: &[&str]) -> (String, String) {
 fn same(cmd: &[&str]) -> (tempfile::TempDir, tempfile::TempDir) {
     let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (native, served) = both(n.path(), s.path(), cmd);
-    assert_eq!(served, native, "`{}`: served (left), native (right)", cmd.join(" "));
+    assert_eq!(
+        served,
+        native,
+        "`{}`: served (left), native (right)",
+        cmd.join(" ")
+    );
     eprintln!("{native}");
     (n, s)
 }
@@ -68,7 +73,9 @@ fn tree(root: &Path) -> Vec<String> {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
             let m = std::fs::symlink_metadata(&p).unwrap();
-            let link = std::fs::read_link(&p).map(|t| t.display().to_string()).unwrap_or_default();
+            let link = std::fs::read_link(&p)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
             let size = if m.is_file() { m.len() } else { 0 };
             out.push(format!(
                 "{} {:o} {size} {link}",

@@ -1359,7 +1359,11 @@ impl Emulation {
             b".." => true,
             _ => return None,
         };
-        let mut dir = if start == 0 { b".".to_vec() } else { p[..start].to_vec() };
+        let mut dir = if start == 0 {
+            b".".to_vec()
+        } else {
+            p[..start].to_vec()
+        };
         dir.push(0);
         Some(match self.path_at(dirfd, dir.as_ptr() as u64) {
             Ok(Some(rel)) => match self.fs.stat(std::ffi::OsStr::from_bytes(&rel)) {
