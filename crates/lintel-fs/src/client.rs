@@ -161,6 +161,25 @@ impl Fs {
         ))
     }
 
+    /// A read-only host descriptor of the file `path` names, to `exec`
+    /// ([`Export::exec_descriptor`](crate::proto::Export::exec_descriptor)):
+    /// `EACCES` where `execve` would refuse it.
+    pub fn exec_descriptor(&self, path: impl AsRef<Path>) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.export.exec_descriptor(bytes(&path))
+    }
+
+    /// Make `path` a FIFO, socket, device or empty file, as `mknod(2)`
+    /// does (see [`crate::proto::Export::mknod`]).
+    pub fn mknod(&self, path: impl AsRef<Path>, mode: u32, dev: u64) -> Result<(), FsError> {
+        self.export().mknod(bytes(&path), mode, dev)
+    }
+
+    /// Bind the Unix-domain socket `socket` to `path` (see
+    /// [`crate::proto::Export::bind`]).
+    pub fn bind(&self, path: impl AsRef<Path>, socket: std::os::fd::OwnedFd) -> Result<(), FsError> {
+        self.export().bind(bytes(&path), socket)
+    }
+
     /// Metadata of `path`, following symlinks.
     pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
         self.export().stat(bytes(&path), true)
@@ -645,6 +664,18 @@ impl File {
         len: u64,
     ) -> Result<Option<crate::proto::LockHolder>, FsError> {
         self.file.test_lock(kind, start, len)
+    }
+
+    /// Take, change or drop a `flock(2)` lock on the whole file, held by
+    /// this open file (see [`crate::proto::OpenFile::flock`]).
+    pub fn flock(&self, kind: crate::proto::LockKind, wait: bool) -> Result<(), FsError> {
+        self.file.flock(kind, wait)
+    }
+
+    /// The host's `O_PATH` descriptor of the FIFO, socket or device this
+    /// open stands for (see [`crate::proto::OpenFile::path_descriptor`]).
+    pub fn path_descriptor(&self) -> Result<std::os::fd::OwnedFd, FsError> {
+        self.file.path_descriptor()
     }
 
     /// Truncate or extend the file to `len` bytes.

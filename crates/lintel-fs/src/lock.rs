@@ -6,7 +6,9 @@
 //! POSIX lock (`F_SETLK`) becomes a lock of that open file: the same
 //! conflicts between processes; within one process, two opens of one file
 //! conflict where POSIX locks would not (sqlite keeps one open per file
-//! and process for this very reason).
+//! and process for this very reason). A client's `flock` is the host's
+//! `flock` of that open file ([`whole_file`]): as on Linux it holds
+//! whatever the access mode and never meets a byte-range lock.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -109,4 +111,20 @@ mod tests {
         set(a.as_fd(), LockKind::Write, 0, 0).unwrap();
         assert!(set(a.as_fd(), LockKind::Read, u64::MAX, 1).is_err());
     }
+}
+
+/// `flock(2)` the open file `fd` without waiting (`Unlock` drops its
+/// lock): `EAGAIN` if another open file holds a conflicting one.
+pub(crate) fn whole_file(fd: BorrowedFd<'_>, kind: LockKind) -> Result<(), crate::FsError> {
+    let op = match kind {
+        LockKind::Read => libc::LOCK_SH,
+        LockKind::Write => libc::LOCK_EX,
+        LockKind::Unlock => libc::LOCK_UN,
+    };
+    // SAFETY: flock takes a descriptor and flags, no memory; `fd` is open.
+    let r = unsafe { libc::flock(fd.as_raw_fd(), op | libc::LOCK_NB) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
 }

@@ -215,6 +215,12 @@ pub trait Export {
     /// `O_DIRECTORY`, `O_NOFOLLOW`, `O_SYNC`, `O_DSYNC`, `O_NOATIME`;
     /// `O_CLOEXEC`, `O_NONBLOCK`, `O_NOCTTY` and `O_LARGEFILE` are
     /// accepted and mean nothing here). `mode` is used when creating.
+    /// With `O_PATH` (which, as on Linux, ignores every flag but
+    /// `O_DIRECTORY` and `O_NOFOLLOW`) the open only stands for the file
+    /// (a symlink itself, with `O_NOFOLLOW`): it answers `stat` and
+    /// `set_attr`; reading, writing or locking it is `EBADF`. A FIFO, socket
+    /// or device is never opened: the open stands for it as an `O_PATH`
+    /// one does, and [`OpenFile::path_descriptor`] hands it to the client.
     fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError>;
     /// Metadata of `path`; of a symlink itself when `follow` is false.
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError>;
@@ -262,6 +268,28 @@ pub trait Export {
     /// The caller changed its credentials or umask: the service reads
     /// them again (from the kernel) before its next call.
     fn credentials_changed(&self) -> Result<(), FsError>;
+    /// A read-only descriptor of the host file `path` names (symlinks
+    /// followed), for the caller to `exec` (`execveat(fd, "", …,
+    /// AT_EMPTY_PATH)`): the kernel cannot open the prefix's paths. Given
+    /// once the kernel's own check for `exec` passes in the service
+    /// (`faccessat2(…, X_OK, AT_EACCESS)`, then a regular file, else
+    /// `EACCES`, as Linux answers), with the file's token taken back, so
+    /// what a client wrote through its window is in the host file. On a
+    /// read-only export, the file on a read-only mount of its own (as
+    /// [`OpenFile::map_descriptor`] gives). Needs read permission too (the
+    /// caller reads a script's `#!` line through it).
+    fn exec_descriptor(&self, path: &[u8]) -> Result<OwnedFd, FsError>;
+    /// Make `path` a FIFO, socket, device or empty regular file, as
+    /// `mknod(2)` does with `mode` (type and permission bits) and `dev`
+    /// (a device's number): a device needs what Linux needs of whoever
+    /// the service acts for (`CAP_MKNOD`), and is never opened by the
+    /// service ([`Export::open`]).
+    fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> Result<(), FsError>;
+    /// Bind `socket`, a Unix-domain socket of the caller's, to `path`, as
+    /// `bind(2)` does: the socket file is made beneath the root with the
+    /// caller's credentials and umask (`EADDRINUSE` if the name is taken).
+    /// The caller's socket is bound (the descriptor shares its socket).
+    fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError>;
 }
 
 /// A client process's mapped windows on one export: descriptors in the
@@ -385,4 +413,17 @@ pub trait OpenFile {
     /// The caller changed its credentials or umask
     /// ([`Export::credentials_changed`], for a holder of an open file only).
     fn credentials_changed(&self) -> Result<(), FsError>;
+    /// Take, change or drop (`Unlock`) a `flock(2)` lock on the whole
+    /// file (`Read`: shared, `Write`: exclusive), held by this open file
+    /// as Linux holds `flock` locks: whatever its access mode, and apart
+    /// from the byte-range locks of [`OpenFile::lock`] (neither kind
+    /// conflicts with the other). With `wait`, as [`OpenFile::lock`]
+    /// waits; without, `EAGAIN` at once.
+    fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError>;
+    /// The host's `O_PATH` descriptor of the FIFO, socket or device this
+    /// open stands for ([`Export::open`] opens none of them): the client
+    /// opens it through `/proc/self/fd`, so the kernel checks the client's
+    /// access and a FIFO's open waits in the client for the other end, as
+    /// on Linux. `EINVAL` for any other open.
+    fn path_descriptor(&self) -> Result<OwnedFd, FsError>;
 }

@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
@@ -53,7 +54,8 @@ const CLIENT_FLAGS: OFlags = OFlags::ACCMODE
     .union(OFlags::CLOEXEC)
     .union(OFlags::NONBLOCK)
     .union(OFlags::NOCTTY)
-    .union(OFlags::LARGEFILE);
+    .union(OFlags::LARGEFILE)
+    .union(OFlags::PATH);
 
 /// How often a lookup that raced a rename (`EAGAIN` from `openat2`) is
 /// tried again before the error is returned.
@@ -268,6 +270,35 @@ impl Inner {
         Ok((dir, name))
     }
 
+    /// Resolve `path` and open it with `flags`, unless it names a FIFO,
+    /// socket or device: those come back as the `O_PATH` descriptor that
+    /// looked, never opened here (a FIFO's open would wait in the service
+    /// for its other end, and a device's belongs to whoever uses it).
+    fn resolve_openable(&self, path: &[u8], flags: OFlags, mode: Mode) -> Result<Openable, FsError> {
+        use rustix::fs::FileType;
+        if flags.contains(OFlags::CREATE | OFlags::EXCL) {
+            // A new file, regular: nothing else to meet.
+            return self.resolve(path, flags, mode).map(Openable::File);
+        }
+        let look = OFlags::PATH | (flags & (OFlags::NOFOLLOW | OFlags::DIRECTORY));
+        let Ok(probe) = self.resolve(path, look, Mode::empty()) else {
+            // Missing (`O_CREAT` makes it), or not to be had: the open
+            // itself says why.
+            return self.resolve(path, flags, mode).map(Openable::File);
+        };
+        match FileType::from_raw_mode(rustix::fs::fstat(&probe)?.st_mode) {
+            // The very file that was looked at, opened as asked (the
+            // kernel checks access as for the path).
+            FileType::RegularFile | FileType::Directory => Ok(Openable::File(reopen(
+                &probe,
+                flags - OFlags::NOFOLLOW - OFlags::CREATE - OFlags::EXCL,
+            )?)),
+            // `O_NOFOLLOW` met a symlink: the open's `ELOOP`.
+            FileType::Symlink => self.resolve(path, flags, mode).map(Openable::File),
+            _ => Ok(Openable::Special(probe)),
+        }
+    }
+
     fn writable(&self) -> Result<(), FsError> {
         if self.read_only {
             Err(FsError::ReadOnly)
@@ -283,6 +314,9 @@ impl Export for ExportImpl {
         let flags = OFlags::from_bits(flags)
             .filter(|f| CLIENT_FLAGS.contains(*f))
             .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
+        if flags.contains(OFlags::PATH) {
+            return self.open_path(path, flags);
+        }
         let access = flags & OFlags::ACCMODE;
         if access == OFlags::ACCMODE {
             return Err(FsError::Invalid("access mode O_ACCMODE".into()));
@@ -307,11 +341,15 @@ impl Export for ExportImpl {
         // O_TRUNC is applied after the file's token is back: a holder's
         // write-back must land before the truncation, not after it.
         let truncate = flags.contains(OFlags::TRUNC);
-        let fd = match self.resolve(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
+        let fd = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
             Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
                 return Err(FsError::ReadOnly);
             }
-            other => other?,
+            Ok(Openable::Special(fd)) => return self.path_only(fd),
+            other => match other? {
+                Openable::File(fd) => fd,
+                Openable::Special(_) => unreachable!("answered above"),
+            },
         };
         let st = rustix::fs::fstat(&fd)?;
         let node = self.node((st.st_dev, st.st_ino));
@@ -400,7 +438,15 @@ impl Export for ExportImpl {
         let _as = self.creds.adopt(As::Effective)?;
         self.writable()?;
         let (dir, name) = self.parent(path)?;
+        let key = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|st| (st.st_dev, st.st_ino));
         rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+        if let Some(key) = key {
+            // A client that holds the file's token answers `fstat` from
+            // its shared page: its link count changed.
+            self.settle_key(key);
+        }
         Ok(())
     }
 
@@ -572,6 +618,120 @@ impl Export for ExportImpl {
         self.creds.forget();
         Ok(())
     }
+
+    fn exec_descriptor(&self, path: &[u8]) -> Result<OwnedFd, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
+        exec_descriptor(self, path)
+    }
+
+    fn mknod(&self, path: &[u8], mode: u32, dev: u64) -> Result<(), FsError> {
+        use rustix::fs::FileType;
+        let _as = self.creds.adopt(As::Effective)?;
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        // The types mknod(2) takes (0: a regular file); a directory is
+        // EPERM and anything else EINVAL, as Linux answers.
+        let kind = match mode & libc::S_IFMT {
+            0 | libc::S_IFREG => FileType::RegularFile,
+            libc::S_IFIFO => FileType::Fifo,
+            libc::S_IFSOCK => FileType::Socket,
+            libc::S_IFCHR => FileType::CharacterDevice,
+            libc::S_IFBLK => FileType::BlockDevice,
+            libc::S_IFDIR => return Err(Errno::PERM.into()),
+            _ => return Err(Errno::INVAL.into()),
+        };
+        rustix::fs::mknodat(&dir, name, kind, Mode::from_bits_truncate(mode & 0o7777), dev)?;
+        Ok(())
+    }
+
+    fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError> {
+        use std::os::fd::AsRawFd;
+        let _as = self.creds.adopt(As::Effective)?;
+        self.writable()?;
+        let (dir, name) = self.parent(path)?;
+        // Unix sockets bind to a path, not a name in a directory: the
+        // directory resolved beneath the root, through its descriptor's
+        // link (a path longer than `sun_path` holds is ENAMETOOLONG).
+        let mut at = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+        at.extend_from_slice(name);
+        let addr = rustix::net::SocketAddrUnix::new(std::ffi::OsStr::from_bytes(&at))?;
+        rustix::net::bind(&socket, &addr)?;
+        Ok(())
+    }
+}
+
+/// [`Export::exec_descriptor`]: every check is the kernel's, made in the
+/// service thread (with whatever credentials it runs the call with), in
+/// the order `execve` makes them: the path's lookup, permission to
+/// execute (`X_OK` with the effective ids; `noexec` mounts), a regular
+/// file (`EACCES` otherwise, as `execve` answers a directory or a FIFO),
+/// then permission to read, which the caller needs to read a `#!` line.
+fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
+    use std::os::fd::AsRawFd;
+    let fd = export.resolve(path, OFlags::PATH, Mode::empty())?;
+    // faccessat2(fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS), through the
+    // descriptor's link (rustix refuses AT_EMPTY_PATH here).
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::accessat(
+        rustix::fs::CWD,
+        link.as_str(),
+        rustix::fs::Access::EXEC_OK,
+        AtFlags::EACCESS,
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(Errno::ACCESS.into());
+    }
+    // What a client wrote through its window is in the host file first.
+    export.settle_key((st.st_dev, st.st_ino));
+    if export.read_only {
+        return Ok(crate::readonly::reopen_read_only(&fd)?);
+    }
+    reopen(&fd, OFlags::RDONLY)
+}
+
+impl ExportImpl {
+    /// An `O_PATH` open ([`Export::open`]): Linux ignores every other flag
+    /// but `O_DIRECTORY` and `O_NOFOLLOW`.
+    fn open_path(&self, path: &[u8], flags: OFlags) -> Result<OpenFileClient, FsError> {
+        let look = OFlags::PATH | (flags & (OFlags::NOFOLLOW | OFlags::DIRECTORY));
+        let fd = self.resolve(path, look, Mode::empty())?;
+        self.path_only(fd)
+    }
+
+    /// An open file that stands for `fd`, an `O_PATH` descriptor: neither
+    /// readable nor writable (the host answers `EBADF`), never mapped.
+    fn path_only(&self, fd: OwnedFd) -> Result<OpenFileClient, FsError> {
+        let st = rustix::fs::fstat(&fd)?;
+        let id = self.next_open.fetch_add(1, SeqCst);
+        let open = Arc::new(Opened {
+            id,
+            fd,
+            node: self.node((st.st_dev, st.st_ino)),
+            append: AtomicBool::new(false),
+            readable: false,
+            writable: false,
+            regular: false,
+            timeout: self.timeout,
+            tally: self.counters.clone(),
+            offset: Mutex::new(0),
+            revoked: AtomicBool::new(false),
+            positional: std::sync::OnceLock::new(),
+            pipes: Mutex::new(Pipes::default()),
+            export_read_only: self.read_only,
+            creds: self.creds.clone(),
+        });
+        self.opens.lock().insert(id, Arc::downgrade(&open));
+        Ok(OpenFileClient::from_door(self.door_of(open)))
+    }
+}
+
+/// What [`Inner::resolve_openable`] found.
+enum Openable {
+    /// Opened as asked.
+    File(OwnedFd),
+    /// A FIFO, socket or device, not opened: its `O_PATH` descriptor.
+    Special(OwnedFd),
 }
 
 /// One open file description: the host's, plus the offset its door's
@@ -601,8 +761,9 @@ pub(crate) struct Opened {
     pipes: Mutex<Pipes>,
     export_read_only: bool,
     /// The export's callers' credentials: a change to the file is made
-    /// as its caller (a write by another user clears set-user-ID bits).
-    creds: Arc<Credentials>,
+    /// as its caller, its writes landing too (a write by a user without
+    /// `CAP_FSETID` clears set-user-ID bits, as Linux does).
+    pub(crate) creds: Arc<Credentials>,
 }
 
 /// The pipes attached to an open file, by number. A number is never given
@@ -775,6 +936,7 @@ impl OpenFile for Opened {
     }
 
     fn write(&self, data: &[u8]) -> Result<u64, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         let mut offset = self.offset.lock();
         let at = *offset;
@@ -891,6 +1053,7 @@ impl OpenFile for Opened {
     }
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         if self.appends() {
             // Linux appends whatever the offset says.
@@ -1009,6 +1172,7 @@ impl OpenFile for Opened {
     }
 
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         if data_only {
             rustix::fs::fdatasync(&self.fd)?;
@@ -1019,6 +1183,7 @@ impl OpenFile for Opened {
     }
 
     fn close(&self) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         // Whatever a mapped client wrote comes back with its token; the
         // copy path wrote through already.
         let _token = self.settle()?;
@@ -1064,6 +1229,37 @@ impl OpenFile for Opened {
 
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
         crate::lock::test(self.fd.as_fd(), kind, start, len)
+    }
+
+    fn path_descriptor(&self) -> Result<OwnedFd, FsError> {
+        use rustix::fs::FileType;
+        let special = !matches!(
+            FileType::from_raw_mode(rustix::fs::fstat(&self.fd)?.st_mode),
+            FileType::RegularFile | FileType::Directory | FileType::Symlink
+        );
+        let path_only = rustix::fs::fcntl_getfl(&self.fd)?.contains(OFlags::PATH);
+        if !special || !path_only {
+            return Err(FsError::Invalid("not a FIFO, socket or device".into()));
+        }
+        Ok(rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)?)
+    }
+
+    fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError> {
+        // The host's own `flock` on this open's description: what Linux
+        // does for the caller (no access-mode check, no conflict with
+        // byte-range locks). Waiting polls, as in `lock`.
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match crate::lock::whole_file(self.fd.as_fd(), kind) {
+                Err(e) if wait && e.errno() == libc::EAGAIN => {
+                    if lintel::shuttle::sleep_alertable(pause).is_err() {
+                        return Err(FsError::Os { errno: libc::EINTR });
+                    }
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
     }
 }
 

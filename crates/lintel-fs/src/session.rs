@@ -541,6 +541,8 @@ impl Session for SessionImpl {
 
     fn detach(&self, slot: u32) -> Result<(), FsError> {
         let (open, _) = self.core.binding(slot)?;
+        // The client's window writes land now, made as the client.
+        let _as = open.creds.adopt(crate::credentials::As::Effective)?;
         release(&open.node, &self.core, Some(slot as usize));
         self.core.bindings.lock()[slot as usize] = None;
         Ok(())

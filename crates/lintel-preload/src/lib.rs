@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
-use lintel_unix::{ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
+use lintel_unix::{ENV_EXEC, ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
 
 /// This process's emulation: made by the constructor, made anew by a
 /// forked child (the parent's is left behind, never freed).
@@ -103,6 +103,39 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
     if let Some(path) = static_program {
         run_static(std::path::Path::new(&path), argv, envp, mask.unwrap_or(0));
     }
+    if let Some(path) = std::env::var_os(ENV_EXEC) {
+        run_served(emulation, &path, argv, envp);
+    }
+}
+
+/// `exec` the served program `path` with this process's arguments and
+/// environment (less [`ENV_EXEC`]): a forked child that could not reach
+/// the service started this process to do it (`lintel_unix::emulate`).
+/// Never returns: a program that cannot be started ends the process with
+/// status 127.
+fn run_served(
+    e: &Emulation,
+    path: &std::ffi::OsStr,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> ! {
+    use std::os::unix::ffi::OsStrExt;
+    let r = trap::allowed(|| {
+        // SAFETY: the C runtime passes the process's environment vector,
+        // ending with a null pointer.
+        let envs = unsafe { c_strings(envp) };
+        let named = |v: &std::ffi::CString| v.as_bytes().starts_with(format!("{ENV_EXEC}=").as_bytes());
+        let kept: Vec<std::ffi::CString> = envs.into_iter().filter(|v| !named(v)).collect();
+        let mut words: Vec<*const libc::c_char> = kept.iter().map(|v| v.as_ptr()).collect();
+        words.push(std::ptr::null());
+        let Ok(p) = std::ffi::CString::new(path.as_bytes()) else {
+            return -(libc::ENOENT as i64);
+        };
+        e.exec_program(&p, argv as u64, words.as_ptr() as u64)
+    });
+    let why = std::io::Error::from_raw_os_error((-r) as i32);
+    eprintln!("lintel-unix: cannot run {}: {why}", path.to_string_lossy());
+    std::process::exit(127)
 }
 
 /// Load the static program at `path` with this process's arguments and
@@ -127,7 +160,14 @@ fn run_static(
         let named = |v: &std::ffi::CString| v.as_bytes().starts_with(format!("{ENV_STATIC}=").as_bytes());
         (args, envs.into_iter().filter(|v| !named(v)).collect::<Vec<_>>())
     });
-    let loaded = match trap::allowed(|| lintel_unix::image::load(path, &args, &envs)) {
+    // A served program is opened through the service (the kernel cannot
+    // open the prefix's paths), a host one by its path.
+    let load = || match current().and_then(|e| e.open_program(path)) {
+        Some(Ok(file)) => lintel_unix::image::load_file(path, file, &args, &envs),
+        Some(Err(e)) => Err(e),
+        None => lintel_unix::image::load(path, &args, &envs),
+    };
+    let loaded = match trap::allowed(load) {
         Ok(l) => l,
         Err(e) => fail(&e),
     };
@@ -528,9 +568,9 @@ unsafe fn recorded_fork(e: Option<&Emulation>) -> libc::pid_t {
 /// child may do too.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
-    before_fork(emulation());
-    // SAFETY: libc's fork in place of vfork. (Its child may only `exec`
-    // or `_exit`: it needs no runtime; the trap path carries its served
-    // files and redirections to the image it `exec`s.)
-    unsafe { real_fork()() }
+    // SAFETY: libc's fork in place of vfork, made as the `fork` wrapper
+    // makes it. (Its child may only `exec` or `_exit`; the trap path
+    // carries its served files and redirections to the image it `exec`s,
+    // and an `exec` of a served program gives it a runtime first.)
+    unsafe { recorded_fork(emulation()) }
 }

@@ -1713,3 +1713,50 @@ fn a_killed_service_loses_no_finished_write() {
         );
     }
 }
+
+/// A descriptor to `exec` a served file by: refused as `execve` refuses
+/// the host file (asked of Linux, by starting it), and holding what a
+/// client wrote through its window (the token is taken back first).
+#[test]
+fn an_exec_descriptor_is_refused_as_execve_refuses_and_holds_window_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let put = |rel: &str, mode: u32| {
+        std::fs::write(dir.path().join(rel), b"#!/bin/sh\necho hi\n").unwrap();
+        std::fs::set_permissions(dir.path().join(rel), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put("prog", 0o755);
+    put("plain", 0o644);
+    std::fs::create_dir(dir.path().join("d")).unwrap();
+    std::os::unix::fs::symlink("prog", dir.path().join("link")).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    for rel in ["plain", "d", "missing", "plain/below", "d/missing"] {
+        let native = std::process::Command::new(dir.path().join(rel))
+            .spawn()
+            .err()
+            .and_then(|e| e.raw_os_error())
+            .unwrap_or(0);
+        assert_ne!(native, 0, "{rel} runs natively");
+        assert_eq!(errno(svc.fs.exec_descriptor(rel)), native, "{rel}");
+    }
+
+    let other = FsClientPeer::start(svc.fs.door());
+    let fo = other.peer.open(b"prog".to_vec(), O_RDWR, AUTO).unwrap();
+    assert!(other.peer.is_mapped(fo).unwrap());
+    other.peer.write_at(fo, 10, b"window").unwrap();
+    for rel in ["prog", "link"] {
+        let fd = svc.fs.exec_descriptor(rel).unwrap();
+        let mut head = [0u8; 16];
+        assert_eq!(rustix::io::pread(&fd, &mut head, 0).unwrap(), 16);
+        assert_eq!(
+            &head[10..16],
+            b"window",
+            "{rel}: the window's bytes were written back first"
+        );
+        assert_eq!(
+            rustix::fs::fcntl_getfl(&fd).unwrap() & rustix::fs::OFlags::ACCMODE,
+            rustix::fs::OFlags::RDONLY,
+            "read-only"
+        );
+    }
+}

@@ -9,9 +9,28 @@
 //! call that slips past the emulation touches nothing that matters.
 //! `/proc/self/fd/N` and `/dev/fd/N` of a served `N` name the served file
 //! (glibc's `fchmodat` and `realpath` go that way).
+//!
+//! Programs and scripts in the served tree are started by the emulation
+//! (`exec`): a program so started sees the host file as its
+//! `/proc/self/exe`.
+//!
+//! An `O_PATH` open of a served path is served: it stands for the file (a
+//! symlink itself with `O_NOFOLLOW`), and answers `fstat` and attribute
+//! changes. `mknod`/`mknodat` make FIFOs, sockets, devices and empty files
+//! through the service (a device only where Linux would let the caller:
+//! `CAP_MKNOD`, else `EPERM`). FIFOs, sockets and devices are never opened
+//! by the service: an `open` of one gets the service's `O_PATH` descriptor
+//! and opens it through `/proc/self/fd`, so the descriptor it returns is
+//! the kernel's own (a FIFO's reader and writer meet in the kernel, and the
+//! open waits as on Linux; a socket is `ENXIO`). `bind` of a Unix-domain
+//! socket to a served path is made by the service (the program's socket
+//! passed to it), and `connect` to one goes through the socket file's
+//! `O_PATH` descriptor the same way.
 
 use crate::fdtable::FdTable;
 use std::sync::Arc;
+
+mod exec;
 
 use lintel_fs::{Attr, File, Fs, FsError, Kind, LockKind, OpenOptions, SetTime, Stat, Timespec, Whence};
 use parking_lot::Mutex;
@@ -287,26 +306,27 @@ impl Emulation {
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
+        let flags = flags as i32;
         // An O_PATH open (glibc makes them for `fchmodat` and friends)
-        // becomes a read-only one: the descriptor stands for the file.
-        // Linux heeds only these flags with it (no `O_CREAT`, no
-        // `O_TRUNC`); the descriptor keeps `O_PATH`, and so refuses I/O
-        // ([`refused_on_path_only`]).
-        let path_only = flags as i32 & libc::O_PATH;
-        let flags = match flags as i32 {
-            f if path_only != 0 => {
-                (f & (libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)) | libc::O_RDONLY
-            }
-            f => f,
-        };
-        let o = options_for(flags, mode as u32);
+        // stands for the file, a symlink itself with O_NOFOLLOW: the
+        // service's answers `stat` and attribute changes, and reading or
+        // writing it is EBADF, as on Linux.
+        let o_path = flags & libc::O_PATH != 0;
+        let mut o = options_for(flags, mode as u32);
+        if o_path {
+            o.io_path(lintel_fs::IoPath::Copy);
+        }
         let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
         };
-        let dir = file.metadata().map(|s| s.is_dir()).unwrap_or(false);
+        let st = file.metadata();
+        if !o_path && st.as_ref().is_ok_and(special) {
+            return Some(open_special(&file, flags));
+        }
+        let dir = st.map(|s| s.is_dir()).unwrap_or(false);
         let rel = if dir { self.physical(rel) } else { rel };
-        let served = Served::new(file, rel, dir, flags | path_only, false);
+        let served = Served::new(file, rel, dir, flags, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))
     }
 
@@ -592,6 +612,7 @@ impl Emulation {
             | libc::SYS_unlink
             | libc::SYS_rmdir
             | libc::SYS_mkdir
+            | libc::SYS_mknod
             | libc::SYS_chmod
             | libc::SYS_chown
             | libc::SYS_lchown
@@ -612,12 +633,14 @@ impl Emulation {
             | libc::SYS_statx
             | libc::SYS_unlinkat
             | libc::SYS_mkdirat
+            | libc::SYS_mknodat
             | libc::SYS_faccessat
             | libc::SYS_faccessat2
             | libc::SYS_readlinkat
             | libc::SYS_fchmodat
             | libc::SYS_fchownat
             | libc::SYS_utimensat => path(a[0], a[1]),
+            libc::SYS_bind | libc::SYS_connect => self.child_socket_path(a[1], a[2]),
             libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {
                 path(a[0], a[1]) || path(a[2], a[3])
             }
@@ -628,6 +651,20 @@ impl Emulation {
     /// Whether (`dirfd`, `path`) names something served, as a forked
     /// child sees it: an absolute path under the prefix, or any path
     /// relative to (or empty, on) a placeholder.
+    /// Whether a socket address names a path [`Emulation::child_path`]
+    /// finds served.
+    fn child_socket_path(&self, addr: u64, len: u64) -> bool {
+        // `sockaddr_un` (its path need not end in a NUL) and a NUL.
+        let mut raw = [0u8; std::mem::size_of::<libc::sockaddr_un>() + 1];
+        let len = (len as usize).min(raw.len() - 1);
+        if len <= 2 || user::read_into(addr, &mut raw[..len]).is_err() {
+            return false;
+        }
+        u16::from_ne_bytes([raw[0], raw[1]]) == libc::AF_UNIX as u16
+            && raw[2] != 0
+            && self.child_path(libc::AT_FDCWD, raw[2..].as_ptr() as u64)
+    }
+
     fn child_path(&self, dirfd: i32, path: u64) -> bool {
         match user::cstr(path) {
             Ok(p) if p.first() == Some(&b'/') => self.prefix.strip(&p).is_some(),
@@ -1108,8 +1145,9 @@ impl Emulation {
             .map_or_else(fs_err, |()| 0)
     }
 
-    /// `flock(2)` on a served file: a lock on the whole file, of the open
-    /// file (as `flock` locks are).
+    /// `flock(2)` on a served file: the host's `flock` of the service's
+    /// open file, so it holds whatever the access mode and apart from the
+    /// byte-range locks of `fcntl`, as on Linux.
     fn flock(&self, fd: u64, op: u64) -> R {
         let s = self.served(fd)?;
         let op = op as i32;
@@ -1119,7 +1157,7 @@ impl Emulation {
             libc::LOCK_UN => LockKind::Unlock,
             _ => return Some(err(libc::EINVAL)),
         };
-        let r = s.file.lock(kind, 0, 0, op & libc::LOCK_NB == 0);
+        let r = s.file.flock(kind, op & libc::LOCK_NB == 0);
         Some(match r {
             Err(e) if e.errno() == libc::EAGAIN => err(libc::EWOULDBLOCK),
             r => r.map_or_else(fs_err, |()| 0),
@@ -1315,21 +1353,127 @@ impl Emulation {
         }
     }
 
-    /// A call that removes or renames the last name of (`dirfd`,
-    /// `path`), when that name is `.` (`dot`) or `..` (`dotdot`): refused
-    /// as Linux refuses it once the directory holding it is found (the
-    /// path is otherwise made lexical, `d/.` being `d`). `None`: not such
-    /// a path, or not served.
-    fn dot_last(&self, dirfd: i32, path: u64, dot: i32, dotdot: i32) -> R {
+    /// The served path a Unix-domain socket address names, if it names
+    /// one (abstract and unnamed addresses and other families do not).
+    fn socket_path(&self, addr: u64, len: u64) -> Result<Option<Vec<u8>>, i32> {
+        let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_un>());
+        if len <= 2 {
+            return Ok(None);
+        }
+        let mut raw = vec![0u8; len];
+        user::read_into(addr, &mut raw)?;
+        if u16::from_ne_bytes([raw[0], raw[1]]) != libc::AF_UNIX as u16 || raw[2] == 0 {
+            return Ok(None);
+        }
+        let end = raw[2..].iter().position(|&b| b == 0).map_or(len, |i| i + 2);
+        let mut path = raw[2..end].to_vec();
+        path.push(0);
+        self.path_at(libc::AT_FDCWD, path.as_ptr() as u64)
+    }
+
+    /// `bind` of a Unix-domain socket to a served path: the service binds
+    /// the program's socket (a descriptor of it passed along), making the
+    /// socket file beneath its root.
+    fn bind(&self, fd: u64, addr: u64, len: u64) -> R {
+        let rel = match self.socket_path(addr, len) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        if self.served(fd).is_some() {
+            return Some(err(libc::ENOTSOCK));
+        }
+        let sock = match crate::raw::dup_owned(fd) {
+            Ok(s) => s,
+            Err(e) => return Some(e),
+        };
+        let os = std::ffi::OsStr::from_bytes;
+        Some(self.fs.bind(os(&rel), sock).map_or_else(fs_err, |()| 0))
+    }
+
+    /// `connect` of a Unix-domain socket to a served path: the service
+    /// hands over the socket file's `O_PATH` descriptor (as for an `open`
+    /// of it) and the program connects through `/proc/self/fd`, so the
+    /// kernel checks its access and the connection is the kernel's.
+    fn connect(&self, fd: u64, addr: u64, len: u64) -> R {
+        use std::os::fd::AsRawFd;
+        let rel = match self.socket_path(addr, len) {
+            Ok(Some(rel)) => rel,
+            Ok(None) => return None,
+            Err(e) => return Some(err(e)),
+        };
+        if self.served(fd).is_some() {
+            return Some(err(libc::ENOTSOCK));
+        }
+        let mut o = OpenOptions::new();
+        o.read(true)
+            .custom_flags(libc::O_PATH as u32)
+            .io_path(lintel_fs::IoPath::Copy);
+        let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
+            Ok(f) => f,
+            Err(e) => return Some(fs_err(e)),
+        };
+        let path_fd = match file.metadata() {
+            Ok(st) if st.mode & libc::S_IFMT == libc::S_IFSOCK => file.path_descriptor(),
+            Ok(_) => return Some(err(libc::ECONNREFUSED)),
+            Err(e) => return Some(fs_err(e)),
+        };
+        let path_fd = match path_fd {
+            Ok(p) => p,
+            Err(e) => return Some(fs_err(e)),
+        };
+        let mut sun: libc::sockaddr_un = crate::raw::zeroed();
+        sun.sun_family = libc::AF_UNIX as u16;
+        let path = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
+        for (d, s) in sun.sun_path.iter_mut().zip(path.bytes()) {
+            *d = s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + path.len() + 1;
+        Some(trap::raw_syscall(
+            libc::SYS_connect,
+            [fd, &sun as *const libc::sockaddr_un as u64, len as u64, 0, 0, 0],
+        ))
+    }
+
+    /// Whether the last name of `path` (relative to `dirfd`) is `.`
+    /// (`Some(Ok(false))`) or `..` (`Some(Ok(true))`), which no call that
+    /// acts on a name in a directory takes: Linux resolves the directory
+    /// it is in first, and that error (`Some(Err)`) comes before the
+    /// call's own. `None`: another name, or not a served path.
+    fn dot_last(&self, dirfd: i32, path: u64) -> Option<Result<bool, i32>> {
         let p = user::cstr(path).ok()?;
-        let e = match last_name(&p).1 {
-            b"." => dot,
-            b".." => dotdot,
+        let end = p.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+        let start = p[..end].iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        let dotdot = match &p[start..end] {
+            b"." => false,
+            b".." => true,
             _ => return None,
         };
-        match self.parent_error(dirfd, path)? {
-            0 => Some(err(e)),
-            r => Some(r),
+        let mut dir = if start == 0 {
+            b".".to_vec()
+        } else {
+            p[..start].to_vec()
+        };
+        dir.push(0);
+        Some(match self.path_at(dirfd, dir.as_ptr() as u64) {
+            Ok(Some(rel)) => match self.fs.stat(std::ffi::OsStr::from_bytes(&rel)) {
+                Ok(st) if st.is_dir() => Ok(dotdot),
+                Ok(_) => Err(libc::ENOTDIR),
+                Err(e) => Err(e.errno()),
+            },
+            Ok(None) => return None,
+            Err(e) => Err(e),
+        })
+    }
+
+    /// `rmdir`: of `d/.`, `EINVAL`, and of `d/..`, `ENOTEMPTY`, as Linux
+    /// answers (the service sees the path with `.` and `..` collapsed).
+    fn rmdir(&self, dirfd: i32, path: u64) -> R {
+        match self.dot_last(dirfd, path) {
+            Some(Ok(false)) => Some(err(libc::EINVAL)),
+            Some(Ok(true)) => Some(err(libc::ENOTEMPTY)),
+            Some(Err(e)) => Some(err(e)),
+            None => self.on_path(dirfd, path, |p| self.fs.remove_dir(p)),
         }
     }
 
@@ -1503,14 +1647,10 @@ impl Emulation {
                 (self.served(a[0]).is_some() || self.served(a[2]).is_some()).then(|| err(libc::EINVAL))
             }
             libc::SYS_unlink => self.on_path(cwd, a[0], |p| self.fs.remove_file(p)),
-            libc::SYS_rmdir => self
-                .dot_last(cwd, a[0], libc::EINVAL, libc::ENOTEMPTY)
-                .or_else(|| self.on_path(cwd, a[0], |p| self.fs.remove_dir(p))),
+            libc::SYS_rmdir => self.rmdir(cwd, a[0]),
+            libc::SYS_unlinkat if a[2] as i32 & libc::AT_REMOVEDIR != 0 => self.rmdir(a[0] as i32, a[1]),
             libc::SYS_unlinkat => {
                 let dir = a[2] as i32 & libc::AT_REMOVEDIR != 0;
-                if dir && let Some(r) = self.dot_last(a[0] as i32, a[1], libc::EINVAL, libc::ENOTEMPTY) {
-                    return Some(r);
-                }
                 self.on_path(a[0] as i32, a[1], |p| {
                     if dir {
                         self.fs.remove_dir(p)
@@ -1519,6 +1659,10 @@ impl Emulation {
                     }
                 })
             }
+            libc::SYS_bind => self.bind(a[0], a[1], a[2]),
+            libc::SYS_connect => self.connect(a[0], a[1], a[2]),
+            libc::SYS_mknod => self.on_path(cwd, a[0], |p| self.fs.mknod(p, a[1] as u32, a[2])),
+            libc::SYS_mknodat => self.on_path(a[0] as i32, a[1], |p| self.fs.mknod(p, a[2] as u32, a[3])),
             libc::SYS_mkdir => self.on_path(cwd, a[0], |p| self.fs.create_dir(p, a[1] as u32)),
             libc::SYS_mkdirat => self.on_path(a[0] as i32, a[1], |p| self.fs.create_dir(p, a[2] as u32)),
             libc::SYS_rename => self.rename(cwd, a[0], cwd, a[1], 0),
@@ -1804,6 +1948,10 @@ impl Emulator for Emulation {
         Emulation::exec_failed(self);
     }
 
+    fn exec(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
+        self.exec_served(nr, a)
+    }
+
     fn emulate(&self, nr: i64, a: [u64; 6]) -> Option<i64> {
         if let Some(r) = reserved(nr, a) {
             return Some(r);
@@ -1990,6 +2138,36 @@ fn options_for(flags: i32, mode: u32) -> OpenOptions {
         .custom_flags(passed as u32)
         .mapped_max(MAPPED_MAX_CALL);
     o
+}
+
+/// Whether `st` is a FIFO, socket or device: the service opens none of
+/// them ([`open_special`]).
+fn special(st: &Stat) -> bool {
+    !matches!(
+        st.mode & libc::S_IFMT,
+        libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK
+    )
+}
+
+/// Open the FIFO, socket or device `file` stands for: the service hands
+/// over its `O_PATH` descriptor and the program opens that through
+/// `/proc/self/fd` with its own flags, so the kernel checks the access,
+/// a FIFO's open waits here for the other end, and the descriptor is the
+/// kernel's (not served), as on Linux. The service's open is let go.
+fn open_special(file: &File, flags: i32) -> i64 {
+    use std::os::fd::AsRawFd;
+    let fd = match file.path_descriptor() {
+        Ok(fd) => fd,
+        Err(e) => return fs_err(e),
+    };
+    let path = format!("/proc/self/fd/{}\0", fd.as_raw_fd());
+    // The name was looked up already: the magic link is not to be
+    // refused as a symlink, and nothing is created.
+    let flags = flags & !(libc::O_NOFOLLOW | libc::O_CREAT | libc::O_EXCL);
+    trap::raw_syscall(
+        libc::SYS_openat,
+        [libc::AT_FDCWD as u64, path.as_ptr() as u64, flags as u64, 0, 0, 0],
+    )
 }
 
 /// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.

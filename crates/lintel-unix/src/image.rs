@@ -54,7 +54,13 @@ pub fn is_static(path: &std::path::Path) -> bool {
     if f.take(64 << 10).read_to_end(&mut head).is_err() {
         return false;
     }
-    let Ok(h) = Elf::parse_header(&head) else {
+    is_static_head(&head)
+}
+
+/// Whether a file that starts with `head` (its first 64 KiB, or all of
+/// it if shorter) is a statically linked ELF program: see [`is_static`].
+pub fn is_static_head(head: &[u8]) -> bool {
+    let Ok(h) = Elf::parse_header(head) else {
         return false;
     };
     let ctx = goblin::container::Ctx::new(
@@ -66,12 +72,18 @@ pub fn is_static(path: &std::path::Path) -> bool {
         && matches!(h.e_type, header::ET_EXEC | header::ET_DYN)
         && h.e_entry != 0;
     is_program
-        && ph::ProgramHeader::parse(&head, h.e_phoff as usize, h.e_phnum as usize, ctx)
+        && ph::ProgramHeader::parse(head, h.e_phoff as usize, h.e_phnum as usize, ctx)
             .is_ok_and(|phs| phs.iter().all(|p| p.p_type != ph::PT_INTERP))
 }
 
 /// The static program this process runs (static mode).
 static LOADED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// The path of the static program this process runs (static mode), as
+/// it was named (a served one: its path under the prefix).
+pub fn loaded() -> Option<&'static std::path::Path> {
+    LOADED.get().map(|p| p.as_path())
+}
 
 /// An `execve` of a static program, made through the program's host
 /// instead (the launcher, whose preload library runs it in static mode):
@@ -109,14 +121,28 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
         (true, false) => return None,
         _ => std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&p)),
     };
-    let host = if static_mode {
+    if !is_static(&target) {
+        return None;
+    }
+    host_exec(target.as_os_str().as_bytes(), envp, static_mode)
+}
+
+/// What to `execve` to run the static program `target` (a host path, or
+/// a served one, which the host opens through the service): the host,
+/// with the program's environment at `envp` (in the program's memory) and
+/// `target` named in it.
+pub fn host_exec(target: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> {
+    host_exec_naming(crate::ENV_STATIC, target, envp, static_mode)
+}
+
+/// What to `execve` to start the host with `var=value` in the program's
+/// environment at `envp` (in place of any `var` there).
+pub fn host_exec_naming(var: &str, value: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> {
+    let host: std::path::PathBuf = if static_mode {
         std::fs::read_link("/proc/self/exe").ok()?
     } else {
         std::env::var_os(crate::ENV_HOST)?.into()
     };
-    if !is_static(&target) {
-        return None;
-    }
     let mut envp_words = Vec::new();
     if envp != 0 {
         for i in 0..65_536u64 {
@@ -126,15 +152,15 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
             if at == 0 {
                 break;
             }
-            let var = crate::user::cstr(at).ok()?;
-            if !var.starts_with(crate::ENV_STATIC.as_bytes()) {
+            let entry = crate::user::cstr(at).ok()?;
+            if !entry.starts_with(format!("{var}=").as_bytes()) {
                 envp_words.push(at);
             }
         }
     }
-    let mut named = crate::ENV_STATIC.as_bytes().to_vec();
+    let mut named = var.as_bytes().to_vec();
     named.push(b'=');
-    named.extend_from_slice(target.as_os_str().as_bytes());
+    named.extend_from_slice(value);
     let named = CString::new(named).ok()?;
     envp_words.push(named.as_ptr() as u64);
     envp_words.push(0);
@@ -167,7 +193,24 @@ pub struct Loaded {
 /// Map the static program at `path` and build its stack with `argv` and
 /// `envp`. The caller's calls must go to the kernel (`trap::allowed`).
 pub fn load(path: &std::path::Path, argv: &[CString], envp: &[CString]) -> io::Result<Loaded> {
-    let bytes = std::fs::read(path)?;
+    load_file(path, std::fs::File::open(path)?, argv, envp)
+}
+
+/// [`load`] the static program open at `file` (named `path`: what the
+/// program sees as its own path, `AT_EXECFN` and `/proc/self/exe` to an
+/// `execve`).
+pub fn load_file(
+    path: &std::path::Path,
+    file: std::fs::File,
+    argv: &[CString],
+    envp: &[CString],
+) -> io::Result<Loaded> {
+    let bytes = {
+        use std::io::Read;
+        let mut b = Vec::new();
+        (&file).read_to_end(&mut b)?;
+        b
+    };
     let elf = Elf::parse(&bytes).map_err(|e| invalid(&format!("not an ELF file: {e}")))?;
     if !elf.is_64 || elf.header.e_machine != header::EM_X86_64 {
         return Err(invalid("not an x86-64 program"));
@@ -195,7 +238,6 @@ pub fn load(path: &std::path::Path, argv: &[CString], envp: &[CString]) -> io::R
         .map(|p| p.p_vaddr.checked_add(p.p_memsz).map(page_up))
         .try_fold(0u64, |m, e| e.map(|e| m.max(e)))
         .ok_or_else(|| invalid("a segment wraps around"))?;
-    let file = std::fs::File::open(path)?;
 
     // The span, reserved first so a segment never lands on something of
     // ours: at its own address for ET_EXEC, anywhere for a PIE.

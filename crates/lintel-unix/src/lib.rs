@@ -49,6 +49,11 @@ pub const ENV_STATIC: &str = "LINTEL_UNIX_STATIC";
 /// The launcher's own path, set in the program's environment: an `execve`
 /// of a static program starts it again as the program's host.
 pub const ENV_HOST: &str = "LINTEL_UNIX_HOST";
+/// A served program to `exec`, set for a process started as its host by
+/// a forked child that cannot reach the service itself (see
+/// `emulate`'s `exec`): the preload library's constructor starts it, with
+/// the process's arguments and environment (less this variable).
+pub const ENV_EXEC: &str = "LINTEL_UNIX_EXEC";
 
 /// Descriptors kept free for the runtime above the floor, where the
 /// kernel's hard limit allows.

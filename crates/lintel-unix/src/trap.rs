@@ -49,6 +49,14 @@ pub trait Emulator {
     /// Called when an `exec` returned (it failed): undo what
     /// [`Emulator::before_fork_or_exec`] left for the new image.
     fn exec_failed(&self) {}
+
+    /// An `execve` or `execveat` (`nr`, arguments `args` as trapped), after
+    /// [`Emulator::before_fork_or_exec`]: `Some(-errno)` if the emulation
+    /// made it and it failed (a program it serves, which the kernel cannot
+    /// open; made, it never returns), `None` to make it as asked.
+    fn exec(&self, _nr: i64, _args: [u64; 6]) -> Option<i64> {
+        None
+    }
 }
 
 const PR_SET_SYSCALL_USER_DISPATCH: i32 = 59;
@@ -174,6 +182,11 @@ struct KernelSigaction {
     flags: u64,
     restorer: usize,
     mask: u64,
+}
+
+/// Whether this process runs a static program in static mode.
+pub fn static_mode() -> bool {
+    STATIC_MODE.load(Relaxed)
 }
 
 /// Whether the CPU and kernel let user space read and write the FS base
@@ -462,14 +475,20 @@ fn answer(uc: &mut libc::ucontext_t, nr: i64, args: [u64; 6]) -> i64 {
             if let Some(e) = e {
                 e.before_fork_or_exec();
             }
-            // A static program is started through its host (see
-            // `image::hosted`); the buffers live until the call returns.
-            let hosted = (nr == libc::SYS_execve)
-                .then(|| crate::image::hosted(args[0], args[2], STATIC_MODE.load(Relaxed)))
-                .flatten();
-            let r = match &hosted {
-                Some(h) => raw_syscall(nr, [h.path(), args[1], h.envp(), 0, 0, 0]),
-                None => raw_syscall(nr, args),
+            // A served program is started by the emulation; a static one
+            // through its host (see `image::hosted`; the buffers live
+            // until the call returns).
+            let r = match e.and_then(|e| e.exec(nr, args)) {
+                Some(r) => r,
+                None => {
+                    let hosted = (nr == libc::SYS_execve)
+                        .then(|| crate::image::hosted(args[0], args[2], STATIC_MODE.load(Relaxed)))
+                        .flatten();
+                    match &hosted {
+                        Some(h) => raw_syscall(nr, [h.path(), args[1], h.envp(), 0, 0, 0]),
+                        None => raw_syscall(nr, args),
+                    }
+                }
             };
             if let Some(e) = e {
                 e.exec_failed();

@@ -57,7 +57,10 @@ pub fn write(addr: u64, from: &[u8]) -> Result<(), i32> {
 }
 
 /// The NUL-terminated string at `addr` (without its NUL): `EFAULT` if it
-/// runs into unmapped memory, `ENAMETOOLONG` past 4096 bytes.
+/// runs into unmapped memory, `ENAMETOOLONG` at 4096 bytes or more (the
+/// kernel's `PATH_MAX` counts the NUL).
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
 pub fn cstr(addr: u64) -> Result<Vec<u8>, i32> {
     let mut out = Vec::new();
     let mut at = addr;
@@ -69,6 +72,9 @@ pub fn cstr(addr: u64) -> Result<Vec<u8>, i32> {
         read_into(at, &mut chunk)?;
         if let Some(end) = chunk.iter().position(|&b| b == 0) {
             out.extend_from_slice(&chunk[..end]);
+            if out.len() >= PATH_MAX {
+                return Err(libc::ENAMETOOLONG);
+            }
             return Ok(out);
         }
         out.extend_from_slice(&chunk);

@@ -7,7 +7,9 @@
 //! `--manifest`, the program joins the file service NAME (default `fs`)
 //! of the system running from manifest M: every process image looks it
 //! up through the system's name service. Exits with PROGRAM's status.
-//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`).
+//! A statically linked PROGRAM runs in static mode (`lintel_unix::image`);
+//! a PROGRAM under /PATH is started by this program's preload library
+//! (only an emulated process can start a served one).
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -89,6 +91,21 @@ fn main() -> ExitCode {
             let mut c = Command::new(me);
             std::os::unix::process::CommandExt::arg0(&mut c, program);
             c.env(lintel_unix::ENV_STATIC, path);
+            c
+        }
+        // A program in the served tree is started by the emulation, which
+        // only an emulated process has: this program again, whose
+        // preload library `exec`s it (`lintel_unix::ENV_EXEC`).
+        _ if lintel_unix::paths::Prefix::new(prefix.as_bytes())
+            .is_some_and(|p| p.strip(program.as_bytes()).is_some()) =>
+        {
+            let Some(me) = &me else {
+                eprintln!("lintel-run: cannot find this program to start {program}");
+                return ExitCode::from(127);
+            };
+            let mut c = Command::new(me);
+            std::os::unix::process::CommandExt::arg0(&mut c, program);
+            c.env(lintel_unix::ENV_EXEC, program);
             c
         }
         _ => Command::new(program),
