@@ -287,6 +287,8 @@ impl Inner {
             return self.resolve(path, flags, mode).map(Openable::File);
         };
         match FileType::from_raw_mode(rustix::fs::fstat(&probe)?.st_mode) {
+            // `O_CREAT` on a directory, as Linux answers whatever the access.
+            FileType::Directory if flags.contains(OFlags::CREATE) => Err(Errno::ISDIR.into()),
             // The very file that was looked at, opened as asked (the
             // kernel checks access as for the path).
             FileType::RegularFile | FileType::Directory => Ok(Openable::File(reopen(

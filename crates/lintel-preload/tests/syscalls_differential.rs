@@ -784,6 +784,19 @@ mod regressions {
         ]);
     }
 
+    /// `O_CREAT` on an existing directory opened it (after main's
+    /// `resolve_openable`); Linux: `EISDIR`, whatever the access.
+    #[test]
+    fn creat_on_a_directory_is_eisdir() {
+        replay(&[
+            "open 0 - . 0x40 420",
+            "mkdir - d 493",
+            "open 0 - d 0x40 420",
+            "open 0 - @/d 0x41 420",
+            "open 0 - d/ 0x42 420",
+        ]);
+    }
+
     /// Smoke: one of each family.
     #[test]
     fn a_little_of_everything() {
