@@ -204,6 +204,9 @@ fn op() -> BoxedStrategy<String> {
         1 => Just("getcwd".to_string()),
         1 => (1usize..4).prop_map(|k| format!("fork {k}")),
         1 => (1usize..4).prop_map(|k| format!("forkexec {k}")),
+        1 => (path(), prop::sample::select(&[0o755u32, 0o644, 0o700, 0o111][..]))
+            .prop_map(|(p, m)| format!("script {p} {m}")),
+        1 => path().prop_map(|p| format!("exec {p}")),
     ];
     prop_oneof![5 => io, 4 => meta, 4 => names].boxed()
 }
@@ -794,6 +797,38 @@ mod regressions {
             "open 0 - d 0x40 420",
             "open 0 - @/d 0x41 420",
             "open 0 - d/ 0x42 420",
+        ]);
+    }
+
+    /// Scripts in the tree run (or not) as natively.
+    #[test]
+    fn scripts_in_the_tree_run() {
+        replay(&[
+            "script a 493",
+            "exec a",
+            "exec @/a",
+            "script b 420",
+            "exec b",
+            "mkdir - d 493",
+            "chdir d",
+            "exec ../a",
+            "exec d",
+            "open 0 - @/a 0x1 0",
+            "exec @/a",
+        ]);
+    }
+
+    /// `exec` through a symlink with an absolute target answered `EXDEV`
+    /// (the service's refusal of such a symlink, not followed).
+    #[test]
+    fn exec_follows_absolute_symlinks() {
+        replay(&[
+            "symlink @/a - d",
+            "exec d",
+            "script a 493",
+            "exec d",
+            "symlink %/o - l",
+            "exec l",
         ]);
     }
 

@@ -25,6 +25,9 @@
 //! only zeros skipped; where a file keeps its holes is its file system's
 //! choice) and leave the offset at `at`.
 //!
+//! `script PATH MODE` writes a small shell script there; `exec PATH`
+//! forks, and the child `exec`s PATH (its output among ours).
+//!
 //! `fork N` forks; the child makes the next `N` steps on its copies of
 //! the descriptors and exits, the parent waits for it. `forkexec N` does
 //! the same through an `exec` of this program (`--child`), which takes
@@ -33,6 +36,11 @@
 
 use std::ffi::CString;
 use std::io::{BufRead, Write};
+
+/// What `script` writes: a shell script that tells what it sees of the
+/// tree from where it runs.
+const SCRIPT: &[u8] =
+    b"#!/bin/sh\necho \"  script $# $1\"\nls -a 2>&1 | tr '\\n' ' '\necho\ncat a 2>/dev/null | wc -c\n";
 
 /// Descriptor slots a script names.
 const SLOTS: usize = 8;
@@ -513,6 +521,29 @@ impl Probe {
                 let n = buf.iter().position(|&b| b == 0).unwrap_or(0);
                 self.renamed(&buf[..n])
             }
+            "script" => {
+                // A shell script (a fixed one) at the path, with the mode.
+                let p = self.path(a(1));
+                let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC;
+                // SAFETY: a NUL-terminated path.
+                let fd = unsafe { libc::open(p.as_ptr(), flags, n(2) as libc::c_uint) };
+                if fd < 0 {
+                    return errno_name(errno());
+                }
+                // SAFETY: from a buffer of its length; then ours to close.
+                let r = unsafe {
+                    let r = libc::write(fd, SCRIPT.as_ptr().cast(), SCRIPT.len());
+                    libc::close(fd);
+                    r
+                };
+                self.result(r as i64)
+            }
+            "exec" if self.open_for_writing(a(1)) => {
+                // Linux refuses to run a file open for writing
+                // (`ETXTBSY`); a served exec does not see the writers.
+                "not made: the file is open for writing".into()
+            }
+            "exec" => self.exec(a(1)),
             "tree" => self.tree_digest(true),
             other => panic!("lintel-syscall-probe: unknown step {other}"),
         }
@@ -865,6 +896,57 @@ impl Probe {
         // SAFETY: into an int of ours.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         format!("child status {status:#x}")
+    }
+
+    /// Whether a slot holds the file `path` names open for writing.
+    fn open_for_writing(&self, path: &str) -> bool {
+        let p = self.path(path);
+        // SAFETY: an all-zero `stat` is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path, into a `stat` of ours.
+        if unsafe { libc::stat(p.as_ptr(), &mut st) } != 0 {
+            return false;
+        }
+        self.slots.iter().filter(|&&fd| fd >= 0).any(|&fd| {
+            // SAFETY: as above.
+            let mut o: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: into a `stat` of ours; then no memory involved.
+            let (same, fl) = unsafe {
+                (
+                    libc::fstat(fd, &mut o) == 0 && o.st_ino == st.st_ino && o.st_dev == st.st_dev,
+                    libc::fcntl(fd, libc::F_GETFL),
+                )
+            };
+            same && fl >= 0 && fl & libc::O_ACCMODE != libc::O_RDONLY && fl & libc::O_PATH == 0
+        })
+    }
+
+    /// Fork; the child `exec`s `path` (its output goes where ours does);
+    /// the parent waits.
+    fn exec(&mut self, path: &str) -> String {
+        let _ = self.out.flush();
+        let p = self.path(path);
+        let arg = CString::new("x").expect("no NUL");
+        let argv = [p.as_ptr(), arg.as_ptr(), std::ptr::null()];
+        // SAFETY: fork; the child only `exec`s or reports and exits.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return errno_name(errno());
+        }
+        if pid == 0 {
+            // SAFETY: a NUL-terminated path and argument vector; the
+            // environment as it is.
+            unsafe { libc::execv(p.as_ptr(), argv.as_ptr()) };
+            let e = errno_name(errno());
+            let _ = writeln!(self.out, "{}  exec: {e}", self.tag);
+            let _ = self.out.flush();
+            // SAFETY: leaving the child without the parent's destructors.
+            unsafe { libc::_exit(127) };
+        }
+        let mut status = 0;
+        // SAFETY: into an int of ours.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        format!("status {status:#x}")
     }
 
     /// Close every slot's descriptor.

@@ -124,6 +124,14 @@ impl Emulation {
                 Err(e) => return Some(fs_err(e)),
             }
         }
+        // Symlinks on the way, followed as the program sees them: the
+        // service refuses one with an absolute target (`EXDEV`), which
+        // may lead back into the tree or out to the host.
+        let target = match crate::links::resolve(&self.prefix, &rel, true, &super::LinkLookup(&self.fs)) {
+            Ok(crate::links::Target::Served(p)) => Target::Served(p),
+            Ok(crate::links::Target::Host(h)) => Target::Host(h),
+            Err(e) => return Some(err(e)),
+        };
         // The file name the kernel gives a script's interpreter.
         let filename = match (empty, dirfd == libc::AT_FDCWD || named.first() == Some(&b'/')) {
             (true, _) => format!("/dev/fd/{dirfd}").into_bytes(),
@@ -145,7 +153,7 @@ impl Emulation {
             Ok(v) => v,
             Err(e) => return Some(err(e)),
         };
-        Some(self.start(Target::Served(rel), filename, inaccessible, args, envp))
+        Some(self.start(target, filename, inaccessible, args, envp))
     }
 
     /// Start `target` (named `filename`) with arguments `args` and the
