@@ -222,7 +222,10 @@ fn ops() -> impl Strategy<Value = Vec<String>> {
 struct Side {
     root: tempfile::TempDir,
     given: String,
-    out: tempfile::TempDir,
+    /// The outside directory's own parent (`..` from it leads to
+    /// nothing shared: not `/tmp`, whose links other tests change).
+    out_parent: tempfile::TempDir,
+    out: std::path::PathBuf,
 }
 
 impl Side {
@@ -230,9 +233,11 @@ impl Side {
     /// reach.
     fn new(served: bool) -> Side {
         let root = tempfile::tempdir().unwrap();
-        let out = tempfile::tempdir().unwrap();
-        std::fs::write(out.path().join("o"), b"outside\n").unwrap();
-        std::fs::create_dir(out.path().join("od")).unwrap();
+        let out_parent = tempfile::tempdir().unwrap();
+        let out = out_parent.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("o"), b"outside\n").unwrap();
+        std::fs::create_dir(out.join("od")).unwrap();
         let native = root.path().to_str().unwrap().to_string();
         let given = if served {
             // A prefix as long as the native root's path (symlinks through
@@ -247,20 +252,26 @@ impl Side {
         } else {
             native
         };
-        Side { root, given, out }
+        Side {
+            root,
+            given,
+            out_parent,
+            out,
+        }
     }
 
     fn rename(&self, s: &str) -> String {
         s.replace(&self.given, "ROOT")
             .replace(self.root.path().to_str().unwrap(), "ROOT")
-            .replace(self.out.path().to_str().unwrap(), "OUT")
+            .replace(self.out.to_str().unwrap(), "OUT")
+            .replace(self.out_parent.path().to_str().unwrap(), "OUTSIDE")
     }
 }
 
 /// The script for `cases` (named by number from `first`), `%` made this
 /// side's outside directory.
 fn script(side: &Side, cases: &[(usize, &[String])]) -> String {
-    let out = side.out.path().to_str().unwrap();
+    let out = side.out.to_str().unwrap();
     let mut s = String::new();
     for (n, steps) in cases {
         s += &format!("case s{n}\n");
@@ -288,7 +299,7 @@ fn probe(side: &Side, served: bool, script: &str) -> Result<Vec<(String, Vec<Str
         Command::new(probe)
     };
     cmd.arg(&side.given)
-        .arg(side.out.path())
+        .arg(&side.out)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -411,7 +422,10 @@ fn compare(cases: &[(usize, &[String])]) -> Result<Vec<(usize, String)>, String>
     }
     // The directories outside: only the first case's changes would be
     // told apart, so a difference is charged to every case.
-    let (no, so) = (tree(&native, native.out.path()), tree(&served, served.out.path()));
+    let (no, so) = (
+        tree(&native, native.out_parent.path()),
+        tree(&served, served.out_parent.path()),
+    );
     if no != so && bad.is_empty() {
         let why = format!("the directories outside differ\n  native: {no:#?}\n  served: {so:#?}");
         bad.extend((0..cases.len()).map(|i| (i, why.clone())));
@@ -641,6 +655,14 @@ mod regressions {
     #[test]
     fn o_path_opens_nothing_for_io() {
         replay(&["open 0 - a 0x200040 420"]);
+        replay(&[
+            "symlink @/a - @/a",
+            "open 0 - a 0x2000c0 420",
+            "symlink @/d - b",
+            "mkdir - d 493",
+            "open 1 - b 0x2000c0 420",
+            "fstat 1",
+        ]);
         replay(&[
             "open 0 - a 0x42 420",
             "write 0 10 1",

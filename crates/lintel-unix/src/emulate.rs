@@ -1889,7 +1889,10 @@ impl PathArg {
         let nofollow = |flags: u64| flags as i32 & libc::AT_SYMLINK_NOFOLLOW == 0;
         let open = |flags: u64| {
             let f = flags as i32;
-            f & libc::O_NOFOLLOW == 0 && f & (libc::O_CREAT | libc::O_EXCL) != libc::O_CREAT | libc::O_EXCL
+            // (`O_PATH` drops `O_CREAT` and `O_EXCL`.)
+            let excl =
+                f & libc::O_PATH == 0 && f & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+            f & libc::O_NOFOLLOW == 0 && !excl
         };
         let (dirfd, path, follow_last) = match nr {
             libc::SYS_open => (None, 0, open(a[1])),
