@@ -397,7 +397,7 @@ impl Session for SessionImpl {
         // bits as it lands, as Linux does (the kernel does it when the
         // service writes as the caller): such a file is written through
         // calls, never a window.
-        let set_id = (libc::S_ISUID | libc::S_ISGID) as u32;
+        let set_id = libc::S_ISUID | libc::S_ISGID;
         if open.writable && rustix::fs::fstat(&open.fd)?.st_mode & set_id != 0 {
             return Err(FsError::Invalid(
                 "a set-user-ID or set-group-ID file is written through calls".into(),
