@@ -3,7 +3,9 @@
 //!
 //! For each call from another process the service thread takes on the
 //! caller's file-system user and group, supplementary groups and umask
-//! ([`Credentials::adopt`]), makes the call, and takes its own back. The
+//! ([`Credentials::adopt`]), makes the call, and takes its own back
+//! (every call that names a path, changes a file or lands the caller's
+//! writes; reads and seeks need none). The
 //! kernel then checks every permission itself (owner, group and other
 //! bits, ACLs, capabilities, sticky directories) and gives new files the
 //! owner, group and mode Linux would (setgid directories, umask), and

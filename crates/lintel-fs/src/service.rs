@@ -766,8 +766,9 @@ pub(crate) struct Opened {
     pipes: Mutex<Pipes>,
     export_read_only: bool,
     /// The export's callers' credentials: a change to the file is made
-    /// as its caller (a write by another user clears set-user-ID bits).
-    creds: Arc<Credentials>,
+    /// as its caller, its writes landing too (a write by a user without
+    /// `CAP_FSETID` clears set-user-ID bits, as Linux does).
+    pub(crate) creds: Arc<Credentials>,
 }
 
 /// The pipes attached to an open file, by number. A number is never given
@@ -940,6 +941,7 @@ impl OpenFile for Opened {
     }
 
     fn write(&self, data: &[u8]) -> Result<u64, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         let mut offset = self.offset.lock();
         let at = *offset;
@@ -1056,6 +1058,7 @@ impl OpenFile for Opened {
     }
 
     fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         if self.appends() {
             // Linux appends whatever the offset says.
@@ -1174,6 +1177,7 @@ impl OpenFile for Opened {
     }
 
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         if data_only {
             rustix::fs::fdatasync(&self.fd)?;
@@ -1184,6 +1188,7 @@ impl OpenFile for Opened {
     }
 
     fn close(&self) -> Result<(), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
         // Whatever a mapped client wrote comes back with its token; the
         // copy path wrote through already.
         let _token = self.settle()?;
