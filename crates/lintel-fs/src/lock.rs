@@ -77,6 +77,22 @@ pub(crate) fn test(
     }))
 }
 
+/// `flock(2)` the open file `fd` without waiting (`Unlock` drops its
+/// lock): `EAGAIN` if another open file holds a conflicting one.
+pub(crate) fn whole_file(fd: BorrowedFd<'_>, kind: LockKind) -> Result<(), crate::FsError> {
+    let op = match kind {
+        LockKind::Read => libc::LOCK_SH,
+        LockKind::Write => libc::LOCK_EX,
+        LockKind::Unlock => libc::LOCK_UN,
+    };
+    // SAFETY: flock takes a descriptor and flags, no memory; `fd` is open.
+    let r = unsafe { libc::flock(fd.as_raw_fd(), op | libc::LOCK_NB) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,20 +127,4 @@ mod tests {
         set(a.as_fd(), LockKind::Write, 0, 0).unwrap();
         assert!(set(a.as_fd(), LockKind::Read, u64::MAX, 1).is_err());
     }
-}
-
-/// `flock(2)` the open file `fd` without waiting (`Unlock` drops its
-/// lock): `EAGAIN` if another open file holds a conflicting one.
-pub(crate) fn whole_file(fd: BorrowedFd<'_>, kind: LockKind) -> Result<(), crate::FsError> {
-    let op = match kind {
-        LockKind::Read => libc::LOCK_SH,
-        LockKind::Write => libc::LOCK_EX,
-        LockKind::Unlock => libc::LOCK_UN,
-    };
-    // SAFETY: flock takes a descriptor and flags, no memory; `fd` is open.
-    let r = unsafe { libc::flock(fd.as_raw_fd(), op | libc::LOCK_NB) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
 }

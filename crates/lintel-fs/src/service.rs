@@ -287,8 +287,11 @@ impl Inner {
             return self.resolve(path, flags, mode).map(Openable::File);
         };
         match FileType::from_raw_mode(rustix::fs::fstat(&probe)?.st_mode) {
-            // `O_CREAT` on a directory, as Linux answers whatever the access.
-            FileType::Directory if flags.contains(OFlags::CREATE) => Err(Errno::ISDIR.into()),
+            // `O_CREAT` of what is there: the kernel's own answer for the
+            // path (`EISDIR` for a directory).
+            FileType::RegularFile | FileType::Directory if flags.contains(OFlags::CREATE) => {
+                self.resolve(path, flags, mode).map(Openable::File)
+            }
             // The very file that was looked at, opened as asked (the
             // kernel checks access as for the path).
             FileType::RegularFile | FileType::Directory => Ok(Openable::File(reopen(

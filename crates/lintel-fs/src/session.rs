@@ -393,6 +393,16 @@ impl Session for SessionImpl {
                 "only regular files opened for reading map".into(),
             ));
         }
+        // A write to a set-user-ID or set-group-ID file must clear the
+        // bits as it lands, as Linux does (the kernel does it when the
+        // service writes as the caller): such a file is written through
+        // calls, never a window.
+        let set_id = libc::S_ISUID | libc::S_ISGID;
+        if open.writable && rustix::fs::fstat(&open.fd)?.st_mode & set_id != 0 {
+            return Err(FsError::Invalid(
+                "a set-user-ID or set-group-ID file is written through calls".into(),
+            ));
+        }
         let cache = open.node.cache_fd()?;
         let cache = if open.writable {
             cache

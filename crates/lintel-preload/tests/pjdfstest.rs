@@ -42,7 +42,7 @@ const PREFIX: &str = "/lintel-served";
 
 /// The most entries `served-exclusions.txt` may hold: lower it when the
 /// list shrinks, never raise it without a reason in the commit.
-const MAX_EXCLUSIONS: usize = 3;
+const MAX_EXCLUSIONS: usize = 0;
 
 /// Scripts run at once (`LINTEL_PJDFSTEST_JOBS` overrides): the suite
 /// mostly sleeps, so more than the machine's cores.
@@ -349,7 +349,8 @@ fn pjdfstest_passes_served_what_it_passes_natively() {
     assert!(!all.is_empty(), "no pjdfstest scripts found");
     let excluded = exclusions();
     assert!(
-        excluded.len() <= MAX_EXCLUSIONS,
+        // (Not `<=`: with the bound at 0, clippy calls that absurd.)
+        excluded.len().saturating_sub(MAX_EXCLUSIONS) == 0,
         "served-exclusions.txt has {} entries, more than MAX_EXCLUSIONS = {MAX_EXCLUSIONS}",
         excluded.len()
     );

@@ -981,8 +981,12 @@ fn a_program_that_drops_privileges_is_served_with_its_own() {
         os.mkdir('group'); os.chown('group', 0, 4242); os.chmod('group', 0o2770)\n\
         open('rootfile', 'w').close()\n\
         open('suid', 'w').close(); os.chmod('suid', 0o6777)\n\
+        open('sgid', 'w').close(); os.chmod('sgid', 0o2777)\n\
         os.setgroups([4242]); os.setgid(65534); os.setuid(65534)\n\
         t('a write clears set-id bits', lambda: (open('suid', 'a').write('x'), oct(os.stat('suid').st_mode)))\n\
+        fd = os.open('sgid', os.O_RDWR)\n\
+        t('a read-write write clears set-group-ID at once', lambda: (os.write(fd, b'x'), oct(os.fstat(fd).st_mode)))\n\
+        os.close(fd)\n\
         t('read secret', lambda: open('secret').read())\n\
         t('create in a 0755 root directory', lambda: open('rootdir/x', 'w').close())\n\
         t('access R secret', lambda: os.access('secret', os.R_OK))\n\

@@ -115,7 +115,9 @@ show("flock sh, read-only", lambda: fcntl.flock(ro, fcntl.LOCK_SH | NB))
 show("flock ex, write-only, shared elsewhere", lambda: fcntl.flock(wo, fcntl.LOCK_EX | NB))
 show("flock un, read-only", lambda: fcntl.flock(ro, fcntl.LOCK_UN))
 show("flock ex, write-only (upgrade)", lambda: fcntl.flock(wo, fcntl.LOCK_EX | NB))
-# A record lock in another process does not meet the flock ...
+# A record lock in another process does not meet the flock ... (the
+# child drops its lock before it exits: served, a dead process's locks go
+# when the service learns of its death, a moment after `waitpid`.)
 child = r'''
 import os, sys, fcntl, errno
 fd = os.open(sys.argv[1], os.O_RDWR)
@@ -123,6 +125,7 @@ try: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 0); print("child lockf e
 except OSError as e: print("child lockf ex:", errno.errorcode[e.errno])
 try: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB); print("child flock sh: ok")
 except OSError as e: print("child flock sh:", errno.errorcode[e.errno])
+fcntl.lockf(fd, fcntl.LOCK_UN, 10, 0)
 '''
 print(subprocess.run([sys.executable, "-c", child, p], capture_output=True, text=True).stdout, end="")
 # ... nor the flock a record lock held here.
