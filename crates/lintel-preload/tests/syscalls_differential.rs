@@ -22,12 +22,18 @@
 //! also of the same length), `~` the empty path.
 //!
 //! Left out of the generator, each for a divergence named where it is
-//! left out (see `op`, `flags`, `NAMES`): `X/..` (lexical served),
-//! access mode 3, `O_PATH|O_NOFOLLOW`. The probe does not make (and prints so) renames and links
-//! across the tree's boundary or through an absolute symlink, moves of
-//! directories in use, symlinks outside the tree into it; and reduces
-//! what Linux leaves to the file system (`SEEK_DATA`/`SEEK_HOLE`
-//! offsets, ext4's directory offsets) to Linux's promises.
+//! left out (see `op`, `flags`, `NAMES`): `X/..` (made lexical served),
+//! access mode 3 (`O_WRONLY|O_RDWR`), `O_PATH|O_NOFOLLOW`. The probe does
+//! not make (and prints that it did not, on both sides alike): renames
+//! and links across the tree's boundary (`EXDEV` served, by design) or
+//! through a symlink with an absolute target (`EXDEV` served: two-path
+//! calls do not follow them), moves and removals of directories in use
+//! (a served directory descriptor or working directory is a path),
+//! symlinks outside the tree into it (the host's kernel follows them),
+//! `exec` of a file open for writing (`ETXTBSY` natively, unseen
+//! served), directory offsets other than 0. It reduces to Linux's
+//! promises what Linux leaves to the file system: `SEEK_DATA`/`SEEK_HOLE`
+//! offsets, ext4's `EINVAL` for a read at a directory's end.
 
 mod common;
 use common::check_library_is_current;
@@ -851,6 +857,21 @@ mod regressions {
             "exec d",
             "symlink %/o - l",
             "exec l",
+        ]);
+    }
+
+    /// `lseek(dir, 0, SEEK_SET)` (`rewinddir`) did not rewind a served
+    /// directory's listing: `getdents` went on finding nothing.
+    #[test]
+    fn rewinding_a_directory_lists_it_again() {
+        replay(&[
+            "open 2 - . 0x0 420",
+            "getdents 2",
+            "lseek 2 0 0",
+            "getdents 2",
+            "mkdir - d 493",
+            "lseek 2 0 0",
+            "getdents 2",
         ]);
     }
 

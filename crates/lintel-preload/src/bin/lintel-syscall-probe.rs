@@ -313,6 +313,11 @@ impl Probe {
                 let r = unsafe { libc::writev(self.fd(a(1)), iov.as_ptr(), iov.len() as i32) };
                 self.result(r as i64)
             }
+            "lseek" if self.is_dir(a(1)) && (n(2), n(3)) != (0, 0) => {
+                // Where else a directory's offset goes (ext4's hash
+                // cookies, its end) is its file system's business.
+                "not made: a directory's offsets other than 0 are its file system's".into()
+            }
             "lseek" => {
                 let (fd, off, whence) = (self.fd(a(1)), n(2), n(3) as i32);
                 if whence == libc::SEEK_DATA || whence == libc::SEEK_HOLE {
@@ -896,6 +901,14 @@ impl Probe {
         // SAFETY: into an int of ours.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         format!("child status {status:#x}")
+    }
+
+    /// Whether slot `s` holds a directory.
+    fn is_dir(&self, s: &str) -> bool {
+        // SAFETY: an all-zero `stat` is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: into a `stat` of ours.
+        unsafe { libc::fstat(self.fd(s), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR }
     }
 
     /// Whether a slot holds the file `path` names open for writing.
