@@ -376,26 +376,16 @@ impl Export for ExportImpl {
             }
             node.truncate_cache(0);
         }
-        let id = self.next_open.fetch_add(1, SeqCst);
-        let open = Arc::new(Opened {
-            id,
+        Ok(self.opened(
             fd,
             node,
-            append: AtomicBool::new(flags.contains(OFlags::APPEND)),
-            readable: access != OFlags::WRONLY,
-            writable: access != OFlags::RDONLY,
-            regular,
-            timeout: self.timeout,
-            tally: self.counters.clone(),
-            offset: Mutex::new(0),
-            revoked: AtomicBool::new(false),
-            positional: std::sync::OnceLock::new(),
-            pipes: Mutex::new(Pipes::default()),
-            export_read_only: self.read_only,
-            creds: self.creds.clone(),
-        });
-        self.opens.lock().insert(id, Arc::downgrade(&open));
-        Ok(OpenFileClient::from_door(self.door_of(open)))
+            Access {
+                append: flags.contains(OFlags::APPEND),
+                readable: access != OFlags::WRONLY,
+                writable: access != OFlags::RDONLY,
+                regular,
+            },
+        ))
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
@@ -708,15 +698,21 @@ impl ExportImpl {
     /// readable nor writable (the host answers `EBADF`), never mapped.
     fn path_only(&self, fd: OwnedFd) -> Result<OpenFileClient, FsError> {
         let st = rustix::fs::fstat(&fd)?;
+        let node = self.node((st.st_dev, st.st_ino));
+        Ok(self.opened(fd, node, Access::default()))
+    }
+
+    /// A new open file of `fd`, a door to it, and its entry among the opens.
+    fn opened(&self, fd: OwnedFd, node: Arc<Node>, access: Access) -> OpenFileClient {
         let id = self.next_open.fetch_add(1, SeqCst);
         let open = Arc::new(Opened {
             id,
             fd,
-            node: self.node((st.st_dev, st.st_ino)),
-            append: AtomicBool::new(false),
-            readable: false,
-            writable: false,
-            regular: false,
+            node,
+            append: AtomicBool::new(access.append),
+            readable: access.readable,
+            writable: access.writable,
+            regular: access.regular,
             timeout: self.timeout,
             tally: self.counters.clone(),
             offset: Mutex::new(0),
@@ -727,7 +723,7 @@ impl ExportImpl {
             creds: self.creds.clone(),
         });
         self.opens.lock().insert(id, Arc::downgrade(&open));
-        Ok(OpenFileClient::from_door(self.door_of(open)))
+        OpenFileClient::from_door(self.door_of(open))
     }
 }
 
@@ -737,6 +733,15 @@ enum Openable {
     File(OwnedFd),
     /// A FIFO, socket or device, not opened: its `O_PATH` descriptor.
     Special(OwnedFd),
+}
+
+/// What an open file may do: none of it for a path-only one.
+#[derive(Default)]
+struct Access {
+    append: bool,
+    readable: bool,
+    writable: bool,
+    regular: bool,
 }
 
 /// One open file description: the host's, plus the offset its door's
