@@ -139,7 +139,7 @@ show("unlink fifo", lambda: os.unlink(p))
 #[test]
 fn o_path_opens_stand_for_the_file_or_the_link_itself() {
     let script = r#"
-import os, sys, stat, errno, ctypes
+import os, sys, stat, errno, ctypes, mmap
 root = sys.argv[1]
 libc = ctypes.CDLL(None, use_errno=True)
 def show(label, f):
@@ -162,6 +162,17 @@ os.close(fd)
 fd = os.open(link, os.O_PATH)
 show("fstat, followed", lambda: oct(os.fstat(fd).st_mode))
 show("read", lambda: os.read(fd, 1))
+show("lseek", lambda: os.lseek(fd, 0, 0))
+show("fchmod", lambda: os.fchmod(fd, 0o600))
+show("mmap", lambda: mmap.mmap(fd, 4, prot=mmap.PROT_READ))
+os.close(fd)
+fd = os.open(f, os.O_RDONLY)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def anonymous_over_a_served_descriptor():
+    p = libc.mmap(None, 4096, 1, 0x22, fd, 0)  # PROT_READ, MAP_PRIVATE|MAP_ANONYMOUS
+    return ctypes.string_at(p, 4)
+show("an anonymous map ignores the descriptor", anonymous_over_a_served_descriptor)
 os.close(fd)
 show("O_RDONLY|O_NOFOLLOW of the link", lambda: os.open(link, os.O_RDONLY | os.O_NOFOLLOW))
 show("fchmodat nofollow, link", lambda: fchmodat_nofollow(link, 0o700))

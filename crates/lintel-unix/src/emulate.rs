@@ -435,9 +435,17 @@ impl Emulation {
     /// read-only mount of its own). Where the service refuses one,
     /// `ENODEV`, as for a file system without `mmap`.
     fn mmap(&self, a: [u64; 6]) -> R {
+        // An anonymous mapping ignores the descriptor, as Linux does.
+        if a[3] as i32 & libc::MAP_ANONYMOUS != 0 {
+            return None;
+        }
         let s = self.served(a[4])?;
         let (addr, len, prot, flags, off) = (a[0], a[1], a[2], a[3] as i32, a[5]);
         const PAGE: u64 = 4096;
+        // A path-only descriptor maps nothing (Linux finds no file: EBADF).
+        if s.flags & libc::O_PATH != 0 {
+            return Some(err(libc::EBADF));
+        }
         if s.dir {
             return Some(err(libc::ENODEV));
         }
