@@ -959,6 +959,22 @@ fn read_only_opens_create_and_truncate_as_on_linux() {
     }
 }
 
+/// Two fresh trees, native and served, that another user may search (a
+/// temporary directory is `0700`); `None` when not root, with nothing to
+/// drop (CI runs as root).
+fn trees_to_drop_privileges_in() -> Option<(tempfile::TempDir, tempfile::TempDir)> {
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if euid != 0 {
+        eprintln!("not root: nothing to drop (CI runs this as root)");
+        return None;
+    }
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&n, &s] {
+        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    Some((n, s))
+}
+
 /// A program that drops privileges is served as what it became: the
 /// service checks and creates with the program's own credentials, read
 /// from the kernel (issue 26, finding 1). Needs root, as dropping does.
@@ -966,11 +982,9 @@ fn read_only_opens_create_and_truncate_as_on_linux() {
 fn a_program_that_drops_privileges_is_served_with_its_own() {
     check_library_is_current();
     assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
-    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    if euid != 0 {
-        eprintln!("not root: nothing to drop (CI runs this as root)");
+    let Some((n, s)) = trees_to_drop_privileges_in() else {
         return;
-    }
+    };
     let script = "import os, sys\n\
         os.chdir(sys.argv[1])\n\
         def t(name, f):\n    try:\n        print(name, 'ok', f())\n    except OSError as e:\n        print(name, 'errno', e.errno)\n\
@@ -1003,10 +1017,6 @@ fn a_program_that_drops_privileges_is_served_with_its_own() {
         t('chown mine to root', lambda: os.chown('shared/mine', 0, 0))\n\
         t('chdir into group', lambda: os.chdir('group'))\n\
         t('unlink secret', lambda: os.unlink('secret'))\n";
-    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    for d in [&n, &s] {
-        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    }
     same(n.path(), s.path(), &["/usr/bin/python3", "-c", script, "%R"]);
     assert_eq!(
         snapshot(s.path()),
@@ -1097,20 +1107,14 @@ fn symlinks_in_and_out_of_the_prefix_resolve_as_if_mounted() {
 fn a_program_that_drops_privileges_and_execs_is_served_as_its_new_user() {
     check_library_is_current();
     assert!(have("/usr/bin/python3"), "/usr/bin/python3 is missing");
-    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    if euid != 0 {
-        eprintln!("not root: nothing to drop (CI runs this as root)");
+    let Some((n, s)) = trees_to_drop_privileges_in() else {
         return;
-    }
+    };
     let drop_then = "import os, sys\n\
         os.setgroups([]); os.setgid(65534); os.setuid(65534)\n\
         os.execv('/bin/sh', ['sh', '-c', sys.argv[1]])\n";
     let after = "cat secret; echo \"cat: $?\"; touch open/x; echo \"touch: $?\"; \
         stat -c '%u %g %a' open/x; echo hi >> rootfile; echo \"append: $?\"; id -u";
-    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    for d in [&n, &s] {
-        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    }
     let script = format!(
         "cd %R && echo secret > secret && chmod 600 secret && mkdir -m 1777 open && touch rootfile && \
          /usr/bin/python3 -c \"{}\" '{}'",
