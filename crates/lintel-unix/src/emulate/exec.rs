@@ -40,7 +40,10 @@
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::{Emulation, R, REVIVER, err, fs_err, placeholder_fd};
+use super::descriptors::placeholder_fd;
+use super::forked::REVIVER;
+use super::resolve::LinkLookup;
+use super::{Emulation, R, err, fs_err};
 use crate::paths;
 use crate::trap;
 use crate::user;
@@ -127,7 +130,7 @@ impl Emulation {
         // Symlinks on the way, followed as the program sees them: the
         // service refuses one with an absolute target (`EXDEV`), which
         // may lead back into the tree or out to the host.
-        let target = match crate::links::resolve(&self.prefix, &rel, true, &super::LinkLookup(&self.fs)) {
+        let target = match crate::links::resolve(&self.prefix, &rel, true, &LinkLookup(&self.fs)) {
             Ok(crate::links::Target::Served(p)) => Target::Served(p),
             Ok(crate::links::Target::Host(h)) => Target::Host(h),
             Err(e) => return Some(err(e)),
