@@ -5,6 +5,7 @@
 
 use super::descriptors::placeholder_fd;
 use super::open::CREAT_FLAGS;
+use super::resolve::PathArg;
 use super::{Emulation, R, err};
 use crate::trap::Emulator;
 use crate::user;
@@ -63,6 +64,10 @@ impl Emulation {
         let cwd = libc::AT_FDCWD as u64;
         let fd = |i: usize| placeholder_fd(a[i] as i32);
         let path = |dirfd: u64, p: u64| self.child_path(dirfd as i32, p);
+        // A call that names one path has it where `PathArg` says.
+        if let Some(arg) = PathArg::of(nr, a) {
+            return path(arg.dirfd.map_or(cwd, |i| a[i]), a[arg.path]);
+        }
         match nr {
             libc::SYS_read
             | libc::SYS_write
@@ -109,45 +114,12 @@ impl Emulation {
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
             libc::SYS_sendfile => fd(0) || fd(1),
             libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
-            libc::SYS_open
-            | libc::SYS_creat
-            | libc::SYS_chdir
-            | libc::SYS_truncate
-            | libc::SYS_statfs
-            | libc::SYS_stat
-            | libc::SYS_lstat
-            | libc::SYS_access
-            | libc::SYS_unlink
-            | libc::SYS_rmdir
-            | libc::SYS_mkdir
-            | libc::SYS_mknod
-            | libc::SYS_chmod
-            | libc::SYS_chown
-            | libc::SYS_lchown
-            | libc::SYS_readlink
-            | libc::SYS_getxattr
-            | libc::SYS_lgetxattr
-            | libc::SYS_listxattr
-            | libc::SYS_llistxattr
-            | libc::SYS_setxattr
-            | libc::SYS_lsetxattr
-            | libc::SYS_removexattr
-            | libc::SYS_lremovexattr => path(cwd, a[0]),
+            // Calls that name one path and are not in `PathArg` (a symlink
+            // in their path is not followed out of the export), and
+            // `utimensat` of its descriptor (a null path).
+            libc::SYS_mknod => path(cwd, a[0]),
+            libc::SYS_mknodat | libc::SYS_utimensat => path(a[0], a[1]),
             libc::SYS_rename | libc::SYS_link => path(cwd, a[0]) || path(cwd, a[1]),
-            libc::SYS_symlink => path(cwd, a[1]),
-            libc::SYS_symlinkat => path(a[1], a[2]),
-            libc::SYS_openat
-            | libc::SYS_newfstatat
-            | libc::SYS_statx
-            | libc::SYS_unlinkat
-            | libc::SYS_mkdirat
-            | libc::SYS_mknodat
-            | libc::SYS_faccessat
-            | libc::SYS_faccessat2
-            | libc::SYS_readlinkat
-            | libc::SYS_fchmodat
-            | libc::SYS_fchownat
-            | libc::SYS_utimensat => path(a[0], a[1]),
             libc::SYS_bind | libc::SYS_connect => self.child_socket_path(a[1], a[2]),
             libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {
                 path(a[0], a[1]) || path(a[2], a[3])

@@ -79,7 +79,10 @@ impl links::Lookup for LinkLookup<'_> {
 
 /// Where a call that names one path has it: the argument of its
 /// directory descriptor (for the `*at` calls) and of the path, and whether
-/// a symlink as its last name is followed.
+/// a symlink as its last name is followed. The one list of them, for
+/// `follow` (the path followed out of the export) and `forked` (whether a
+/// child's call touches a served path). `mknod` and `mknodat` are not in
+/// it: a symlink that leaves the export in their path is not followed.
 pub(super) struct PathArg {
     pub(super) dirfd: Option<usize>,
     pub(super) path: usize,
