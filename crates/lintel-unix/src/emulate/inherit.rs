@@ -4,8 +4,10 @@
 //! new image adopts them. A forked child, which cannot reach the service,
 //! records its opens for the image it `exec`s to make.
 //!
-//! Close-on-exec is the placeholder's own (the kernel's `O_CLOEXEC`), and
-//! the environment is the program's: nothing here carries them.
+//! Close-on-exec needs nothing here: it is the placeholder's own flag,
+//! which the kernel honours. The program's environment carries the
+//! prefix and the service's address (the launcher's `LINTEL_UNIX_*`
+//! variables) to the new image; starting a served program is `exec`'s.
 
 use std::os::unix::ffi::OsStrExt;
 

@@ -12,6 +12,8 @@ impl Emulation {
     pub(super) fn dispatch(&self, nr: i64, a: [u64; 6]) -> R {
         let cwd = libc::AT_FDCWD;
         let nofollow = libc::AT_SYMLINK_NOFOLLOW;
+        // Reading, writing or changing a file through its `O_PATH`
+        // descriptor: `EBADF` before anything else.
         if self.path_only_refuses(nr, a) {
             return Some(err(libc::EBADF));
         }
