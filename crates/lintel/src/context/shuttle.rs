@@ -376,14 +376,14 @@ impl Drop for InCall<'_> {
 /// force or a cancel pending (one look each; [`check_call`] decides).
 #[inline(always)]
 pub(crate) fn call_checks_due() -> bool {
-    crate::deadline::current() != 0 || raw::has_cancel()
+    crate::context::deadline::current() != 0 || raw::has_cancel()
 }
 
 /// Whether this thread may start a call now: not if it was cancelled (the
 /// cancel is used up) or its deadline has passed.
 #[inline]
 pub(crate) fn check_call() -> Result<(), crate::CallError> {
-    if crate::deadline::passed(crate::deadline::current()) {
+    if crate::context::deadline::passed(crate::context::deadline::current()) {
         return Err(crate::CallError::TimedOut);
     }
     if CURRENT.try_with(|s| s.0.take_cancel()).unwrap_or(false) {

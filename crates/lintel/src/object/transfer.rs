@@ -24,11 +24,11 @@ use std::sync::Arc;
 
 use crate::abi::wire::{Ctl, WireDoor};
 use crate::abi::*;
-use crate::conn::{Answer, Conn};
-use crate::door::{Door, Inner};
-use crate::error::CallError;
+use crate::context::error::CallError;
+use crate::object::conn::{Answer, Conn};
+use crate::object::door::{Door, Inner};
 use crate::sys;
-use crate::umem::Slot;
+use crate::sys::umem::Slot;
 
 /// What encoding doors for one message took: ticket fds that travel with
 /// it, and the grants made for it, taken back if the peer never takes the
@@ -317,7 +317,7 @@ mod tests {
     #[test]
     fn tickets_missing_on_a_torn_down_connection_mean_the_peer_died() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = crate::conn::alone::conn(mine);
+        let conn = crate::object::conn::alone::conn(mine);
         conn.dead.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
@@ -327,7 +327,7 @@ mod tests {
     #[test]
     fn tickets_missing_from_a_live_peer_are_a_protocol_error() {
         let (mine, _theirs) = sys::seqpacket_pair().unwrap();
-        let conn = crate::conn::alone::conn(mine);
+        let conn = crate::object::conn::alone::conn(mine);
         let mut out = Vec::new();
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
         assert_eq!(r.unwrap_err(), CallError::BadMessage("door tickets missing"));

@@ -28,8 +28,8 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use crate::abi::SLOTS;
-pub(crate) use crate::claim::Claim;
-use crate::claim::{Found, Slot};
+pub(crate) use crate::state::claim::Claim;
+use crate::state::claim::{Found, Slot};
 
 /// A slot index as an index of the arrays: always in range, so the
 /// compiler leaves out the bounds check (an index is below [`SLOTS`] anyway).
@@ -323,7 +323,7 @@ mod tests {
     /// assertion (as they do within a few rounds when thieves ignore the
     /// owners' marks); at the end every slot is free again.
     fn callers_share_no_slot(slots: usize, threads: usize, calls: u32, wait: bool) {
-        crate::fence::init(); // the asymmetric fences, as in the runtime
+        crate::sys::fence::init(); // the asymmetric fences, as in the runtime
         let l = Arc::new(Leases::new(slots));
         let busy: Arc<Vec<AtomicU32>> = Arc::new((0..slots).map(|_| AtomicU32::new(0)).collect());
         let ts: Vec<_> = (0..threads)

@@ -7,7 +7,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 
 use parking_lot::Mutex;
 
-use crate::leaked::Leaked;
+use crate::state::leaked::Leaked;
 
 /// One `unreferenced` to deliver.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::abi::wire::{self, Ctl};
-use crate::conn::{Conn, Home, Ticket};
-use crate::door::{DoorCore, RemoteDoor};
-use crate::pace::Pace;
+use crate::context::settings::Settings;
+use crate::object::conn::{Conn, Home, Ticket};
+use crate::object::door::{DoorCore, RemoteDoor};
 use crate::server::{InArea, Work};
-use crate::settings::Settings;
+use crate::state::pace::Pace;
+use crate::state::workers::Pool;
 use crate::sys::{self, Poller, Recv};
-use crate::workers::Pool;
 
 /// Epoll keys with this bit name tickets; with [`PIDFD_KEY`], the pidfd of
 /// a connection's peer; others name connections.
@@ -58,10 +58,10 @@ struct Tickets {
 /// This process's domain: null until first use, then a leaked box that
 /// lives as long as the process; a forked child replaces it with one of
 /// its own ([`after_fork`]), leaking the parent's.
-static DOMAIN: crate::leaked::Leaked<Domain> = crate::leaked::Leaked::new();
+static DOMAIN: crate::state::leaked::Leaked<Domain> = crate::state::leaked::Leaked::new();
 
 /// Tell the server of call `seq` on `slot` of connection `conn` that its
-/// caller was alerted (see [`crate::shuttle::FORWARD`]).
+/// caller was alerted (see [`crate::context::shuttle::FORWARD`]).
 fn forward_alert(conn: u64, slot: u32, seq: u32) {
     if let Some(c) = get().conn_by_id(conn) {
         c.send(&Ctl::Alert { slot, seq }, &[]);
@@ -128,7 +128,7 @@ const RELEASE_PACE: Duration = Duration::from_millis(1);
 
 impl Domain {
     fn new() -> Domain {
-        crate::fence::init();
+        crate::sys::fence::init();
         let settings = Settings::from_env();
         Domain {
             pid: std::process::id(),
@@ -147,7 +147,7 @@ impl Domain {
     }
 
     fn start_threads(&'static self) {
-        let _ = crate::shuttle::FORWARD.set(forward_alert);
+        let _ = crate::context::shuttle::FORWARD.set(forward_alert);
         self.poller
             .add(self.release_wake.as_fd(), RELEASE_KEY)
             .expect("lintel: cannot watch the release eventfd");
@@ -192,7 +192,7 @@ impl Domain {
     // ---- batched releases ----
 
     /// Something was queued: send loan returns now, and releases as the
-    /// pace allows (see [`crate::pace`]).
+    /// pace allows (see [`crate::state::pace`]).
     fn releases_woken(&self, releases: &mut Releases) {
         sys::eventfd_clear(self.release_wake.as_fd());
         let conns = std::mem::take(&mut *self.releasing.lock());
@@ -357,11 +357,11 @@ impl Home for Domain {
             area.caller_died();
         }
         conn.tear_down();
-        crate::buffer::conn_gone(conn.id);
+        crate::object::buffer::conn_gone(conn.id);
     }
 
     fn loans_returned(&self, conn: &Arc<Conn>, loans: &[(u64, u32)]) {
-        crate::buffer::returned(conn.id, loans);
+        crate::object::buffer::returned(conn.id, loans);
     }
 
     fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd) {

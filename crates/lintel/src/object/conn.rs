@@ -23,12 +23,12 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::abi;
 use crate::abi::wire::{self, Ctl, WireDoor};
-use crate::bulk::Outbox;
-use crate::call_area::OutArea;
-use crate::door::{DoorCore, RemoteDoor};
-use crate::error::CallError;
-use crate::grants::{Granting, Grants};
-use crate::settings::Settings;
+use crate::context::error::CallError;
+use crate::context::settings::Settings;
+use crate::object::door::{DoorCore, RemoteDoor};
+use crate::state::bulk::Outbox;
+use crate::state::call_area::OutArea;
+use crate::state::grants::{Granting, Grants};
 use crate::sys::{self, Mapping, Recv};
 
 /// What a connection needs of the domain it belongs to.
@@ -356,8 +356,8 @@ impl Conn {
                 ));
             }
             // The call that passes the door may have a deadline of its own.
-            let due = crate::deadline::current();
-            if crate::deadline::passed(due) {
+            let due = crate::context::deadline::current();
+            if crate::context::deadline::passed(due) {
                 break Err(CallError::TimedOut);
             }
             let mut wait = Duration::from_millis(50);
@@ -703,8 +703,8 @@ mod tests {
     //! Parked ticket batches, and whole connections over a socket pair, on
     //! the host: no process and no domain.
     use super::*;
-    use crate::door::{Reply, Request};
-    use crate::error::Fault;
+    use crate::context::error::Fault;
+    use crate::object::door::{Reply, Request};
 
     /// Every control message waiting on `sock`.
     fn received(sock: &OwnedFd) -> Vec<Ctl> {
@@ -726,7 +726,7 @@ mod tests {
 
     fn served() -> Arc<DoorCore> {
         let handler = |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) };
-        static RUNNING: crate::running::Running = crate::running::Running::new();
+        static RUNNING: crate::state::running::Running = crate::state::running::Running::new();
         DoorCore::new(
             7,
             Box::new(handler),

@@ -30,8 +30,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::abi;
+use crate::sys::umem::Bulk;
 use crate::sys::{self, Mapping};
-use crate::umem::Bulk;
 
 /// Largest segment (and worker buffer) kept between calls. Memory held is
 /// about the largest recent call per calling thread; a call larger than

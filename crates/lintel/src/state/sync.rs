@@ -8,4 +8,4 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize
 
 pub(crate) use parking_lot::Mutex;
 
-pub(crate) use crate::fence::{heavy, light};
+pub(crate) use crate::sys::fence::{heavy, light};

@@ -863,10 +863,10 @@ fn put_scratch(mut s: Scratch) {
     s.reply.doors.clear();
     s.reply.buffers.clear();
     // Keep buffers of call size; a bulk call's are given back.
-    if !crate::bulk::kept_buffer(s.args.capacity()) {
+    if !crate::state::bulk::kept_buffer(s.args.capacity()) {
         s.args = Vec::new();
     }
-    if !crate::bulk::kept_buffer(s.reply.data.capacity()) {
+    if !crate::state::bulk::kept_buffer(s.reply.data.capacity()) {
         s.reply.data = Vec::new();
     }
     let _ = SCRATCH.try_with(|p| {
@@ -1060,7 +1060,7 @@ pub fn check_result<T: Wire, E: Wire>(r: &Result<T, E>, extra: usize) -> Result<
 }
 
 fn check(what: &'static str, len: usize, doors: usize) -> Result<(), StubError> {
-    let max = crate::settings::max_message();
+    let max = crate::context::settings::max_message();
     if len > max {
         return Err(CallError::TooLarge { what, len, max }.into());
     }
@@ -1101,7 +1101,7 @@ pub fn request<'a>(
 }
 
 /// A type a `#[buffer]` parameter may have: passed by reference, not
-/// copied ([`crate::buffer`]). The server sees what the client passed,
+/// copied ([`crate::object::buffer`]). The server sees what the client passed,
 /// except that a loan arrives as a [`crate::Loaned`] (across domains) or
 /// stays a [`crate::Loan`] (co-located), so a loan parameter is a
 /// [`crate::Buffer`].

@@ -19,7 +19,7 @@
 //! assert_eq!(after.calls[p] - before.calls[p], 1);
 //! ```
 
-use crate::leaked::Leaked;
+use crate::state::leaked::Leaked;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -25,7 +25,7 @@
 //! never saw. Falls to zero that overlap may be decided once.
 //!
 //! The code uses its atomics, lock and fences through `super::sync`: the
-//! runtime's (`crate::sync`), and loom's in `crate::model`, which compiles
+//! runtime's (`crate::state::sync`), and loom's in `crate::state::model`, which compiles
 //! this very file and checks it under every interleaving. So this file
 //! names nothing else of the crate's, and its host tests sit with the door
 //! (`door`).

@@ -57,10 +57,10 @@ use parking_lot::Mutex;
 
 use crate::abi::wire::{Ctl, WireBuf};
 use crate::abi::*;
-use crate::conn::Conn;
-use crate::error::CallError;
+use crate::context::error::CallError;
+use crate::object::conn::Conn;
+use crate::sys::umem::{Bulk, Slot};
 use crate::sys::{self, Mapping};
-use crate::umem::{Bulk, Slot};
 
 /// A buffer a call or reply carries by reference.
 #[derive(Debug)]
@@ -411,7 +411,7 @@ pub const LOAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// so their threads can send them, until there is room or time is up.
 #[cold]
 fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallError> {
-    let due = crate::deadline::current();
+    let due = crate::context::deadline::current();
     let end = std::time::Instant::now() + LOAN_WAIT;
     loop {
         let lenders: Vec<Weak<Conn>> = pool.out.lock().values().map(|l| l.conn.clone()).collect();
@@ -422,7 +422,7 @@ fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallErro
         if let Some(off) = taken {
             return Ok(off);
         }
-        if crate::deadline::passed(due) {
+        if crate::context::deadline::passed(due) {
             return Err(CallError::TimedOut);
         }
         if std::time::Instant::now() >= end {

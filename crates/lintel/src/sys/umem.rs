@@ -255,8 +255,8 @@ impl Slot {
 
     /// The handshake's words (see `handshake`).
     #[inline(always)]
-    pub fn words(&self) -> crate::handshake::Words<'_, AtomicU32> {
-        crate::handshake::Words {
+    pub fn words(&self) -> crate::state::handshake::Words<'_, AtomicU32> {
+        crate::state::handshake::Words {
             req: self.sync(SyncWord::ReqSeq),
             rep: self.sync(SyncWord::RepSeq),
             client: self.sync(SyncWord::ClientState),

@@ -4,6 +4,10 @@
 //! Everything above this module is safe Rust. The two `unsafe` operations that
 //! remain (mapping and unmapping) live in [`Mapping`].
 
+pub mod fence;
+pub mod spin;
+pub mod umem;
+
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;

@@ -16,20 +16,20 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::abi::*;
-use crate::buffer;
-use crate::bulk::SlotBulk;
-use crate::conn::Conn;
-use crate::door::{ActiveCall, Door, DoorCore, Ran, Reply, Request, check_sizes};
-use crate::error::CallError;
-use crate::handshake::{self, AlertBox, Binding, Shared};
-use crate::running::Runner;
-use crate::shuttle::{self, Shuttle};
-use crate::spin::Spinner;
-use crate::stats::{Counters, Path};
+use crate::context::error::CallError;
+use crate::context::shuttle::{self, Shuttle};
+use crate::context::stats::{Counters, Path};
+use crate::object::buffer;
+use crate::object::conn::Conn;
+use crate::object::door::{ActiveCall, Door, DoorCore, Ran, Reply, Request, check_sizes};
+use crate::state::bulk::SlotBulk;
+use crate::state::handshake::{self, AlertBox, Binding, Shared};
+use crate::state::running::Runner;
+use crate::state::workers::Pool;
+use crate::sys::spin::Spinner;
+use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self, Mapping};
-use crate::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
-use crate::workers::Pool;
-use crate::{deadline, transfer};
+use crate::{context::deadline, object::transfer};
 
 /// Server-private state of one slot of a peer's call area.
 struct SlotServer {
@@ -152,7 +152,7 @@ impl InArea {
     /// call (the one `last_seq` names) is then alerted without a fence of
     /// its own.
     pub fn caller_died(&self) {
-        crate::fence::heavy();
+        crate::sys::fence::heavy();
         for (i, ss) in self.slots.iter().enumerate() {
             ss.alerts.alerted_seq.store(ss.last_seq(), Relaxed);
             ss.alert_thread();
@@ -173,7 +173,7 @@ pub(crate) struct Work {
     pub slot: u32,
 }
 
-impl crate::workers::Work for Work {
+impl crate::state::workers::Work for Work {
     fn same(&self, other: &Work) -> bool {
         Arc::ptr_eq(&self.area, &other.area) && self.slot == other.slot
     }
@@ -200,7 +200,7 @@ pub(crate) fn run_worker(pool: &'static Pool<Work>) {
         shared_cpu: 0,
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
-        runner: crate::running::workers().register(),
+        runner: crate::state::running::workers().register(),
     };
     loop {
         let w = pool.take();
@@ -596,10 +596,10 @@ fn trim(w: &Work, bufs: &mut Buffers) {
     if bufs.reply.data.len() > DATA_CAP {
         w.area.bulk[w.slot as usize].lock().out.trim();
     }
-    if !crate::bulk::kept_buffer(bufs.args.capacity()) {
+    if !crate::state::bulk::kept_buffer(bufs.args.capacity()) {
         bufs.args = Vec::with_capacity(DATA_CAP);
     }
-    if !crate::bulk::kept_buffer(bufs.reply.data.capacity()) {
+    if !crate::state::bulk::kept_buffer(bufs.reply.data.capacity()) {
         bufs.reply.data = Vec::new();
     }
 }
@@ -717,7 +717,8 @@ fn take_bulk_args(
             .conn
             .take_segment(true, w.slot, generation)
             .ok_or("bulk segment missing")?;
-        bulk.inb.accept(generation, fd, crate::settings::max_message())?;
+        bulk.inb
+            .accept(generation, fd, crate::context::settings::max_message())?;
     }
     let r = bulk.inb.read_into(req.in_len as usize, args);
     bulk.inb.trim();

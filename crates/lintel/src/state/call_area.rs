@@ -11,10 +11,10 @@ use std::sync::atomic::Ordering::*;
 use parking_lot::Mutex;
 
 use crate::abi::*;
-use crate::bulk::SlotBulk;
-use crate::lease::Leases;
+use crate::state::bulk::SlotBulk;
+use crate::state::lease::Leases;
+use crate::sys::umem::{Slot, SyncWord};
 use crate::sys::{self, Mapping};
-use crate::umem::{Slot, SyncWord};
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {

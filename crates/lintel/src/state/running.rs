@@ -12,8 +12,8 @@
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use crate::leaked::Leaked;
-pub(crate) use crate::refs::Runner;
+use crate::state::leaked::Leaked;
+pub(crate) use crate::state::refs::Runner;
 
 /// The words of a domain's workers.
 pub(crate) struct Running {

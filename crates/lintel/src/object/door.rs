@@ -10,7 +10,7 @@
 //!
 //! The server counts, per door, the domains that hold it (one per connection
 //! with a live grant, one per ticket in transit) and the remote calls in
-//! progress ([`crate::refs`]). When the count falls to zero and the calls
+//! progress ([`crate::state::refs`]). When the count falls to zero and the calls
 //! let in before have ended, one `unreferenced` is queued (the domain's
 //! single unreferenced thread delivers them in order). Calls by the server
 //! domain itself do not count: it always holds its own door.
@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 
 use crate::abi::MAX_DOORS;
-use crate::attached::Attached;
-use crate::buffer::Buffer;
-use crate::conn::Conn;
-use crate::error::{CallError, Fault};
-use crate::refs::{self, Refs, Runner};
-use crate::running::Running;
-use crate::stats::{self, Path};
+use crate::context::attached::Attached;
+use crate::context::error::{CallError, Fault};
+use crate::context::stats::{self, Path};
+use crate::object::buffer::Buffer;
+use crate::object::conn::Conn;
+use crate::state::refs::{self, Refs, Runner};
+use crate::state::running::Running;
 
 /// A call as the handler sees it: the door's datum, a private copy of the
 /// argument bytes, and the doors passed in (now held by this domain).
@@ -36,7 +36,7 @@ pub struct Request<'a> {
     pub data: &'a [u8],
     /// Doors passed with the call; dropping them releases them.
     pub doors: Attached<Door>,
-    /// Buffers passed with the call ([`crate::buffer`]); the handler owns
+    /// Buffers passed with the call ([`crate::object::buffer`]); the handler owns
     /// them and may keep them.
     pub buffers: Attached<Buffer>,
 }
@@ -49,7 +49,7 @@ pub struct Reply {
     pub data: Vec<u8>,
     /// Doors returned with the result.
     pub doors: Vec<Door>,
-    /// Buffers returned with the result ([`crate::buffer`]).
+    /// Buffers returned with the result ([`crate::object::buffer`]).
     pub buffers: Vec<Buffer>,
 }
 
@@ -343,7 +343,7 @@ pub(crate) struct Timed {
 /// The sink of doors created by [`Door::create`]: their `unreferenced` runs
 /// on the one thread that delivers them in order.
 fn deliver_unreferenced(core: Arc<DoorCore>) {
-    crate::unref::queue(Box::new(move || core.handler.unreferenced(core.datum)));
+    crate::state::unref::queue(Box::new(move || core.handler.unreferenced(core.datum)));
 }
 
 /// A capability to call one object in some domain.
@@ -395,7 +395,7 @@ impl Door {
             datum,
             Box::new(handler),
             deliver_unreferenced,
-            crate::running::workers,
+            crate::state::running::workers,
         )))
     }
 
@@ -459,8 +459,8 @@ impl Door {
     ///
     /// It is a call like any other: through a handle with a timeout
     /// ([`Door::with_timeout`]) `f` runs under that deadline (see
-    /// [`crate::deadline::remaining`]); a deadline already passed, or a
-    /// cancel pending ([`crate::shuttle::ShuttleHandle::cancel`]), fails it
+    /// [`crate::context::deadline::remaining`]); a deadline already passed, or a
+    /// cancel pending ([`crate::context::shuttle::ShuttleHandle::cancel`]), fails it
     /// before `f` runs; and if the deadline passes while `f` runs, the
     /// result is [`CallError::TimedOut`], as across domains.
     #[inline]
@@ -471,18 +471,18 @@ impl Door {
         let core = match &self.0 {
             Inner::Local(core) => core,
             Inner::Timed(t) if t.door.is_local() => {
-                return crate::deadline::within(t.timeout, || t.door.with_local(f));
+                return crate::context::deadline::within(t.timeout, || t.door.with_local(f));
             }
             _ => return None,
         };
         let obj = core.handler.as_any()?.downcast_ref::<T>()?;
         let r = if core.revoked() {
             Err(CallError::Revoked)
-        } else if crate::shuttle::call_checks_due() {
-            crate::shuttle::check_call().and_then(|()| {
-                let due = crate::deadline::current();
+        } else if crate::context::shuttle::call_checks_due() {
+            crate::context::shuttle::check_call().and_then(|()| {
+                let due = crate::context::deadline::current();
                 let r = run_local(core, obj, f);
-                crate::deadline::settle(due, r)
+                crate::context::deadline::settle(due, r)
             })
         } else {
             run_local(core, obj, f)
@@ -551,7 +551,7 @@ fn run_local<T, R>(core: &DoorCore, obj: &T, f: impl FnOnce(&T, u64) -> R) -> Re
 /// Checks shared by every path, so co-located and remote calls fail alike.
 #[inline]
 pub(crate) fn check_sizes(what: &'static str, len: usize, doors: usize) -> Result<(), CallError> {
-    let max = crate::settings::max_message();
+    let max = crate::context::settings::max_message();
     if len > max {
         return Err(CallError::TooLarge { what, len, max });
     }
@@ -737,7 +737,7 @@ mod tests {
             }
             FIRED.fetch_add(1, SeqCst);
         }
-        crate::fence::init();
+        crate::sys::fence::init();
         let h = |_: Request<'_>, _: &mut Reply| Ok(());
         let d = DoorCore::new(7, Box::new(h), sink, runners);
         let stop = Arc::new(AtomicBool::new(false));

@@ -29,20 +29,20 @@ use std::time::Duration;
 
 use crate::abi::wire::Ctl;
 use crate::abi::*;
-use crate::buffer::{self, Buffer};
-use crate::call_area::OutArea;
-use crate::conn::Conn;
-use crate::door::{Door, RemoteDoor, Reply, check_sizes};
-use crate::error::CallError;
-use crate::handshake::{self, Posted, Shared};
-use crate::lease::Claim;
-use crate::settings::Settings;
-use crate::shuttle::{self, Shuttle};
-use crate::spin::Spinner;
-use crate::stats::{self, Counters, Path};
+use crate::context::error::CallError;
+use crate::context::settings::Settings;
+use crate::context::shuttle::{self, Shuttle};
+use crate::context::stats::{self, Counters, Path};
+use crate::object::buffer::{self, Buffer};
+use crate::object::conn::Conn;
+use crate::object::door::{Door, RemoteDoor, Reply, check_sizes};
+use crate::state::call_area::OutArea;
+use crate::state::handshake::{self, Posted, Shared};
+use crate::state::lease::Claim;
 use crate::sys;
-use crate::umem::{Packed, Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
-use crate::{deadline, transfer};
+use crate::sys::spin::Spinner;
+use crate::sys::umem::{Packed, Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
+use crate::{context::deadline, object::transfer};
 
 use last::Quick;
 
@@ -788,7 +788,7 @@ fn take_bulk_reply(
             .take_segment(false, index, generation)
             .ok_or(CallError::BadMessage("bulk segment missing"))?;
         bulk.inb
-            .accept(generation, fd, crate::settings::max_message())
+            .accept(generation, fd, crate::context::settings::max_message())
             .map_err(CallError::BadMessage)?;
     }
     let r = bulk.inb.read_into(h.out_len as usize, &mut reply.data);

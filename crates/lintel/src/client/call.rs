@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use crate::abi::INLINE;
-use crate::buffer::Buffer;
-use crate::door::{Door, DoorCore, Inner, Ran, Reply, Request, check_sizes};
-use crate::error::CallError;
-use crate::stats::{self, Path};
+use crate::context::error::CallError;
+use crate::context::stats::{self, Path};
+use crate::object::buffer::Buffer;
+use crate::object::door::{Door, DoorCore, Inner, Ran, Reply, Request, check_sizes};
 
 impl Door {
     /// Call the door: `data` and `doors` in, results into `reply`.
@@ -18,7 +18,7 @@ impl Door {
     /// Served here: a direct call on this thread. Served elsewhere: the fast
     /// path for up to 16 bytes without doors, the vanilla path up to 5 KiB.
     ///
-    /// A call made under a deadline ([`crate::deadline`], or this handle's
+    /// A call made under a deadline ([`crate::context::deadline`], or this handle's
     /// [`Door::with_timeout`]) fails with [`CallError::TimedOut`] once it
     /// passes.
     #[inline]
@@ -32,8 +32,8 @@ impl Door {
         }
         match &self.0 {
             Inner::Remote(rd) => {
-                let here = crate::channel::Here::now();
-                crate::channel::call(rd, data, reply, here).map_err(unbox)
+                let here = crate::client::channel::Here::now();
+                crate::client::channel::call(rd, data, reply, here).map_err(unbox)
             }
             _ => self.call_here(data, reply),
         }
@@ -57,17 +57,17 @@ impl Door {
     fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated_slow(core, data, doors, Vec::new(), reply),
-            Inner::Remote(rd) => crate::channel::call_checked(rd, data, doors, reply),
+            Inner::Remote(rd) => crate::client::channel::call_checked(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => call_timed(t, data, doors, reply),
         }
     }
 
     /// [`call`](Self::call), also passing `buffers` by reference: sealed
-    /// snapshots and loans ([`crate::buffer`]), moved into the call (gone
+    /// snapshots and loans ([`crate::object::buffer`]), moved into the call (gone
     /// from the caller whether or not it succeeds). The server's handler
     /// finds them in [`Request::buffers`]; buffers it returns arrive in
-    /// [`Reply::buffers`]. See [`crate::buffer`] for an example.
+    /// [`Reply::buffers`]. See [`crate::object::buffer`] for an example.
     pub fn call_with(
         &self,
         data: &[u8],
@@ -77,10 +77,10 @@ impl Door {
     ) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated_slow(core, data, doors, buffers, reply),
-            Inner::Remote(rd) => crate::channel::call_with(rd, data, doors, buffers, reply),
+            Inner::Remote(rd) => crate::client::channel::call_with(rd, data, doors, buffers, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => {
-                crate::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
+                crate::context::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
             }
         }
     }
@@ -106,12 +106,12 @@ fn unbox(e: Box<CallError>) -> CallError {
 #[cold]
 #[inline(never)]
 fn call_timed(
-    t: &crate::door::Timed,
+    t: &crate::object::door::Timed,
     data: &[u8],
     doors: &[Door],
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    crate::deadline::within(t.timeout, || t.door.call(data, doors, reply))
+    crate::context::deadline::within(t.timeout, || t.door.call(data, doors, reply))
 }
 
 /// The co-located path: the handler runs on the caller's thread. Guards
@@ -157,8 +157,8 @@ fn colocated_result(ran: Ran, len: usize, reply: &mut Reply) -> Result<(), CallE
 #[inline(always)]
 fn colocated_fast(core: &DoorCore, data: &[u8]) -> bool {
     !core.revoked()
-        && (data.len() <= INLINE || data.len() <= crate::settings::max_message())
-        && !crate::shuttle::call_checks_due()
+        && (data.len() <= INLINE || data.len() <= crate::context::settings::max_message())
+        && !crate::context::shuttle::call_checks_due()
 }
 
 /// The co-located path with everything checked: doors and buffers passed,
@@ -171,7 +171,7 @@ fn call_colocated_slow(
     buffers: Vec<Buffer>,
     reply: &mut Reply,
 ) -> Result<(), CallError> {
-    let due = crate::deadline::current();
+    let due = crate::context::deadline::current();
     let r = admit(core, data, doors, &buffers).and_then(|()| {
         reply.clear();
         let req = Request {
@@ -183,7 +183,7 @@ fn call_colocated_slow(
         // A handler that returns after the deadline: `TimedOut`, as across
         // domains (see `deadline`).
         let r = core.invoke(req, reply);
-        crate::deadline::settle(due, r)
+        crate::context::deadline::settle(due, r)
             // As across domains, where a failed call brings nothing back.
             .inspect_err(|_| reply.clear())
     });
@@ -197,9 +197,9 @@ fn call_colocated_slow(
 #[inline]
 fn admit(core: &DoorCore, data: &[u8], doors: &[Door], buffers: &[Buffer]) -> Result<(), CallError> {
     check_sizes("arguments", data.len(), doors.len())?;
-    crate::buffer::check_passable(buffers)?;
+    crate::object::buffer::check_passable(buffers)?;
     if core.revoked() {
         return Err(CallError::Revoked);
     }
-    crate::shuttle::check_call()
+    crate::context::shuttle::check_call()
 }

@@ -6,7 +6,7 @@
 //! assert!(s.idle <= s.threads);
 //! ```
 
-pub use crate::workers::PoolStats;
+pub use crate::state::workers::PoolStats;
 
 /// Current state of this domain's server-thread pool.
 pub fn stats() -> PoolStats {

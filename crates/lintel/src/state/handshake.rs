@@ -89,11 +89,11 @@ impl Mem for Shared {
     #[inline(always)]
     fn publish_light(w: &Self::Word, v: u32) {
         w.store(v, Release);
-        crate::fence::light();
+        crate::sys::fence::light();
     }
     fn publish_heavy(w: &Self::Word, v: u32) {
         w.store(v, Release);
-        crate::fence::heavy();
+        crate::sys::fence::heavy();
     }
     #[inline]
     fn futex_wait(w: &Self::Word, expected: u32, timeout: Duration) {

@@ -19,7 +19,7 @@ mod refs;
 #[path = "claim.rs"]
 mod claim;
 
-/// loom's counterparts of `crate::sync`.
+/// loom's counterparts of `crate::state::sync`.
 mod sync {
     use std::sync::atomic::Ordering::SeqCst;
 

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use crate::abi::wire::Ctl;
-use crate::conn::{Conn, Home};
-use crate::door::Door;
-use crate::error::BootError;
-use crate::{domain, sys, transfer};
+use crate::context::error::BootError;
+use crate::object::conn::{Conn, Home};
+use crate::object::door::Door;
+use crate::{domain, object::transfer, sys};
 
 const ENV_FD: &str = "LINTEL_BOOT_FD";
 const BOOT_TIMEOUT: Duration = Duration::from_secs(30);
