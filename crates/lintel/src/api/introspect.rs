@@ -24,7 +24,7 @@ pub fn remote_doors_from(pid: u32) -> usize {
 /// let d = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
 /// assert_eq!(lintel::introspect::holders(&d), Some(0));
 /// ```
-pub fn holders(door: &crate::Door) -> Option<u32> {
+pub fn holders(door: &crate::object::door::Door) -> Option<u32> {
     match &door.base().0 {
         crate::object::door::Inner::Local(core) => Some(core.holder_count()),
         _ => None,

@@ -274,7 +274,7 @@ fn quick_post(
     let alerted = shuttle.is_alerted();
     let flags = if alerted { FLAG_ALERT } else { 0 };
     RequestHeader::write_packed(slot, grant, flags, data, l.cpu.get(), 0);
-    let posted = handshake::post_unwoken::<Shared>(&slot.words(), seq);
+    let posted = handshake::post_unwoken::<Shared>(&handshake::Words::of(slot), seq);
     // (An alert that came after the look above, seen after the post's
     // fence; one that comes later finds the call noted and is forwarded.)
     let late = !alerted && shuttle.is_alerted();
@@ -366,7 +366,7 @@ fn quick_posted_slow(
     reply: &mut Reply,
 ) -> Result<(), Box<CallError>> {
     if posted == Posted::Woken {
-        handshake::wake_server::<Shared>(&lease.get().slot.words());
+        handshake::wake_server::<Shared>(&handshake::Words::of(&lease.get().slot));
         if !late {
             return quick_wait(lease, seq, reply);
         }
@@ -695,7 +695,7 @@ fn post(
     alerted: bool,
     shuttle: &Shuttle,
 ) -> Result<bool, Unanswered> {
-    let running = match handshake::post::<Shared>(&slot.words(), seq) {
+    let running = match handshake::post::<Shared>(&handshake::Words::of(slot), seq) {
         Posted::Running => true,
         Posted::Woken => false,
         Posted::Unbound => {
@@ -944,7 +944,7 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<R
 /// the canceller sees it or the check below sees the cancel).
 #[inline]
 fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
-    let words = lease.slot.words();
+    let words = handshake::Words::of(&lease.slot);
     loop {
         let left = match due {
             0 => MAX_SLEEP,

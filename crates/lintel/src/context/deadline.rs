@@ -1,11 +1,11 @@
 //! Deadlines: how long a chain of calls may take.
 //!
 //! A thread runs calls under a deadline by wrapping them in [`within`] or
-//! [`until`]; a [`crate::Door::with_timeout`] handle adds one per call. The
+//! [`until`]; a [`crate::object::door::Door::with_timeout`] handle adds one per call. The
 //! earliest deadline in force goes with each call to the server, whose
 //! thread runs the call under it (so the calls it makes in turn carry it
 //! on, and [`remaining`] tells it the time left). When the deadline passes
-//! the caller gets [`crate::CallError::TimedOut`] at once, the server
+//! the caller gets [`crate::context::error::CallError::TimedOut`] at once, the server
 //! thread is alerted (and through it every call further down), and the
 //! late reply is discarded: the slot it lands in is not reused until it
 //! has landed.
@@ -18,7 +18,7 @@
 //! the deadline through [`remaining`], but nothing can stop a handler that
 //! does not look. Typed clients ([`crate::interface`]) called co-located
 //! do the same: through a handle with a timeout the implementation runs
-//! under it ([`crate::Door::with_local`]).
+//! under it ([`crate::object::door::Door::with_local`]).
 //!
 //! # A result that comes after the deadline is `TimedOut`
 //!
@@ -58,7 +58,7 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use crate::CallError;
+use crate::context::error::CallError;
 use crate::sys;
 
 thread_local! {

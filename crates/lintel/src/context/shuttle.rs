@@ -24,7 +24,7 @@ pub(crate) struct Shuttle {
     /// calls; written only when it changes).
     out_conn: AtomicU64,
     /// [`ShuttleHandle::cancel`] was called: the call in progress (or the
-    /// next one) returns [`crate::CallError::Cancelled`].
+    /// next one) returns [`crate::context::error::CallError::Cancelled`].
     cancelled: AtomicU32,
     /// The address of the futex word the thread sleeps on in the call it
     /// is in (or was last in), so a cancel can wake it. Written only when it
@@ -238,7 +238,7 @@ impl ShuttleHandle {
     }
 
     /// Cancel the call the thread is in: it returns
-    /// [`crate::CallError::Cancelled`] at once, and the server thread running
+    /// [`crate::context::error::CallError::Cancelled`] at once, and the server thread running
     /// it (with every call it made) is alerted, as when a deadline passes.
     /// If the thread is in no call, its next call is cancelled. A call whose
     /// reply came before it could see the cancel returns the reply, and the
@@ -382,12 +382,12 @@ pub(crate) fn call_checks_due() -> bool {
 /// Whether this thread may start a call now: not if it was cancelled (the
 /// cancel is used up) or its deadline has passed.
 #[inline]
-pub(crate) fn check_call() -> Result<(), crate::CallError> {
+pub(crate) fn check_call() -> Result<(), crate::context::error::CallError> {
     if crate::context::deadline::passed(crate::context::deadline::current()) {
-        return Err(crate::CallError::TimedOut);
+        return Err(crate::context::error::CallError::TimedOut);
     }
     if CURRENT.try_with(|s| s.0.take_cancel()).unwrap_or(false) {
-        return Err(crate::CallError::Cancelled);
+        return Err(crate::context::error::CallError::Cancelled);
     }
     Ok(())
 }
@@ -424,7 +424,7 @@ mod tests {
             assert!(!call_checks_due());
             std::thread::spawn(move || me.cancel()).join().unwrap();
             assert!(call_checks_due(), "the cancel is seen");
-            assert_eq!(check_call(), Err(crate::CallError::Cancelled));
+            assert_eq!(check_call(), Err(crate::context::error::CallError::Cancelled));
             assert!(!call_checks_due(), "and used up by the call it cancelled");
             clear_alert();
         })

@@ -367,7 +367,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            crate::after_fork();
+            after_fork();
             drop(Counters::new());
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(0) };

@@ -159,7 +159,7 @@ impl InArea {
             ss.unbind.store(true, SeqCst);
             // The slot's thread lets go now, not after a sleep: were it
             // running a call, the wake-up alone would find nobody asleep.
-            handshake::caller_gone::<Shared>(&self.slot(i as u32).words());
+            handshake::caller_gone::<Shared>(&handshake::Words::of(&self.slot(i as u32)));
             ss.pinned.lock().clear();
         }
     }
@@ -259,7 +259,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
         // Let go: publish UNBOUND, then look once more, so a client that
         // posted meanwhile either is served here or saw UNBOUND and kicked.
         ss.binding.unbind();
-        let pending = handshake::let_go::<Shared>(&slot.words(), ss.last_seq());
+        let pending = handshake::let_go::<Shared>(&handshake::Words::of(&slot), ss.last_seq());
         if let Some(r) = pending
             && !w.conn.is_dead()
             && ss.binding.rebind()
@@ -404,7 +404,12 @@ fn wait_request(
     // Asked before each sleep too: a caller that died during the call just
     // served woke nobody (the pool would count this thread busy until the
     // sleep's safety-net timeout).
-    let r = handshake::wait_for_request::<Shared>(&slot.words(), last, let_go, Duration::from_secs(1))?;
+    let r = handshake::wait_for_request::<Shared>(
+        &handshake::Words::of(slot),
+        last,
+        let_go,
+        Duration::from_secs(1),
+    )?;
     // Callers spin only while we run elsewhere; the CPU changes rarely, so
     // it is looked up on every 16th wake-up.
     if r.is_multiple_of(16) {
@@ -485,7 +490,7 @@ fn handle_late(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buff
 /// Publish the reply written in `slot` and wake the caller if it sleeps.
 #[inline]
 fn publish_reply(slot: &Slot, seq: u32) {
-    handshake::publish_reply::<Shared>(&slot.words(), seq);
+    handshake::publish_reply::<Shared>(&handshake::Words::of(slot), seq);
 }
 
 /// Everything the fast path does not do: doors, data in the data region,

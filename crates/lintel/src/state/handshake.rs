@@ -118,6 +118,20 @@ pub(crate) struct Words<'a, W> {
     pub server: &'a W,
 }
 
+impl<'a> Words<'a, std::sync::atomic::AtomicU32> {
+    /// The handshake's words of a slot in a call area.
+    #[inline(always)]
+    pub(crate) fn of(slot: &'a crate::sys::umem::Slot) -> Self {
+        use crate::sys::umem::SyncWord;
+        Words {
+            req: slot.sync(SyncWord::ReqSeq),
+            rep: slot.sync(SyncWord::RepSeq),
+            client: slot.sync(SyncWord::ClientState),
+            server: slot.sync(SyncWord::ServerState),
+        }
+    }
+}
+
 /// What the server was doing when a request was posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Posted {

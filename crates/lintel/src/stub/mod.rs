@@ -63,7 +63,8 @@
 use std::cell::RefCell;
 
 use crate::abi::{DATA_CAP, MAX_DOORS};
-use crate::{CallError, Door, Fault, Reply};
+use crate::context::error::{CallError, Fault};
+use crate::object::door::{Door, Reply};
 
 pub use lintel_macros::Wire;
 
@@ -196,7 +197,7 @@ enum Sink<'a> {
     Buf {
         data: &'a mut Vec<u8>,
         doors: &'a mut Vec<Door>,
-        buffers: Option<&'a mut Vec<crate::Buffer>>,
+        buffers: Option<&'a mut Vec<crate::object::buffer::Buffer>>,
     },
     Count {
         bytes: usize,
@@ -223,7 +224,7 @@ impl<'a> Writer<'a> {
     pub fn with_buffers(
         data: &'a mut Vec<u8>,
         doors: &'a mut Vec<Door>,
-        buffers: &'a mut Vec<crate::Buffer>,
+        buffers: &'a mut Vec<crate::object::buffer::Buffer>,
     ) -> Writer<'a> {
         Writer {
             sink: Sink::Buf {
@@ -302,7 +303,7 @@ impl<'a> Writer<'a> {
     /// ([`Writer::new`]) drops it, and the reader then finds it missing;
     /// the stubs' writers always have them.
     #[inline]
-    pub fn buffer(&mut self, b: crate::Buffer) {
+    pub fn buffer(&mut self, b: crate::object::buffer::Buffer) {
         if let Sink::Buf {
             buffers: Some(buffers),
             ..
@@ -317,7 +318,7 @@ impl<'a> Writer<'a> {
 pub struct Reader<'a> {
     data: &'a [u8],
     doors: &'a [Door],
-    buffers: std::vec::IntoIter<crate::Buffer>,
+    buffers: std::vec::IntoIter<crate::object::buffer::Buffer>,
 }
 
 impl<'a> Reader<'a> {
@@ -327,7 +328,11 @@ impl<'a> Reader<'a> {
     }
 
     /// Read `data`, `doors` and the `buffers` passed by reference.
-    pub fn with_buffers(data: &'a [u8], doors: &'a [Door], buffers: Vec<crate::Buffer>) -> Reader<'a> {
+    pub fn with_buffers(
+        data: &'a [u8],
+        doors: &'a [Door],
+        buffers: Vec<crate::object::buffer::Buffer>,
+    ) -> Reader<'a> {
         Reader {
             data,
             doors,
@@ -389,7 +394,7 @@ impl<'a> Reader<'a> {
 
     /// The next buffer passed by reference.
     #[inline]
-    pub fn buffer(&mut self) -> Result<crate::Buffer, WireError> {
+    pub fn buffer(&mut self) -> Result<crate::object::buffer::Buffer, WireError> {
         self.buffers.next().ok_or(WireError("missing buffer"))
     }
 
@@ -832,7 +837,7 @@ struct Scratch {
     longest: usize,
     args: Vec<u8>,
     doors: Vec<Door>,
-    buffers: Vec<crate::Buffer>,
+    buffers: Vec<crate::object::buffer::Buffer>,
     reply: Reply,
 }
 
@@ -958,7 +963,7 @@ impl Call {
 
     /// Pass `b` by reference with the call (a `#[buffer]` parameter).
     #[inline]
-    pub fn buffer(&mut self, b: crate::Buffer) {
+    pub fn buffer(&mut self, b: crate::object::buffer::Buffer) {
         let s = self.s.as_mut().expect("scratch present until drop");
         s.buffers.push(b);
     }
@@ -1013,7 +1018,7 @@ pub fn decode_out(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), WireError
     let b = r.len_bytes()?;
     out.clear();
     out.resize(b.len(), 0);
-    crate::copy_bytes(out, b);
+    crate::sys::umem::copy_bytes(out, b);
     Ok(())
 }
 
@@ -1093,7 +1098,7 @@ pub fn local_outcome<T, E: From<StubError>>(
 pub fn request<'a>(
     data: &'a [u8],
     doors: &'a [Door],
-    buffers: Vec<crate::Buffer>,
+    buffers: Vec<crate::object::buffer::Buffer>,
 ) -> Result<(u32, Reader<'a>), Fault> {
     let mut r = Reader::with_buffers(data, doors, buffers);
     let m = r.array().map_err(|_| Fault(FAULT_BAD_REQUEST))?;
@@ -1104,30 +1109,30 @@ pub fn request<'a>(
 /// copied ([`crate::object::buffer`]). The server sees what the client passed,
 /// except that a loan arrives as a [`crate::Loaned`] (across domains) or
 /// stays a [`crate::Loan`] (co-located), so a loan parameter is a
-/// [`crate::Buffer`].
+/// [`crate::object::buffer::Buffer`].
 pub trait Passed: Sized {
     /// Into the buffer that travels.
-    fn into_buffer(self) -> crate::Buffer;
+    fn into_buffer(self) -> crate::object::buffer::Buffer;
     /// From the buffer that arrived; a buffer of another kind is an error.
-    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError>;
+    fn from_buffer(b: crate::object::buffer::Buffer) -> Result<Self, WireError>;
 }
 
-impl Passed for crate::Buffer {
-    fn into_buffer(self) -> crate::Buffer {
+impl Passed for crate::object::buffer::Buffer {
+    fn into_buffer(self) -> crate::object::buffer::Buffer {
         self
     }
-    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+    fn from_buffer(b: crate::object::buffer::Buffer) -> Result<Self, WireError> {
         Ok(b)
     }
 }
 
-impl Passed for crate::Sealed {
-    fn into_buffer(self) -> crate::Buffer {
-        crate::Buffer::Sealed(self)
+impl Passed for crate::object::buffer::Sealed {
+    fn into_buffer(self) -> crate::object::buffer::Buffer {
+        crate::object::buffer::Buffer::Sealed(self)
     }
-    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+    fn from_buffer(b: crate::object::buffer::Buffer) -> Result<Self, WireError> {
         match b {
-            crate::Buffer::Sealed(s) => Ok(s),
+            crate::object::buffer::Buffer::Sealed(s) => Ok(s),
             _ => Err(WireError("a sealed snapshot was expected")),
         }
     }
@@ -1140,18 +1145,18 @@ pub fn next_buffer<T: Passed>(r: &mut Reader<'_>) -> Result<T, WireError> {
 }
 
 impl Passed for std::os::fd::OwnedFd {
-    fn into_buffer(self) -> crate::Buffer {
-        crate::Buffer::Fd(self)
+    fn into_buffer(self) -> crate::object::buffer::Buffer {
+        crate::object::buffer::Buffer::Fd(self)
     }
-    fn from_buffer(b: crate::Buffer) -> Result<Self, WireError> {
+    fn from_buffer(b: crate::object::buffer::Buffer) -> Result<Self, WireError> {
         match b {
-            crate::Buffer::Fd(fd) => Ok(fd),
+            crate::object::buffer::Buffer::Fd(fd) => Ok(fd),
             _ => Err(WireError("a file descriptor was expected")),
         }
     }
 }
 
-/// A file descriptor crosses a door as a [`crate::Buffer::Fd`]: the
+/// A file descriptor crosses a door as a [`crate::object::buffer::Buffer::Fd`]: the
 /// receiver gets its own descriptor for the same open file. Encoding
 /// duplicates it (the sender keeps its own); a duplicate that fails (the
 /// process is out of descriptors) goes missing, and the call fails to
@@ -1159,7 +1164,7 @@ impl Passed for std::os::fd::OwnedFd {
 impl Wire for std::os::fd::OwnedFd {
     fn encode(&self, w: &mut Writer<'_>) {
         if let Ok(fd) = self.try_clone() {
-            w.buffer(crate::Buffer::Fd(crate::sys::above_floor(fd)));
+            w.buffer(crate::object::buffer::Buffer::Fd(crate::sys::above_floor(fd)));
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -1195,7 +1200,7 @@ pub fn encode_buf(buf: &[u8], reply: &mut Reply) {
     reply.data.extend_from_slice(&(buf.len() as u32).to_le_bytes());
     let at = reply.data.len();
     reply.data.resize(at + buf.len(), 0);
-    crate::copy_bytes(&mut reply.data[at..], buf);
+    crate::sys::umem::copy_bytes(&mut reply.data[at..], buf);
 }
 
 /// A server-side buffer for an out or in-out parameter, taken from a
@@ -1218,7 +1223,7 @@ impl OutBuf {
     pub fn from_slice(b: &[u8]) -> OutBuf {
         let mut o = OutBuf::new();
         o.0.resize(b.len(), 0);
-        crate::copy_bytes(&mut o.0, b);
+        crate::sys::umem::copy_bytes(&mut o.0, b);
         o
     }
 }

@@ -253,17 +253,6 @@ impl Slot {
         self.word(w as usize)
     }
 
-    /// The handshake's words (see `handshake`).
-    #[inline(always)]
-    pub fn words(&self) -> crate::state::handshake::Words<'_, AtomicU32> {
-        crate::state::handshake::Words {
-            req: self.sync(SyncWord::ReqSeq),
-            rep: self.sync(SyncWord::RepSeq),
-            client: self.sync(SyncWord::ClientState),
-            server: self.sync(SyncWord::ServerState),
-        }
-    }
-
     /// The 32-bit word at `off` (4-aligned, inside the slot).
     #[inline(always)]
     fn word(&self, off: usize) -> &AtomicU32 {
