@@ -301,8 +301,11 @@ pub fn headline_table(lines: &[Line]) -> String {
                 _ => format!("`{other}` not measured"),
             },
             Versus::Faster(other) => match find(lines, other) {
-                Some(o) if line.median_ns > 0.0 => {
+                Some(o) if line.median_ns > 0.0 && o.median_ns >= line.median_ns => {
                     format!("{:.1}× faster than `{other}`", o.median_ns / line.median_ns)
+                }
+                Some(o) if o.median_ns > 0.0 => {
+                    format!("{:.1}× slower than `{other}`", line.median_ns / o.median_ns)
                 }
                 _ => format!("`{other}` not measured"),
             },
@@ -659,8 +662,10 @@ mod tests {
 
     #[test]
     fn headline_compares_within_the_run_and_skips_what_is_missing() {
-        let blocking = r#"{"suite":"door","case":"null_cross_blocking","median_ns":7000.0,"p99_ns":9000.0,"iters":5000}"#;
-        let lines = parse_lines(&format!("{LINES}{blocking}\n")).unwrap();
+        let more = r#"{"suite":"door","case":"null_cross_blocking","median_ns":7000.0,"p99_ns":9000.0,"iters":5000}
+{"suite":"bulk","case":"echo_1m","median_ns":200000.0,"p99_ns":300000.0,"iters":200}
+{"suite":"baseline","case":"uds_echo_1m","median_ns":100000.0,"p99_ns":300000.0,"iters":200}"#;
+        let lines = parse_lines(&format!("{LINES}{more}\n")).unwrap();
         let table = headline_table(&lines);
         assert!(
             table.contains("| null call, co-located | `door/null_colocated` | 18.8 ns |  | ≤ 20 ns |"),
@@ -679,10 +684,14 @@ mod tests {
             "{table}"
         );
         assert!(
-            !table.contains("echo_1m"),
+            table.contains("| 2.0× slower than `baseline/uds_echo_1m` |"),
+            "{table}"
+        );
+        assert!(
+            !table.contains("handoff_1m"),
             "an unmeasured headline case has no row: {table}"
         );
-        assert_eq!(table.lines().count(), 2 + 4, "{table}");
+        assert_eq!(table.lines().count(), 2 + 5, "{table}");
         assert!(table.contains("| null call, both sides sleeping | `door/null_cross_blocking` | 7.00 µs |"));
     }
 
