@@ -7,7 +7,9 @@
 //! skipped, then every `crate::` path gives its first segment (inside a
 //! grouped `use crate::{a, b::c}` each item does). A path through a
 //! re-export at the crate root (`crate::Door`) hides which layer it
-//! reaches into, so inside the crate only folders may be named.
+//! reaches into, so inside the crate only folders may be named; nor may
+//! a file import the protocol (`abi`) by wildcard, which hides where a
+//! constant comes from.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,6 +57,7 @@ fn an_import_against_the_order_is_reported() {
             "const S: &str = \"crate::high\";\n",
             "use crate::{\n    abi,\n    high::{self, y},\n};\n",
             "fn f() { crate::Door::call(); }\n",
+            "use crate::abi::*;\n",
         ),
     )
     .unwrap();
@@ -70,6 +73,7 @@ fn an_import_against_the_order_is_reported() {
         vec![
             "low/mod.rs:5: names crate::high (rank 2) from low (rank 1)".to_string(),
             "low/mod.rs:7: names crate::Door, a root re-export, not a folder".to_string(),
+            "low/mod.rs:8: a wildcard import of the protocol".to_string(),
         ]
     );
 }
@@ -111,8 +115,11 @@ fn violations(layers: &Layers<'_>) -> Vec<String> {
                 }
             }
         };
-        let text = std::fs::read_to_string(&file).unwrap();
-        for (line, name) in crate_paths(&code_only(&text)) {
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        for (line, _) in code.lines().enumerate().filter(|(_, l)| l.contains("abi::*")) {
+            out.push(format!("{rel_s}:{}: a wildcard import of the protocol", line + 1));
+        }
+        for (line, name) in crate_paths(&code) {
             if layers.external.contains(&name.as_str()) {
                 continue;
             }
@@ -131,6 +138,11 @@ fn violations(layers: &Layers<'_>) -> Vec<String> {
             }
         }
     }
+    out.sort_by_key(|v| {
+        let (file, rest) = v.split_once(':').unwrap_or((v, ""));
+        let line: usize = rest.split(':').next().and_then(|l| l.parse().ok()).unwrap_or(0);
+        (file.to_string(), line)
+    });
     out
 }
 

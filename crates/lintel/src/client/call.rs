@@ -18,7 +18,7 @@ impl Door {
     /// Served here: a direct call on this thread. Served elsewhere: the fast
     /// path for up to 16 bytes without doors, the vanilla path up to 5 KiB.
     ///
-    /// A call made under a deadline ([`crate::context::deadline`], or this handle's
+    /// A call made under a deadline ([`crate::deadline`], or this handle's
     /// [`Door::with_timeout`]) fails with [`CallError::TimedOut`] once it
     /// passes.
     #[inline]
@@ -64,10 +64,10 @@ impl Door {
     }
 
     /// [`call`](Self::call), also passing `buffers` by reference: sealed
-    /// snapshots and loans ([`crate::object::buffer`]), moved into the call (gone
+    /// snapshots and loans ([`crate::buffer`]), moved into the call (gone
     /// from the caller whether or not it succeeds). The server's handler
     /// finds them in [`Request::buffers`]; buffers it returns arrive in
-    /// [`Reply::buffers`]. See [`crate::object::buffer`] for an example.
+    /// [`Reply::buffers`]. See [`crate::buffer`] for an example.
     pub fn call_with(
         &self,
         data: &[u8],

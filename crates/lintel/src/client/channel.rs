@@ -28,7 +28,11 @@ use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
 
 use crate::abi::wire::Ctl;
-use crate::abi::*;
+use crate::abi::{
+    BUSY, DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, MAX_DOORS, OFF_CLIENT_CPU,
+    OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_LEN, OFF_IN_SEG,
+    OFF_OUT_INLINE, SEQ_DEAD, SPINNING, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, payload_offset,
+};
 use crate::context::error::CallError;
 use crate::context::settings::Settings;
 use crate::context::shuttle::{self, Shuttle};

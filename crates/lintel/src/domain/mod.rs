@@ -61,7 +61,7 @@ struct Tickets {
 static DOMAIN: crate::state::leaked::Leaked<Domain> = crate::state::leaked::Leaked::new();
 
 /// Tell the server of call `seq` on `slot` of connection `conn` that its
-/// caller was alerted (see [`crate::context::shuttle::FORWARD`]).
+/// caller was alerted (see [`crate::shuttle::FORWARD`]).
 fn forward_alert(conn: u64, slot: u32, seq: u32) {
     if let Some(c) = get().conn_by_id(conn) {
         c.send(&Ctl::Alert { slot, seq }, &[]);

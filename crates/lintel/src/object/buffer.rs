@@ -56,7 +56,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::Mutex;
 
 use crate::abi::wire::{Ctl, WireBuf};
-use crate::abi::*;
+use crate::abi::{BUF_FD, BUF_LOAN, BUF_RETURNED, BUF_SEALED, LOAN_POOL_SIZE, MAX_BUFFERS, WIRE_BUF};
 use crate::context::error::CallError;
 use crate::object::conn::Conn;
 use crate::sys::umem::{Bulk, Slot};

@@ -36,7 +36,7 @@ pub struct Request<'a> {
     pub data: &'a [u8],
     /// Doors passed with the call; dropping them releases them.
     pub doors: Attached<Door>,
-    /// Buffers passed with the call ([`crate::object::buffer`]); the handler owns
+    /// Buffers passed with the call ([`crate::buffer`]); the handler owns
     /// them and may keep them.
     pub buffers: Attached<Buffer>,
 }
@@ -49,7 +49,7 @@ pub struct Reply {
     pub data: Vec<u8>,
     /// Doors returned with the result.
     pub doors: Vec<Door>,
-    /// Buffers returned with the result ([`crate::object::buffer`]).
+    /// Buffers returned with the result ([`crate::buffer`]).
     pub buffers: Vec<Buffer>,
 }
 
@@ -459,8 +459,8 @@ impl Door {
     ///
     /// It is a call like any other: through a handle with a timeout
     /// ([`Door::with_timeout`]) `f` runs under that deadline (see
-    /// [`crate::context::deadline::remaining`]); a deadline already passed, or a
-    /// cancel pending ([`crate::context::shuttle::ShuttleHandle::cancel`]), fails it
+    /// [`crate::deadline::remaining`]); a deadline already passed, or a
+    /// cancel pending ([`crate::shuttle::ShuttleHandle::cancel`]), fails it
     /// before `f` runs; and if the deadline passes while `f` runs, the
     /// result is [`CallError::TimedOut`], as across domains.
     #[inline]

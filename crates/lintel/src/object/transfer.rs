@@ -23,7 +23,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::abi::wire::{Ctl, WireDoor};
-use crate::abi::*;
+use crate::abi::{MAX_DOORS, OFF_DOORS, WD_DEAD, WD_MINE, WD_THIRD, WD_YOURS, WIRE_DOOR};
 use crate::context::error::CallError;
 use crate::object::conn::{Answer, Conn};
 use crate::object::door::{Door, Inner};
@@ -295,6 +295,7 @@ pub(crate) fn decode_from_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::SLOT_SIZE;
     use crate::sys::Mapping;
 
     fn slot_with(doors: &[WireDoor]) -> Slot {

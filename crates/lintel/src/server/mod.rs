@@ -15,7 +15,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::abi::*;
+use crate::abi::{
+    AREA_SIZE, BUSY, DATA_CAP, FLAG_ALERT, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, OFF_OUT_BUFS,
+    OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS,
+    SLOTS, SPINNING, ST_OK, ST_UNTAKEN, payload_offset,
+};
 use crate::context::error::CallError;
 use crate::context::shuttle::{self, Shuttle};
 use crate::context::stats::{Counters, Path};

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::*;
 
 use parking_lot::Mutex;
 
-use crate::abi::*;
+use crate::abi::{AREA_SIZE, SEQ_DEAD, SLOTS};
 use crate::state::bulk::SlotBulk;
 use crate::state::lease::Leases;
 use crate::sys::umem::{Slot, SyncWord};

@@ -1106,10 +1106,10 @@ pub fn request<'a>(
 }
 
 /// A type a `#[buffer]` parameter may have: passed by reference, not
-/// copied ([`crate::object::buffer`]). The server sees what the client passed,
+/// copied ([`crate::buffer`]). The server sees what the client passed,
 /// except that a loan arrives as a [`crate::Loaned`] (across domains) or
 /// stays a [`crate::Loan`] (co-located), so a loan parameter is a
-/// [`crate::object::buffer::Buffer`].
+/// [`crate::buffer::Buffer`].
 pub trait Passed: Sized {
     /// Into the buffer that travels.
     fn into_buffer(self) -> crate::object::buffer::Buffer;
@@ -1156,7 +1156,7 @@ impl Passed for std::os::fd::OwnedFd {
     }
 }
 
-/// A file descriptor crosses a door as a [`crate::object::buffer::Buffer::Fd`]: the
+/// A file descriptor crosses a door as a [`crate::buffer::Buffer::Fd`]: the
 /// receiver gets its own descriptor for the same open file. Encoding
 /// duplicates it (the sender keeps its own); a duplicate that fails (the
 /// process is out of descriptors) goes missing, and the call fails to

@@ -13,7 +13,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
-use crate::abi::*;
+use crate::abi::{
+    AREA_HEADER, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, INLINE, OFF_CLIENT_CPU, OFF_CLIENT_STATE,
+    OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG,
+    OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ,
+    OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
+};
 use crate::sys::Mapping;
 
 /// The slot words that are polled: states and CPUs, which each side reads
@@ -578,6 +583,7 @@ fn pack_inline(src: &[u8]) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::FLAG_VANILLA;
 
     proptest::proptest! {
         #[test]
