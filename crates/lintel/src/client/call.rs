@@ -1,6 +1,6 @@
 //! Calling a door: the path a call takes. A door served here runs its
 //! handler on the caller's thread (co-located); one served by another
-//! domain goes through that connection's channel (`channel`). The door
+//! domain goes through that connection's channel (`client::fast`, `client::checked`). The door
 //! itself (`door`) knows nothing of either: this is the one place that
 //! picks.
 
@@ -26,7 +26,7 @@ impl Door {
         // Calls passing doors, and those to doors served here, are dispatched
         // out of line, so this stays small enough to inline; a door-less
         // call to another domain goes straight to its channel's fast path,
-        // with this thread's state read here (`channel::Here`).
+        // with this thread's state read here (`fast::Here`).
         if !doors.is_empty() {
             return self.call_other(data, doors, reply);
         }

@@ -1,3 +1,10 @@
+//! Every cross-domain call the fast path turns away: a first call on a
+//! connection, a deadline or cancel to check, data or doors beyond the
+//! fast path's, buffers. [`call_checked`] takes this thread's lease
+//! ([`begin`]), then either [`fast_checked`] (the fast
+//! path's slot layout, with every check made) or [`vanilla`] (data in the
+//! slot's data region or its bulk segment, doors and buffers).
+
 use crate::abi::{
     DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, MAX_DOORS, OFF_CLIENT_CPU,
     OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_LEN, OFF_IN_SEG,
@@ -32,9 +39,9 @@ pub(crate) fn call_checked(
     };
     let fast = data.len() <= INLINE && doors.is_empty() && !lease.settings.force_vanilla.load(Relaxed);
     let r = if fast {
-        call_fast(&lease, rd, data, reply)
+        fast_checked(&lease, rd, data, reply)
     } else {
-        call_vanilla(&lease, rd, data, doors, Vec::new(), reply)
+        vanilla(&lease, rd, data, doors, Vec::new(), reply)
     };
     end_call(lease);
     // (Matched so that success is written straight into the caller's
@@ -57,7 +64,7 @@ pub(crate) fn call_with(
         Ok(lease) => lease,
         Err(e) => return refused(data, doors, e),
     };
-    let r = call_vanilla(&lease, rd, data, doors, buffers, reply);
+    let r = vanilla(&lease, rd, data, doors, buffers, reply);
     end_call(lease);
     r
 }
@@ -66,7 +73,7 @@ pub(crate) fn call_with(
 /// (a deadline or cancel, a server that sleeps, a reply that is not small)
 /// leave for the slow functions below.
 #[inline]
-pub(super) fn call_fast(
+pub(super) fn fast_checked(
     lease: &Lease,
     rd: &RemoteDoor,
     data: &[u8],
@@ -125,7 +132,7 @@ pub(super) fn settled(due: u64, r: Result<(), CallError>, reply: &mut Reply) -> 
 
 /// The vanilla path: data in the data region (also when it would fit
 /// inline, if forced for the INKS "message" comparison), doors passed.
-pub(super) fn call_vanilla(
+pub(super) fn vanilla(
     lease: &Lease,
     rd: &RemoteDoor,
     data: &[u8],

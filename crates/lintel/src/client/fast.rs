@@ -1,3 +1,39 @@
+//! The fast path of a cross-domain call: at most 16 bytes each way, no
+//! doors, no deadline or cancel, on the slot this thread called through
+//! last. Its entry is [`call`]; everything its guards turn away goes to
+//! `checked::call_checked`, which serves every case.
+//!
+//! The path is a chain of short steps, each out of line and entered by a
+//! jump (a tail call), not one function: each step holds only the values it
+//! needs, so none saves registers before the request is posted, and the
+//! success path ends in a leaf. Read it top to bottom:
+//!
+//! ```text
+//! Door::call ─► call ──guards fail──────────────────────────► to_checked ─► checked::call_checked
+//!                │ guards pass: ≤ 16 bytes, no doors, no deadline, no
+//!                │ cancel, the last lease is on this connection and claimed
+//!                ▼
+//!           post_packed     ══ POINT OF NO RETURN: the request is posted ══
+//!                │ server running             │ server asleep or unbound,
+//!                ▼                            ▼ or an alert came meanwhile
+//!             finish                     posted_slow ─(kick, late alert)─► posted_odd
+//!                │ hot poll saw the reply     │ woken                          │
+//!                │            └─ missed ─► wait_full ◄────────────────────────┘
+//!                ▼                            │ reply landed         │ no reply
+//!           reply_landed ◄────────────────────┘                      ▼
+//!                │ small success   │ ≤ 16 bytes   │ anything else   no_reply ─► end
+//!                ▼                 ▼              ▼
+//!           succeeded ◄──── reply_bytes      reply_slow (taken the full way)
+//!                │
+//!                ▼
+//!               end ──lease void──► forget_void
+//! ```
+//!
+//! Before the point of no return a step may hand the call to the checked
+//! path; after it the call has a reply or an error for its caller and the
+//! lease is ended exactly once (`end`, or `reply_slow`'s `end_call`).
+//! Errors come boxed, one register wide, so that every step ends in a jump.
+
 use crate::abi::{FLAG_ALERT, INLINE, OFF_OUT_INLINE, ST_OK};
 use crate::context::deadline;
 use crate::context::error::CallError;
@@ -17,7 +53,7 @@ use super::last::{self, Borrowed};
 use super::wait::{Unanswered, alert_late, hot_poll, kick, wait_reply_full};
 
 /// What [`call`] needs of the calling thread's own state: its last lease and
-/// its deadline, read in the caller's code ([`Door::call`] is inlined
+/// its deadline, read in the caller's code ([`Door::call`](crate::Door::call) is inlined
 /// there) and passed in registers. The compiler takes a thread-local
 /// access for a call that clobbers registers; made here, in a function
 /// that holds its values in saved registers anyway, it costs [`call`]

@@ -1,3 +1,8 @@
+//! The leases this thread holds, one per connection it calls over: found
+//! by the last call's lease ([`super::last`]) or by a search, made on first
+//! use, and given up when void (abandoned, or taken by a thread that waits
+//! for a slot). The slots' own policy is `state::lease`.
+
 use crate::abi::wire::Ctl;
 use crate::abi::{MAX_DOORS, SEQ_DEAD, ST_OK};
 use crate::context::error::CallError;

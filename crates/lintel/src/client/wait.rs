@@ -1,3 +1,8 @@
+//! Posting a request and waiting for its reply, for both paths: spin
+//! while the server runs on another CPU, then sleep on the slot's futex; a
+//! call whose deadline passes or that is cancelled is abandoned: the server
+//! is alerted and the slot drains until the late reply has landed.
+
 use crate::abi::wire::Ctl;
 use crate::abi::{BUSY, SEQ_DEAD, SPINNING};
 use crate::context::error::CallError;
