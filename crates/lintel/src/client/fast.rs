@@ -206,7 +206,7 @@ pub(super) fn reply_bytes(lease: Borrowed, len: usize, reply: &mut Reply) -> Res
 /// [`call`] succeeded: counted, then ended.
 #[inline(always)]
 pub(super) fn succeeded(lease: Borrowed) -> Result<(), Box<CallError>> {
-    lease.get().counters.small_ok(Path::Fast);
+    lease.get().counters.inline_ok(Path::Fast);
     end(lease);
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! use, and given up when void (abandoned, or taken by a thread that waits
 //! for a slot). The slots' own policy is `state::lease`.
 
-use crate::abi::wire::Ctl;
+use crate::abi::control::Ctl;
 use crate::abi::{MAX_DOORS, SEQ_DEAD, ST_OK};
 use crate::context::error::CallError;
 use crate::context::settings::Settings;

@@ -3,7 +3,7 @@
 //! call whose deadline passes or that is cancelled is abandoned: the server
 //! is alerted and the slot drains until the late reply has landed.
 
-use crate::abi::wire::Ctl;
+use crate::abi::control::Ctl;
 use crate::abi::{BUSY, SEQ_DEAD, SPINNING};
 use crate::context::error::CallError;
 use crate::context::shuttle::Shuttle;
