@@ -78,7 +78,7 @@ fn doors() -> Vec<Door> {
     vec![echo, null, ends]
 }
 
-/// The child side: serve [`doors`] until killed.
+/// The child side: serve the echo, null and ends doors until killed.
 pub fn child(_args: &[String]) -> anyhow::Result<()> {
     serve_all_forever(doors())
 }

@@ -347,6 +347,7 @@ fn add(s: &mut CallStats, b: &Block) {
 }
 
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod tests {
     use super::*;
 

@@ -137,7 +137,7 @@ fn halves(w: u64) -> (u32, u32) {
 
 impl RequestHeader {
     /// Generation of the caller's bulk segment holding the arguments, read
-    /// once by the bulk path (meaningful when `in_len` exceeds [`DATA_CAP`];
+    /// once by the bulk path (meaningful when `in_len` exceeds [`DATA_CAP`](crate::abi::DATA_CAP);
     /// not part of the header the fast path reads).
     pub fn segment(slot: &Slot) -> u32 {
         slot.word(OFF_IN_SEG).load(Relaxed)
@@ -146,7 +146,7 @@ impl RequestHeader {
 
 impl ReplyHeader {
     /// Generation of the server's bulk segment holding the results, read
-    /// once by the bulk path (meaningful when `out_len` exceeds [`DATA_CAP`]).
+    /// once by the bulk path (meaningful when `out_len` exceeds [`DATA_CAP`](crate::abi::DATA_CAP)).
     pub fn segment(slot: &Slot) -> u32 {
         slot.word(OFF_OUT_SEG).load(Relaxed)
     }
