@@ -16,12 +16,16 @@
 //!   client's session shares with the service, with the token protocol
 //!   over it ([`token`]). It names neither side.
 //! - `client/`: [`Fs`], [`File`], [`OpenOptions`], mapped windows
-//!   ([`mapped`]) and spliced reads ([`spliced`]). Uses `proto` only.
+//!   ([`mapped`]) and spliced reads ([`spliced`]). Uses `proto`, never
+//!   `service`.
 //! - `service/`: [`Service`] and everything behind its doors (opens,
-//!   nodes, sessions and their pager, locks, credentials). Uses `proto`
-//!   only.
+//!   nodes, sessions and their pager, locks, credentials). Uses `proto`,
+//!   never `client`.
 //! - `shm` (shared memory: mappings, futex words) and `uffd`
-//!   (userfaultfd), used by both sides.
+//!   (userfaultfd), beneath all three.
+//!
+//! `tests/layers.rs` checks that `client` and `service` never name each
+//! other, and `proto` neither.
 //!
 //! ```
 //! use std::io::{Read, Seek, SeekFrom, Write};
