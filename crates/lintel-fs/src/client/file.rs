@@ -11,7 +11,7 @@ use lintel::Door;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
-use crate::client::fs::tell;
+use crate::client::credentials::tell;
 use crate::client::mapped::{Mapped, View};
 use crate::client::spliced::{Pipe, SPLICE_MIN};
 use crate::proto::{
@@ -165,7 +165,7 @@ pub struct File {
     pub(super) path: IoPath,
     pub(super) mapped_max: usize,
     pub(super) splice_min: usize,
-    /// The [`CREDENTIALS`](crate::client::fs::CREDENTIALS) generation the service was last told of
+    /// The [`credentials`](crate::client::credentials) generation the service was last told of
     /// through this handle.
     told: AtomicU64,
 }

@@ -4,12 +4,13 @@
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use lintel::Door;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
+use crate::client::credentials;
 use crate::client::file::{File, IoPath, OpenOptions};
 use crate::client::mapped::{Mapped, MappedSession};
 use crate::proto::{
@@ -31,7 +32,7 @@ use crate::proto::{
 #[derive(Clone)]
 pub struct Fs {
     export: ExportClient,
-    /// The [`CREDENTIALS`] generation the service was last told of.
+    /// The [`credentials`] generation the service was last told of.
     told: Arc<AtomicU64>,
     /// This process's mapped-window session with the export, made on the
     /// first open that maps.
@@ -62,12 +63,12 @@ impl Fs {
     /// # Ok(()) }
     /// ```
     pub fn credentials_changed() {
-        CREDENTIALS.fetch_add(1, Ordering::Release);
+        credentials::changed();
     }
 
     /// The export, told first of a change of credentials it has not heard of.
     fn export(&self) -> &ExportClient {
-        tell(&self.told, || self.export.credentials_changed());
+        credentials::tell(&self.told, || self.export.credentials_changed());
         &self.export
     }
 
@@ -250,22 +251,6 @@ impl Fs {
             at += n;
         }
         f.close()
-    }
-}
-
-/// How many times this process changed its credentials or umask
-/// ([`Fs::credentials_changed`]).
-pub(super) static CREDENTIALS: AtomicU64 = AtomicU64::new(0);
-
-/// Tell a service (`notice`) of the changes of credentials since `told`.
-pub(super) fn tell(told: &AtomicU64, notice: impl FnOnce() -> Result<(), FsError>) {
-    let now = CREDENTIALS.load(Ordering::Acquire);
-    if told.load(Ordering::Relaxed) != now {
-        match notice() {
-            Ok(()) => told.store(now, Ordering::Relaxed),
-            // The call that follows fails as well, and says why.
-            Err(e) => tracing::debug!(error = %e, "the file service was not told of new credentials"),
-        }
     }
 }
 

@@ -21,8 +21,7 @@
 //! `service`. The modules:
 //!
 //! - `fs`: [`Fs`], an export's namespace: opening files and the calls
-//!   that name a path; and the process's credentials generation, which
-//!   tells each service of a change before the next call.
+//!   that name a path.
 //! - `file`: [`File`], an open file, choosing its path per call;
 //!   [`OpenOptions`] and [`IoPath`].
 //! - [`mapped`]: mapped windows: this process's session with an export,
@@ -30,7 +29,13 @@
 //! - `keeper`: what a client writes back itself when its service dies
 //!   holding its window writes.
 //! - [`spliced`]: the client's side of spliced reads (its pipe).
+//! - `credentials`: the process's changes of credentials, which each
+//!   service is told of before its next call.
+//!
+//! `fs` uses `file`, `mapped` and `credentials`; `file` uses `mapped`,
+//! `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
 
+mod credentials;
 mod file;
 mod fs;
 mod keeper;

@@ -26,7 +26,8 @@
 //! - `register`: the service in a `lintel_boot` registry. Uses `export`.
 //! - `export`: [`Service`] and the [`Export`](crate::proto::Export) door:
 //!   paths, opens, the namespace, sessions started. Uses `session`,
-//!   `open`, `node`, `host`, `path`, `readonly`, `credentials`, `tally`.
+//!   `open`, `node`, `splice`, `host`, `path`, `readonly`,
+//!   `credentials`, `tally`.
 //! - `session`: a client process's mapped windows: its shared page, its
 //!   pager thread, token grants ([`Session`](crate::proto::Session)). It
 //!   makes the token's holder (`session::Holder`), which the node sees
