@@ -92,180 +92,26 @@
 #![warn(missing_docs)]
 
 pub use lintel_abi as abi;
-mod attached;
-pub mod boot;
-pub mod buffer;
-pub use umem::{copy_bytes, copy_raw};
-mod bulk;
-mod call;
-mod call_area;
-mod channel;
-mod claim;
-mod conn;
-pub mod deadline;
+
+mod api;
+mod client;
+mod context;
 mod domain;
-mod door;
-mod error;
-mod fence;
-mod grants;
-mod handshake;
-mod leaked;
-mod lease;
-#[cfg(test)]
-mod model;
-mod pace;
-pub mod pool;
-mod refs;
-mod running;
+mod object;
 mod server;
-mod settings;
-pub mod shuttle;
-mod spin;
-pub mod stats;
+mod state;
 pub mod stub;
-mod sync;
 mod sys;
-mod transfer;
-mod umem;
-mod unref;
-mod workers;
 
-pub use attached::Attached;
-pub use buffer::{Buffer, Loan, Loaned, Sealed, SealedWriter};
-pub use door::{Door, Handler, Reply, Request};
-pub use error::{BootError, CallError, Fault};
+pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor};
+pub use api::tuning::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
+pub use api::{boot, introspect, pool};
+pub use context::attached::Attached;
+pub use context::error::{BootError, CallError, Fault};
+pub use context::settings::{max_message, set_max_message};
+pub use context::{deadline, shuttle, stats};
 pub use lintel_macros::interface;
+pub use object::buffer::{self, Buffer, Loan, Loaned, Sealed, SealedWriter};
+pub use object::door::{Door, Handler, Reply, Request};
 pub use server::{Caller, caller};
-pub use settings::{max_message, set_max_message};
-
-/// Keep the runtime's own descriptors (sockets, memfds, eventfds, epoll,
-/// pidfds, and every descriptor a peer sends) at `floor` or above, when
-/// the kernel has room there. For a process whose code chooses descriptor
-/// numbers itself (a shell's `exec 3<file`, `dup2`, `closefrom`): the
-/// emulation library sets it, and keeps the program below it. Affects
-/// descriptors made from now on; 0 (the default) leaves them where the
-/// kernel puts them.
-///
-/// ```
-/// lintel::set_descriptor_floor(0);
-/// assert_eq!(lintel::descriptor_floor(), 0);
-/// ```
-pub fn set_descriptor_floor(floor: i32) {
-    sys::set_descriptor_floor(floor)
-}
-
-/// The floor [`set_descriptor_floor`] set (0 if none).
-pub fn descriptor_floor() -> i32 {
-    sys::descriptor_floor()
-}
-
-/// `fd` moved to the floor or above (see [`set_descriptor_floor`]), for
-/// libraries that keep descriptors of their own beside the runtime's.
-pub fn above_descriptor_floor(fd: std::os::fd::OwnedFd) -> std::os::fd::OwnedFd {
-    sys::above_floor(fd)
-}
-
-/// Call in a child made by `fork` (one that does not `exec` at once),
-/// before it uses lintel: the parent's connections stay the parent's
-/// (their memory is shared with it, and their threads are not in the
-/// child), and the child gets a domain of its own. Doors the child held
-/// from before the fork that lead to other domains fail with
-/// [`CallError::PeerDied`]; doors it serves itself keep working
-/// co-located; it can `boot::connect` anew. Loans cannot be made in such
-/// a child (the pool is the parent's). Without this call a forked child
-/// that uses lintel corrupts its parent's calls.
-///
-/// ```no_run
-/// // SAFETY (of the fork): the child only calls async-signal-safe code
-/// // and lintel::after_fork before exiting.
-/// let pid = unsafe { libc::fork() };
-/// if pid == 0 {
-///     lintel::after_fork();
-///     // ... connect again, call, then exit
-///     std::process::exit(0);
-/// }
-/// ```
-pub fn after_fork() {
-    stats::after_fork();
-    buffer::forked();
-    unref::after_fork();
-    running::after_fork();
-    channel::forget_thread_leases();
-    domain::after_fork()
-}
-
-// ---- the domain's settings ----
-
-/// Whether this domain spins before sleeping (`LINTEL_SPIN`, [`set_spin`]).
-pub fn spinning() -> bool {
-    domain::get()
-        .settings
-        .spin
-        .load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// Turn spinning on or off for this domain (off: every wait sleeps on the futex).
-pub fn set_spin(on: bool) {
-    domain::get()
-        .settings
-        .spin
-        .store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Most server threads this domain runs; calls beyond it wait for a thread.
-pub fn set_max_server_threads(n: usize) {
-    domain::get().pool.set_limit(n);
-}
-
-/// Make this domain's cross-domain calls take the vanilla path even when
-/// they would fit the fast path (the INKS "message" configuration; for
-/// measurement).
-pub fn set_force_vanilla(on: bool) {
-    domain::get()
-        .settings
-        .force_vanilla
-        .store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Counts of this domain's live runtime objects, for tests and monitoring.
-pub mod introspect {
-    /// Connections to other domains that are alive.
-    pub fn connections() -> usize {
-        crate::domain::get().conn_count()
-    }
-    /// Whether this domain has a live connection to process `pid`.
-    pub fn connected_to(pid: u32) -> bool {
-        crate::conn::Home::conn_to(crate::domain::get(), pid).is_some()
-    }
-    /// Doors served elsewhere that this domain holds.
-    pub fn remote_doors() -> usize {
-        crate::domain::get().remote_count()
-    }
-    /// Doors served by process `pid` that this domain holds.
-    pub fn remote_doors_from(pid: u32) -> usize {
-        crate::domain::get().remote_count_from(pid)
-    }
-    /// For a door this domain serves, how many holders it counts: other
-    /// domains holding it and tickets for it in transit. `None` for a door
-    /// served elsewhere.
-    ///
-    /// ```
-    /// let d = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
-    /// assert_eq!(lintel::introspect::holders(&d), Some(0));
-    /// ```
-    pub fn holders(door: &crate::Door) -> Option<u32> {
-        match &door.base().0 {
-            crate::door::Inner::Local(core) => Some(core.holder_count()),
-            _ => None,
-        }
-    }
-    /// Release messages this domain has sent to process `pid` over its
-    /// live connection (releases of dropped doors go in batches).
-    pub fn release_messages_to(pid: u32) -> u64 {
-        crate::conn::Home::conn_to(crate::domain::get(), pid).map_or(0, |c| c.releases_sent())
-    }
-    /// Tickets minted here and not yet redeemed or dropped.
-    pub fn tickets() -> usize {
-        crate::domain::get().ticket_count()
-    }
-}
+pub use sys::umem::{copy_bytes, copy_raw};

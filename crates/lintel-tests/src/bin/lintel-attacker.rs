@@ -66,7 +66,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lintel::abi::*;
+use lintel::abi::{
+    AREA_HEADER, AREA_SIZE, BUF_FD, BUF_LOAN, BUF_SEALED, BUSY, DATA_CAP, FLAG_BUFS, INLINE, MAX_BUFFERS,
+    MAX_DOORS, OFF_CLIENT_STATE, OFF_DATA, OFF_DOORS, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS,
+    OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_REP_SEQ, OFF_REQ_SEQ,
+    OFF_SERVER_STATE, OFF_STATUS, SLEEPING, SLOTS, SLOT_SIZE, SPINNING, ST_BAD_MESSAGE, ST_OK, ST_TOO_LARGE,
+    ST_UNTAKEN, VERSION, WD_MINE, WD_THIRD, WD_YOURS, WIRE_DOOR,
+};
 use lintel::{Door, Reply};
 use lintel_tests::m;
 

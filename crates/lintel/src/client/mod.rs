@@ -1,0 +1,3 @@
+//! Layer 5, the caller's side of a call.
+pub mod call;
+pub mod channel;

@@ -1,0 +1,7 @@
+//! Layer 3, a call's context as plain values.
+pub mod attached;
+pub mod deadline;
+pub mod error;
+pub mod settings;
+pub mod shuttle;
+pub mod stats;

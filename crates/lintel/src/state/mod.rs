@@ -1,0 +1,16 @@
+//! Layer 2, plain state machines.
+pub mod bulk;
+pub mod call_area;
+pub mod claim;
+pub mod grants;
+pub mod handshake;
+pub mod leaked;
+pub mod lease;
+#[cfg(test)]
+mod model;
+pub mod pace;
+pub mod refs;
+pub mod running;
+pub mod sync;
+pub mod unref;
+pub mod workers;
