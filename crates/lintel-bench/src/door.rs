@@ -18,7 +18,7 @@
 //! - `null_instructions`: instructions per null call on each side, counted by callgrind with
 //!   spinning off (fields `client` and `server`; not a time).
 //!
-//! One child serves every cross case (its doors are listed in [`Offer`]); `callee_death_ms`
+//! One child serves every cross case (its doors are listed in the enum `Offer`); `callee_death_ms`
 //! starts a child per round.
 
 mod calls;
@@ -32,7 +32,7 @@ use crate::harness::{Config, Report};
 pub use instructions::{CLIENT_ROLE as INSTRUCTIONS_CLIENT, SERVER_ROLE as INSTRUCTIONS_SERVER};
 pub use serve::child;
 
-/// The child roles of [`instructions`].
+/// The child roles of the `instructions` module (callgrind counts).
 pub fn instructions_child(role: &str, args: &[String]) -> anyhow::Result<()> {
     match role {
         INSTRUCTIONS_CLIENT => instructions::client(args),

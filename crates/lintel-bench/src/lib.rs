@@ -9,6 +9,7 @@ pub mod door;
 pub mod fs;
 pub mod harness;
 pub mod lrpc;
+pub mod markdown;
 pub mod payload;
 pub mod placement;
 pub mod plot;

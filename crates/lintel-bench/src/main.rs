@@ -1,12 +1,13 @@
 //! `lintel-bench`: runs benchmark suites and reports one JSON object per case per line.
 //!
-//! `lintel-bench [--json FILE] [--quick] [--pin] [SUITE...]`; see `harness` for the API suites use.
+//! `lintel-bench [--json FILE] [--quick] [--pin] [--plots DIR] [--markdown FILE [--readme FILE]]
+//! [SUITE...]`; see `harness` for the API suites use, `markdown` for the generated document.
 //! To add a suite, write `fn(&Config, &mut Report) -> anyhow::Result<()>` in the library and list
 //! it in [`SUITES`]; to add a child process role, add an arm to [`run_child`].
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -14,7 +15,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, bulk, door, fs, lrpc, placement, unix};
+use lintel_bench::{baseline, bulk, door, fs, lrpc, markdown, placement, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -58,6 +59,13 @@ struct Cli {
     /// Write SVG charts of the bulk suite (latency and throughput against size) into DIR.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
+    /// Write the measurements document (markdown, stamped with commit, date, machine and this
+    /// command line) to FILE: `docs/measurements.md`, never edited by hand.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+    /// Also rewrite the headline table between the markers in FILE (the README). Needs --markdown.
+    #[arg(long, value_name = "FILE", requires = "markdown")]
+    readme: Option<PathBuf>,
     /// Suites to run, in this order (default: all).
     #[arg(value_name = "SUITE", value_parser = PossibleValuesParser::new(SUITES.iter().map(|s| s.0)))]
     suites: Vec<String>,
@@ -102,6 +110,8 @@ fn parent_main(cli: Cli) -> anyhow::Result<bool> {
         harness::pin_self(PARENT_CPU)?;
     }
     eprintln!("clock: {}", harness::clock_description());
+    // Stamped before the run: the tree as it was built and measured.
+    let stamp = cli.markdown.as_ref().map(|_| stamp(&cli, &cfg));
     let selected: Vec<&(&str, Suite)> = if cli.suites.is_empty() {
         SUITES.iter().collect()
     } else {
@@ -127,10 +137,64 @@ fn parent_main(cli: Cli) -> anyhow::Result<bool> {
     if let Some(path) = &cli.json {
         report.write_json(path).context("writing the JSON report")?;
     }
+    let mut charts = Vec::new();
     if let Some(dir) = &cli.plots {
-        for p in lintel_bench::plot::write_bulk_charts(&report, dir)? {
+        charts = lintel_bench::plot::write_bulk_charts(&report, dir)?;
+        for p in &charts {
             eprintln!("chart: {}", p.display());
         }
     }
+    if let (Some(path), Some(stamp)) = (&cli.markdown, &stamp) {
+        write_markdown(&report, stamp, path, cli.readme.as_deref(), &charts)?;
+    }
     Ok(all_ok)
+}
+
+/// The stamp of this run: mode, pinning and command line, and the files it will write (so
+/// that regenerating them does not count as a change to the tree).
+fn stamp(cli: &Cli, cfg: &Config) -> markdown::Stamp {
+    let mode = format!(
+        "{} mode, {}",
+        if cfg.quick { "quick" } else { "full" },
+        if cfg.pin { "pinned" } else { "unpinned" }
+    );
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let outputs: Vec<&Path> = [
+        cli.markdown.as_deref(),
+        cli.readme.as_deref(),
+        cli.plots.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    markdown::Stamp::here(&mode, &command, &outputs)
+}
+
+/// Renders the run's JSON lines into the measurements document at `path`, and the headline
+/// table into `readme` if given; `charts` are linked relative to the document.
+fn write_markdown(
+    report: &Report,
+    stamp: &markdown::Stamp,
+    path: &Path,
+    readme: Option<&Path>,
+    charts: &[PathBuf],
+) -> anyhow::Result<()> {
+    let lines = markdown::parse_lines(&report.json_lines())?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    if !dir.as_os_str().is_empty() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let links: Vec<String> = charts.iter().map(|c| markdown::relative_link(dir, c)).collect();
+    std::fs::write(path, markdown::render(&lines, stamp, &links))
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("measurements: {}", path.display());
+    if let Some(readme) = readme {
+        let text =
+            std::fs::read_to_string(readme).with_context(|| format!("reading {}", readme.display()))?;
+        let text = markdown::replace_headline(&text, &lines, stamp)
+            .with_context(|| format!("updating {}", readme.display()))?;
+        std::fs::write(readme, text).with_context(|| format!("writing {}", readme.display()))?;
+        eprintln!("headline: {}", readme.display());
+    }
+    Ok(())
 }

@@ -37,56 +37,49 @@
 //!
 //! # How the crate is built
 //!
-//! Dependencies point downwards through seven layers: a module uses
-//! modules of lower layers, and of its own only where named below.
+//! The source is one folder per layer; a module uses its own folder and
+//! the folders above it in this list, never one below
+//! (`crates/lintel-tests/tests/layers.rs` checks every `crate::` path):
 //!
-//! 1. **Protocol**: [`abi`] (the `lintel-abi` crate): layouts, status codes,
-//!    control messages, the version. No logic; everything that speaks to a
-//!    domain uses it.
-//! 2. **The machine**: `sys` (every system call, and the `unsafe` of mapping),
-//!    `umem` (peer-writable memory, read word by word and copied out),
-//!    `fence` (asymmetric fences between threads of this process) and
-//!    `sync` (the atomics, locks and fences `refs` and `claim` are written
-//!    over, so that `model` compiles the same files over loom's and
-//!    model-checks them).
-//! 3. **Plain values**, each with host tests that need no process and no
-//!    runtime: `lease` (which thread uses which slot; each slot's owner
-//!    and thieves meet in `claim`), `grants` (a peer's
-//!    door numbers), `handshake` (post, sleep, wake, bind and alert, generic
-//!    over the memory so loom model-checks the same code), `call_area` (the
-//!    slots a domain calls through), `bulk` (a slot's segments), the
-//!    [`deadline`] arithmetic, `settings`, `error`, [`stats`], `spin`,
-//!    [`shuttle`] (a thread's call state; alerts reach a connection through
-//!    a hook the domain sets), `workers` (the server-thread pool, generic
-//!    over what it serves), `refs` (a served door's count of holders and
-//!    calls, with fast calls counted in each worker's own word instead, and
-//!    when `unreferenced` is due), `running` (the registry of those
-//!    words), `unref`
-//!    (the thread that runs `unreferenced` in order), `leaked` and
-//!    [`Attached`] (a request's doors and buffers: a list that drops
-//!    cheaply when empty).
-//! 4. **Objects**: `door` (a door, and the object it serves with its
-//!    reference count), [`buffer`] (loans and sealed snapshots) and `conn`
-//!    (a connection: its socket, grant table, descriptors parked ahead of
-//!    their call, control messages). These three name each other's types,
-//!    the only cycle in the crate: a remote door and a peer's loan hold their
-//!    connection, a connection's grant table holds the doors it granted, a
-//!    request carries doors and buffers. A connection reaches the rest of
-//!    the runtime only through its `conn::Home`, which the domain
-//!    implements, so connections are tested on the host with a stand-in.
-//! 5. **Moving calls**: `transfer` (doors in transit), `channel` (the
-//!    caller's side), `server` (the server's side), then `call`
-//!    (`Door::call`: co-located, or through a channel).
-//! 6. **The domain**, `domain`: the process's connections, the call areas
-//!    its peers made, tickets, the watcher thread, and the `Home` of every
-//!    connection.
-//! 7. **Public entry points**: this file (settings, [`introspect`],
-//!    [`after_fork`]), [`boot`], [`pool`] and [`stub`]. Only these look the
-//!    process-wide domain up (`domain::get`); below them it is handed down
-//!    (a connection's `Home`, the worker threads' pool).
+//! 0. [`abi`] (the `lintel-abi` crate): what crosses a connection: layouts,
+//!    status codes, control messages, the version. No logic.
+//! 1. `sys/`, the machine: system calls and mappings, `umem` (memory a
+//!    peer can write, read word by word and copied out), `fence`
+//!    (asymmetric fences between a process's threads), `spin`.
+//! 2. `state/`, plain state machines, each with host tests that need no
+//!    process: `claim` and `lease` (which thread uses which slot), `refs`
+//!    and `running` (a served door's holders and calls, and when
+//!    `unreferenced` is due), `handshake` (post, sleep, wake, bind, alert),
+//!    `grants` (a peer's door numbers), `call_area` and `bulk` (a domain's
+//!    slots and their segments), `workers` (the server-thread pool's
+//!    policy), `pace`, `unref`, `leaked`; `sync` is the seam through which
+//!    `model` compiles the same files over loom and model-checks them.
+//! 3. `context/`, a call's context as values: [`deadline`], [`shuttle`]
+//!    (alerts and cancel), `error`, `settings`, [`stats`], [`Attached`].
+//! 4. `object/`: `door`, [`buffer`] (loans and sealed snapshots), `conn`
+//!    (a connection) and `transfer` (doors in transit). Door, buffer and
+//!    connection name each other's types, the one cycle, kept inside this
+//!    folder; a connection reaches its domain only through `conn::Home`, so
+//!    connections are tested on the host with a stand-in.
+//! 5. `client/` (the caller's side: `call` picks co-located or channel;
+//!    the fast path is `client/fast.rs`, entered at `fast::call`, its chain
+//!    drawn at the top of the file) and `server/` (the server's side). The
+//!    two do not name each other.
+//! 6. `domain/`: the process's connections, the call areas its peers made,
+//!    tickets, the watcher thread, and the `Home` of every connection.
+//! 7. `api/` ([`boot`], [`pool`], [`introspect`], the settings' setters,
+//!    [`after_fork`]) and [`stub`]: the public entry points. Only these look
+//!    the process-wide domain up (`domain::get`); below them it is handed
+//!    down. `lib.rs` holds this map and the re-exports.
+//!
+//! `unsafe` is denied at the root and allowed in named modules only: `sys`,
+//! `state::leaked`, `client::last` and the call of it in `client::fast`,
+//! `context::shuttle`'s `raw`, `object::buffer`'s mapping views, and tests
+//! that fork.
 //!
 //! The public API: [`Door`], [`buffer`], [`boot`], [`stub`], [`shuttle`],
 //! [`deadline`], [`stats`], [`pool`] and [`introspect`].
+#![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -101,6 +94,7 @@ mod object;
 mod server;
 mod state;
 pub mod stub;
+#[allow(unsafe_code)]
 mod sys;
 
 pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor};

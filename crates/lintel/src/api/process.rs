@@ -53,6 +53,6 @@ pub fn after_fork() {
     crate::object::buffer::forked();
     crate::state::unref::after_fork();
     crate::state::running::after_fork();
-    crate::client::channel::forget_thread_leases();
+    crate::client::forget_thread_leases();
     crate::domain::after_fork()
 }

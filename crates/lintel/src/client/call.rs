@@ -1,6 +1,6 @@
 //! Calling a door: the path a call takes. A door served here runs its
 //! handler on the caller's thread (co-located); one served by another
-//! domain goes through that connection's channel (`channel`). The door
+//! domain goes through that connection's channel (`client::fast`, `client::checked`). The door
 //! itself (`door`) knows nothing of either: this is the one place that
 //! picks.
 
@@ -26,14 +26,14 @@ impl Door {
         // Calls passing doors, and those to doors served here, are dispatched
         // out of line, so this stays small enough to inline; a door-less
         // call to another domain goes straight to its channel's fast path,
-        // with this thread's state read here (`channel::Here`).
+        // with this thread's state read here (`fast::Here`).
         if !doors.is_empty() {
             return self.call_other(data, doors, reply);
         }
         match &self.0 {
             Inner::Remote(rd) => {
-                let here = crate::client::channel::Here::now();
-                crate::client::channel::call(rd, data, reply, here).map_err(unbox)
+                let here = crate::client::fast::Here::now();
+                crate::client::fast::call(rd, data, reply, here).map_err(unbox)
             }
             _ => self.call_here(data, reply),
         }
@@ -57,7 +57,7 @@ impl Door {
     fn call_other(&self, data: &[u8], doors: &[Door], reply: &mut Reply) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated_slow(core, data, doors, Vec::new(), reply),
-            Inner::Remote(rd) => crate::client::channel::call_checked(rd, data, doors, reply),
+            Inner::Remote(rd) => crate::client::call_checked(rd, data, doors, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => call_timed(t, data, doors, reply),
         }
@@ -77,7 +77,7 @@ impl Door {
     ) -> Result<(), CallError> {
         match &self.0 {
             Inner::Local(core) => call_colocated_slow(core, data, doors, buffers, reply),
-            Inner::Remote(rd) => crate::client::channel::call_with(rd, data, doors, buffers, reply),
+            Inner::Remote(rd) => crate::client::call_with(rd, data, doors, buffers, reply),
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => {
                 crate::context::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
@@ -131,7 +131,7 @@ fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Resul
     // A small result needs no size check: no limit is below `INLINE`
     // (`set_max_message`). Counted in one store.
     if ran == Ran::Done && small && reply.data.len() <= INLINE && reply.doors.is_empty() {
-        stats::count_small_ok(Path::Colocated);
+        stats::count_inline_ok(Path::Colocated);
         return Ok(());
     }
     colocated_result(ran, data.len(), reply)

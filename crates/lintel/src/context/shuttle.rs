@@ -168,6 +168,7 @@ impl Drop for Mine {
 
 /// The address of this thread's shuttle, or null before it is made and
 /// after it is gone.
+#[allow(unsafe_code)]
 mod raw {
     use std::cell::Cell;
     use std::sync::Arc;
@@ -334,7 +335,7 @@ pub(crate) fn enter_call<'a>(
 }
 
 /// [`enter_call`] without a guard: the caller calls [`call_over`] on each
-/// of its ways out (the fast path's, in `channel`).
+/// of its ways out (the fast path's, in `client::fast`).
 #[inline(always)]
 pub(crate) fn note_call(s: &Shuttle, conn: u64, slot: u32, seq: u32, sleep: &AtomicU32) {
     // A thread calls one server again and again: these rarely change, and

@@ -1,6 +1,6 @@
 //! The call area a domain makes for its own calls over one connection: a
 //! sealed memfd of `SLOTS` slots, shared with the peer, whose slots its
-//! calling threads lease (`lease`, `channel`). The peer's view of it is
+//! calling threads lease (`lease`, `client`). The peer's view of it is
 //! `server::InArea`. A plain value over the mapping: the connection holds
 //! it, the caller's side uses it.
 

@@ -4,9 +4,11 @@ pub mod call_area;
 pub mod claim;
 pub mod grants;
 pub mod handshake;
+#[allow(unsafe_code)]
 pub mod leaked;
 pub mod lease;
 #[cfg(test)]
+#[allow(unsafe_code)]
 mod model;
 pub mod pace;
 pub mod refs;

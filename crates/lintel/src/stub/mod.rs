@@ -718,10 +718,10 @@ impl Wire for CallError {
                 w.bytes(&[11]);
                 w.len_bytes(m.as_bytes());
             }
-            CallError::NoLoanSpace { len, pool } => {
+            CallError::NoLoanSpace { len, arena } => {
                 w.bytes(&[12]);
                 len.encode(w);
-                pool.encode(w);
+                arena.encode(w);
             }
         }
     }
@@ -748,7 +748,7 @@ impl Wire for CallError {
             11 => CallError::Unpassable(static_str(r.str()?)),
             12 => CallError::NoLoanSpace {
                 len: usize::decode(r)?,
-                pool: usize::decode(r)?,
+                arena: usize::decode(r)?,
             },
             _ => return Err(WireError("invalid CallError tag")),
         })

@@ -57,7 +57,7 @@ impl RequestHeader {
     /// doors, buffers or deadline; not forced vanilla ([`FLAG_ALERT`] is the
     /// only flag it may carry).
     #[inline(always)]
-    pub fn is_small(&self) -> bool {
+    pub fn is_inline(&self) -> bool {
         // `in_doors` above `in_len` in one word: any door makes it large.
         self.flags & !FLAG_ALERT == 0 && pair(self.in_len, self.in_doors) <= INLINE as u64
     }
@@ -88,11 +88,11 @@ impl RequestHeader {
     /// The caller's side: a small request (the fast path's) of `data` with
     /// no doors, in five stores (six with a deadline).
     #[inline(always)]
-    pub fn write_small(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
+    pub fn write_inline(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
         Self::write_packed(slot, grant, flags, Packed::of(data), cpu, deadline);
     }
 
-    /// [`RequestHeader::write_small`] of bytes already [`Packed`].
+    /// [`RequestHeader::write_inline`] of bytes already [`Packed`].
     #[inline(always)]
     pub fn write_packed(slot: &Slot, grant: u32, flags: u32, data: Packed, cpu: u32, deadline: u64) {
         let Packed { lo, hi, len } = data;
@@ -137,7 +137,7 @@ fn halves(w: u64) -> (u32, u32) {
 
 impl RequestHeader {
     /// Generation of the caller's bulk segment holding the arguments, read
-    /// once by the bulk path (meaningful when `in_len` exceeds [`DATA_CAP`];
+    /// once by the bulk path (meaningful when `in_len` exceeds [`DATA_CAP`](crate::abi::DATA_CAP);
     /// not part of the header the fast path reads).
     pub fn segment(slot: &Slot) -> u32 {
         slot.word(OFF_IN_SEG).load(Relaxed)
@@ -146,7 +146,7 @@ impl RequestHeader {
 
 impl ReplyHeader {
     /// Generation of the server's bulk segment holding the results, read
-    /// once by the bulk path (meaningful when `out_len` exceeds [`DATA_CAP`]).
+    /// once by the bulk path (meaningful when `out_len` exceeds [`DATA_CAP`](crate::abi::DATA_CAP)).
     pub fn segment(slot: &Slot) -> u32 {
         slot.word(OFF_OUT_SEG).load(Relaxed)
     }
@@ -176,10 +176,10 @@ impl ReplyHeader {
 
     /// The server's side of a small reply (the fast path's): `data`
     /// inline (≤ 16 bytes; none stored for none). With
-    /// [`ReplyHeader::write_small_header`] of its length, unless the header
+    /// [`ReplyHeader::write_inline_header`] of its length, unless the header
     /// holds that already.
     #[inline(always)]
-    pub fn write_small_data(slot: &Slot, data: &[u8]) {
+    pub fn write_inline_data(slot: &Slot, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -192,7 +192,7 @@ impl ReplyHeader {
     /// A small reply's header: `ST_OK`, `len` bytes inline, no doors or
     /// buffers.
     #[inline]
-    pub fn write_small_header(slot: &Slot, len: u32) {
+    pub fn write_inline_header(slot: &Slot, len: u32) {
         let at = slot.at();
         at.w64(OFF_OUT_LEN).store(pair(len, 0), Relaxed);
         at.w32(OFF_OUT_BUFS).store(0, Relaxed);
@@ -641,28 +641,28 @@ mod tests {
     #[test]
     fn small_requests_carry_a_deadline_only_when_flagged() {
         let s = slot();
-        RequestHeader::write_small(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
+        RequestHeader::write_inline(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
         let h = RequestHeader::read(&s);
         assert_eq!((h.grant, h.in_len, h.deadline), (7, 3, 12345));
         assert_eq!(h.flags, FLAG_ALERT | FLAG_DEADLINE);
-        assert!(!h.is_small(), "a call with a deadline leaves the fast path");
+        assert!(!h.is_inline(), "a call with a deadline leaves the fast path");
         // The next call has none: the old deadline still in the word is not read.
-        RequestHeader::write_small(&s, 7, 0, b"abc", 1, 0);
+        RequestHeader::write_inline(&s, 7, 0, b"abc", 1, 0);
         let h = RequestHeader::read(&s);
         assert_eq!((h.flags, h.deadline), (0, 0));
-        assert!(h.is_small());
+        assert!(h.is_inline());
     }
 
     #[test]
-    fn only_small_door_free_requests_are_small() {
+    fn only_inline_door_free_requests_are_inline() {
         let s = slot();
-        RequestHeader::write_small(&s, 1, FLAG_ALERT, &[9; INLINE], 0, 0);
-        assert!(RequestHeader::read(&s).is_small(), "an alert keeps the fast path");
+        RequestHeader::write_inline(&s, 1, FLAG_ALERT, &[9; INLINE], 0, 0);
+        assert!(RequestHeader::read(&s).is_inline(), "an alert keeps the fast path");
         let large = |flags: u32, len: u32, doors: u32| {
             s.set(OFF_FLAGS, flags);
             s.set(OFF_IN_LEN, len);
             s.set(OFF_IN_DOORS, doors);
-            !RequestHeader::read(&s).is_small()
+            !RequestHeader::read(&s).is_inline()
         };
         assert!(large(0, INLINE as u32 + 1, 0));
         assert!(large(0, 0, 1));

@@ -1,0 +1,255 @@
+//! Posting a request and waiting for its reply, for both paths: spin
+//! while the server runs on another CPU, then sleep on the slot's futex; a
+//! call whose deadline passes or that is cancelled is abandoned: the server
+//! is alerted and the slot drains until the late reply has landed.
+
+use crate::abi::control::Ctl;
+use crate::abi::{BUSY, SEQ_DEAD, SPINNING};
+use crate::context::error::CallError;
+use crate::context::shuttle::Shuttle;
+use crate::context::stats::Path;
+use crate::object::conn::Conn;
+use crate::state::handshake::{self, Posted, Shared};
+use crate::sys;
+use crate::sys::spin::Spinner;
+use crate::sys::umem::{Polled, Slot, SyncWord};
+use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::time::Duration;
+
+use super::held::Lease;
+
+/// Publish the request posted in `slot` and make sure a server thread will
+/// see it; whether one was running (so the reply may come at once).
+#[inline]
+pub(super) fn post(
+    slot: &Slot,
+    conn: &Conn,
+    index: u32,
+    seq: u32,
+    alerted: bool,
+    shuttle: &Shuttle,
+) -> Result<bool, Unanswered> {
+    let running = match handshake::post::<Shared>(&handshake::Words::of(slot), seq) {
+        Posted::Running => true,
+        Posted::Woken => false,
+        Posted::Unbound => {
+            kick(conn, index)?;
+            false
+        }
+    };
+    if !alerted && shuttle.is_alerted() {
+        alert_late(conn, index, seq);
+    }
+    Ok(running)
+}
+
+/// An alert that arrived while the request was being posted: forward it.
+#[cold]
+pub(super) fn alert_late(conn: &Conn, index: u32, seq: u32) {
+    conn.send(&Ctl::Alert { slot: index, seq }, &[]);
+}
+
+#[cold]
+pub(super) fn kick(conn: &Conn, index: u32) -> Result<(), Unanswered> {
+    if conn.send(&Ctl::Kick { slot: index }, &[]) {
+        Ok(())
+    } else {
+        Err(Unanswered::PeerDied)
+    }
+}
+
+/// Why a posted call ends without its reply: a small value, so the wait
+/// returns it in a register rather than a [`CallError`] through memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unanswered {
+    PeerDied,
+    Cancelled,
+    TimedOut,
+}
+
+impl From<Unanswered> for CallError {
+    fn from(why: Unanswered) -> CallError {
+        match why {
+            Unanswered::PeerDied => CallError::PeerDied,
+            Unanswered::Cancelled => CallError::Cancelled,
+            Unanswered::TimedOut => CallError::TimedOut,
+        }
+    }
+}
+
+/// A fast call that got no reply: counted, and its error returned.
+#[cold]
+pub(super) fn unanswered(
+    lease: &Lease,
+    path: Path,
+    len: usize,
+    doors: usize,
+    why: Unanswered,
+) -> Result<(), CallError> {
+    lease.counters.call(path, len, doors, None);
+    Err(why.into())
+}
+
+/// Wait until `rep_seq == seq`. With the server running when the request
+/// was posted (`running`), its reply usually lands within a few hundred
+/// nanoseconds: poll for it alone first, with nothing else on the way.
+#[inline(always)]
+pub(super) fn wait_reply(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    running: bool,
+    due: u64,
+) -> Result<(), Unanswered> {
+    if running && hot_poll(lease, seq) {
+        return Ok(());
+    }
+    wait_reply_slow(lease, conn, seq, due)
+}
+
+/// Poll the reply word alone a few times (when spinning is on): true if
+/// reply `seq` landed.
+#[inline(always)]
+pub(super) fn hot_poll(lease: &Lease, seq: u32) -> bool {
+    if lease.settings.spin.load(Relaxed) {
+        let rep = lease.slot.sync(SyncWord::RepSeq);
+        for _ in 0..HOT_SPINS {
+            if rep.load(Acquire) == seq {
+                if seq.is_multiple_of(64) {
+                    note_cpu(lease);
+                }
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    false
+}
+
+/// Where this thread runs, looked up now and then (out of line: a call in
+/// the poll loop would cost the fast path saved registers).
+#[cold]
+#[inline(never)]
+pub(super) fn note_cpu(lease: &Lease) {
+    lease.cpu.set(sys::current_cpu());
+}
+
+/// Polls of the reply word before the full wait; a few hundred ns.
+pub(super) const HOT_SPINS: u32 = 16;
+/// Longest single futex sleep: a lost wake-up costs at most this.
+pub(super) const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// The full wait: spin while the server runs on another CPU (when spinning
+/// is on), then sleep on the futex, until the reply comes, the server dies,
+/// the deadline passes or the call is cancelled (then the call is abandoned).
+#[inline(never)]
+pub(super) fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+    wait_reply_full(lease, conn, seq, due)
+}
+
+/// [`wait_reply_slow`]'s body, also inlined where the fast path waits.
+#[inline(always)]
+pub(super) fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+    let budget = lease.settings.spin_budget_ns();
+    if budget > 0 {
+        if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
+            return r;
+        }
+    } else if lease.cpu.get() != u32::MAX {
+        lease.cpu.set(u32::MAX);
+    }
+    sleep_for_reply(lease, conn, seq, due)
+}
+
+/// Spin for the reply while the server runs on another CPU, up to `budget`
+/// ns; `None`: sleep for it.
+#[cold]
+#[inline(never)]
+pub(super) fn spin_for_reply(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    budget: u64,
+) -> Option<Result<(), Unanswered>> {
+    let slot = &lease.slot;
+    let rep = slot.sync(SyncWord::RepSeq);
+    let mut spinner = Spinner::new(budget);
+    // Where we run: the server spins for our next call only while we run
+    // elsewhere. Published with the next request, not now, so as not to
+    // take the request's cache line back while the server reads it.
+    let me = sys::current_cpu();
+    lease.cpu.set(me);
+    loop {
+        if let Some(r) = outcome(lease, conn, seq, rep) {
+            return Some(r);
+        }
+        let st = slot.get(Polled::ServerState);
+        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
+        if !(server_elsewhere && spinner.spin()) {
+            return None;
+        }
+    }
+}
+
+/// Sleep until the reply comes (`handshake`, model-checked). A cancel wakes
+/// the reply's word (named in `enter_call`, before the request's fence:
+/// the canceller sees it or the check below sees the cancel).
+#[inline]
+pub(super) fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+    let words = handshake::Words::of(&lease.slot);
+    loop {
+        let left = match due {
+            0 => MAX_SLEEP,
+            _ => match due.checked_sub(sys::monotonic_ns()) {
+                Some(ns) if ns > 0 => Duration::from_nanos(ns).min(MAX_SLEEP),
+                _ => return Err(abandon(lease, conn, seq, Unanswered::TimedOut)),
+            },
+        };
+        if !lease.shuttle.has_cancel() {
+            handshake::sleep_for_reply::<Shared>(&words, seq, left);
+        }
+        if let Some(r) = outcome(lease, conn, seq, words.rep) {
+            return r;
+        }
+    }
+}
+
+/// How the wait for call `seq` ends, if it ends now: cancelled (a cancel
+/// wins over a reply that lands at the same time), answered (`rep` shows
+/// the reply) or the server died.
+#[inline]
+pub(super) fn outcome(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    rep: &AtomicU32,
+) -> Option<Result<(), Unanswered>> {
+    if lease.shuttle.take_cancel() {
+        return Some(Err(abandon(lease, conn, seq, Unanswered::Cancelled)));
+    }
+    let r = rep.load(Acquire);
+    if r == seq {
+        return Some(Ok(()));
+    }
+    if r == SEQ_DEAD || conn.is_dead() {
+        return Some(Err(Unanswered::PeerDied));
+    }
+    None
+}
+
+/// Give up on call `seq`: alert its server (the call it runs, or the one
+/// queued for a thread, and everything those call), and leave the slot to
+/// drain until the late reply lands. The lease is void from here on.
+#[cold]
+pub(super) fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered {
+    conn.send(
+        &Ctl::Alert {
+            slot: lease.claim.index,
+            seq,
+        },
+        &[],
+    );
+    lease.area.leases.abandon(&lease.claim);
+    lease.abandoned.set(true);
+    why
+}
