@@ -30,6 +30,9 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
+use crate::proto::types::{Stat, Timespec};
+use crate::shm::Shared;
+
 /// Bytes per descriptor.
 pub const DESC: usize = 256;
 /// Descriptors in a session's shared page.
@@ -48,7 +51,7 @@ pub const WIN_LEN: usize = 40;
 pub const DIRTY_LO: usize = 48;
 pub const DIRTY_HI: usize = 56;
 /// The file's metadata as of the grant, for `stat` without a call:
-/// [`STAT_WORDS`] words (see [`crate::proto::Stat`]).
+/// [`STAT_WORDS`] words (see [`Stat`]).
 pub const STAT: usize = 64;
 pub const STAT_WORDS: usize = 16;
 /// The open file's status flags as of the grant ([`FLAG_APPEND`]), a
@@ -70,6 +73,18 @@ pub const RECALLING: u32 = 3;
 pub(crate) trait Words {
     fn w32(&self, off: usize) -> &AtomicU32;
     fn w64(&self, off: usize) -> &AtomicU64;
+}
+
+/// Descriptor `.1` of a session's shared page `.0`, as both sides map it.
+pub(crate) struct Desc<'a>(pub &'a Shared, pub usize);
+
+impl Words for Desc<'_> {
+    fn w32(&self, off: usize) -> &AtomicU32 {
+        self.0.u32(self.1 * DESC + off)
+    }
+    fn w64(&self, off: usize) -> &AtomicU64 {
+        self.0.u64(self.1 * DESC + off)
+    }
 }
 
 /// What the token carries.
@@ -249,7 +264,7 @@ pub(crate) fn client_end(d: &impl Words, held: Held) {
 }
 
 /// The service is dead: take this client's token back for its own
-/// write-back ([`crate::keeper`]). `None` if the token was not here.
+/// write-back (the client's keeper). `None` if the token was not here.
 ///
 /// The lock is taken if it can be within a moment; a service killed while
 /// it held the lock never lets it go, and then the words are read without
@@ -343,6 +358,51 @@ pub(crate) fn stat_words(d: &impl Words) -> [u64; STAT_WORDS] {
     std::array::from_fn(|i| d.w64(STAT + 8 * i).load(SeqCst))
 }
 
+/// `s` as the [`STAT_WORDS`] words a grant stores at [`STAT`].
+pub(crate) fn stat_to_words(s: &Stat) -> [u64; STAT_WORDS] {
+    [
+        s.dev,
+        s.ino,
+        s.mode as u64,
+        s.nlink,
+        s.uid as u64,
+        s.gid as u64,
+        s.rdev,
+        s.size,
+        s.blksize,
+        s.blocks,
+        s.atime.sec as u64,
+        s.atime.nsec as u64,
+        s.mtime.sec as u64,
+        s.mtime.nsec as u64,
+        s.ctime.sec as u64,
+        s.ctime.nsec as u64,
+    ]
+}
+
+/// The metadata a descriptor carries, with the token's size.
+pub(crate) fn stat_from_words(w: &[u64; STAT_WORDS], size: u64) -> Stat {
+    let t = |i: usize| Timespec {
+        sec: w[i] as i64,
+        nsec: w[i + 1] as u32,
+    };
+    Stat {
+        dev: w[0],
+        ino: w[1],
+        mode: w[2] as u32,
+        nlink: w[3],
+        uid: w[4] as u32,
+        gid: w[5] as u32,
+        rdev: w[6],
+        size,
+        blksize: w[8],
+        blocks: w[9],
+        atime: t(10),
+        mtime: t(12),
+        ctime: t(14),
+    }
+}
+
 /// Take the token back: at once if `PASSIVE`; if `ACTIVE`, ask for it and
 /// wait until the client ends its operation, at most until `deadline`.
 /// Returns what the token carried, checked. `gone` says whether the
@@ -428,6 +488,18 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// Poll `f` for up to 10 s.
+    fn eventually(mut f: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)
     }
@@ -495,7 +567,7 @@ mod tests {
             std::thread::spawn(move || take(&*d, soon(), &|| false))
         };
         // The service waits for the client: it asked for the token back.
-        assert!(crate::test_eventually(|| d.w32(RECALL).load(SeqCst) == 1));
+        assert!(eventually(|| d.w32(RECALL).load(SeqCst) == 1));
         assert!(!service.is_finished());
         client_end(
             &*d,
