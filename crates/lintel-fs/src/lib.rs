@@ -21,11 +21,11 @@
 //! - `service/`: [`Service`] and everything behind its doors (opens,
 //!   nodes, sessions and their pager, locks, credentials). Uses `proto`,
 //!   never `client`.
-//! - `shm` (shared memory: mappings, futex words) and `uffd`
-//!   (userfaultfd), beneath all three.
+//! - `uffd` (userfaultfd), beneath all three; shared mappings and futex
+//!   words are `lintel-sys`'s.
 //!
-//! `tests/layers.rs` checks that `client` and `service` never name each
-//! other, and `proto` neither.
+//! `crates/lintel-tests/tests/layers.rs` checks that `client` and
+//! `service` never name each other, and `proto` neither.
 //!
 //! ```
 //! use std::io::{Read, Seek, SeekFrom, Write};
@@ -50,12 +50,11 @@
 mod client;
 pub mod proto;
 mod service;
-mod shm;
 mod uffd;
 
 pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN, mapped, spliced};
+pub use lintel_sys::prefetch;
 pub use proto::{
     Attr, DirEntry, FsError, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence, token,
 };
 pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service, register};
-pub use shm::prefetch;

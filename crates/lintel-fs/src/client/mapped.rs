@@ -34,8 +34,8 @@ use crate::proto::{
     Export, ExportClient, FsError, MAX_WINDOW, MIN_WINDOW, OpenFileClient, Session, SessionClient, Stat,
     Whence,
 };
-use crate::shm::Shared;
 use crate::uffd;
+use lintel_sys::Mapping;
 
 /// The window a file asks for: 64 KiB unless [`set_window_size`] or
 /// `LINTEL_FS_WINDOW` (bytes) says otherwise.
@@ -77,7 +77,7 @@ const GONE_EVICTED: u32 = 2;
 /// This process's session with one export.
 pub(crate) struct MappedSession {
     session: SessionClient,
-    page: Arc<Shared>,
+    page: Arc<Mapping>,
     uffd: OwnedFd,
     /// 0 while the service serves us; why not, after.
     gone: Arc<AtomicU32>,
@@ -127,7 +127,7 @@ impl MappedSession {
         let evicted = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let stop = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let (session, page_fd) = export.session(high(uffd.try_clone()?), high(evicted.try_clone()?))?;
-        let page = Arc::new(Shared::map(&page_fd, PAGE_LEN, true)?);
+        let page = Arc::new(Mapping::map_shared(&page_fd, PAGE_LEN, true)?);
         let door = export.door();
         let pidfd = if door.is_local() {
             None
@@ -187,7 +187,7 @@ struct Watcher {
     uffd: OwnedFd,
     gone: Arc<AtomicU32>,
     maps: Arc<Mutex<Vec<MapEntry>>>,
-    page: Arc<Shared>,
+    page: Arc<Mapping>,
 }
 
 impl Watcher {
@@ -239,7 +239,7 @@ impl Watcher {
 pub(crate) struct Mapped {
     session: Arc<MappedSession>,
     slot: u32,
-    map: Shared,
+    map: Mapping,
     writable: bool,
     window: u64,
     /// One operation at a time per file in this process.
@@ -307,9 +307,9 @@ impl Mapped {
             }
         };
         let map = if writable {
-            Shared::map(&cache, span as usize, true)?
+            Mapping::map_shared(&cache, span as usize, true)?
         } else {
-            Shared::map_private_read(&cache, span as usize)?
+            Mapping::map_private_read(&cache, span as usize)?
         };
         let mapped = Mapped {
             session: session.clone(),

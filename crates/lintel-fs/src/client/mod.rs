@@ -17,7 +17,7 @@
 //!   pipe at the shared offset: a call per pipeful, not per read
 //!   ([`mapped`]).
 //!
-//! It builds on `proto` (and the crate's `shm` and `uffd`), never on
+//! It builds on `proto` (and the crate's `uffd`, and `lintel-sys`), never on
 //! `service`. The modules:
 //!
 //! - `fs`: [`Fs`], an export's namespace: opening files and the calls

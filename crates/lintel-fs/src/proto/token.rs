@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
 
 use crate::proto::types::{Stat, Timespec};
-use crate::shm::Shared;
+use lintel_sys::Mapping;
 
 /// Bytes per descriptor.
 pub const DESC: usize = 256;
@@ -76,7 +76,7 @@ pub(crate) trait Words {
 }
 
 /// Descriptor `.1` of a session's shared page `.0`, as both sides map it.
-pub(crate) struct Desc<'a>(pub &'a Shared, pub usize);
+pub(crate) struct Desc<'a>(pub &'a Mapping, pub usize);
 
 impl Words for Desc<'_> {
     fn w32(&self, off: usize) -> &AtomicU32 {
@@ -141,7 +141,7 @@ fn lock_spin(lock: &AtomicU32) {
 
 fn unlock(lock: &AtomicU32) {
     if lock.swap(0, Release) == 2 {
-        crate::shm::wake(lock);
+        lintel_sys::futex_wake(lock, u32::MAX);
     }
 }
 
@@ -166,7 +166,7 @@ fn lock_until(lock: &AtomicU32, deadline: Instant, gone: &dyn Fn() -> bool) -> R
                 "held the share lock past the timeout",
             )));
         }
-        crate::shm::wait(lock, 2, (deadline - now).min(GONE_POLL));
+        lintel_sys::futex_wait(lock, 2, Some((deadline - now).min(GONE_POLL)));
     }
 }
 
@@ -259,7 +259,7 @@ pub(crate) fn client_end(d: &impl Words, held: Held) {
         .store(if recalled { INVALID } else { PASSIVE }, Relaxed);
     unlock(d.w32(LOCK));
     if recalled {
-        crate::shm::wake(d.w32(STATE));
+        lintel_sys::futex_wake(d.w32(STATE), u32::MAX);
     }
 }
 
@@ -424,7 +424,7 @@ pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -
                 if now >= deadline {
                     return bad("kept its token active past the timeout");
                 }
-                crate::shm::wait(d.w32(STATE), ACTIVE, (deadline - now).min(GONE_POLL));
+                lintel_sys::futex_wait(d.w32(STATE), ACTIVE, Some((deadline - now).min(GONE_POLL)));
                 lock_until(d.w32(LOCK), deadline, gone)?;
             }
             _ => {

@@ -1,5 +1,5 @@
 //! The file service: one host directory, exported through doors. It
-//! builds on `proto` (and the crate's `shm` and `uffd`), never on
+//! builds on `proto` (and the crate's `uffd`, and `lintel-sys`), never on
 //! `client`.
 //!
 //! Every path a client sends is resolved by the kernel beneath the export's

@@ -31,7 +31,7 @@ use crate::proto::FsError;
 use crate::proto::token::{self, Desc};
 use crate::proto::write_back::{copy_back, set_size};
 use crate::service::tally::Tally;
-use crate::shm::Shared;
+use lintel_sys::Mapping;
 
 /// Address space a client reserves for one file's cache: files (and
 /// windows) beyond it are served by the copy path.
@@ -70,7 +70,7 @@ pub(crate) struct TokenState {
 
 pub(crate) struct Cache {
     pub memfd: OwnedFd,
-    pub map: Shared,
+    pub map: Mapping,
     /// Bytes of the memfd (it grows by windows).
     pub len: u64,
     /// Page numbers filled from the host.
@@ -264,7 +264,7 @@ impl Node {
                 rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
             )?;
             rustix::fs::fcntl_add_seals(&memfd, SealFlags::SHRINK | SealFlags::SEAL)?;
-            let map = Shared::map(&memfd, SPAN as usize, true)?;
+            let map = Mapping::map_shared(&memfd, SPAN as usize, true)?;
             *cache = Some(Cache {
                 memfd,
                 map,

@@ -22,8 +22,8 @@ use crate::service::host::stat_of;
 use crate::service::node::{self, Node, SPAN, TokenHolder};
 use crate::service::open::{Opened, Opens};
 use crate::service::tally::Tally;
-use crate::shm::Shared;
 use crate::uffd;
+use lintel_sys::Mapping;
 
 /// The window the pager resolves around a fault (when the client touched
 /// its mapping outside the window it asked for).
@@ -79,7 +79,7 @@ fn pager_delay() -> Option<std::time::Duration> {
 /// The service's half of a session.
 struct SessionCore {
     pub id: u64,
-    page: Shared,
+    page: Mapping,
     uffd: OwnedFd,
     evicted_fd: OwnedFd,
     bindings: Mutex<Vec<Option<Binding>>>,
@@ -305,7 +305,7 @@ pub(crate) fn start(
     rustix::fs::ftruncate(&page_fd, PAGE_LEN as u64)?;
     use rustix::fs::SealFlags;
     rustix::fs::fcntl_add_seals(&page_fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-    let page = Shared::map(&page_fd, PAGE_LEN, true)?;
+    let page = Mapping::map_shared(&page_fd, PAGE_LEN, true)?;
     // Never block on the client's eventfd (it might have passed a pipe).
     let flags = rustix::fs::fcntl_getfl(&evicted_fd)?;
     rustix::fs::fcntl_setfl(&evicted_fd, flags | rustix::fs::OFlags::NONBLOCK)?;

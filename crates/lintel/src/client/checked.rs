@@ -21,7 +21,8 @@ use crate::{context::deadline, object::transfer};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
-use super::held::{Lease, begin, end_call};
+use super::held::{begin, end_call};
+use super::lease::Lease;
 use super::wait::{post, unanswered, wait_reply};
 
 /// Call a door served by another domain, every case: a first call, a

@@ -48,8 +48,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use super::checked::{call_checked, take_reply};
-use super::held::{Lease, end_call, ended_kept, forget};
+use super::held::{end_call, ended_kept, forget};
 use super::last::{self, Borrowed};
+use super::lease::Lease;
 use super::wait::{Unanswered, alert_late, hot_poll, kick, wait_reply_full};
 
 /// What [`call`] needs of the calling thread's own state: its last lease and

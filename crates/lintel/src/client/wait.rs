@@ -16,7 +16,7 @@ use crate::sys::umem::{Polled, Slot, SyncWord};
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
 
-use super::held::Lease;
+use super::lease::Lease;
 
 /// Publish the request posted in `slot` and make sure a server thread will
 /// see it; whether one was running (so the reply may come at once).

@@ -1,22 +1,24 @@
-//! The crate's layering, checked: `client/` never names `service`,
-//! `service/` never names `client`, `proto/` names neither, and the
-//! low-level modules at the root (`shm`, `uffd`) name none of the three.
+//! The crates' layering, checked by `tests/layers.rs`: each folder of a
+//! crate's `src` (or module at its root) has a rank, and a file may name,
+//! through a path from the crate's root, only its own folder or folders of
+//! lower rank; folders of equal rank do not name each other. Inside the
+//! crate only folders (and crates re-exported at the root) may be named: a
+//! root re-export (`crate::Door`) would hide which layer a path reaches
+//! into. The protocol (`abi`) is never imported by wildcard. And the
+//! modules of one folder do not use each other in a ring, but where a
+//! crate's doc names the one it permits.
 //!
-//! Every `.rs` file under `src/` is read and cut into tokens (comments,
-//! strings and character literals dropped, lines kept); each path that
-//! starts at the crate's root is cut to its first two segments (the layer
-//! and the module in it): `crate::x::y` (in a `use` or inline), each item
-//! of a group `crate::{x, y::{z, w}}`, and
-//! `super::…` chains. A file that names a layer it may not fails the
-//! test, with the file and line; so do the modules of one folder if
-//! their uses of each other (`crate::service::node`, `super::node`) go
-//! round in a ring.
+//! Every `.rs` file is read and cut into tokens (comments, strings and
+//! character literals dropped, lines kept); each path from the crate's
+//! root is cut to its first two segments (the folder and the module in
+//! it): `crate::x::y` (in a `use` or inline), each item of a group
+//! `crate::{x, y::{z, w}}`, and `super::…` chains.
 
 use std::path::{Path, PathBuf};
 
 /// A token and the line it starts on.
 #[derive(Debug, Clone, PartialEq)]
-enum Tok {
+pub enum Tok {
     Ident(String),
     /// `::`
     Path,
@@ -27,7 +29,7 @@ enum Tok {
 }
 
 /// `src`'s tokens, without comments, strings and character literals.
-fn tokens(src: &str) -> Vec<(Tok, usize)> {
+pub fn tokens(src: &str) -> Vec<(Tok, usize)> {
     let c: Vec<char> = src.chars().collect();
     let (mut i, mut line, mut out) = (0, 1, Vec::new());
     // Skip to just past `c[i..]`'s end of a quoted literal opened by
@@ -154,10 +156,10 @@ fn tokens(src: &str) -> Vec<(Tok, usize)> {
 }
 
 /// A path from the crate's root, cut to its first segments, and its line.
-type Named = (Vec<String>, usize);
+pub type Named = (Vec<String>, usize);
 
 /// One module's use of another in the same folder: `(from, to, where)`.
-type Use = (String, String, String);
+pub type Use = (String, String, String);
 
 /// How many segments of a path from the root matter here: the layer
 /// (`service`) and the module within it (`node`).
@@ -168,7 +170,7 @@ const SEGMENTS: usize = 2;
 /// last segment. `module` is the file's module path (`["service",
 /// "open"]` for `src/service/open.rs`), against which `super::` is
 /// resolved (inline `mod name { … }` blocks counted).
-fn paths_named(src: &str, module: &[String]) -> Vec<Named> {
+pub fn paths_named(src: &str, module: &[String]) -> Vec<Named> {
     let t = tokens(src);
     let ident = |k: usize| match t.get(k) {
         Some((Tok::Ident(w), _)) => Some(w.as_str()),
@@ -264,18 +266,6 @@ fn heads(t: &[(Tok, usize)], at: usize, prefix: Vec<String>, out: &mut Vec<Named
     }
 }
 
-/// The layers a file of `layer` may not name.
-fn forbidden(layer: &str) -> &'static [&'static str] {
-    match layer {
-        "client" => &["service"],
-        "service" => &["client"],
-        "proto" => &["client", "service"],
-        // The low-level modules at the root, beneath every layer.
-        "shm" | "uffd" => &["client", "service", "proto"],
-        _ => &[],
-    }
-}
-
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -303,7 +293,7 @@ fn module_of(rel: &Path) -> Vec<String> {
 
 /// Each `.rs` file under `src`: its path from there, its module path and
 /// the paths it names.
-fn sources(src: &Path) -> Vec<(PathBuf, Vec<String>, Vec<Named>)> {
+pub fn sources(src: &Path) -> Vec<(PathBuf, Vec<String>, Vec<Named>)> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     files.sort();
@@ -319,27 +309,8 @@ fn sources(src: &Path) -> Vec<(PathBuf, Vec<String>, Vec<Named>)> {
 }
 
 /// Every naming of a forbidden layer in the files under `src`, as
-/// `file:line: …`.
-fn violations(src: &Path) -> Vec<String> {
-    let mut bad = Vec::new();
-    for (rel, module, named) in sources(src) {
-        let Some(layer) = module.first() else { continue };
-        for (path, line) in named {
-            if forbidden(layer).contains(&path[0].as_str()) {
-                bad.push(format!(
-                    "src/{}:{line}: `{layer}` names `crate::{}`",
-                    rel.display(),
-                    path[0]
-                ));
-            }
-        }
-    }
-    bad
-}
 
-/// The uses among the modules of the folder `layer`: `(from, to, where)`
-/// for each `crate::layer::to` that the file of module `from` names.
-fn uses_within(src: &Path, layer: &str) -> Vec<Use> {
+pub fn uses_within(src: &Path, layer: &str) -> Vec<Use> {
     let mut uses = Vec::new();
     for (rel, module, named) in sources(src) {
         if module.len() != 2 || module[0] != layer {
@@ -356,7 +327,7 @@ fn uses_within(src: &Path, layer: &str) -> Vec<Use> {
 }
 
 /// A cycle of `uses`, as the uses that make it, if there is one.
-fn cycle(uses: &[Use]) -> Option<Vec<String>> {
+pub fn cycle(uses: &[Use]) -> Option<Vec<String>> {
     // Depth first from each module; `path` holds the uses followed.
     fn visit<'a>(
         at: &'a str,
@@ -390,166 +361,158 @@ fn cycle(uses: &[Use]) -> Option<Vec<String>> {
         .find_map(|u| visit(&u.0, uses, &mut Vec::new(), &mut done))
 }
 
-#[test]
-fn no_layer_names_one_it_may_not() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let bad = violations(&src);
-    assert!(
-        bad.is_empty(),
-        "layering broken (client and service may use proto, never each other):\n{}",
-        bad.join("\n")
-    );
+/// A crate's layering: the rank of each folder (or module at the root).
+pub struct Rules<'a> {
+    /// Folder (or root module) and its rank; `lib.rs` ranks above all.
+    pub ranks: &'a [(&'a str, u32)],
+    /// Names at the root any file may use: crates re-exported there.
+    pub external: &'a [&'a str],
 }
 
-#[test]
-fn the_modules_of_each_folder_use_each_other_without_a_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    for layer in ["proto", "client", "service"] {
-        let uses = uses_within(&src, layer);
-        assert!(!uses.is_empty() || layer == "proto", "{layer}: no uses found");
-        if let Some(c) = cycle(&uses) {
-            panic!(
-                "the modules of {layer}/ use each other in a ring:\n{}",
-                c.join("\n")
-            );
+/// Every import against `rules` in the files under `src`, as
+/// `src/file:line: what`, in file and line order.
+pub fn violations(src: &Path, rules: &Rules<'_>) -> Vec<String> {
+    let rank = |name: &str| rules.ranks.iter().find(|(n, _)| *n == name).map(|(_, r)| *r);
+    let mut bad = Vec::new();
+    for (rel, module, named) in sources(src) {
+        let at = format!("src/{}", rel.display());
+        let Some(layer) = module.first() else { continue }; // lib.rs
+        let Some(mine) = rank(layer) else {
+            bad.push(format!("{at}: `{layer}` has no rank"));
+            continue;
+        };
+        let text = std::fs::read_to_string(src.join(&rel)).unwrap();
+        for line in wildcard_abi_imports(&text) {
+            bad.push(format!("{at}:{line}: a wildcard import of the protocol"));
+        }
+        for (path, line) in named {
+            let head = path[0].as_str();
+            if head == layer.as_str() || rules.external.contains(&head) {
+                continue;
+            }
+            match rank(head) {
+                None => bad.push(format!("{at}:{line}: names `crate::{head}`, not a folder")),
+                Some(r) if r >= mine => bad.push(format!(
+                    "{at}:{line}: `{layer}` (rank {mine}) names `crate::{head}` (rank {r})"
+                )),
+                Some(_) => {}
+            }
         }
     }
+    bad.dedup();
+    bad
 }
 
-#[test]
-fn the_checker_sees_every_form_of_a_path_from_the_root() {
-    let names = |src: &str, module: &[&str]| -> Vec<(String, usize)> {
-        let module: Vec<String> = module.iter().map(|s| s.to_string()).collect();
-        paths_named(src, &module)
-            .into_iter()
-            .map(|(p, line)| (p.join("::"), line))
-            .collect()
-    };
-    let n = |w: &str, l: usize| (w.to_string(), l);
-    assert_eq!(
-        names("use crate::proto::FsError;", &["client"]),
-        [n("proto::FsError", 1)]
-    );
-    assert_eq!(
-        names(
-            "use crate::{\n    proto::{a, b},\n    service::x::y,\n    shm,\n};",
-            &["client"]
-        ),
-        [
-            n("proto::a", 2),
-            n("proto::b", 2),
-            n("service::x", 3),
-            n("shm", 4)
-        ],
-        "a grouped use over lines"
-    );
-    assert_eq!(
-        names(
-            "use crate::service::node::{self, Node};\nuse crate::service::{lock, readonly};",
-            &["service"]
-        ),
-        [
-            n("service::node", 1),
-            n("service::lock", 2),
-            n("service::readonly", 2)
-        ],
-        "a group below two segments, and one at the second"
-    );
-    assert_eq!(
-        names("fn f() { let s = crate::service::Service::new(); }", &["client"]),
-        [n("service::Service", 1)],
-        "an inline path"
-    );
-    assert_eq!(
-        names("use super::super::service;", &["client", "fs"]),
-        [n("service", 1)],
-        "`super` climbing to the root"
-    );
-    assert_eq!(
-        names("use super::mapped::View;", &["client", "fs"]),
-        [n("client::mapped", 1)],
-        "`super` that stays in the folder"
-    );
-    assert_eq!(
-        names(
-            "mod tests {\n    use super::x;\n    use super::super::y;\n}\nuse super::z;",
-            &["client"]
-        ),
-        [n("client::x", 2), n("y", 3), n("z", 5)],
-        "`super` from an inline module climbs one step more"
-    );
-    assert_eq!(
-        names(
-            "// crate::service\n/* crate::service /* nested */ crate::service */\n\
-             let s = \"crate::service\"; let r = r#\"crate::service\"#;\n\
-             let c = '\"'; let l: &'static str = \"\"; crate::proto::X",
-            &["client"]
-        ),
-        [n("proto::X", 4)],
-        "comments, strings, characters and lifetimes are not paths"
-    );
-    assert_eq!(
-        names("lintel::crate::service", &["client"]),
-        [],
-        "not from the root"
-    );
-    assert_eq!(
-        names("let r#type = 1; crate::proto::X", &["client"]),
-        [n("proto::X", 1)],
-        "a raw identifier"
-    );
+/// The lines on which `abi::*` is imported.
+fn wildcard_abi_imports(text: &str) -> Vec<usize> {
+    let t = tokens(text);
+    (0..t.len().saturating_sub(2))
+        .filter(|&k| {
+            t[k].0 == Tok::Ident("abi".into()) && t[k + 1].0 == Tok::Path && t[k + 2].0 == Tok::Other('*')
+        })
+        .map(|k| t[k].1)
+        .collect()
 }
 
-#[test]
-fn a_ring_of_uses_is_found() {
-    let u = |a: &str, b: &str| (a.to_string(), b.to_string(), format!("{a}.rs"));
-    assert_eq!(cycle(&[u("a", "b"), u("b", "c"), u("a", "c")]), None);
-    assert_eq!(
-        cycle(&[u("x", "a"), u("a", "b"), u("b", "c"), u("c", "a")]),
-        Some(vec![
-            "a uses b (a.rs)".to_string(),
-            "b uses c (b.rs)".to_string(),
-            "c uses a (c.rs)".to_string(),
-        ])
-    );
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[test]
-fn a_planted_bad_import_fails_the_check() {
-    let dir = std::env::temp_dir().join(format!("lintel-fs-layers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    for folder in ["client", "proto", "service"] {
-        std::fs::create_dir_all(dir.join(folder)).unwrap();
+    #[test]
+    fn the_checker_sees_every_form_of_a_path_from_the_root() {
+        let names = |src: &str, module: &[&str]| -> Vec<(String, usize)> {
+            let module: Vec<String> = module.iter().map(|s| s.to_string()).collect();
+            paths_named(src, &module)
+                .into_iter()
+                .map(|(p, line)| (p.join("::"), line))
+                .collect()
+        };
+        let n = |w: &str, l: usize| (w.to_string(), l);
+        assert_eq!(
+            names("use crate::proto::FsError;", &["client"]),
+            [n("proto::FsError", 1)]
+        );
+        assert_eq!(
+            names(
+                "use crate::{\n    proto::{a, b},\n    service::x::y,\n    shm,\n};",
+                &["client"]
+            ),
+            [
+                n("proto::a", 2),
+                n("proto::b", 2),
+                n("service::x", 3),
+                n("shm", 4)
+            ],
+            "a grouped use over lines"
+        );
+        assert_eq!(
+            names(
+                "use crate::service::node::{self, Node};\nuse crate::service::{lock, readonly};",
+                &["service"]
+            ),
+            [
+                n("service::node", 1),
+                n("service::lock", 2),
+                n("service::readonly", 2)
+            ],
+            "a group below two segments, and one at the second"
+        );
+        assert_eq!(
+            names("fn f() { let s = crate::service::Service::new(); }", &["client"]),
+            [n("service::Service", 1)],
+            "an inline path"
+        );
+        assert_eq!(
+            names("use super::super::service;", &["client", "fs"]),
+            [n("service", 1)],
+            "`super` climbing to the root"
+        );
+        assert_eq!(
+            names("use super::mapped::View;", &["client", "fs"]),
+            [n("client::mapped", 1)],
+            "`super` that stays in the folder"
+        );
+        assert_eq!(
+            names(
+                "mod tests {\n    use super::x;\n    use super::super::y;\n}\nuse super::z;",
+                &["client"]
+            ),
+            [n("client::x", 2), n("y", 3), n("z", 5)],
+            "`super` from an inline module climbs one step more"
+        );
+        assert_eq!(
+            names(
+                "// crate::service\n/* crate::service /* nested */ crate::service */\n\
+                 let s = \"crate::service\"; let r = r#\"crate::service\"#;\n\
+                 let c = '\"'; let l: &'static str = \"\"; crate::proto::X",
+                &["client"]
+            ),
+            [n("proto::X", 4)],
+            "comments, strings, characters and lifetimes are not paths"
+        );
+        assert_eq!(
+            names("lintel::crate::service", &["client"]),
+            [],
+            "not from the root"
+        );
+        assert_eq!(
+            names("let r#type = 1; crate::proto::X", &["client"]),
+            [n("proto::X", 1)],
+            "a raw identifier"
+        );
     }
-    let files = [
-        ("lib.rs", "mod client;\nmod service;\n"),
-        (
-            "client/file.rs",
-            "use crate::proto::FsError;\nuse crate::{\n    proto::Stat,\n    service::node::Node,\n};\n",
-        ),
-        ("proto/mod.rs", "// crate::client\npub use crate::client::File;\n"),
-        // A ring in service/: a uses b, b uses a.
-        ("service/a.rs", "use crate::service::b::B;\n"),
-        ("service/b.rs", "\nuse super::{a::A, c};\n"),
-    ];
-    for (path, text) in files {
-        std::fs::write(dir.join(path), text).unwrap();
+
+    #[test]
+    fn a_ring_of_uses_is_found() {
+        let u = |a: &str, b: &str| (a.to_string(), b.to_string(), format!("{a}.rs"));
+        assert_eq!(cycle(&[u("a", "b"), u("b", "c"), u("a", "c")]), None);
+        assert_eq!(
+            cycle(&[u("x", "a"), u("a", "b"), u("b", "c"), u("c", "a")]),
+            Some(vec![
+                "a uses b (a.rs)".to_string(),
+                "b uses c (b.rs)".to_string(),
+                "c uses a (c.rs)".to_string(),
+            ])
+        );
     }
-    let bad = violations(&dir);
-    let ring = cycle(&uses_within(&dir, "service"));
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(
-        bad,
-        [
-            "src/client/file.rs:4: `client` names `crate::service`",
-            "src/proto/mod.rs:2: `proto` names `crate::client`",
-        ]
-    );
-    assert_eq!(
-        ring,
-        Some(vec![
-            "a uses b (src/service/a.rs:1)".to_string(),
-            "b uses a (src/service/b.rs:2)".to_string(),
-        ])
-    );
 }
