@@ -1,6 +1,7 @@
 //! What both sides of a lintel connection agree on: the call area's layout,
-//! the slot's state words and status codes (here), and the control
-//! messages on the connection's socket with their encoding ([`wire`]).
+//! the slot's state words and status codes (here), doors and buffers as
+//! they cross in a slot ([`descriptor`]), and the control messages on the
+//! connection's socket with their encoding ([`control`]).
 //! Constants and types only, no runtime: the runtime, the hostile-peer
 //! tests and anything else that speaks the protocol use this crate, so a
 //! change here changes all of them at once.

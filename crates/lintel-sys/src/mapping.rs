@@ -68,7 +68,7 @@ impl Mapping {
     }
 
     /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,
-    /// checked by [`check_segment`] to be sealed at `len` bytes or more).
+    /// checked by [`check_segment`](crate::check_segment) to be sealed at `len` bytes or more).
     pub fn map_read(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         // SAFETY: as for `map`; the file cannot shrink below `len` (sealed),
         // so every page is backed.

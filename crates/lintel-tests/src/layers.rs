@@ -163,7 +163,7 @@ pub type Use = (String, String, String);
 
 /// How many segments of a path from the root matter here: the layer
 /// (`service`) and the module within it (`node`).
-const SEGMENTS: usize = 2;
+pub const SEGMENTS: usize = 2;
 
 /// The paths from the crate's root a file names, each cut to its first
 /// [`SEGMENTS`] segments (fewer if it is shorter), with the line of its

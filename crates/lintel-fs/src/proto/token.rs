@@ -17,7 +17,7 @@
 //! atomic read-modify-writes at each end and nothing more (each
 //! sequentially consistent store is a locked instruction on x86, a full
 //! barrier on every read through the window). A positional read need not
-//! take the lock at all ([`client_passive_size`]). The
+//! take the lock at all (`client_passive_size`). The
 //! client spins on it (it trusts the service); the service takes it with
 //! test-and-set and sleeps with a timeout (it trusts no client). Both use
 //! the same three-state futex mutex: 0 free, 1 held, 2 held with a
@@ -64,8 +64,8 @@ pub const INVALID: u32 = 0;
 pub const PASSIVE: u32 = 1;
 pub const ACTIVE: u32 = 2;
 /// Taken back by the service, which is writing out what the client
-/// reported and then makes it `INVALID` ([`recalled`]). A client whose
-/// service dies meanwhile writes it out itself ([`salvage`]): the service
+/// reported and then makes it `INVALID` (`recalled`). A client whose
+/// service dies meanwhile writes it out itself (`salvage`): the service
 /// may have stopped halfway.
 pub const RECALLING: u32 = 3;
 
