@@ -9,6 +9,7 @@ use rustix::thread::futex;
 /// Sleep on `word` while it holds `expected`, at most `timeout`. Shared
 /// (non-private) futex: the word may live in memory mapped by another process.
 /// Spurious returns are normal; callers re-check their condition.
+#[inline]
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
     let ts = timeout.map(|d| rustix::time::Timespec {
         tv_sec: d.as_secs() as i64,
@@ -18,6 +19,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
 }
 
 /// Wake up to `n` sleepers on `word`.
+#[inline]
 pub fn futex_wake(word: &AtomicU32, n: u32) {
     let _ = futex::wake(word, futex::Flags::empty(), n);
 }

@@ -111,15 +111,18 @@ impl Mapping {
     }
 
     /// Base address; valid for `len()` bytes while `self` lives.
+    #[inline]
     pub fn base(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the mapping has no bytes (never: the kernel maps none).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -170,6 +173,7 @@ impl Mapping {
     }
 
     /// The mapping's address in this process.
+    #[inline]
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
     }
@@ -183,6 +187,7 @@ impl Mapping {
     }
 
     /// The 64-bit word at `off` (8-aligned, inside the mapping).
+    #[inline]
     pub fn u64(&self, off: usize) -> &AtomicU64 {
         self.check(off, 8, 8);
         // SAFETY: in bounds and aligned (checked); the mapping lives as
@@ -192,6 +197,7 @@ impl Mapping {
 
     /// The 32-bit word at `off` (4-aligned, inside the mapping); usable
     /// as a futex word.
+    #[inline]
     pub fn u32(&self, off: usize) -> &AtomicU32 {
         self.check(off, 4, 4);
         // SAFETY: as for `u64`.
