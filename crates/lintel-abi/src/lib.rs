@@ -1,6 +1,7 @@
 //! What both sides of a lintel connection agree on: the call area's layout,
-//! the slot's state words and status codes (here), and the control
-//! messages on the connection's socket with their encoding ([`wire`]).
+//! the slot's state words and status codes (here), doors and buffers as
+//! they cross in a slot ([`descriptor`]), and the control messages on the
+//! connection's socket with their encoding ([`control`]).
 //! Constants and types only, no runtime: the runtime, the hostile-peer
 //! tests and anything else that speaks the protocol use this crate, so a
 //! change here changes all of them at once.
@@ -43,22 +44,23 @@
 //! Arguments or results larger than [`DATA_CAP`] travel in a *bulk
 //! segment*: a memfd per slot and direction, created by the side that
 //! writes it (sealed against shrinking, so the reader's mapping can never
-//! fault), sent once over the socket ([`wire::Ctl::Segment`]) and reused by
+//! fault), sent once over the socket ([`control::Ctl::Segment`]) and reused by
 //! later calls until a larger one replaces it under a new generation.
 //!
 //! Buffers travel by descriptor ([`BUF_SEALED`], [`BUF_LOAN`]): a sealed
-//! snapshot's memfd goes over the socket ([`wire::Ctl::Buffers`]); a loan
-//! names a range of the sender's loan pool, a memfd sent once per
-//! connection ([`wire::Ctl::Pool`]) and mapped read-only by the receiver,
-//! which gives the range back ([`wire::Ctl::Returned`]) when it drops it.
+//! snapshot's memfd goes over the socket ([`control::Ctl::Buffers`]); a loan
+//! names a range of the sender's loan arena, a memfd sent once per
+//! connection ([`control::Ctl::Arena`]) and mapped read-only by the receiver,
+//! which gives the range back ([`control::Ctl::Returned`]) when it drops it.
 #![forbid(unsafe_code)]
 #![allow(missing_docs)] // the constants are documented by the layout table
 
-/// Version of this protocol, sent in [`wire::Ctl::Hello`]; a domain refuses
+/// Version of this protocol, sent in [`control::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
 pub const VERSION: u32 = 7;
 
-pub mod wire;
+pub mod control;
+pub mod descriptor;
 
 /// Slots per call area: concurrent calling threads per connection.
 pub const SLOTS: usize = 64;
@@ -76,11 +78,11 @@ pub const DATA_CAP: usize = 5 * 1024;
 pub const INLINE: usize = 16;
 /// Most doors one call may pass each way.
 pub const MAX_DOORS: usize = 64;
-/// Size of a domain's loan pool, the memfd it lends from: a peer maps at
+/// Size of a domain's loan arena, the memfd it lends from: a peer maps at
 /// most this much of the pool it is sent.
-pub const LOAN_POOL_SIZE: usize = 1 << 30;
+pub const LOAN_ARENA_SIZE: usize = 1 << 30;
 /// Bytes per wire door descriptor.
-pub const WIRE_DOOR: usize = 16;
+pub const DOOR_DESCRIPTOR: usize = 16;
 
 pub const OFF_REQ_SEQ: usize = 0;
 pub const OFF_CLIENT_STATE: usize = 4;
@@ -104,22 +106,22 @@ pub const OFF_OUT_SEG: usize = 104;
 pub const OFF_OUT_BUFS: usize = 108;
 pub const OFF_DATA: usize = 128;
 pub const OFF_DOORS: usize = OFF_DATA + DATA_CAP;
-pub const OFF_BUFS: usize = OFF_DOORS + MAX_DOORS * WIRE_DOOR;
+pub const OFF_BUFS: usize = OFF_DOORS + MAX_DOORS * DOOR_DESCRIPTOR;
 /// Most buffers one call may pass each way.
 pub const MAX_BUFFERS: usize = 16;
 /// Bytes per buffer descriptor: kind (u32), length (u32), offset (u64).
-pub const WIRE_BUF: usize = 16;
+pub const BUFFER_DESCRIPTOR: usize = 16;
 /// Buffer descriptor kinds.
 pub const BUF_SEALED: u32 = 1;
 pub const BUF_LOAN: u32 = 2;
-/// In a reply: a loan of the caller's pool that the call's handler let go
+/// In a reply: a loan of the caller's arena that the call's handler let go
 /// of, given back with the reply (length, offset), not a buffer passed.
 pub const BUF_RETURNED: u32 = 3;
 /// A file descriptor passed as is (length and offset 0); it travels with
 /// the sealed snapshots' memfds, in descriptor order.
 pub const BUF_FD: u32 = 4;
 
-const _: () = assert!(OFF_BUFS + MAX_BUFFERS * WIRE_BUF <= SLOT_SIZE);
+const _: () = assert!(OFF_BUFS + MAX_BUFFERS * BUFFER_DESCRIPTOR <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
 const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_IN_SEG && OFF_IN_SEG + 4 <= OFF_DEADLINE);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_OUT_BUFS);

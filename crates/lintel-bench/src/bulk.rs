@@ -12,7 +12,7 @@
 //!
 //! - `handoff_<size>`: a shared loan of `size` bytes (`lintel::Loan`), its first and last byte
 //!   written, passed one way; the server reads its first and last byte (copying them out, as
-//!   a loan's bytes are untrusted) and drops it, which returns it to the caller's pool.
+//!   a loan's bytes are untrusted) and drops it, which returns it to the caller's arena.
 //! - `sealed_<size>`: a sealed snapshot (`lintel::SealedWriter`): made, its first and last byte
 //!   written, sealed, passed one way; the server reads the same two bytes in place.
 //! - each also `_colocated`.

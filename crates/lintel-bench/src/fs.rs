@@ -338,38 +338,16 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
 }
 
 /// A read-only shared mapping of a host file, for the native fault baseline.
-struct HostMap {
-    ptr: *const u8,
-    len: usize,
-}
+struct HostMap(lintel_sys::Mapping);
 
 impl HostMap {
     fn new(file: &std::fs::File, len: usize) -> anyhow::Result<HostMap> {
-        // SAFETY: a fresh read-only mapping at an address the kernel picks.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ,
-                rustix::mm::MapFlags::SHARED,
-                file,
-                0,
-            )?
-        };
-        Ok(HostMap { ptr: ptr.cast(), len })
+        Ok(HostMap(lintel_sys::Mapping::map_shared(file, len, false)?))
     }
 
     fn byte(&self, at: usize) -> u8 {
-        assert!(at < self.len);
-        // SAFETY: inside the mapping (checked), which lives as long as `self`; the file is not
-        // truncated while the benchmark runs.
-        unsafe { std::ptr::read_volatile(self.ptr.add(at)) }
-    }
-}
-
-impl Drop for HostMap {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping; nothing refers into it past this point.
-        let _ = unsafe { rustix::mm::munmap(self.ptr as *mut _, self.len) };
+        let mut b = [0u8];
+        self.0.read(at, &mut b);
+        b[0]
     }
 }

@@ -1,6 +1,6 @@
 //! lintel-bench as a library: the [`harness`] every suite uses, and the suites themselves.
 //! The binary (`main.rs`) registers suites and child roles by name and runs them.
-#![forbid(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod baseline;

@@ -4,7 +4,7 @@
 //! [SUITE...]`; see `harness` for the API suites use, `markdown` for the generated document.
 //! To add a suite, write `fn(&Config, &mut Report) -> anyhow::Result<()>` in the library and list
 //! it in [`SUITES`]; to add a child process role, add an arm to [`run_child`].
-#![forbid(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::path::{Path, PathBuf};

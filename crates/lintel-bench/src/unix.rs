@@ -60,8 +60,7 @@ static PASSED: Ppid = Ppid {
 };
 
 fn getppid() -> i32 {
-    // SAFETY: a plain system call through libc.
-    unsafe { libc::getppid() }
+    rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
 }
 
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {

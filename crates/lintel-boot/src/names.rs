@@ -1,6 +1,6 @@
 //! The name service: a door-based map from names to doors, served by the
-//! supervisor. Every domain gets its own door to it at boot (the datum says
-//! which domain is asking, so a domain can bind only the services placed in
+//! supervisor. Every domain gets its own door to it at boot (each door knows
+//! which domain holds it, so a domain can bind only the services placed in
 //! it and names under `domain/<its name>/`); tools that connect from
 //! outside get a door that can only look up and list.
 //!
@@ -8,29 +8,19 @@
 //! services can start in any order. A door bound by a domain that later
 //! exits is dropped, and lookups of it fail at once, naming the domain.
 //!
-//! Wire format, kept tiny on purpose: a request is `[op: u8][arg: u32 LE]
-//! [name: UTF-8]` (a bind passes the door alongside); a reply is
-//! `[status: u8][payload]`, with a human-readable message as the payload
-//! of every refusal, so a client's error says why.
+//! The protocol is the [`NameService`] interface (`#[lintel::interface]`):
+//! each door serves a [`View`], the name server as one caller sees it.
+//! Refusals cross as a [`Refusal`], with a human-readable message for
+//! every request refused, and [`Names`], the public client, turns them
+//! into a [`NameError`] that names what was asked for, so a client's error
+//! says why.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use lintel::{CallError, Door, Fault, Handler, Reply, Request};
-
-const OP_BIND: u8 = 1;
-const OP_LOOKUP: u8 = 2;
-const OP_LIST: u8 = 3;
-const OP_READY: u8 = 4;
-const OP_AWAIT_READY: u8 = 5;
-const OP_EXIT: u8 = 6;
-
-const ST_OK: u8 = 0;
-const ST_NOT_BOUND: u8 = 1;
-const ST_GONE: u8 = 2;
-const ST_TAKEN: u8 = 3;
-const ST_REFUSED: u8 = 4;
+use lintel::stub::{StubError, Wire};
+use lintel::{CallError, Door};
 
 /// Longest name the service accepts.
 pub const MAX_NAME: usize = 255;
@@ -65,6 +55,71 @@ pub enum NameError {
     BadReply,
 }
 
+/// What crosses a door to the name service. Waits are in milliseconds.
+#[lintel::interface]
+pub(crate) trait NameService {
+    /// Bind `door` to `name` (a domain's door only).
+    fn bind(&self, name: &str, door: Door) -> Result<(), Refusal>;
+    /// The door bound to `name`, waiting up to `wait_ms` (at most
+    /// [`MAX_WAIT`]) for it to be bound.
+    fn lookup(&self, name: &str, wait_ms: u32) -> Result<Door, Refusal>;
+    /// Bound names starting with `prefix`, sorted, skipping the first
+    /// `skip`: at most [`LIST_PAGE`] of them, and whether more follow.
+    fn list(&self, prefix: &str, skip: u32) -> Result<(Vec<String>, bool), Refusal>;
+    /// The calling domain has bound all its services.
+    fn ready(&self) -> Result<(), Refusal>;
+    /// Wait up to `wait_ms` (at most [`MAX_WAIT`]) until the supervisor
+    /// has seen every domain ready.
+    fn await_ready(&self, wait_ms: u32) -> Result<(), Refusal>;
+    /// The root driver returned with `code` (the root's domain only).
+    fn exit(&self, code: i32) -> Result<(), Refusal>;
+}
+
+/// Why the name service refused a request, as it crosses the door; the
+/// client adds what it asked for ([`Refusal::into_error`]).
+#[derive(Debug, Clone, PartialEq, Wire)]
+pub(crate) enum Refusal {
+    /// Nothing was bound to the name within the wait.
+    NotBound,
+    /// The domain that served the name exited.
+    Gone { domain: String },
+    /// The name is bound already.
+    Taken,
+    /// Not allowed; the message says why.
+    Refused(String),
+    /// The call itself failed.
+    Stub(StubError),
+}
+
+impl From<StubError> for Refusal {
+    fn from(e: StubError) -> Self {
+        Refusal::Stub(e)
+    }
+}
+
+impl Refusal {
+    /// The public error of a request about `name` that waited up to
+    /// `wait_ms`.
+    fn into_error(self, name: &str, wait_ms: u32) -> NameError {
+        match self {
+            Refusal::NotBound => NameError::NotBound {
+                name: name.to_string(),
+                waited: Duration::from_millis(wait_ms as u64),
+            },
+            Refusal::Gone { domain } => NameError::Gone {
+                name: name.to_string(),
+                domain,
+            },
+            Refusal::Taken => NameError::Taken(name.to_string()),
+            Refusal::Refused(msg) => NameError::Refused(msg),
+            Refusal::Stub(StubError::Call(e)) => NameError::Call(e),
+            Refusal::Stub(StubError::BadReply { .. }) => NameError::BadReply,
+            // Not understood (another version of the service) or not sent.
+            Refusal::Stub(e) => NameError::Refused(e.to_string()),
+        }
+    }
+}
+
 /// A client of the name service.
 ///
 /// ```no_run
@@ -78,18 +133,25 @@ pub enum NameError {
 /// ```
 #[derive(Clone, Debug)]
 pub struct Names {
-    door: Door,
+    client: NameServiceClient,
+}
+
+/// A wait in whole milliseconds, as the protocol carries it.
+fn millis(wait: Duration) -> u32 {
+    wait.as_millis().min(u32::MAX as u128) as u32
 }
 
 impl Names {
     /// A client calling the name service through `door`.
     pub fn new(door: Door) -> Names {
-        Names { door }
+        Names {
+            client: NameServiceClient::from_door(door),
+        }
     }
 
     /// The door to the name service.
     pub fn door(&self) -> &Door {
-        &self.door
+        self.client.door()
     }
 
     /// The door bound to `name`, waiting up to 10 s for it to be bound.
@@ -99,12 +161,11 @@ impl Names {
 
     /// The door bound to `name`, waiting up to `wait` for it to be bound.
     pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
-        let ms = wait.as_millis().min(u32::MAX as u128) as u32;
+        let ms = millis(wait);
         let retry_until = Instant::now() + DYING_RETRY;
         loop {
-            match self.request(OP_LOOKUP, ms, name, &[]) {
-                Ok(mut reply) if reply.doors.len() == 1 => return Ok(reply.doors.remove(0)),
-                Ok(_) => return Err(NameError::BadReply),
+            match self.client.lookup(name, ms).map_err(|r| r.into_error(name, ms)) {
+                Ok(door) => return Ok(door),
                 // The bound door could not be passed on: its domain is dying
                 // and the supervisor has not seen it exit yet. Ask again
                 // shortly; the answer will be `Gone`.
@@ -121,18 +182,20 @@ impl Names {
     /// places in it, names under `domain/<its name>/`, and any other name
     /// that no placed service uses.
     pub fn bind(&self, name: &str, door: Door) -> Result<(), NameError> {
-        self.request(OP_BIND, 0, name, &[door]).map(drop)
+        self.client.bind(name, door).map_err(|r| r.into_error(name, 0))
     }
 
     /// Every bound name starting with `prefix`, sorted.
     pub fn list(&self, prefix: &str) -> Result<Vec<String>, NameError> {
         let mut out = Vec::new();
         loop {
-            let reply = self.request(OP_LIST, out.len() as u32, prefix, &[])?;
-            let (&more, rest) = reply.data[1..].split_first().ok_or(NameError::BadReply)?;
-            let text = std::str::from_utf8(rest).map_err(|_| NameError::BadReply)?;
-            out.extend(text.split('\n').filter(|s| !s.is_empty()).map(String::from));
-            if more == 0 {
+            let skip = out.len().min(u32::MAX as usize) as u32;
+            let (page, more) = self
+                .client
+                .list(prefix, skip)
+                .map_err(|r| r.into_error(prefix, 0))?;
+            out.extend(page);
+            if !more {
                 return Ok(out);
             }
         }
@@ -140,43 +203,18 @@ impl Names {
 
     /// This domain has bound all its services.
     pub(crate) fn ready(&self) -> Result<(), NameError> {
-        self.request(OP_READY, 0, "", &[]).map(drop)
+        self.client.ready().map_err(|r| r.into_error("", 0))
     }
 
     /// Wait until the supervisor has seen every domain ready.
     pub(crate) fn await_ready(&self, wait: Duration) -> Result<(), NameError> {
-        let ms = wait.as_millis().min(u32::MAX as u128) as u32;
-        self.request(OP_AWAIT_READY, ms, "", &[]).map(drop)
+        let ms = millis(wait);
+        self.client.await_ready(ms).map_err(|r| r.into_error("", ms))
     }
 
     /// The root driver returned with `code`.
     pub(crate) fn exit(&self, code: i32) -> Result<(), NameError> {
-        self.request(OP_EXIT, code as u32, "", &[]).map(drop)
-    }
-
-    fn request(&self, op: u8, arg: u32, name: &str, doors: &[Door]) -> Result<Reply, NameError> {
-        let mut data = Vec::with_capacity(5 + name.len());
-        data.push(op);
-        data.extend_from_slice(&arg.to_le_bytes());
-        data.extend_from_slice(name.as_bytes());
-        let mut reply = Reply::new();
-        self.door.call(&data, doors, &mut reply)?;
-        let (&status, rest) = reply.data.split_first().ok_or(NameError::BadReply)?;
-        let msg = || String::from_utf8_lossy(rest).into_owned();
-        match status {
-            ST_OK => Ok(reply),
-            ST_NOT_BOUND => Err(NameError::NotBound {
-                name: name.to_string(),
-                waited: Duration::from_millis(arg as u64),
-            }),
-            ST_GONE => Err(NameError::Gone {
-                name: name.to_string(),
-                domain: msg(),
-            }),
-            ST_TAKEN => Err(NameError::Taken(name.to_string())),
-            ST_REFUSED => Err(NameError::Refused(msg())),
-            _ => Err(NameError::BadReply),
-        }
+        self.client.exit(code).map_err(|r| r.into_error("", 0))
     }
 }
 
@@ -207,15 +245,13 @@ struct Bound {
     owner: Option<usize>,
 }
 
-/// Who calls, from the door's datum.
+/// Who holds a door to the name service.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Caller {
     /// A tool connected from outside: lookup and list only.
     Outside,
     Domain(usize),
 }
-
-const DATUM_OUTSIDE: u64 = 0;
 
 impl NameServer {
     pub fn new(manifest: &crate::Manifest) -> Arc<NameServer> {
@@ -248,12 +284,20 @@ impl NameServer {
 
     /// The door handed to domain `index` at boot.
     pub fn door_for_domain(self: &Arc<Self>, index: usize) -> Door {
-        Door::create(index as u64 + 1, NsDoor(self.clone()))
+        self.door_for(Caller::Domain(index))
     }
 
     /// The door handed to tools that connect to the supervisor's socket.
     pub fn door_for_outside(self: &Arc<Self>) -> Door {
-        Door::create(DATUM_OUTSIDE, NsDoor(self.clone()))
+        self.door_for(Caller::Outside)
+    }
+
+    fn door_for(self: &Arc<Self>, caller: Caller) -> Door {
+        NameServiceServer::new(View {
+            ns: self.clone(),
+            caller,
+        })
+        .into_door()
     }
 
     /// Bind on the supervisor's own authority (e.g. a domain's stats door).
@@ -320,83 +364,6 @@ impl NameServer {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn serve(&self, caller: Caller, op: u8, arg: u32, name: &str, mut doors: Vec<Door>, reply: &mut Reply) {
-        let refuse = |reply: &mut Reply, msg: &str| {
-            reply.data.push(ST_REFUSED);
-            reply.data.extend_from_slice(msg.as_bytes());
-        };
-        match (op, caller) {
-            (OP_LOOKUP, _) => self.lookup(name, Duration::from_millis(arg as u64), reply),
-            (OP_LIST, _) => self.list(name, arg as usize, reply),
-            (_, Caller::Outside) => refuse(reply, "this door may only look up and list names"),
-            (OP_BIND, Caller::Domain(d)) => {
-                if doors.len() != 1 {
-                    return refuse(reply, "bind passes exactly one door");
-                }
-                match self.may_bind(d, name) {
-                    Ok(()) => {}
-                    Err(msg) => return refuse(reply, &msg),
-                }
-                let mut st = self.lock();
-                if st.bound.contains_key(name) {
-                    reply.data.push(ST_TAKEN);
-                    return;
-                }
-                st.gone.remove(name);
-                st.bound.insert(
-                    name.to_string(),
-                    Bound {
-                        door: doors.remove(0),
-                        owner: Some(d),
-                    },
-                );
-                drop(st);
-                self.cv.notify_all();
-                tracing::debug!(name, domain = %self.domains[d], "bound");
-                reply.data.push(ST_OK);
-            }
-            (OP_READY, Caller::Domain(d)) => {
-                self.lock().ready[d] = true;
-                self.cv.notify_all();
-                reply.data.push(ST_OK);
-            }
-            (OP_AWAIT_READY, Caller::Domain(_)) => {
-                let deadline = Instant::now() + Duration::from_millis(arg as u64).min(MAX_WAIT);
-                let mut st = self.lock();
-                loop {
-                    if let Some(i) = st.exited.iter().position(|e| e.is_some()) {
-                        let how = st.exited[i].clone().unwrap_or_default();
-                        return refuse(reply, &format!("domain `{}` {how}", self.domains[i]));
-                    }
-                    if st.announced {
-                        reply.data.push(ST_OK);
-                        return;
-                    }
-                    let now = Instant::now();
-                    if now >= deadline {
-                        drop(st);
-                        let late = self.not_ready().join(", ");
-                        return refuse(reply, &format!("domains not ready in time: {late}"));
-                    }
-                    st = self
-                        .cv
-                        .wait_timeout(st, deadline - now)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-            }
-            (OP_EXIT, Caller::Domain(d)) => {
-                if Some(d) != self.root_domain {
-                    return refuse(reply, "only the root service's domain may end the system");
-                }
-                self.lock().root_exit = Some(arg as i32);
-                self.cv.notify_all();
-                reply.data.push(ST_OK);
-            }
-            _ => refuse(reply, &format!("unknown operation {op}")),
-        }
-    }
-
     fn may_bind(&self, d: usize, name: &str) -> Result<(), String> {
         let me = &self.domains[d];
         if let Some(&home) = self.placed.get(name) {
@@ -414,24 +381,35 @@ impl NameServer {
         Ok(())
     }
 
-    fn lookup(&self, name: &str, wait: Duration, reply: &mut Reply) {
+    fn bind(&self, d: usize, name: &str, door: Door) -> Result<(), Refusal> {
+        self.may_bind(d, name).map_err(Refusal::Refused)?;
+        let mut st = self.lock();
+        if st.bound.contains_key(name) {
+            return Err(Refusal::Taken);
+        }
+        st.gone.remove(name);
+        st.bound.insert(name.to_string(), Bound { door, owner: Some(d) });
+        drop(st);
+        self.cv.notify_all();
+        tracing::debug!(name, domain = %self.domains[d], "bound");
+        Ok(())
+    }
+
+    fn lookup(&self, name: &str, wait: Duration) -> Result<Door, Refusal> {
         let deadline = Instant::now() + wait.min(MAX_WAIT);
         let mut st = self.lock();
         loop {
             if let Some(b) = st.bound.get(name) {
-                reply.data.push(ST_OK);
-                reply.doors.push(b.door.clone());
-                return;
+                return Ok(b.door.clone());
             }
             if let Some(domain) = st.gone.get(name) {
-                reply.data.push(ST_GONE);
-                reply.data.extend_from_slice(domain.as_bytes());
-                return;
+                return Err(Refusal::Gone {
+                    domain: domain.clone(),
+                });
             }
             let now = Instant::now();
             if now >= deadline {
-                reply.data.push(ST_NOT_BOUND);
-                return;
+                return Err(Refusal::NotBound);
             }
             st = self
                 .cv
@@ -441,7 +419,7 @@ impl NameServer {
         }
     }
 
-    fn list(&self, prefix: &str, skip: usize, reply: &mut Reply) {
+    fn list(&self, prefix: &str, skip: usize) -> (Vec<String>, bool) {
         let st = self.lock();
         let mut names = st
             .bound
@@ -449,47 +427,103 @@ impl NameServer {
             .map(|(n, _)| n)
             .take_while(|n| n.starts_with(prefix))
             .skip(skip);
-        let mut body = Vec::new();
-        let mut more = 0;
-        for (i, n) in names.by_ref().enumerate() {
-            if i == LIST_PAGE {
-                more = 1;
-                break;
+        let page: Vec<String> = names.by_ref().take(LIST_PAGE).cloned().collect();
+        let more = names.next().is_some();
+        (page, more)
+    }
+
+    fn await_ready(&self, wait: Duration) -> Result<(), Refusal> {
+        let deadline = Instant::now() + wait.min(MAX_WAIT);
+        let mut st = self.lock();
+        loop {
+            if let Some(i) = st.exited.iter().position(|e| e.is_some()) {
+                let how = st.exited[i].clone().unwrap_or_default();
+                return Err(Refusal::Refused(format!("domain `{}` {how}", self.domains[i])));
             }
-            body.extend_from_slice(n.as_bytes());
-            body.push(b'\n');
+            if st.announced {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(st);
+                let late = self.not_ready().join(", ");
+                return Err(Refusal::Refused(format!("domains not ready in time: {late}")));
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
-        reply.data.push(ST_OK);
-        reply.data.push(more);
-        reply.data.extend_from_slice(&body);
     }
 }
 
-struct NsDoor(Arc<NameServer>);
+/// The name server as one holder of a door to it sees it: each door
+/// serves its own view, so the server knows who calls.
+struct View {
+    ns: Arc<NameServer>,
+    caller: Caller,
+}
 
-impl Handler for NsDoor {
-    fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
-        let caller = match req.datum {
-            DATUM_OUTSIDE => Caller::Outside,
-            n => Caller::Domain((n - 1) as usize),
-        };
-        let Some((&op, rest)) = req.data.split_first() else {
-            return Err(Fault(1));
-        };
-        if rest.len() < 4 || rest.len() - 4 > MAX_NAME {
-            reply.data.push(ST_REFUSED);
-            reply
-                .data
-                .extend_from_slice(b"request too short or name too long");
-            return Ok(());
+impl View {
+    /// The calling domain, or a refusal for a door from outside.
+    fn domain(&self) -> Result<usize, Refusal> {
+        match self.caller {
+            Caller::Domain(d) => Ok(d),
+            Caller::Outside => Err(Refusal::Refused(
+                "this door may only look up and list names".into(),
+            )),
         }
-        let arg = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-        let Ok(name) = std::str::from_utf8(&rest[4..]) else {
-            reply.data.push(ST_REFUSED);
-            reply.data.extend_from_slice(b"name is not UTF-8");
-            return Ok(());
-        };
-        self.0.serve(caller, op, arg, name, req.doors.into_vec(), reply);
+    }
+}
+
+/// A name the service accepts: at most [`MAX_NAME`] bytes.
+fn check_name(name: &str) -> Result<(), Refusal> {
+    match name.len() > MAX_NAME {
+        false => Ok(()),
+        true => Err(Refusal::Refused(format!(
+            "the name is {} bytes long, over the {MAX_NAME}-byte limit",
+            name.len()
+        ))),
+    }
+}
+
+impl NameService for View {
+    fn bind(&self, name: &str, door: Door) -> Result<(), Refusal> {
+        check_name(name)?;
+        self.ns.bind(self.domain()?, name, door)
+    }
+
+    fn lookup(&self, name: &str, wait_ms: u32) -> Result<Door, Refusal> {
+        check_name(name)?;
+        self.ns.lookup(name, Duration::from_millis(wait_ms as u64))
+    }
+
+    fn list(&self, prefix: &str, skip: u32) -> Result<(Vec<String>, bool), Refusal> {
+        check_name(prefix)?;
+        Ok(self.ns.list(prefix, skip as usize))
+    }
+
+    fn ready(&self) -> Result<(), Refusal> {
+        let d = self.domain()?;
+        self.ns.lock().ready[d] = true;
+        self.ns.cv.notify_all();
+        Ok(())
+    }
+
+    fn await_ready(&self, wait_ms: u32) -> Result<(), Refusal> {
+        self.domain()?;
+        self.ns.await_ready(Duration::from_millis(wait_ms as u64))
+    }
+
+    fn exit(&self, code: i32) -> Result<(), Refusal> {
+        if Some(self.domain()?) != self.ns.root_domain {
+            return Err(Refusal::Refused(
+                "only the root service's domain may end the system".into(),
+            ));
+        }
+        self.ns.lock().root_exit = Some(code);
+        self.ns.cv.notify_all();
         Ok(())
     }
 }
@@ -497,6 +531,7 @@ impl Handler for NsDoor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lintel::{Reply, Request};
 
     fn manifest() -> crate::Manifest {
         crate::Manifest {
@@ -568,6 +603,26 @@ mod tests {
         ns.domain_exited(1, "exited: status 1");
         let e = a.lookup_within("clock", Duration::from_secs(5)).unwrap_err();
         assert_eq!(e.to_string(), "service `clock` is gone: its domain `b` exited");
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let ns = NameServer::new(&manifest());
+        let a = Names::new(ns.door_for_domain(0));
+        let outside = Names::new(ns.door_for_outside());
+        let long = "x".repeat(MAX_NAME + 1);
+        let e = a.lookup_within(&long, Duration::ZERO).unwrap_err();
+        assert!(
+            matches!(&e, NameError::Refused(m) if m.contains("over the 255-byte limit")),
+            "{e}"
+        );
+        assert!(matches!(a.bind(&long, echo()), Err(NameError::Refused(_))));
+        assert!(matches!(outside.ready(), Err(NameError::Refused(m)) if m.contains("only look up")));
+        // No manifest root: no domain may end the system.
+        assert!(matches!(a.exit(0), Err(NameError::Refused(m)) if m.contains("root")));
+        assert_eq!(ns.root_exit(), None);
+        a.ready().unwrap();
+        assert_eq!(ns.not_ready(), ["b"]);
     }
 
     #[test]

@@ -9,6 +9,24 @@
 //! sends reaches outside the exported root; an export can be read-only.
 //! Errors are [`FsError`]s, each with the errno a Unix program expects.
 //!
+//! The crate is three folders and two low-level modules:
+//!
+//! - `proto/` ([`proto`]): what crosses between client and service: the
+//!   door interfaces and their values, [`FsError`], and the page a
+//!   client's session shares with the service, with the token protocol
+//!   over it ([`token`]). It names neither side.
+//! - `client/`: [`Fs`], [`File`], [`OpenOptions`], mapped windows
+//!   ([`mapped`]) and spliced reads ([`spliced`]). Uses `proto`, never
+//!   `service`.
+//! - `service/`: [`Service`] and everything behind its doors (opens,
+//!   nodes, sessions and their pager, locks, credentials). Uses `proto`,
+//!   never `client`.
+//! - `uffd` (userfaultfd), beneath all three; shared mappings and futex
+//!   words are `lintel-sys`'s.
+//!
+//! `crates/lintel-tests/tests/layers.rs` checks that `client` and
+//! `service` never name each other, and `proto` neither.
+//!
 //! ```
 //! use std::io::{Read, Seek, SeekFrom, Write};
 //! let dir = std::env::temp_dir().join(format!("lintel-fs-doc-{}", std::process::id()));
@@ -30,70 +48,13 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod client;
-mod credentials;
-mod error;
-mod keeper;
-mod lock;
-pub mod mapped;
-mod node;
-mod path;
 pub mod proto;
-mod readonly;
 mod service;
-mod session;
-mod shm;
-pub mod spliced;
-pub mod token;
 mod uffd;
 
-pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions};
-pub use error::FsError;
-pub use proto::{Attr, DirEntry, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence};
-pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service};
-pub use shm::prefetch;
-pub use spliced::SPLICE_MIN;
-
-/// Register the file service as `name` in a `lintel_boot` registry. The
-/// manifest configures it in `[service.NAME]`: `root`, the directory to
-/// export (relative to the manifest's directory), and `read_only`
-/// (default `false`).
-///
-/// ```toml
-/// [domain.files]
-/// services = ["fs"]
-///
-/// [service.fs]
-/// root = "data"
-/// read_only = false
-/// ```
-pub fn register(registry: &mut lintel_boot::Registry, name: &str) {
-    registry.service(name, |ctx| {
-        let root = ctx.setting_path("root").ok_or_else(|| {
-            format!(
-                "service `{}` needs a `root` setting: the directory to export",
-                ctx.service()
-            )
-        })?;
-        let read_only = match ctx.setting("read_only") {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(v) => return Err(format!("read_only = {v}: expected true or false").into()),
-        };
-        let service =
-            Service::new(&root, read_only).map_err(|e| format!("cannot export {}: {e}", root.display()))?;
-        Ok(service.into_door())
-    });
-}
-
-/// Poll `f` for up to 10 s (tests only).
-#[cfg(test)]
-pub(crate) fn test_eventually(mut f: impl FnMut() -> bool) -> bool {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::time::Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    false
-}
+pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN, mapped, spliced};
+pub use lintel_sys::prefetch;
+pub use proto::{
+    Attr, DirEntry, FsError, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence, token,
+};
+pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service, register};

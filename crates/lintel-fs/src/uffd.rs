@@ -155,7 +155,7 @@ pub(crate) fn next_fault(uffd: &OwnedFd, timeout: std::time::Duration) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::Shared;
+    use lintel_sys::Mapping;
     use std::time::Duration;
 
     /// A thread reads a registered mapping of a memfd; this test, as the
@@ -168,8 +168,8 @@ mod tests {
         let fd = rustix::fs::memfd_create("t", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         let len = 64 * 1024;
         rustix::fs::ftruncate(&fd, len as u64).unwrap();
-        let client = Shared::map(&fd, len, true).unwrap();
-        let pager = Shared::map(&fd, len, true).unwrap();
+        let client = Mapping::map_shared(&fd, len, true).unwrap();
+        let pager = Mapping::map_shared(&fd, len, true).unwrap();
         let u = create().unwrap();
         register(&u, client.addr(), len as u64).unwrap();
         // Page 3 is in the memfd already; page 9 is not.

@@ -72,7 +72,9 @@ use proc_macro::TokenStream;
 ///
 /// - `KvClient`: `Clone`, holds a `lintel::Door`, implements `Kv` (so bring
 ///   the trait into scope to call it). `KvClient::from_door(door)`,
-///   `.door()`, `.into_door()`. It implements `lintel::stub::Wire`, so a
+///   `.door()`, `.into_door()`. Its methods keep the trait's parameter
+///   names (a parameter that is a pattern, such as `_` or a tuple, is
+///   `arg<i>` there). It implements `lintel::stub::Wire`, so a
 ///   client is a parameter or result type of other interfaces (the door
 ///   travels; the receiver gets a typed client).
 /// - `KvServer`: serves an `impl Kv + Send + Sync + 'static` (kept in an

@@ -10,6 +10,7 @@ use lintel::{CallError, Door, Reply};
 
 pub mod control;
 pub mod fs;
+pub mod layers;
 
 /// Methods of the peer's control door (first byte of the arguments).
 pub mod m {
@@ -200,7 +201,7 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 /// Open descriptors and mappings of this process.
 /// Open descriptors and shared-memory mappings (`memfd:` in
-/// `/proc/self/maps`: call areas, bulk segments, loan pools, snapshots) of
+/// `/proc/self/maps`: call areas, bulk segments, loan arenas, snapshots) of
 /// this process. Thread stacks and malloc arenas are left out: the server
 /// pool may grow under load (up to its thread limit), which is not a leak.
 pub fn fds_and_shared_maps() -> (usize, usize) {

@@ -43,7 +43,8 @@
 //!
 //! 0. [`abi`] (the `lintel-abi` crate): what crosses a connection: layouts,
 //!    status codes, control messages, the version. No logic.
-//! 1. `sys/`, the machine: system calls and mappings, `umem` (memory a
+//! 1. `sys/`, the machine: system calls and mappings (the `lintel-sys`
+//!    crate, re-exported), `umem` (memory a
 //!    peer can write, read word by word and copied out), `fence`
 //!    (asymmetric fences between a process's threads), `spin`.
 //! 2. `state/`, plain state machines, each with host tests that need no
@@ -72,7 +73,8 @@
 //!    the process-wide domain up (`domain::get`); below them it is handed
 //!    down. `lib.rs` holds this map and the re-exports.
 //!
-//! `unsafe` is denied at the root and allowed in named modules only: `sys`,
+//! `unsafe` is denied at the root and allowed in named modules only:
+//! `sys::umem`,
 //! `state::leaked`, `client::last` and the call of it in `client::fast`,
 //! `context::shuttle`'s `raw`, `object::buffer`'s mapping views, and tests
 //! that fork.
@@ -94,7 +96,6 @@ mod object;
 mod server;
 mod state;
 pub mod stub;
-#[allow(unsafe_code)]
 mod sys;
 
 pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor};
@@ -108,4 +109,4 @@ pub use lintel_macros::interface;
 pub use object::buffer::{self, Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use object::door::{Door, Handler, Reply, Request};
 pub use server::{Caller, caller};
-pub use sys::umem::{copy_bytes, copy_raw};
+pub use sys::{copy_bytes, copy_raw};

@@ -6,12 +6,12 @@
 //! Child side: `main` calls [`init_child`] (death signal, pinning), the role takes its fds back
 //! with [`take_fd`].
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use rustix::io::{FdFlags, fcntl_getfd, fcntl_setfd};
+use rustix::io::{FdFlags, fcntl_setfd};
 use rustix::process::{Signal, WaitId, WaitIdOptions, getppid, set_parent_process_death_signal, waitid};
 use rustix::thread::{CpuSet, sched_setaffinity};
 
@@ -142,15 +142,7 @@ pub fn take_fd(arg: &str) -> anyhow::Result<OwnedFd> {
     if raw < 0 {
         bail!("bad fd argument {arg:?}");
     }
-    // SAFETY: `raw` is non-negative; the borrow is used only for this call, which fails (EBADF)
-    // if the fd is not open.
-    fcntl_getfd(unsafe { BorrowedFd::borrow_raw(raw) })
-        .with_context(|| format!("fd {raw} was not inherited"))?;
-    // SAFETY: the fd is open (checked above) and was inherited for this role to own; nothing
-    // else in this process refers to it, and the role takes each fd argument once.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    fcntl_setfd(&fd, FdFlags::CLOEXEC).context("setting close-on-exec")?;
-    Ok(fd)
+    lintel_sys::take_inherited(raw).with_context(|| format!("fd {raw} was not inherited"))
 }
 
 /// Blocks until child `pid` has exited, without reaping it (`waitid` with `WNOWAIT`), or returns

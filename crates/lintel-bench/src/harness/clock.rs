@@ -28,8 +28,7 @@ fn source() -> &'static Source {
 
 #[cfg(target_arch = "x86_64")]
 fn rdtsc() -> u64 {
-    // SAFETY: `rdtsc` has no preconditions on x86_64; it only reads the time-stamp counter.
-    unsafe { core::arch::x86_64::_rdtsc() }
+    lintel_sys::tsc()
 }
 
 #[cfg(target_arch = "x86_64")]

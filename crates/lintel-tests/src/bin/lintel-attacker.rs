@@ -67,11 +67,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lintel::abi::{
-    AREA_HEADER, AREA_SIZE, BUF_FD, BUF_LOAN, BUF_SEALED, BUSY, DATA_CAP, FLAG_BUFS, INLINE, MAX_BUFFERS,
-    MAX_DOORS, OFF_CLIENT_STATE, OFF_DATA, OFF_DOORS, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS,
-    OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_REP_SEQ, OFF_REQ_SEQ,
-    OFF_SERVER_STATE, OFF_STATUS, SLEEPING, SLOTS, SLOT_SIZE, SPINNING, ST_BAD_MESSAGE, ST_OK, ST_TOO_LARGE,
-    ST_UNTAKEN, VERSION, WD_MINE, WD_THIRD, WD_YOURS, WIRE_DOOR,
+    AREA_HEADER, AREA_SIZE, BUF_FD, BUF_LOAN, BUF_SEALED, BUSY, DATA_CAP, DOOR_DESCRIPTOR, FLAG_BUFS, INLINE,
+    MAX_BUFFERS, MAX_DOORS, OFF_CLIENT_STATE, OFF_DATA, OFF_DOORS, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS,
+    OFF_IN_DOORS, OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_REP_SEQ,
+    OFF_REQ_SEQ, OFF_SERVER_STATE, OFF_STATUS, SLEEPING, SLOTS, SLOT_SIZE, SPINNING, ST_BAD_MESSAGE, ST_OK,
+    ST_TOO_LARGE, ST_UNTAKEN, VERSION, WD_MINE, WD_THIRD, WD_YOURS,
 };
 use lintel::{Door, Reply};
 use lintel_tests::m;
@@ -439,7 +439,8 @@ fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> bool {
 /// Control messages, encoded by the protocol's own crate (`lintel::abi::wire`),
 /// so what is forged here follows the protocol as it changes.
 mod ctl {
-    use lintel::abi::wire::{encode, Ctl, WireDoor};
+    use lintel::abi::control::{encode, Ctl};
+    use lintel::abi::descriptor::DoorDescriptor;
 
     /// Kinds of message `forged_ctl` picks from.
     pub const KINDS: u64 = 12;
@@ -480,9 +481,9 @@ mod ctl {
 
     /// A boot message; with `claimed_len`, its door count lies.
     pub fn boot(doors: &[[u32; 3]], claimed_len: Option<u64>) -> Vec<u8> {
-        let doors: Vec<WireDoor> = doors
+        let doors: Vec<DoorDescriptor> = doors
             .iter()
-            .map(|&[kind, idx, pid]| WireDoor { kind, idx, pid })
+            .map(|&[kind, idx, pid]| DoorDescriptor { kind, idx, pid })
             .collect();
         let honest = encode(&Ctl::Boot { doors: doors.clone() });
         let Some(claimed) = claimed_len else {
@@ -732,7 +733,7 @@ fn scribble_slot(r: &Region, s: usize, rng: &mut Rng, stats: &Stats, held: &[u32
     // Door descriptors: forged kinds and indices.
     let nd = rng.below(MAX_DOORS as u64 + 1) as usize;
     for i in 0..nd {
-        let o = b + OFF_DOORS + i * WIRE_DOOR;
+        let o = b + OFF_DOORS + i * DOOR_DESCRIPTOR;
         let kind = match rng.below(6) {
             0 => WD_MINE,
             1 | 2 => WD_YOURS,
@@ -1019,7 +1020,7 @@ impl Forger<'_> {
         }
         for (i, d) in doors.iter().enumerate() {
             for (j, &w) in d.iter().enumerate() {
-                a.put(self.off(OFF_DOORS + i * WIRE_DOOR + 4 * j), w);
+                a.put(self.off(OFF_DOORS + i * DOOR_DESCRIPTOR + 4 * j), w);
             }
         }
         a.put(self.off(OFF_IN_DOORS), in_doors.unwrap_or(doors.len() as u32));
@@ -1230,7 +1231,7 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
         a.put(f.off(OFF_IN_SEG), generation);
     };
     let segment = |generation: u32, fd: &OwnedFd| {
-        let msg = lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Segment {
+        let msg = lintel::abi::control::encode(&lintel::abi::control::Ctl::Segment {
             request: true,
             slot: (SLOTS - 1) as u32,
             generation,
@@ -1278,9 +1279,9 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     }
 
     // Buffers: a sealed snapshot that is not sealed.
-    use lintel::abi::wire::WireBuf;
-    let d = |kind: u32, len: u32, off: u64| WireBuf { kind, len, off };
-    let descs = |f: &Forger<'_>, ds: &[WireBuf]| {
+    use lintel::abi::descriptor::BufferDescriptor;
+    let d = |kind: u32, len: u32, off: u64| BufferDescriptor { kind, len, off };
+    let descs = |f: &Forger<'_>, ds: &[BufferDescriptor]| {
         let a = f.area;
         a.put(f.off(OFF_FLAGS), FLAG_BUFS);
         a.put(f.off(OFF_IN_LEN), 1);
@@ -1288,11 +1289,11 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
         a.put(f.off(OFF_IN_DOORS), 0);
         a.put(f.off(OFF_IN_BUFS), ds.len() as u32);
         for (i, d) in ds.iter().enumerate() {
-            a.put_bytes(f.off(WireBuf::offset(i)), &d.to_bytes());
+            a.put_bytes(f.off(BufferDescriptor::offset(i)), &d.to_bytes());
         }
     };
     let buffers_msg = |seq: u32| {
-        lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Buffers {
+        lintel::abi::control::encode(&lintel::abi::control::Ctl::Buffers {
             request: true,
             slot: (SLOTS - 1) as u32,
             seq,
@@ -1338,7 +1339,7 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     let pool_map = Region::map_fd(&pool, 1 << 20);
     send(
         sock,
-        &lintel::abi::wire::encode(&lintel::abi::wire::Ctl::Pool),
+        &lintel::abi::control::encode(&lintel::abi::control::Ctl::Arena),
         &[pool.as_fd()],
     );
     descs(&f, &[d(BUF_LOAN, 4096, 1 << 20)]);

@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
-use crate::abi::wire::Ctl;
+use crate::abi::control::Ctl;
 use crate::context::error::BootError;
 use crate::object::conn::{Conn, Home};
 use crate::object::door::Door;

@@ -131,7 +131,7 @@ fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Resul
     // A small result needs no size check: no limit is below `INLINE`
     // (`set_max_message`). Counted in one store.
     if ran == Ran::Done && small && reply.data.len() <= INLINE && reply.doors.is_empty() {
-        stats::count_small_ok(Path::Colocated);
+        stats::count_inline_ok(Path::Colocated);
         return Ok(());
     }
     colocated_result(ran, data.len(), reply)

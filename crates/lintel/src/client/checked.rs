@@ -21,7 +21,8 @@ use crate::{context::deadline, object::transfer};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
-use super::held::{Lease, begin, end_call};
+use super::held::{begin, end_call};
+use super::lease::Lease;
 use super::wait::{post, unanswered, wait_reply};
 
 /// Call a door served by another domain, every case: a first call, a
@@ -93,7 +94,7 @@ pub(super) fn fast_checked(
     let _in_call = shuttle::enter_call(shuttle, conn.id, index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
     let flags = if alerted { FLAG_ALERT } else { 0 };
-    RequestHeader::write_small(slot, rd.grant, flags, data, lease.cpu.get(), due);
+    RequestHeader::write_inline(slot, rd.grant, flags, data, lease.cpu.get(), due);
     let waited = post(slot, conn, index, seq, alerted, shuttle)
         .and_then(|running| wait_reply(lease, conn, seq, running, due));
     if let Err(e) = waited {
@@ -113,7 +114,7 @@ pub(super) fn fast_checked(
         let bytes = slot.read_inline(OFF_OUT_INLINE);
         reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
     }
-    lease.counters.small_ok(Path::Fast);
+    lease.counters.inline_ok(Path::Fast);
     Ok(())
 }
 

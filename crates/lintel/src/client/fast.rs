@@ -48,8 +48,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use super::checked::{call_checked, take_reply};
-use super::held::{Lease, end_call, ended_kept, forget};
+use super::held::{end_call, ended_kept, forget};
 use super::last::{self, Borrowed};
+use super::lease::Lease;
 use super::wait::{Unanswered, alert_late, hot_poll, kick, wait_reply_full};
 
 /// What [`call`] needs of the calling thread's own state: its last lease and
@@ -206,7 +207,7 @@ pub(super) fn reply_bytes(lease: Borrowed, len: usize, reply: &mut Reply) -> Res
 /// [`call`] succeeded: counted, then ended.
 #[inline(always)]
 pub(super) fn succeeded(lease: Borrowed) -> Result<(), Box<CallError>> {
-    lease.get().counters.small_ok(Path::Fast);
+    lease.get().counters.inline_ok(Path::Fast);
     end(lease);
     Ok(())
 }

@@ -3,16 +3,14 @@
 //! use, and given up when void (abandoned, or taken by a thread that waits
 //! for a slot). The slots' own policy is `state::lease`.
 
-use crate::abi::wire::Ctl;
-use crate::abi::{MAX_DOORS, SEQ_DEAD, ST_OK};
+use crate::abi::control::Ctl;
+use crate::abi::{MAX_DOORS, ST_OK};
 use crate::context::error::CallError;
-use crate::context::settings::Settings;
-use crate::context::shuttle::{self, Shuttle};
+use crate::context::shuttle::{self};
 use crate::context::stats::Counters;
 use crate::object::conn::Conn;
 use crate::state::call_area::OutArea;
-use crate::state::lease::Claim;
-use crate::sys::umem::{ReplyHeader, Slot, SyncWord};
+use crate::sys::umem::{ReplyHeader, SyncWord};
 use crate::{context::deadline, object::transfer};
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsFd;
@@ -20,39 +18,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
-use super::last::{self};
-
-/// One thread's lease of one slot.
-pub(super) struct Lease {
-    pub(super) conn: Arc<Conn>,
-    pub(super) area: Arc<OutArea>,
-    pub(super) claim: Claim,
-    pub(super) slot: Slot,
-    /// The CPU this thread ran on during its last call.
-    pub(super) cpu: Cell<u32>,
-    /// The call on the slot was abandoned: the lease is void.
-    pub(super) abandoned: Cell<bool>,
-    pub(super) counters: Counters,
-    /// This thread's shuttle (a lease never leaves its thread).
-    pub(super) shuttle: Arc<Shuttle>,
-    /// The domain's settings (spinning, forced path), read on every call.
-    pub(super) settings: &'static Settings,
-    /// Held in this thread's `LEASES` (so it may be `last`).
-    pub(super) held: Cell<bool>,
-}
-
-impl Lease {
-    #[inline]
-    pub(super) fn next_seq(&self) -> u32 {
-        self.area.leases.next_seq(&self.claim, SEQ_DEAD)
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.area.leases.release(&self.claim);
-    }
-}
+use super::last;
+use super::lease::Lease;
 
 thread_local! {
     /// Every lease this thread holds.

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::ptr::NonNull;
 use std::rc::Rc;
 
-use super::held::Lease;
+use super::lease::Lease;
 
 thread_local! {
     /// Null, or [`Rc::as_ptr`] of a lease this thread's `LEASES` holds:

@@ -14,8 +14,9 @@
 //! - `checked`: every other call, and the vanilla path;
 //! - `wait`: posting the request and waiting for the reply (spin, then
 //!   futex), abandoning a call whose deadline passed;
-//! - `held` and `last`: this thread's leases, and the last call's, which
-//!   the fast path borrows without a count (the `unsafe` is in `last`).
+//! - `lease`, `held` and `last`: one lease of a slot, this thread's
+//!   leases, and the last call's, which the fast path borrows without a
+//!   count (the `unsafe` is in `last`).
 pub mod call;
 mod checked;
 #[allow(unsafe_code)] // the borrow of the last call's lease (see `last`)
@@ -23,6 +24,7 @@ pub mod fast;
 mod held;
 #[allow(unsafe_code)]
 mod last;
+mod lease;
 mod wait;
 
 pub(crate) use checked::{call_checked, call_with};

@@ -3,7 +3,7 @@
 //! call whose deadline passes or that is cancelled is abandoned: the server
 //! is alerted and the slot drains until the late reply has landed.
 
-use crate::abi::wire::Ctl;
+use crate::abi::control::Ctl;
 use crate::abi::{BUSY, SEQ_DEAD, SPINNING};
 use crate::context::error::CallError;
 use crate::context::shuttle::Shuttle;
@@ -16,7 +16,7 @@ use crate::sys::umem::{Polled, Slot, SyncWord};
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
 
-use super::held::Lease;
+use super::lease::Lease;
 
 /// Publish the request posted in `slot` and make sure a server thread will
 /// see it; whether one was running (so the reply may come at once).

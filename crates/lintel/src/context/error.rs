@@ -52,16 +52,16 @@ pub enum CallError {
     /// the server side was alerted as for a deadline.
     #[error("the call was cancelled")]
     Cancelled,
-    /// No room in this domain's loan pool for a loan of `len` bytes:
+    /// No room in this domain's loan arena for a loan of `len` bytes:
     /// loans lent out and not yet returned hold it (or `len` exceeds it).
     #[error(
-        "no room for a loan of {len} bytes in the {pool}-byte loan pool (lent loans not yet returned hold it)"
+        "no room for a loan of {len} bytes in the {arena}-byte loan arena (lent loans not yet returned hold it)"
     )]
     NoLoanSpace {
         /// Bytes asked for.
         len: usize,
-        /// The pool's size.
-        pool: usize,
+        /// The arena's size.
+        arena: usize,
     },
     /// This buffer cannot be passed (a peer's loan: copy it into a loan of
     /// your own).

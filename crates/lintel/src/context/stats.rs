@@ -165,8 +165,8 @@ const SERVED: usize = RET_DOORS + PATHS;
 /// Per path, calls of ≤ 16 bytes and no doors that returned ≤ 16 bytes and
 /// no doors: one count stands for a call, an argument and a result in
 /// bucket 0 of the path (the common call, counted with one store).
-const SMALL_OK: usize = SERVED + PATHS;
-const WORDS: usize = SMALL_OK + PATHS;
+const INLINE_OK: usize = SERVED + PATHS;
+const WORDS: usize = INLINE_OK + PATHS;
 
 /// One owner's counters; only the owner writes them. Line-aligned, so two
 /// owners' blocks never share a cache line.
@@ -233,11 +233,11 @@ impl Counters {
     /// Count a call made on `path`, once it returned: `args` bytes and
     /// `doors` doors in, and the result's size and door count, or `None` if
     /// it failed. A small call that returned small is counted in one store
-    /// ([`Counters::small_ok`]).
+    /// ([`Counters::inline_ok`]).
     #[inline]
     pub fn call(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
-        if small_ok(args, doors, result) {
-            return self.small_ok(path);
+        if inline_ok(args, doors, result) {
+            return self.inline_ok(path);
         }
         self.count_each(path, args, doors, result)
     }
@@ -266,8 +266,8 @@ impl Counters {
     /// ≤ 16 bytes and no doors (the same as `call(path, ≤ 16, 0,
     /// Some((≤ 16, 0)))`, in one store).
     #[inline(always)]
-    pub fn small_ok(&self, path: Path) {
-        self.bump(SMALL_OK + path as usize);
+    pub fn inline_ok(&self, path: Path) {
+        self.bump(INLINE_OK + path as usize);
     }
 
     /// Count a call served here for another domain.
@@ -289,19 +289,19 @@ thread_local! {
     static MINE: Counters = Counters::new();
 }
 
-/// Whether a call is counted in one store ([`Counters::small_ok`]): small
+/// Whether a call is counted in one store ([`Counters::inline_ok`]): small
 /// in and small out, no doors either way.
 #[inline(always)]
-fn small_ok(args: usize, doors: usize, result: Option<(usize, usize)>) -> bool {
+fn inline_ok(args: usize, doors: usize, result: Option<(usize, usize)>) -> bool {
     let small = |len: usize, doors: usize| bucket(len) == 0 && doors == 0;
     small(args, doors) && result.is_some_and(|(len, d)| small(len, d))
 }
 
-/// Count a small call that returned small ([`Counters::small_ok`]) on this
+/// Count a small call that returned small ([`Counters::inline_ok`]) on this
 /// thread's own counters.
 #[inline(always)]
-pub(crate) fn count_small_ok(path: Path) {
-    let _ = MINE.try_with(|c| c.small_ok(path));
+pub(crate) fn count_inline_ok(path: Path) {
+    let _ = MINE.try_with(|c| c.inline_ok(path));
 }
 
 /// Count a call on this thread's own counters (see [`Counters::call`]).
@@ -310,8 +310,8 @@ pub(crate) fn count_small_ok(path: Path) {
 /// 213 to 188 instructions).
 #[inline(always)]
 pub(crate) fn call(path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
-    if small_ok(args, doors, result) {
-        count_small_ok(path);
+    if inline_ok(args, doors, result) {
+        count_inline_ok(path);
     } else {
         let _ = MINE.try_with(|c| c.count_each(path, args, doors, result));
     }
@@ -339,7 +339,7 @@ fn add(s: &mut CallStats, b: &Block) {
             s.args[p][k] += w(ARGS + p * BUCKETS + k);
             s.results[p][k] += w(RESULTS + p * BUCKETS + k);
         }
-        let small = w(SMALL_OK + p);
+        let small = w(INLINE_OK + p);
         s.calls[p] += small;
         s.args[p][0] += small;
         s.results[p][0] += small;
@@ -418,7 +418,7 @@ mod tests {
             assert_eq!(d, read(&full).since(&full0), "{p:?}");
             assert_eq!((d.calls[p as usize], d.args[p as usize][0]), (1, 1), "{p:?}");
             assert_eq!(
-                one.block.0[SMALL_OK + p as usize].load(Relaxed),
+                one.block.0[INLINE_OK + p as usize].load(Relaxed),
                 1,
                 "{p:?}: one store"
             );

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::abi::wire::{self, Ctl};
+use crate::abi::control::{self, Ctl};
 use crate::context::settings::Settings;
 use crate::object::conn::{Conn, Home, Ticket};
 use crate::object::door::{DoorCore, RemoteDoor};
@@ -255,7 +255,7 @@ impl Domain {
     /// The kept end of a ticket is readable: its travelling end was closed
     /// (the ticket is dropped) or a domain adopts it as a connection.
     fn ticket_ready(&'static self, key: u64) {
-        let mut buf = vec![0u8; wire::MAX_CTL];
+        let mut buf = vec![0u8; control::MAX_CTL];
         let mut t = self.tickets.lock();
         let Some((_, ticket)) = t.by_key.get(&key) else {
             return;
@@ -265,7 +265,7 @@ impl Domain {
         let hello = match &first {
             Ok(Recv::Empty) => return,
             Ok(Recv::Msg(n, _, Some(pid))) => {
-                let hello = buf.get(..*n).and_then(wire::decode);
+                let hello = buf.get(..*n).and_then(control::decode);
                 let ours =
                     matches!(hello, Some(Ctl::Hello { version, .. }) if version == crate::abi::VERSION);
                 ours.then_some(*pid)

@@ -13,20 +13,20 @@
 //!   and keep them ([`Sealed::as_slice`] is a plain `&[u8]`). Passing costs a
 //!   descriptor and a mapping; sealing costs an `munmap` of the writer's
 //!   pages (about as much per byte as copying, here).
-//! - **Shared loans**: a range of this domain's loan pool, one memfd mapped
+//! - **Shared loans**: a range of this domain's loan arena, one memfd mapped
 //!   here writable and by each peer read-only. The lender writes in place
 //!   ([`Loan::as_mut_slice`]) and passes it; the receiver gets a [`Loaned`],
 //!   owns it, may keep it past the call, and gives it back by dropping it.
 //!   Passing costs the same at any size. The lender could still change the
 //!   bytes (it is hostile or buggy), so a `Loaned` has no `&[u8]`: its bytes
 //!   are copied out ([`Loaned::read_into`]) and validated in the copy, and no
-//!   change can make the reader fault or read outside the loan (the pool is
+//!   change can make the reader fault or read outside the loan (the arena is
 //!   sealed against shrinking and growing).
 //!
 //! A buffer passed in a call is gone from the caller whether or not the
-//! call succeeds (a loan comes back to the pool once the receiver drops
+//! call succeeds (a loan comes back to the arena once the receiver drops
 //! it, or its domain dies). A loan the receiver lets go of while serving
-//! its lender's call comes back in that call's reply, so the lender's pool
+//! its lender's call comes back in that call's reply, so the lender's arena
 //! has it again the moment the call returns; one kept and dropped later
 //! goes back by message, batched with door releases. A `Loaned` cannot be passed on: copy it into a
 //! loan of your own.
@@ -55,8 +55,11 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
-use crate::abi::wire::{Ctl, WireBuf};
-use crate::abi::{BUF_FD, BUF_LOAN, BUF_RETURNED, BUF_SEALED, LOAN_POOL_SIZE, MAX_BUFFERS, WIRE_BUF};
+use crate::abi::control::Ctl;
+use crate::abi::descriptor::BufferDescriptor;
+use crate::abi::{
+    BUF_FD, BUF_LOAN, BUF_RETURNED, BUF_SEALED, BUFFER_DESCRIPTOR, LOAN_ARENA_SIZE, MAX_BUFFERS,
+};
 use crate::context::error::CallError;
 use crate::object::conn::Conn;
 use crate::sys::umem::{Bulk, Slot};
@@ -67,9 +70,9 @@ use crate::sys::{self, Mapping};
 pub enum Buffer {
     /// A sealed snapshot: nobody can change its bytes.
     Sealed(Sealed),
-    /// A loan of this domain's pool, to pass.
+    /// A loan of this domain's arena, to pass.
     Loan(Loan),
-    /// A loan of a peer's pool, received (untrusted bytes).
+    /// A loan of a peer's arena, received (untrusted bytes).
     Loaned(Loaned),
     /// A file descriptor, passed as is (as a Solaris door passes
     /// `DOOR_DESCRIPTOR`): the receiver gets its own descriptor for the
@@ -198,13 +201,13 @@ impl Sealed {
 
 // ---- loans ----
 
-/// Size of this domain's loan pool (address space; pages are made as loans
+/// Size of this domain's loan arena (address space; pages are made as loans
 /// are written, and reused as loans come back).
-pub const POOL_SIZE: usize = LOAN_POOL_SIZE;
-/// Loans are whole pages of the pool.
+pub const ARENA_SIZE: usize = LOAN_ARENA_SIZE;
+/// Loans are whole pages of the arena.
 const PAGE: usize = 4096;
 
-/// Free ranges of a pool: first fit, neighbours merged on free. A plain
+/// Free ranges of an arena: first fit, neighbours merged on free. A plain
 /// value (host-tested).
 #[derive(Debug)]
 pub(crate) struct Ranges {
@@ -252,23 +255,23 @@ impl Ranges {
     }
 }
 
-/// This domain's loan pool.
-struct Pool {
+/// This domain's loan arena.
+struct Arena {
     fd: OwnedFd,
     map: Arc<Mapping>,
     ranges: Mutex<Ranges>,
     /// Loans lent out, by connection id.
     out: Mutex<HashMap<u64, Lent>>,
     /// The fork generation it was made in: a forked child's parent's
-    /// pool is shared with the parent, so the child makes no loans of it.
+    /// arena is shared with the parent, so the child makes no loans of it.
     generation: u64,
 }
 
 /// How many times this process forked (and the child called `after_fork`):
-/// a pool made under an older generation is the parent's.
+/// an arena made under an older generation is the parent's.
 static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// This process is a forked child: the pool it sees is its parent's.
+/// This process is a forked child: the arena it sees is its parent's.
 pub(crate) fn forked() {
     GENERATION.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
@@ -276,22 +279,22 @@ pub(crate) fn forked() {
 /// The loans lent over one connection.
 #[derive(Default)]
 struct Lent {
-    /// The connection, to read its returns when the pool runs short.
+    /// The connection, to read its returns when the arena runs short.
     conn: Weak<Conn>,
     /// `offset → pages` (bytes).
     loans: HashMap<usize, usize>,
 }
 
-static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
+static ARENA: OnceLock<Result<Arena, String>> = OnceLock::new();
 
-fn pool() -> Result<&'static Pool, CallError> {
-    let p = POOL.get_or_init(|| {
-        let fd = sys::sealed_memfd("lintel-loans", POOL_SIZE).map_err(|e| e.to_string())?;
-        let map = Mapping::map(fd.as_fd(), POOL_SIZE).map_err(|e| e.to_string())?;
-        Ok(Pool {
+fn arena() -> Result<&'static Arena, CallError> {
+    let p = ARENA.get_or_init(|| {
+        let fd = sys::sealed_memfd("lintel-loans", ARENA_SIZE).map_err(|e| e.to_string())?;
+        let map = Mapping::map(fd.as_fd(), ARENA_SIZE).map_err(|e| e.to_string())?;
+        Ok(Arena {
             fd,
             map: Arc::new(map),
-            ranges: Mutex::new(Ranges::new(POOL_SIZE)),
+            ranges: Mutex::new(Ranges::new(ARENA_SIZE)),
             out: Mutex::new(HashMap::new()),
             generation: GENERATION.load(std::sync::atomic::Ordering::SeqCst),
         })
@@ -299,7 +302,7 @@ fn pool() -> Result<&'static Pool, CallError> {
     let p = p.as_ref().map_err(|e| CallError::Local(e.clone()))?;
     if p.generation != GENERATION.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(CallError::Local(
-            "the loan pool is the parent process's: a forked child makes no loans".into(),
+            "the loan arena is the parent process's: a forked child makes no loans".into(),
         ));
     }
     Ok(p)
@@ -309,7 +312,7 @@ fn pages(len: usize) -> usize {
     len.max(1).div_ceil(PAGE) * PAGE
 }
 
-/// A loan of this domain's pool: write it in place, then pass it.
+/// A loan of this domain's arena: write it in place, then pass it.
 pub struct Loan {
     view: Bulk,
     off: usize,
@@ -325,24 +328,27 @@ impl std::fmt::Debug for Loan {
 }
 
 impl Loan {
-    /// A loan of `len` bytes (its contents are whatever the pool held).
+    /// A loan of `len` bytes (its contents are whatever the arena held).
     ///
-    /// When the pool is full of loans not yet returned, this waits for
+    /// When the arena is full of loans not yet returned, this waits for
     /// returns (reading them off the connections itself, so a busy watcher
     /// thread does not hold them up) until the thread's deadline, or at most
     /// [`LOAN_WAIT`]; then it fails with [`CallError::NoLoanSpace`].
     pub fn new(len: usize) -> Result<Loan, CallError> {
-        let pool = pool()?;
+        let arena = arena()?;
         let size = pages(len);
-        if size > POOL_SIZE {
-            return Err(CallError::NoLoanSpace { len, pool: POOL_SIZE });
+        if size > ARENA_SIZE {
+            return Err(CallError::NoLoanSpace {
+                len,
+                arena: ARENA_SIZE,
+            });
         }
-        let taken = pool.ranges.lock().take(size); // the lock is let go here
+        let taken = arena.ranges.lock().take(size); // the lock is let go here
         let off = match taken {
             Some(off) => off,
-            None => wait_for_room(pool, size, len)?,
+            None => wait_for_room(arena, size, len)?,
         };
-        let view = Bulk::range(pool.map.clone(), off, size).expect("a pool range is in the pool");
+        let view = Bulk::range(arena.map.clone(), off, size).expect("an arena range is in the arena");
         Ok(Loan {
             view,
             off,
@@ -363,7 +369,7 @@ impl Loan {
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the range was taken from the allocator for this loan
         // alone and has not been lent (a lent loan is moved into the call):
-        // peers map the pool read-only, so nobody else writes or reads it
+        // peers map the arena read-only, so nobody else writes or reads it
         // through a reference.
         let all = unsafe { self.view.as_mut_slice() };
         &mut all[..self.len]
@@ -382,8 +388,8 @@ impl Loan {
     /// The loan is passed over `conn`: it is out until returned. Returns
     /// its descriptor.
     fn lend(mut self, conn: &Arc<Conn>) -> (usize, usize) {
-        if let Ok(pool) = pool() {
-            let mut out = pool.out.lock();
+        if let Ok(arena) = arena() {
+            let mut out = arena.out.lock();
             let lent = out.entry(conn.id).or_default();
             lent.conn = Arc::downgrade(conn);
             lent.loans.insert(self.off, self.view.len());
@@ -396,29 +402,29 @@ impl Loan {
 impl Drop for Loan {
     fn drop(&mut self) {
         if !self.lent
-            && let Ok(pool) = pool()
+            && let Ok(arena) = arena()
         {
-            pool.ranges.lock().give(self.off, self.view.len());
+            arena.ranges.lock().give(self.off, self.view.len());
         }
     }
 }
 
-/// Longest a new loan waits for loans to come back to a full pool.
+/// Longest a new loan waits for loans to come back to a full arena.
 pub const LOAN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The pool has no room for `size` bytes: take in the returns the peers
+/// The arena has no room for `size` bytes: take in the returns the peers
 /// have sent (pumping their connections), yielding the CPU between tries
 /// so their threads can send them, until there is room or time is up.
 #[cold]
-fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallError> {
+fn wait_for_room(arena: &Arena, size: usize, len: usize) -> Result<usize, CallError> {
     let due = crate::context::deadline::current();
     let end = std::time::Instant::now() + LOAN_WAIT;
     loop {
-        let lenders: Vec<Weak<Conn>> = pool.out.lock().values().map(|l| l.conn.clone()).collect();
+        let lenders: Vec<Weak<Conn>> = arena.out.lock().values().map(|l| l.conn.clone()).collect();
         for conn in lenders.iter().filter_map(Weak::upgrade) {
             conn.pump();
         }
-        let taken = pool.ranges.lock().take(size);
+        let taken = arena.ranges.lock().take(size);
         if let Some(off) = taken {
             return Ok(off);
         }
@@ -426,7 +432,10 @@ fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallErro
             return Err(CallError::TimedOut);
         }
         if std::time::Instant::now() >= end {
-            return Err(CallError::NoLoanSpace { len, pool: POOL_SIZE });
+            return Err(CallError::NoLoanSpace {
+                len,
+                arena: ARENA_SIZE,
+            });
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
@@ -435,10 +444,10 @@ fn wait_for_room(pool: &Pool, size: usize, len: usize) -> Result<usize, CallErro
 /// Loans lent over connection `conn` came back: `(offset, length)` as the
 /// peer says, honoured only for loans lent to it.
 pub(crate) fn returned(conn: u64, loans: &[(u64, u32)]) {
-    let Some(Ok(pool)) = POOL.get() else { return }; // nothing lent: nothing to return
-    let mut out = pool.out.lock();
+    let Some(Ok(arena)) = ARENA.get() else { return }; // nothing lent: nothing to return
+    let mut out = arena.out.lock();
     let Some(lent) = out.get_mut(&conn) else { return };
-    let mut ranges = pool.ranges.lock();
+    let mut ranges = arena.ranges.lock();
     for &(off, _) in loans {
         if let Some(size) = lent.loans.remove(&(off as usize)) {
             ranges.give(off as usize, size);
@@ -446,28 +455,28 @@ pub(crate) fn returned(conn: u64, loans: &[(u64, u32)]) {
     }
 }
 
-/// Bytes of this domain's loan pool lent to peers and not yet returned
+/// Bytes of this domain's loan arena lent to peers and not yet returned
 /// (a peer that keeps loans holds them; a peer that dies returns them).
 pub fn lent_bytes() -> usize {
-    match POOL.get() {
-        Some(Ok(pool)) => pool.out.lock().values().flat_map(|l| l.loans.values()).sum(),
+    match ARENA.get() {
+        Some(Ok(arena)) => arena.out.lock().values().flat_map(|l| l.loans.values()).sum(),
         _ => 0,
     }
 }
 
 /// Connection `conn` is gone: every loan lent over it is ours again.
 pub(crate) fn conn_gone(conn: u64) {
-    let Some(Ok(pool)) = POOL.get() else { return };
-    let lent = pool.out.lock().remove(&conn);
+    let Some(Ok(arena)) = ARENA.get() else { return };
+    let lent = arena.out.lock().remove(&conn);
     if let Some(lent) = lent {
-        let mut ranges = pool.ranges.lock();
+        let mut ranges = arena.ranges.lock();
         for (off, size) in lent.loans {
             ranges.give(off, size);
         }
     }
 }
 
-/// A loan of a peer's pool, received: owned until dropped (which gives it
+/// A loan of a peer's arena, received: owned until dropped (which gives it
 /// back). Its bytes are the lender's to change at any time, so they are
 /// read by copying out, never by reference.
 pub struct Loaned {
@@ -530,7 +539,7 @@ impl Drop for Loaned {
 thread_local! {
     /// The connection whose call this thread is serving (0: none).
     static SERVING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// Loans of that caller's pool let go of during the call.
+    /// Loans of that caller's arena let go of during the call.
     static RETURNS: std::cell::RefCell<Vec<(u64, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -560,12 +569,12 @@ pub(crate) fn take_returns() -> Vec<(u64, u32)> {
 pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns: &[(u64, u32)]) -> usize {
     let room = MAX_BUFFERS.saturating_sub(first).min(returns.len());
     for (i, &(off, len)) in returns[..room].iter().enumerate() {
-        let d = WireBuf {
+        let d = BufferDescriptor {
             kind: BUF_RETURNED,
             len,
             off,
         };
-        slot.write(WireBuf::offset(first + i), &d.to_bytes());
+        slot.write(BufferDescriptor::offset(first + i), &d.to_bytes());
     }
     send_returns(conn, &returns[room..]);
     room
@@ -608,7 +617,7 @@ pub(crate) fn check_passable(bufs: &[Buffer]) -> Result<(), CallError> {
 
 /// Write `bufs` into `slot`'s buffer descriptors for a call (`request`) or
 /// reply, sending what must go first: the sealed snapshots' memfds and,
-/// once per connection, our loan pool. Returns the loans lent, to take
+/// once per connection, our loan arena. Returns the loans lent, to take
 /// back if the peer refuses the call before taking them.
 pub(crate) fn send(
     conn: &Arc<Conn>,
@@ -643,31 +652,31 @@ pub(crate) fn send(
     let mut lent = Vec::new();
     for (i, b) in bufs.into_iter().enumerate() {
         let d = match b {
-            Buffer::Sealed(s) => WireBuf {
+            Buffer::Sealed(s) => BufferDescriptor {
                 kind: BUF_SEALED,
                 len: s.len as u32,
                 off: 0,
             },
             Buffer::Loan(l) => {
-                if !conn.lend_pool(|| pool().map(|p| p.fd.as_fd())) {
+                if !conn.lend_arena(|| arena().map(|p| p.fd.as_fd())) {
                     return Err(CallError::PeerDied);
                 }
                 let (off, len) = l.lend(conn);
                 lent.push(off as u64);
-                WireBuf {
+                BufferDescriptor {
                     kind: BUF_LOAN,
                     len: len as u32,
                     off: off as u64,
                 }
             }
-            Buffer::Fd(_) => WireBuf {
+            Buffer::Fd(_) => BufferDescriptor {
                 kind: BUF_FD,
                 len: 0,
                 off: 0,
             },
             Buffer::Loaned(_) => unreachable!("refused above"),
         };
-        slot.write(WireBuf::offset(i), &d.to_bytes());
+        slot.write(BufferDescriptor::offset(i), &d.to_bytes());
     }
     Ok(lent)
 }
@@ -695,9 +704,9 @@ pub(crate) fn receive(
     }
     let descs: Vec<(u32, usize, u64)> = (0..n)
         .map(|i| {
-            let mut b = [0u8; WIRE_BUF];
-            slot.read(WireBuf::offset(i), &mut b);
-            let d = WireBuf::from_bytes(&b);
+            let mut b = [0u8; BUFFER_DESCRIPTOR];
+            slot.read(BufferDescriptor::offset(i), &mut b);
+            let d = BufferDescriptor::from_bytes(&b);
             (d.kind, d.len as usize, d.off)
         })
         .collect();
@@ -752,16 +761,17 @@ pub(crate) fn receive(
     Ok(())
 }
 
-/// A loan of the peer's pool, checked to lie inside it.
+/// A loan of the peer's arena, checked to lie inside it.
 fn loaned(conn: &Arc<Conn>, len: usize, off: u64) -> Result<Loaned, CallError> {
-    let pool = conn
-        .peer_pool()
-        .ok_or(CallError::BadMessage("loan from a peer that sent no pool"))?;
-    let off_us = usize::try_from(off).map_err(|_| CallError::BadMessage("loan outside the pool"))?;
+    let arena = conn
+        .peer_arena()
+        .ok_or(CallError::BadMessage("loan from a peer that sent no arena"))?;
+    let off_us = usize::try_from(off).map_err(|_| CallError::BadMessage("loan outside the arena"))?;
     if !off_us.is_multiple_of(PAGE) {
-        return Err(CallError::BadMessage("loan outside the pool"));
+        return Err(CallError::BadMessage("loan outside the arena"));
     }
-    let view = Bulk::range(pool, off_us, pages(len)).ok_or(CallError::BadMessage("loan outside the pool"))?;
+    let view =
+        Bulk::range(arena, off_us, pages(len)).ok_or(CallError::BadMessage("loan outside the arena"))?;
     Ok(Loaned {
         view,
         off,
@@ -823,12 +833,12 @@ mod tests {
 
     #[test]
     fn a_loan_larger_than_the_pool_is_refused_at_once() {
-        let e = Loan::new(POOL_SIZE + 1).unwrap_err();
+        let e = Loan::new(ARENA_SIZE + 1).unwrap_err();
         assert_eq!(
             e,
             CallError::NoLoanSpace {
-                len: POOL_SIZE + 1,
-                pool: POOL_SIZE
+                len: ARENA_SIZE + 1,
+                arena: ARENA_SIZE
             }
         );
     }

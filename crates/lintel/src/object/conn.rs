@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::abi;
-use crate::abi::wire::{self, Ctl, WireDoor};
+use crate::abi::control::{self, Ctl};
+use crate::abi::descriptor::DoorDescriptor;
 use crate::context::error::CallError;
 use crate::context::settings::Settings;
 use crate::object::door::{DoorCore, RemoteDoor};
@@ -136,11 +137,11 @@ pub(crate) struct Conn {
     /// Sealed snapshots' memfds sent ahead of the call or reply that
     /// passes them (bounded like tickets).
     buffers_in: Mutex<Parked>,
-    /// Our loan pool has been sent to the peer.
+    /// Our loan arena has been sent to the peer.
     pool_sent: Mutex<bool>,
-    /// The peer's loan pool, mapped read-only.
-    peer_pool: Mutex<Option<Arc<Mapping>>>,
-    boot: Mutex<Option<(Vec<WireDoor>, Vec<OwnedFd>)>>,
+    /// The peer's loan arena, mapped read-only.
+    peer_arena: Mutex<Option<Arc<Mapping>>>,
+    boot: Mutex<Option<(Vec<DoorDescriptor>, Vec<OwnedFd>)>>,
     boot_seen: AtomicBool,
     pub adopted: Mutex<Option<Ticket>>,
     /// Readable once the peer process has exited: death is seen even if the
@@ -154,7 +155,7 @@ pub(crate) struct Conn {
     /// Releases of the peer's grants waiting to be sent (client role).
     releases: Mutex<Vec<(u32, u32)>>,
     releases_sent: AtomicU64,
-    /// Loans of the peer's pool we dropped, waiting to be returned.
+    /// Loans of the peer's arena we dropped, waiting to be returned.
     returns: Mutex<Vec<(u64, u32)>>,
 }
 
@@ -184,7 +185,7 @@ impl Conn {
             peer_pid: AtomicU32::new(peer_pid),
             sock,
             dead: AtomicBool::new(false),
-            recv: Mutex::new(vec![0u8; wire::MAX_CTL]),
+            recv: Mutex::new(vec![0u8; control::MAX_CTL]),
             out: Mutex::new(None),
             grants: Mutex::new(Grants::default()),
             grants_gen: AtomicU64::new(0),
@@ -194,7 +195,7 @@ impl Conn {
             segments_in: Mutex::new(HashMap::new()),
             buffers_in: Mutex::new(Parked::default()),
             pool_sent: Mutex::new(false),
-            peer_pool: Mutex::new(None),
+            peer_arena: Mutex::new(None),
             boot: Mutex::new(None),
             boot_seen: AtomicBool::new(false),
             adopted: Mutex::new(None),
@@ -226,7 +227,7 @@ impl Conn {
     /// Send a control message; errors mean the peer is gone, which the
     /// watcher reports on its own.
     pub fn send(&self, msg: &Ctl, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
-        sys::send_msg(self.sock.as_fd(), &wire::encode(msg), fds).is_ok()
+        sys::send_msg(self.sock.as_fd(), &control::encode(msg), fds).is_ok()
     }
 
     // ---- grants (server role) ----
@@ -289,7 +290,7 @@ impl Conn {
         q.len() == 1
     }
 
-    /// We dropped a loan of the peer's pool: queue its return (sent in
+    /// We dropped a loan of the peer's arena: queue its return (sent in
     /// batches with the releases, off the dropping thread's path). True if
     /// the queue was empty (the caller then wakes the watcher).
     pub fn return_loan(&self, off: u64, len: u32) -> bool {
@@ -301,10 +302,10 @@ impl Conn {
         q.len() == 1
     }
 
-    /// Send the queued loan returns, [`wire::MAX_RELEASES`] to a message.
+    /// Send the queued loan returns, [`control::MAX_RELEASES`] to a message.
     pub fn flush_returns(&self) {
         let returns = std::mem::take(&mut *self.returns.lock());
-        for batch in returns.chunks(wire::MAX_RELEASES) {
+        for batch in returns.chunks(control::MAX_RELEASES) {
             let loans = batch.to_vec();
             if !self.send(&Ctl::Returned { loans }, &[]) {
                 return;
@@ -312,10 +313,10 @@ impl Conn {
         }
     }
 
-    /// Send the queued releases, [`wire::MAX_RELEASES`] to a message.
+    /// Send the queued releases, [`control::MAX_RELEASES`] to a message.
     pub fn flush_releases(&self) {
         let queued = std::mem::take(&mut *self.releases.lock());
-        for batch in queued.chunks(wire::MAX_RELEASES) {
+        for batch in queued.chunks(control::MAX_RELEASES) {
             let grants = batch.to_vec();
             if !self.send(&Ctl::Releases { grants }, &[]) {
                 return;
@@ -446,13 +447,13 @@ impl Conn {
         self.buffers_in.lock().take(request, slot, seq)
     }
 
-    /// Make sure the peer has our loan pool (`fd` makes it on first use):
+    /// Make sure the peer has our loan arena (`fd` makes it on first use):
     /// sent once, before the first loan. False if the peer is gone.
-    pub fn lend_pool<'a>(&self, fd: impl FnOnce() -> Result<BorrowedFd<'a>, CallError>) -> bool {
+    pub fn lend_arena<'a>(&self, fd: impl FnOnce() -> Result<BorrowedFd<'a>, CallError>) -> bool {
         let mut sent = self.pool_sent.lock();
         if !*sent {
             let Ok(fd) = fd() else { return false };
-            if !self.send(&Ctl::Pool, &[fd]) {
+            if !self.send(&Ctl::Arena, &[fd]) {
                 return false;
             }
             *sent = true;
@@ -460,13 +461,13 @@ impl Conn {
         true
     }
 
-    /// The peer's loan pool, if it sent one (read the socket once if not).
-    pub fn peer_pool(self: &Arc<Self>) -> Option<Arc<Mapping>> {
-        if let Some(p) = self.peer_pool.lock().clone() {
+    /// The peer's loan arena, if it sent one (read the socket once if not).
+    pub fn peer_arena(self: &Arc<Self>) -> Option<Arc<Mapping>> {
+        if let Some(p) = self.peer_arena.lock().clone() {
             return Some(p);
         }
         self.pump();
-        self.peer_pool.lock().clone()
+        self.peer_arena.lock().clone()
     }
 
     /// The protocol version the peer speaks, if the connection was refused
@@ -476,7 +477,7 @@ impl Conn {
     }
 
     /// Wait for the peer's boot message.
-    pub fn wait_boot(&self, timeout: Duration) -> Option<(Vec<WireDoor>, Vec<OwnedFd>)> {
+    pub fn wait_boot(&self, timeout: Duration) -> Option<(Vec<DoorDescriptor>, Vec<OwnedFd>)> {
         let deadline = std::time::Instant::now() + timeout;
         let mut answers = self.answers.lock();
         loop {
@@ -498,7 +499,7 @@ impl Conn {
         loop {
             match sys::recv_msg(self.sock.as_fd(), &mut buf) {
                 Ok(Recv::Msg(n, fds, _)) => {
-                    if let Some(msg) = buf.get(..n).and_then(wire::decode) {
+                    if let Some(msg) = buf.get(..n).and_then(control::decode) {
                         self.handle(msg, fds);
                     }
                     if self.is_dead() {
@@ -589,17 +590,17 @@ impl Conn {
                     tracing::warn!(conn = self.id, slot, "refused sealed buffers: too many parked");
                 }
             }
-            Ctl::Pool => {
-                let mut pool = self.peer_pool.lock();
+            Ctl::Arena => {
+                let mut pool = self.peer_arena.lock();
                 if pool.is_none() && fds.len() == 1 {
                     // Sealed against shrinking, so no read of it faults; of
                     // a larger file, only what a pool of ours could be is mapped.
                     match sys::check_segment(fds[0].as_fd()) {
-                        Ok(size) => match Mapping::map_read(fds[0].as_fd(), size.min(abi::LOAN_POOL_SIZE)) {
+                        Ok(size) => match Mapping::map_read(fds[0].as_fd(), size.min(abi::LOAN_ARENA_SIZE)) {
                             Ok(m) => *pool = Some(Arc::new(m)),
-                            Err(_) => tracing::warn!(conn = self.id, "cannot map the peer's loan pool"),
+                            Err(_) => tracing::warn!(conn = self.id, "cannot map the peer's loan arena"),
                         },
-                        Err(why) => tracing::warn!(conn = self.id, why, "refused the peer's loan pool"),
+                        Err(why) => tracing::warn!(conn = self.id, why, "refused the peer's loan arena"),
                     }
                 }
             }
@@ -708,10 +709,10 @@ mod tests {
 
     /// Every control message waiting on `sock`.
     fn received(sock: &OwnedFd) -> Vec<Ctl> {
-        let mut buf = vec![0u8; wire::MAX_CTL];
+        let mut buf = vec![0u8; control::MAX_CTL];
         let mut msgs = Vec::new();
         while let Ok(Recv::Msg(n, _, _)) = sys::recv_msg(sock.as_fd(), &mut buf) {
-            msgs.extend(wire::decode(&buf[..n]));
+            msgs.extend(control::decode(&buf[..n]));
         }
         msgs
     }
@@ -740,7 +741,7 @@ mod tests {
     #[test]
     fn a_peer_of_another_version_is_refused() {
         let (conn, theirs) = connected();
-        let hello = wire::encode(&Ctl::Hello {
+        let hello = control::encode(&Ctl::Hello {
             pid: 1,
             version: abi::VERSION + 1,
         });
@@ -754,7 +755,7 @@ mod tests {
     fn a_peer_of_this_version_is_kept_and_a_second_hello_is_noise() {
         let (conn, theirs) = connected();
         for version in [abi::VERSION, abi::VERSION + 1] {
-            let hello = wire::encode(&Ctl::Hello { pid: 1, version });
+            let hello = control::encode(&Ctl::Hello { pid: 1, version });
             sys::send_msg(theirs.as_fd(), &hello, &[]).unwrap();
         }
         assert!(conn.pump());
@@ -788,7 +789,7 @@ mod tests {
         let door = served();
         let g = conn.grant(&door).unwrap();
         conn.grant(&door).unwrap();
-        let release = |count| wire::encode(&Ctl::Release { grant: g, count });
+        let release = |count| control::encode(&Ctl::Release { grant: g, count });
         sys::send_msg(theirs.as_fd(), &release(1), &[]).unwrap();
         assert!(conn.pump());
         assert!(conn.lookup(g).is_some(), "one of two sends is still held");
@@ -801,7 +802,7 @@ mod tests {
     #[test]
     fn dropped_remote_doors_are_released_in_batches() {
         let (conn, theirs) = connected();
-        let n = 3 * wire::MAX_RELEASES as u32 + 1;
+        let n = 3 * control::MAX_RELEASES as u32 + 1;
         let doors: Vec<_> = (0..n).map(|g| conn.home.remote_door(&conn, g)).collect();
         drop(doors);
         assert!(

@@ -22,8 +22,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use crate::abi::wire::{Ctl, WireDoor};
-use crate::abi::{MAX_DOORS, OFF_DOORS, WD_DEAD, WD_MINE, WD_THIRD, WD_YOURS, WIRE_DOOR};
+use crate::abi::control::Ctl;
+use crate::abi::descriptor::DoorDescriptor;
+use crate::abi::{DOOR_DESCRIPTOR, MAX_DOORS, OFF_DOORS, WD_DEAD, WD_MINE, WD_THIRD, WD_YOURS};
 use crate::context::error::CallError;
 use crate::object::conn::{Answer, Conn};
 use crate::object::door::{Door, Inner};
@@ -61,24 +62,24 @@ pub(crate) fn take_back(conn: &Conn, granted: &[u32]) {
 
 /// Encode `door` for sending over `conn`; third-party doors add a ticket.
 /// Nothing is granted to a peer that is gone.
-fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor, CallError> {
+fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<DoorDescriptor, CallError> {
     Ok(match &door.base().0 {
         Inner::Local(core) => {
             let idx = conn.grant(core).ok_or(CallError::PeerDied)?;
             out.granted.push(idx);
-            WireDoor {
+            DoorDescriptor {
                 kind: WD_MINE,
                 idx,
                 pid: 0,
             }
         }
-        Inner::Remote(rd) if Arc::ptr_eq(&rd.conn, conn) => WireDoor {
+        Inner::Remote(rd) if Arc::ptr_eq(&rd.conn, conn) => DoorDescriptor {
             kind: WD_YOURS,
             idx: rd.grant,
             pid: 0,
         },
         Inner::Remote(rd) => {
-            let dead = WireDoor::dead(rd.conn.peer_pid());
+            let dead = DoorDescriptor::dead(rd.conn.peer_pid());
             if rd.conn.is_dead() {
                 return Ok(dead);
             }
@@ -89,20 +90,20 @@ fn encode(conn: &Arc<Conn>, door: &Door, out: &mut Outgoing) -> Result<WireDoor,
                 _ => return Err(CallError::BadDoor),
             };
             out.tickets.push(ticket);
-            WireDoor {
+            DoorDescriptor {
                 kind: WD_THIRD,
                 idx: (out.tickets.len() - 1) as u32,
                 pid: rd.conn.peer_pid(),
             }
         }
-        Inner::Dead(pid) => WireDoor::dead(*pid),
+        Inner::Dead(pid) => DoorDescriptor::dead(*pid),
         Inner::Timed(_) => unreachable!("base() unwraps timeouts"),
     })
 }
 
 /// Resolve one received descriptor. Every one is resolved even after an
 /// error so that no reference or ticket is left behind.
-fn decode(conn: &Arc<Conn>, w: WireDoor, tickets: &mut [Option<OwnedFd>]) -> Result<Door, CallError> {
+fn decode(conn: &Arc<Conn>, w: DoorDescriptor, tickets: &mut [Option<OwnedFd>]) -> Result<Door, CallError> {
     match w.kind {
         WD_MINE => Ok(Door(Inner::Remote(conn.home.remote_door(conn, w.idx)))),
         WD_DEAD => Ok(Door(Inner::Dead(w.pid))),
@@ -170,7 +171,7 @@ pub(crate) fn send_doors(
     let mut write = || {
         for (i, door) in doors.iter().enumerate() {
             let w = encode(conn, door, &mut out)?;
-            slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
+            slot.write(OFF_DOORS + i * DOOR_DESCRIPTOR, &w.to_bytes());
         }
         if !out.tickets.is_empty() {
             let batch = Ctl::Tickets {
@@ -203,11 +204,11 @@ pub(crate) fn receive_doors(
     seq: u32,
     out: &mut Vec<Door>,
 ) -> Result<(), CallError> {
-    let wires: Vec<WireDoor> = (0..n.min(MAX_DOORS))
+    let wires: Vec<DoorDescriptor> = (0..n.min(MAX_DOORS))
         .map(|i| {
-            let mut b = [0u8; WIRE_DOOR];
-            slot.read(OFF_DOORS + i * WIRE_DOOR, &mut b);
-            WireDoor::from_bytes(&b)
+            let mut b = [0u8; DOOR_DESCRIPTOR];
+            slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
+            DoorDescriptor::from_bytes(&b)
         })
         .collect();
     let mut tickets: Vec<Option<OwnedFd>> = Vec::new();
@@ -236,9 +237,9 @@ pub(crate) fn receive_doors(
 /// caller's own doors are the caller's to take back.)
 pub(crate) fn discard_doors(conn: &Arc<Conn>, slot: &Slot, n: usize, request: bool, index: u32, seq: u32) {
     let third = (0..n.min(MAX_DOORS)).any(|i| {
-        let mut b = [0u8; WIRE_DOOR];
-        slot.read(OFF_DOORS + i * WIRE_DOOR, &mut b);
-        WireDoor::from_bytes(&b).kind == WD_THIRD
+        let mut b = [0u8; DOOR_DESCRIPTOR];
+        slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
+        DoorDescriptor::from_bytes(&b).kind == WD_THIRD
     });
     if third {
         drop(conn.take_tickets(request, index, seq));
@@ -249,7 +250,7 @@ pub(crate) fn discard_doors(conn: &Arc<Conn>, slot: &Slot, n: usize, request: bo
 /// behind); all the doors, or the first error.
 fn resolve_all(
     conn: &Arc<Conn>,
-    wires: &[WireDoor],
+    wires: &[DoorDescriptor],
     tickets: &mut [Option<OwnedFd>],
 ) -> Result<Vec<Door>, CallError> {
     let mut first_err = None;
@@ -270,7 +271,7 @@ fn resolve_all(
 pub(crate) fn encode_for_socket(
     conn: &Arc<Conn>,
     doors: &[Door],
-) -> Result<(Vec<WireDoor>, Outgoing), CallError> {
+) -> Result<(Vec<DoorDescriptor>, Outgoing), CallError> {
     let mut out = Outgoing::default();
     let wires = doors.iter().map(|d| encode(conn, d, &mut out)).collect();
     match wires {
@@ -285,7 +286,7 @@ pub(crate) fn encode_for_socket(
 /// Decode doors received in a socket message.
 pub(crate) fn decode_from_socket(
     conn: &Arc<Conn>,
-    wires: &[WireDoor],
+    wires: &[DoorDescriptor],
     fds: Vec<OwnedFd>,
 ) -> Result<Vec<Door>, CallError> {
     let mut tickets: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
@@ -298,17 +299,17 @@ mod tests {
     use crate::abi::SLOT_SIZE;
     use crate::sys::Mapping;
 
-    fn slot_with(doors: &[WireDoor]) -> Slot {
+    fn slot_with(doors: &[DoorDescriptor]) -> Slot {
         let fd = sys::sealed_memfd("t", SLOT_SIZE).unwrap();
         let slot = Slot::new(Arc::new(Mapping::map(fd.as_fd(), SLOT_SIZE).unwrap()), 0).unwrap();
         for (i, w) in doors.iter().enumerate() {
-            slot.write(OFF_DOORS + i * WIRE_DOOR, &w.to_bytes());
+            slot.write(OFF_DOORS + i * DOOR_DESCRIPTOR, &w.to_bytes());
         }
         slot
     }
 
-    fn third() -> WireDoor {
-        WireDoor {
+    fn third() -> DoorDescriptor {
+        DoorDescriptor {
             kind: WD_THIRD,
             idx: 0,
             pid: 1,

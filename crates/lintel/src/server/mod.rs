@@ -447,7 +447,7 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     }
     let core = match &bufs.door {
         Some((grant, generation, core))
-            if req.is_small()
+            if req.is_inline()
                 && *grant == req.grant
                 && *generation == w.conn.grants_gen()
                 && !ss.has_pinned.load(Relaxed) =>
@@ -471,9 +471,9 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
         return finish_slow(w, slot, seq, bufs, result, false);
     }
     let len = reply.data.len() as u32;
-    ReplyHeader::write_small_data(slot, &reply.data);
+    ReplyHeader::write_inline_data(slot, &reply.data);
     if bufs.reply_header != Some(len) {
-        ReplyHeader::write_small_header(slot, len);
+        ReplyHeader::write_inline_header(slot, len);
         bufs.reply_header = Some(len);
     }
     publish_reply(slot, seq);

@@ -15,7 +15,7 @@
 //!   (or the server died), so nothing the late server writes reaches the
 //!   next call.
 //!
-//! The owner starts a call with no locked instruction ([`Slot::begin`]):
+//! The owner starts a call with no locked instruction ([`Ownership::begin`]):
 //! it sets its mark, runs the light half of an asymmetric fence (`fence`),
 //! and checks that the word still names it. A thief marks the word
 //! `STEALING`, runs the heavy half, and reads the owner's mark. Each side
@@ -86,15 +86,15 @@ pub(crate) enum Found {
 }
 
 /// One slot's state word and the mark of its owner's claim.
-pub(crate) struct Slot {
+pub(crate) struct Ownership {
     word: AtomicU64,
     /// The owner's mark, under the lock every change of owner takes.
     mark: Mutex<Option<Mark>>,
 }
 
-impl Slot {
-    pub fn new() -> Slot {
-        Slot {
+impl Ownership {
+    pub fn new() -> Ownership {
+        Ownership {
             word: AtomicU64::new(FREE),
             mark: Mutex::new(None),
         }

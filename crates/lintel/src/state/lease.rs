@@ -1,4 +1,4 @@
-//! Slot leases: which calling thread uses which slot of a call area.
+//! Ownership leases: which calling thread uses which slot of a call area.
 //!
 //! A client thread leases a slot the first time it calls over a connection
 //! and keeps it across calls, so the server thread bound to the slot is
@@ -29,7 +29,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::abi::SLOTS;
 pub(crate) use crate::state::claim::Claim;
-use crate::state::claim::{Found, Slot};
+use crate::state::claim::{Found, Ownership};
 
 /// A slot index as an index of the arrays: always in range, so the
 /// compiler leaves out the bounds check (an index is below [`SLOTS`] anyway).
@@ -45,7 +45,7 @@ pub(crate) const POLL: Duration = Duration::from_millis(1);
 /// [`SLOTS`] (a power of two), however many slots are in use, so the call
 /// path indexes them with no bounds check (`at`).
 pub(crate) struct Leases {
-    slots: Box<[Slot; SLOTS]>,
+    slots: Box<[Ownership; SLOTS]>,
     seqs: Box<[AtomicU32; SLOTS]>,
     free: Mutex<Vec<u32>>,
     freed: Condvar,
@@ -58,7 +58,7 @@ impl Leases {
     pub fn new(slots: usize) -> Leases {
         assert!(slots <= SLOTS, "{slots} slots, at most {SLOTS}");
         Leases {
-            slots: Box::new(std::array::from_fn(|_| Slot::new())),
+            slots: Box::new(std::array::from_fn(|_| Ownership::new())),
             seqs: Box::new(std::array::from_fn(|_| AtomicU32::new(0))),
             free: Mutex::new((0..slots as u32).rev().collect()),
             freed: Condvar::new(),

@@ -248,14 +248,14 @@ mod leases {
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
 
-    use super::claim::{Claim, Found, Slot};
+    use super::claim::{Claim, Found, Ownership};
     use super::model;
 
     /// A slot leased by owner 1, between calls, and what calls on it touch
     /// (loom reports two callers whose accesses the protocol leaves
     /// unordered).
     struct Leased {
-        slot: Slot,
+        slot: Ownership,
         owner: Claim,
         contents: UnsafeCell<u32>,
     }
@@ -263,7 +263,7 @@ mod leases {
     impl Leased {
         fn new() -> Arc<Leased> {
             let owner = Claim::new(0, 1, None);
-            let slot = Slot::new();
+            let slot = Ownership::new();
             slot.lease_free(&owner);
             slot.end(&owner);
             Arc::new(Leased {

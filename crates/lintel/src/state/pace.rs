@@ -1,7 +1,7 @@
 //! When the watcher sends queued releases.
 //!
 //! Dropped remote doors queue their releases and the watcher sends them in
-//! messages of up to [`crate::abi::wire::MAX_RELEASES`]. Sending at every wake
+//! messages of up to [`crate::abi::control::MAX_RELEASES`]. Sending at every wake
 //! made the number of messages follow the schedule: a watcher woken on the
 //! other core while a thread drops thousands of doors sent one message per
 //! handful of doors, and how many depended on the two threads' relative

@@ -718,10 +718,10 @@ impl Wire for CallError {
                 w.bytes(&[11]);
                 w.len_bytes(m.as_bytes());
             }
-            CallError::NoLoanSpace { len, pool } => {
+            CallError::NoLoanSpace { len, arena } => {
                 w.bytes(&[12]);
                 len.encode(w);
-                pool.encode(w);
+                arena.encode(w);
             }
         }
     }
@@ -748,7 +748,7 @@ impl Wire for CallError {
             11 => CallError::Unpassable(static_str(r.str()?)),
             12 => CallError::NoLoanSpace {
                 len: usize::decode(r)?,
-                pool: usize::decode(r)?,
+                arena: usize::decode(r)?,
             },
             _ => return Err(WireError("invalid CallError tag")),
         })
@@ -1018,7 +1018,7 @@ pub fn decode_out(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), WireError
     let b = r.len_bytes()?;
     out.clear();
     out.resize(b.len(), 0);
-    crate::sys::umem::copy_bytes(out, b);
+    crate::sys::copy_bytes(out, b);
     Ok(())
 }
 
@@ -1200,7 +1200,7 @@ pub fn encode_buf(buf: &[u8], reply: &mut Reply) {
     reply.data.extend_from_slice(&(buf.len() as u32).to_le_bytes());
     let at = reply.data.len();
     reply.data.resize(at + buf.len(), 0);
-    crate::sys::umem::copy_bytes(&mut reply.data[at..], buf);
+    crate::sys::copy_bytes(&mut reply.data[at..], buf);
 }
 
 /// A server-side buffer for an out or in-out parameter, taken from a
@@ -1223,7 +1223,7 @@ impl OutBuf {
     pub fn from_slice(b: &[u8]) -> OutBuf {
         let mut o = OutBuf::new();
         o.0.resize(b.len(), 0);
-        crate::sys::umem::copy_bytes(&mut o.0, b);
+        crate::sys::copy_bytes(&mut o.0, b);
         o
     }
 }

@@ -19,7 +19,7 @@ use crate::abi::{
     OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ,
     OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
-use crate::sys::Mapping;
+use crate::sys::{Mapping, copy_raw};
 
 /// The slot words that are polled: states and CPUs, which each side reads
 /// to decide whether to spin or wake, and which mean nothing beyond that.
@@ -57,7 +57,7 @@ impl RequestHeader {
     /// doors, buffers or deadline; not forced vanilla ([`FLAG_ALERT`] is the
     /// only flag it may carry).
     #[inline(always)]
-    pub fn is_small(&self) -> bool {
+    pub fn is_inline(&self) -> bool {
         // `in_doors` above `in_len` in one word: any door makes it large.
         self.flags & !FLAG_ALERT == 0 && pair(self.in_len, self.in_doors) <= INLINE as u64
     }
@@ -88,11 +88,11 @@ impl RequestHeader {
     /// The caller's side: a small request (the fast path's) of `data` with
     /// no doors, in five stores (six with a deadline).
     #[inline(always)]
-    pub fn write_small(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
+    pub fn write_inline(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
         Self::write_packed(slot, grant, flags, Packed::of(data), cpu, deadline);
     }
 
-    /// [`RequestHeader::write_small`] of bytes already [`Packed`].
+    /// [`RequestHeader::write_inline`] of bytes already [`Packed`].
     #[inline(always)]
     pub fn write_packed(slot: &Slot, grant: u32, flags: u32, data: Packed, cpu: u32, deadline: u64) {
         let Packed { lo, hi, len } = data;
@@ -176,10 +176,10 @@ impl ReplyHeader {
 
     /// The server's side of a small reply (the fast path's): `data`
     /// inline (≤ 16 bytes; none stored for none). With
-    /// [`ReplyHeader::write_small_header`] of its length, unless the header
+    /// [`ReplyHeader::write_inline_header`] of its length, unless the header
     /// holds that already.
     #[inline(always)]
-    pub fn write_small_data(slot: &Slot, data: &[u8]) {
+    pub fn write_inline_data(slot: &Slot, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -192,7 +192,7 @@ impl ReplyHeader {
     /// A small reply's header: `ST_OK`, `len` bytes inline, no doors or
     /// buffers.
     #[inline]
-    pub fn write_small_header(slot: &Slot, len: u32) {
+    pub fn write_inline_header(slot: &Slot, len: u32) {
         let at = slot.at();
         at.w64(OFF_OUT_LEN).store(pair(len, 0), Relaxed);
         at.w32(OFF_OUT_BUFS).store(0, Relaxed);
@@ -641,28 +641,31 @@ mod tests {
     #[test]
     fn small_requests_carry_a_deadline_only_when_flagged() {
         let s = slot();
-        RequestHeader::write_small(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
+        RequestHeader::write_inline(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
         let h = RequestHeader::read(&s);
         assert_eq!((h.grant, h.in_len, h.deadline), (7, 3, 12345));
         assert_eq!(h.flags, FLAG_ALERT | FLAG_DEADLINE);
-        assert!(!h.is_small(), "a call with a deadline leaves the fast path");
+        assert!(!h.is_inline(), "a call with a deadline leaves the fast path");
         // The next call has none: the old deadline still in the word is not read.
-        RequestHeader::write_small(&s, 7, 0, b"abc", 1, 0);
+        RequestHeader::write_inline(&s, 7, 0, b"abc", 1, 0);
         let h = RequestHeader::read(&s);
         assert_eq!((h.flags, h.deadline), (0, 0));
-        assert!(h.is_small());
+        assert!(h.is_inline());
     }
 
     #[test]
-    fn only_small_door_free_requests_are_small() {
+    fn only_inline_door_free_requests_are_inline() {
         let s = slot();
-        RequestHeader::write_small(&s, 1, FLAG_ALERT, &[9; INLINE], 0, 0);
-        assert!(RequestHeader::read(&s).is_small(), "an alert keeps the fast path");
+        RequestHeader::write_inline(&s, 1, FLAG_ALERT, &[9; INLINE], 0, 0);
+        assert!(
+            RequestHeader::read(&s).is_inline(),
+            "an alert keeps the fast path"
+        );
         let large = |flags: u32, len: u32, doors: u32| {
             s.set(OFF_FLAGS, flags);
             s.set(OFF_IN_LEN, len);
             s.set(OFF_IN_DOORS, doors);
-            !RequestHeader::read(&s).is_small()
+            !RequestHeader::read(&s).is_inline()
         };
         assert!(large(0, INLINE as u32 + 1, 0));
         assert!(large(0, 0, 1));
@@ -687,76 +690,5 @@ mod tests {
         let s = slot();
         let mut big = vec![0u8; SLOT_SIZE];
         s.read(128, &mut big);
-    }
-}
-
-/// Copy `src` into `dst` (equal lengths) at full speed whatever their
-/// alignment: glibc's `memcpy` here (`rep movsb`, from 2 KiB up) runs
-/// about 25× slower when the destination sits 1 to 31 bytes after the
-/// source modulo 4 KiB (measured: 4 KiB in 1.4 µs against 52 ns), which
-/// two heap buffers often do. Those copies go word by word instead.
-#[inline]
-pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "copy_bytes of unequal lengths");
-    // SAFETY: two valid slices of `len` bytes; one is borrowed mutably, so
-    // they do not overlap.
-    unsafe { copy_raw(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
-}
-
-/// [`copy_bytes`] between raw pointers, for memory no reference may be
-/// made to (shared memory a peer may write meanwhile).
-///
-/// # Safety
-///
-/// `src` must be readable and `dst` writable for `len` bytes, and the two
-/// ranges must not overlap.
-#[inline]
-pub unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize) {
-    let skew = (dst as usize).wrapping_sub(src as usize) % 4096;
-    if len < 2048 || !(1..32).contains(&skew) {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-        return;
-    }
-    // A head up to the destination's next 32-byte boundary first: the
-    // volatile writes below must be aligned (the skew is unchanged).
-    let head = (dst as usize).wrapping_neg() % 32;
-    // SAFETY: `head` < 32 < `len`, so the head lies inside both ranges.
-    let (src, dst, len) = unsafe {
-        std::ptr::copy_nonoverlapping(src, dst, head);
-        (src.add(head), dst.add(head), len - head)
-    };
-    let words = len / 32;
-    for i in 0..words {
-        // SAFETY: chunk `i` lies inside both ranges (the caller's
-        // contract); the read may be unaligned, the write is 32-byte
-        // aligned (`head`). The volatile write keeps the compiler from
-        // turning the loop back into a `memcpy` call.
-        unsafe {
-            let v = std::ptr::read_unaligned(src.add(i * 32) as *const [u64; 4]);
-            std::ptr::write_volatile(dst.add(i * 32) as *mut [u64; 4], v);
-        }
-    }
-    let done = words * 32;
-    // SAFETY: the tail lies inside both ranges.
-    unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
-}
-
-#[cfg(test)]
-mod copy_tests {
-    #[test]
-    fn copies_are_exact_at_every_skew_and_length() {
-        let src: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + 3) as u8).collect();
-        for len in [0usize, 1, 31, 2047, 2048, 4096, 5001] {
-            for skew in [0usize, 1, 8, 16, 31, 32, 100] {
-                let mut dst = vec![0u8; len + 8192 + 64];
-                let s = &src[..len];
-                let base = (dst.as_ptr() as usize).next_multiple_of(4096) - dst.as_ptr() as usize;
-                let want = (s.as_ptr() as usize + skew) % 4096;
-                let at = base + want;
-                super::copy_bytes(&mut dst[at..at + len], s);
-                assert_eq!(&dst[at..at + len], s, "len {len} skew {skew}");
-            }
-        }
     }
 }

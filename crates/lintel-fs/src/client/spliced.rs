@@ -25,14 +25,16 @@
 //! then holds bytes beyond the last read, recorded in `Ahead`; a read
 //! through the call first drops such a pipe, since the service's splice
 //! must find it empty.
+//!
+//! This is the client's side; the service's (its attached pipes and the
+//! `splice`) is `service::splice`.
 
 use std::os::fd::OwnedFd;
 
 use rustix::io::Errno;
 use rustix::pipe::PipeFlags;
 
-use crate::FsError;
-use crate::proto::{MAX_IO, OpenFile, OpenFileClient};
+use crate::proto::{FsError, MAX_IO, OpenFile, OpenFileClient};
 
 /// Reads of at least this many bytes that do not take the mapped path are
 /// spliced. Smaller ones go through the call: at 4 KiB the two ways

@@ -17,7 +17,7 @@
 //! atomic read-modify-writes at each end and nothing more (each
 //! sequentially consistent store is a locked instruction on x86, a full
 //! barrier on every read through the window). A positional read need not
-//! take the lock at all ([`client_passive_size`]). The
+//! take the lock at all (`client_passive_size`). The
 //! client spins on it (it trusts the service); the service takes it with
 //! test-and-set and sleeps with a timeout (it trusts no client). Both use
 //! the same three-state futex mutex: 0 free, 1 held, 2 held with a
@@ -29,6 +29,9 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::{Duration, Instant};
+
+use crate::proto::types::{Stat, Timespec};
+use lintel_sys::Mapping;
 
 /// Bytes per descriptor.
 pub const DESC: usize = 256;
@@ -48,7 +51,7 @@ pub const WIN_LEN: usize = 40;
 pub const DIRTY_LO: usize = 48;
 pub const DIRTY_HI: usize = 56;
 /// The file's metadata as of the grant, for `stat` without a call:
-/// [`STAT_WORDS`] words (see [`crate::proto::Stat`]).
+/// [`STAT_WORDS`] words (see [`Stat`]).
 pub const STAT: usize = 64;
 pub const STAT_WORDS: usize = 16;
 /// The open file's status flags as of the grant ([`FLAG_APPEND`]), a
@@ -61,8 +64,8 @@ pub const INVALID: u32 = 0;
 pub const PASSIVE: u32 = 1;
 pub const ACTIVE: u32 = 2;
 /// Taken back by the service, which is writing out what the client
-/// reported and then makes it `INVALID` ([`recalled`]). A client whose
-/// service dies meanwhile writes it out itself ([`salvage`]): the service
+/// reported and then makes it `INVALID` (`recalled`). A client whose
+/// service dies meanwhile writes it out itself (`salvage`): the service
 /// may have stopped halfway.
 pub const RECALLING: u32 = 3;
 
@@ -70,6 +73,18 @@ pub const RECALLING: u32 = 3;
 pub(crate) trait Words {
     fn w32(&self, off: usize) -> &AtomicU32;
     fn w64(&self, off: usize) -> &AtomicU64;
+}
+
+/// Descriptor `.1` of a session's shared page `.0`, as both sides map it.
+pub(crate) struct Desc<'a>(pub &'a Mapping, pub usize);
+
+impl Words for Desc<'_> {
+    fn w32(&self, off: usize) -> &AtomicU32 {
+        self.0.u32(self.1 * DESC + off)
+    }
+    fn w64(&self, off: usize) -> &AtomicU64 {
+        self.0.u64(self.1 * DESC + off)
+    }
 }
 
 /// What the token carries.
@@ -126,7 +141,7 @@ fn lock_spin(lock: &AtomicU32) {
 
 fn unlock(lock: &AtomicU32) {
     if lock.swap(0, Release) == 2 {
-        crate::shm::wake(lock);
+        lintel_sys::futex_wake(lock, u32::MAX);
     }
 }
 
@@ -151,7 +166,7 @@ fn lock_until(lock: &AtomicU32, deadline: Instant, gone: &dyn Fn() -> bool) -> R
                 "held the share lock past the timeout",
             )));
         }
-        crate::shm::wait(lock, 2, (deadline - now).min(GONE_POLL));
+        lintel_sys::futex_wait(lock, 2, Some((deadline - now).min(GONE_POLL)));
     }
 }
 
@@ -244,12 +259,12 @@ pub(crate) fn client_end(d: &impl Words, held: Held) {
         .store(if recalled { INVALID } else { PASSIVE }, Relaxed);
     unlock(d.w32(LOCK));
     if recalled {
-        crate::shm::wake(d.w32(STATE));
+        lintel_sys::futex_wake(d.w32(STATE), u32::MAX);
     }
 }
 
 /// The service is dead: take this client's token back for its own
-/// write-back ([`crate::keeper`]). `None` if the token was not here.
+/// write-back (the client's keeper). `None` if the token was not here.
 ///
 /// The lock is taken if it can be within a moment; a service killed while
 /// it held the lock never lets it go, and then the words are read without
@@ -343,6 +358,51 @@ pub(crate) fn stat_words(d: &impl Words) -> [u64; STAT_WORDS] {
     std::array::from_fn(|i| d.w64(STAT + 8 * i).load(SeqCst))
 }
 
+/// `s` as the [`STAT_WORDS`] words a grant stores at [`STAT`].
+pub(crate) fn stat_to_words(s: &Stat) -> [u64; STAT_WORDS] {
+    [
+        s.dev,
+        s.ino,
+        s.mode as u64,
+        s.nlink,
+        s.uid as u64,
+        s.gid as u64,
+        s.rdev,
+        s.size,
+        s.blksize,
+        s.blocks,
+        s.atime.sec as u64,
+        s.atime.nsec as u64,
+        s.mtime.sec as u64,
+        s.mtime.nsec as u64,
+        s.ctime.sec as u64,
+        s.ctime.nsec as u64,
+    ]
+}
+
+/// The metadata a descriptor carries, with the token's size.
+pub(crate) fn stat_from_words(w: &[u64; STAT_WORDS], size: u64) -> Stat {
+    let t = |i: usize| Timespec {
+        sec: w[i] as i64,
+        nsec: w[i + 1] as u32,
+    };
+    Stat {
+        dev: w[0],
+        ino: w[1],
+        mode: w[2] as u32,
+        nlink: w[3],
+        uid: w[4] as u32,
+        gid: w[5] as u32,
+        rdev: w[6],
+        size,
+        blksize: w[8],
+        blocks: w[9],
+        atime: t(10),
+        mtime: t(12),
+        ctime: t(14),
+    }
+}
+
 /// Take the token back: at once if `PASSIVE`; if `ACTIVE`, ask for it and
 /// wait until the client ends its operation, at most until `deadline`.
 /// Returns what the token carried, checked. `gone` says whether the
@@ -364,7 +424,7 @@ pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -
                 if now >= deadline {
                     return bad("kept its token active past the timeout");
                 }
-                crate::shm::wait(d.w32(STATE), ACTIVE, (deadline - now).min(GONE_POLL));
+                lintel_sys::futex_wait(d.w32(STATE), ACTIVE, Some((deadline - now).min(GONE_POLL)));
                 lock_until(d.w32(LOCK), deadline, gone)?;
             }
             _ => {
@@ -427,6 +487,18 @@ impl Words for Plain {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    /// Poll `f` for up to 10 s.
+    fn eventually(mut f: impl FnMut() -> bool) -> bool {
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)
@@ -495,7 +567,7 @@ mod tests {
             std::thread::spawn(move || take(&*d, soon(), &|| false))
         };
         // The service waits for the client: it asked for the token back.
-        assert!(crate::test_eventually(|| d.w32(RECALL).load(SeqCst) == 1));
+        assert!(eventually(|| d.w32(RECALL).load(SeqCst) == 1));
         assert!(!service.is_finished());
         client_end(
             &*d,

@@ -13,12 +13,12 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::proto::{LockHolder, LockKind};
+use crate::proto::{FsError, LockHolder, LockKind};
 
-fn flock(kind: LockKind, start: u64, len: u64) -> Result<libc::flock, crate::FsError> {
+fn flock(kind: LockKind, start: u64, len: u64) -> Result<libc::flock, FsError> {
     let too_far = |v: u64| v > i64::MAX as u64;
     if too_far(start) || too_far(len) || start.checked_add(len).is_none_or(too_far) {
-        return Err(crate::FsError::Invalid("a lock beyond the largest offset".into()));
+        return Err(FsError::Invalid("a lock beyond the largest offset".into()));
     }
     let l_type = match kind {
         LockKind::Read => libc::F_RDLCK,
@@ -38,7 +38,7 @@ fn flock(kind: LockKind, start: u64, len: u64) -> Result<libc::flock, crate::FsE
 /// Take, change or drop the lock (`Unlock`) on `[start, start + len)`
 /// (`len` 0: to any end) without waiting: `EAGAIN` if another open file
 /// holds a conflicting one.
-pub(crate) fn set(fd: BorrowedFd<'_>, kind: LockKind, start: u64, len: u64) -> Result<(), crate::FsError> {
+pub(crate) fn set(fd: BorrowedFd<'_>, kind: LockKind, start: u64, len: u64) -> Result<(), FsError> {
     let fl = flock(kind, start, len)?;
     // SAFETY: F_OFD_SETLK reads one `struct flock`, which `fl` is, for the
     // duration of the call; `fd` is open.
@@ -56,7 +56,7 @@ pub(crate) fn test(
     kind: LockKind,
     start: u64,
     len: u64,
-) -> Result<Option<LockHolder>, crate::FsError> {
+) -> Result<Option<LockHolder>, FsError> {
     let mut fl = flock(kind, start, len)?;
     // SAFETY: F_OFD_GETLK reads and writes one `struct flock`, `fl`, for
     // the duration of the call; `fd` is open.
@@ -79,7 +79,7 @@ pub(crate) fn test(
 
 /// `flock(2)` the open file `fd` without waiting (`Unlock` drops its
 /// lock): `EAGAIN` if another open file holds a conflicting one.
-pub(crate) fn whole_file(fd: BorrowedFd<'_>, kind: LockKind) -> Result<(), crate::FsError> {
+pub(crate) fn whole_file(fd: BorrowedFd<'_>, kind: LockKind) -> Result<(), FsError> {
     let op = match kind {
         LockKind::Read => libc::LOCK_SH,
         LockKind::Write => libc::LOCK_EX,

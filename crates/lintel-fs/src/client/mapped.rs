@@ -20,18 +20,22 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use lintel::CallError;
 use lintel::stub::StubError;
 use parking_lot::Mutex;
 
-use crate::FsError;
-use crate::keeper::Keeper;
-use crate::proto::{Export, ExportClient, OpenFileClient, Session, SessionClient, Stat, Whence};
-use crate::shm::Shared;
-use crate::token::{self, Begin, DESC, Held, PAGE_LEN, Words};
+use crate::client::keeper::Keeper;
+use crate::client::spliced::{self, Ahead, Pipe};
+use crate::proto::token::{self, Begin, Desc, Held, PAGE_LEN};
+use crate::proto::{
+    Export, ExportClient, FsError, MAX_WINDOW, MIN_WINDOW, OpenFileClient, Session, SessionClient, Stat,
+    Whence,
+};
 use crate::uffd;
+use lintel_sys::Mapping;
 
 /// The window a file asks for: 64 KiB unless [`set_window_size`] or
 /// `LINTEL_FS_WINDOW` (bytes) says otherwise.
@@ -62,9 +66,9 @@ pub fn window_size() -> u64 {
 
 fn clamp_window(bytes: u64) -> u64 {
     bytes
-        .clamp(crate::session::MIN_WINDOW, crate::session::MAX_WINDOW)
+        .clamp(MIN_WINDOW, MAX_WINDOW)
         .next_power_of_two()
-        .min(crate::session::MAX_WINDOW)
+        .min(MAX_WINDOW)
 }
 
 const GONE_DIED: u32 = 1;
@@ -73,7 +77,7 @@ const GONE_EVICTED: u32 = 2;
 /// This process's session with one export.
 pub(crate) struct MappedSession {
     session: SessionClient,
-    page: Arc<Shared>,
+    page: Arc<Mapping>,
     uffd: OwnedFd,
     /// 0 while the service serves us; why not, after.
     gone: Arc<AtomicU32>,
@@ -123,7 +127,7 @@ impl MappedSession {
         let evicted = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let stop = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let (session, page_fd) = export.session(high(uffd.try_clone()?), high(evicted.try_clone()?))?;
-        let page = Arc::new(Shared::map(&page_fd, PAGE_LEN, true)?);
+        let page = Arc::new(Mapping::map_shared(&page_fd, PAGE_LEN, true)?);
         let door = export.door();
         let pidfd = if door.is_local() {
             None
@@ -183,7 +187,7 @@ struct Watcher {
     uffd: OwnedFd,
     gone: Arc<AtomicU32>,
     maps: Arc<Mutex<Vec<MapEntry>>>,
-    page: Arc<Shared>,
+    page: Arc<Mapping>,
 }
 
 impl Watcher {
@@ -235,7 +239,7 @@ impl Watcher {
 pub(crate) struct Mapped {
     session: Arc<MappedSession>,
     slot: u32,
-    map: Shared,
+    map: Mapping,
     writable: bool,
     window: u64,
     /// One operation at a time per file in this process.
@@ -255,8 +259,6 @@ pub(crate) struct Mapped {
     epoch: AtomicU64,
 }
 
-struct Desc<'a>(&'a Shared, usize);
-
 /// `Mapped::epoch` odd for as long as it lives (its holder holds `local`,
 /// so it is the only writer).
 struct Epoch<'a>(&'a AtomicU64);
@@ -273,15 +275,6 @@ impl<'a> Epoch<'a> {
 impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         self.0.store(self.0.load(Relaxed) + 1, Release);
-    }
-}
-
-impl Words for Desc<'_> {
-    fn w32(&self, off: usize) -> &AtomicU32 {
-        self.0.u32(self.1 * DESC + off)
-    }
-    fn w64(&self, off: usize) -> &AtomicU64 {
-        self.0.u64(self.1 * DESC + off)
     }
 }
 
@@ -314,9 +307,9 @@ impl Mapped {
             }
         };
         let map = if writable {
-            Shared::map(&cache, span as usize, true)?
+            Mapping::map_shared(&cache, span as usize, true)?
         } else {
-            Shared::map_private_read(&cache, span as usize)?
+            Mapping::map_private_read(&cache, span as usize)?
         };
         let mapped = Mapped {
             session: session.clone(),
@@ -474,7 +467,7 @@ impl Mapped {
     /// Read at the shared offset through `pipe`, reading ahead: while
     /// this descriptor holds the token, nobody else writes the file or
     /// moves the offset, so the service splices a pipe's worth from the
-    /// offset on ([`Session::read_ahead`](crate::proto::Session::read_ahead))
+    /// offset on ([`Session::read_ahead`])
     /// and reads that follow take their bytes from the pipe with no call,
     /// one `read` of the pipe each, as a native `read` of the file. What
     /// the pipe holds is used only at the offset it was read for and under
@@ -483,7 +476,7 @@ impl Mapped {
     /// elsewhere. `None`: read another way.
     pub(crate) fn read_streamed(
         &self,
-        pipe: &mut crate::spliced::Pipe,
+        pipe: &mut Pipe,
         file: &OpenFileClient,
         buf: &mut [u8],
     ) -> Result<Option<usize>, FsError> {
@@ -494,10 +487,10 @@ impl Mapped {
             let grant = self.grants.load(SeqCst);
             let off = a.held.offset;
             let n = (buf.len() as u64).min(a.held.size.saturating_sub(off)) as usize;
-            let fresh = |h: &crate::spliced::Ahead| h.start == off && h.grant == grant;
+            let fresh = |h: &Ahead| h.start == off && h.grant == grant;
             // Bytes in the pipe for another offset or grant: drop the pipe
             // (reading them out to throw away would cost their copy).
-            let keep = matches!(pipe, crate::spliced::Pipe::Attached { ahead: Some(h), .. } if fresh(h));
+            let keep = matches!(pipe, Pipe::Attached { ahead: Some(h), .. } if fresh(h));
             let Some((read, number, per_call, ahead)) = pipe.ready(file, keep) else {
                 return Ok(None);
             };
@@ -514,7 +507,7 @@ impl Mapped {
                     {
                         Ok(0) => break,
                         Ok(k) if k as usize <= per_call => {
-                            let h = crate::spliced::Ahead {
+                            let h = Ahead {
                                 start: at,
                                 len: k as usize,
                                 grant,
@@ -537,14 +530,14 @@ impl Mapped {
                     },
                 };
                 let k = (n - done).min(held.len);
-                if let Err(e) = crate::spliced::drain(read, &mut buf[done..done + k]) {
+                if let Err(e) = spliced::drain(read, &mut buf[done..done + k]) {
                     if done == 0 {
                         return Err(e);
                     }
                     spoiled = true;
                     break;
                 }
-                *ahead = Some(crate::spliced::Ahead {
+                *ahead = Some(Ahead {
                     start: at + k as u64,
                     len: held.len - k,
                     grant,
@@ -557,7 +550,7 @@ impl Mapped {
         match r {
             Ok(Some(Some((done, spoiled)))) => {
                 if spoiled {
-                    *pipe = crate::spliced::Pipe::Unattached;
+                    *pipe = Pipe::Unattached;
                 }
                 // Nothing read and the pipe spoiled: the caller reads
                 // another way.
@@ -567,7 +560,7 @@ impl Mapped {
             // holds ahead, if anything).
             Ok(_) => Ok(None),
             Err(e) => {
-                *pipe = crate::spliced::Pipe::Unattached;
+                *pipe = Pipe::Unattached;
                 Err(e)
             }
         }
@@ -639,7 +632,7 @@ impl Mapped {
     /// The file's metadata from the shared page, without a call.
     pub(crate) fn stat(&self) -> Result<Option<Stat>, FsError> {
         self.with_token(|a| {
-            Ok(crate::session::stat_from_words(
+            Ok(token::stat_from_words(
                 &token::stat_words(&self.desc()),
                 a.held.size,
             ))

@@ -1,211 +1,25 @@
-//! The file service's two interfaces and the values they carry.
+//! The file service's three interfaces.
 //!
 //! [`Export`] is the door to an exported directory: it opens files
 //! (returning one [`OpenFile`] door per open) and changes the namespace.
 //! [`OpenFile`] is the door to one open file description: the offset is
 //! the service's, so every holder of the door shares it, as Unix processes
-//! share an offset after `fork`. Paths are bytes (Linux names need not be
+//! share an offset after `fork`. [`Session`] is a client process's door
+//! for mapped windows, next to the page it shares with the service
+//! ([`crate::proto::token`]). Paths are bytes (Linux names need not be
 //! UTF-8), relative to the export's root.
 
 use std::os::fd::OwnedFd;
 
 use lintel::Door;
-use lintel::stub::Wire;
 
-use crate::FsError;
+use crate::proto::FsError;
+use crate::proto::types::{Attr, Counters, DirEntry, FsStat, LockHolder, LockKind, Stat, Whence};
 
-/// Most bytes one `read` or `write` call moves; longer requests are short
-/// reads and writes, as a Unix program must expect anyway.
-pub const MAX_IO: u32 = 16 << 20;
-
-/// A time stamp: seconds and nanoseconds since the epoch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
-pub struct Timespec {
-    /// Seconds since 1970-01-01 UTC.
-    pub sec: i64,
-    /// Nanoseconds within the second.
-    pub nsec: u32,
-}
-
-/// A file's metadata, field for field what `stat(2)` reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
-pub struct Stat {
-    /// Device of the host file system.
-    pub dev: u64,
-    /// Inode number.
-    pub ino: u64,
-    /// Type and permission bits (`S_IFMT`, `0o7777`).
-    pub mode: u32,
-    /// Hard links.
-    pub nlink: u64,
-    /// Owner.
-    pub uid: u32,
-    /// Group.
-    pub gid: u32,
-    /// Device, for device files.
-    pub rdev: u64,
-    /// Length in bytes.
-    pub size: u64,
-    /// Preferred I/O size.
-    pub blksize: u64,
-    /// 512-byte blocks allocated.
-    pub blocks: u64,
-    /// Last access.
-    pub atime: Timespec,
-    /// Last change of the contents.
-    pub mtime: Timespec,
-    /// Last change of the metadata.
-    pub ctime: Timespec,
-}
-
-/// The exported file system's figures, field for field what `statfs(2)`
-/// reports for the export's root.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
-pub struct FsStat {
-    /// The file system's type (`f_type`).
-    pub kind: u64,
-    pub block_size: u64,
-    pub blocks: u64,
-    pub blocks_free: u64,
-    /// Free blocks an unprivileged user may use.
-    pub blocks_available: u64,
-    pub files: u64,
-    pub files_free: u64,
-    pub name_max: u64,
-    /// Fragment size (`f_frsize`).
-    pub fragment_size: u64,
-    /// Mount flags (`f_flags`), with `ST_RDONLY` set for a read-only export.
-    pub flags: u64,
-}
-
-/// A byte-range lock's kind (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
-pub enum LockKind {
-    Read,
-    Write,
-    Unlock,
-}
-
-/// A lock that stands in the way ([`OpenFile::test_lock`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
-pub struct LockHolder {
-    pub kind: LockKind,
-    pub start: u64,
-    /// 0: to any end.
-    pub len: u64,
-    /// Always -1: the holder is another client's open file.
-    pub pid: i32,
-}
-
-/// `S_IFMT` and the type values this crate tests for.
-const S_IFMT: u32 = 0o170000;
-const S_IFDIR: u32 = 0o040000;
-const S_IFREG: u32 = 0o100000;
-const S_IFLNK: u32 = 0o120000;
-
-impl Stat {
-    /// A directory?
-    pub fn is_dir(&self) -> bool {
-        self.mode & S_IFMT == S_IFDIR
-    }
-    /// A regular file?
-    pub fn is_file(&self) -> bool {
-        self.mode & S_IFMT == S_IFREG
-    }
-    /// A symbolic link (only from a `stat` that does not follow links)?
-    pub fn is_symlink(&self) -> bool {
-        self.mode & S_IFMT == S_IFLNK
-    }
-}
-
-/// What kind of file a directory entry names (`d_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Wire)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-    /// A device, FIFO, socket, or a type the host did not report.
-    Other,
-}
-
-/// One entry of a directory (never `.` or `..`).
-#[derive(Debug, Clone, PartialEq, Eq, Wire)]
-pub struct DirEntry {
-    /// The name, as bytes.
-    pub name: Vec<u8>,
-    /// Inode number.
-    pub ino: u64,
-    pub kind: Kind,
-}
-
-/// What the service has done for mapped windows since it started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
-pub struct Counters {
-    /// Page faults its pager resolved (each for a 64 KiB range).
-    pub faults: u64,
-    /// Windows it moved on a client's request.
-    pub windows: u64,
-    /// Tokens it granted.
-    pub grants: u64,
-    /// Tokens it took back from their holder.
-    pub recalls: u64,
-    /// Clients it evicted.
-    pub evictions: u64,
-    /// Calls on open files (the copy path: read, write, seek, stat, …).
-    pub file_calls: u64,
-    /// Bytes it moved into clients' pipes (spliced reads).
-    pub spliced_bytes: u64,
-    /// Calls that spliced them (a read ahead is one call for a pipeful).
-    pub splices: u64,
-}
-
-/// How to set one of a file's times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
-pub enum SetTime {
-    Keep,
-    Now,
-    At(Timespec),
-}
-
-/// Attributes to change (`chmod`, `chown`, `utimensat`): `None` and
-/// `SetTime::Keep` leave one as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
-pub struct Attr {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub atime: SetTime,
-    pub mtime: SetTime,
-}
-
-impl Attr {
-    /// Change nothing (set fields to change some).
-    pub fn none() -> Attr {
-        Attr {
-            mode: None,
-            uid: None,
-            gid: None,
-            atime: SetTime::Keep,
-            mtime: SetTime::Keep,
-        }
-    }
-}
-
-/// Where a seek counts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
-pub enum Whence {
-    Start,
-    Current,
-    End,
-    /// `SEEK_DATA`: the first byte at or after the offset given (not a
-    /// delta) that lies in data, as the host file system keeps the file;
-    /// `ENXIO` at or past the end.
-    Data,
-    /// `SEEK_HOLE`: the first byte at or after the offset given that lies
-    /// in a hole, the end of the file counting as one; `ENXIO` at or past
-    /// the end.
-    Hole,
-}
+/// Smallest and largest window a client may ask for
+/// ([`Session::window`]'s `len`, a power of two).
+pub(crate) const MIN_WINDOW: u64 = 4096;
+pub(crate) const MAX_WINDOW: u64 = 64 << 20;
 
 /// An exported directory.
 #[lintel::interface]
@@ -257,7 +71,7 @@ pub trait Export {
     /// Start a session for mapped windows: the caller's userfaultfd (the
     /// service pages the caller's windows through it) and an eventfd the
     /// service signals if it evicts the session. Returns the session's
-    /// door and its shared page (a memfd of [`crate::token::PAGE_LEN`]
+    /// door and its shared page (a memfd of [`crate::proto::token::PAGE_LEN`]
     /// bytes, sealed against resizing).
     fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError>;
     /// `faccessat2(2)` of `path`: whether the caller may read, write or
@@ -303,7 +117,7 @@ pub trait Session {
     fn attach(&self, file: Door) -> Result<(u32, OwnedFd, u64, bool), FsError>;
     /// A descriptor of the host file behind writable descriptor `slot`,
     /// writing at the offsets given: the client writes back what it wrote
-    /// through its window should the service die ([`crate::keeper`]). It
+    /// through its window should the service die (the client's keeper). It
     /// opened the file for writing, so this gives it nothing more.
     fn host_descriptor(&self, slot: u32) -> Result<OwnedFd, FsError>;
     /// The client mapped the cache at `base` and registered the mapping
@@ -334,7 +148,7 @@ pub trait Session {
 /// One open file description.
 #[lintel::interface]
 pub trait OpenFile {
-    /// Up to `len` bytes (at most [`MAX_IO`]) at the shared offset, which
+    /// Up to `len` bytes (at most [`MAX_IO`](crate::proto::MAX_IO)) at the shared offset, which
     /// advances past them. Fewer bytes, or none, at the end of the file.
     fn read(&self, len: u32, data: &mut Vec<u8>) -> Result<(), FsError>;
     /// Write at the shared offset (at the end, if opened `O_APPEND`),
@@ -348,7 +162,7 @@ pub trait OpenFile {
     /// Attach the write end of a pipe of the caller's for
     /// [`read_spliced_at`](OpenFile::read_spliced_at) and
     /// [`read_spliced`](OpenFile::read_spliced); returns its number. At
-    /// most [`MAX_PIPES`](crate::service::MAX_PIPES) per open file (one
+    /// most [`MAX_PIPES`](crate::MAX_PIPES) per open file (one
     /// per process reading it; a pipe that lost its reader makes room), and
     /// a number is never given out twice.
     fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError>;

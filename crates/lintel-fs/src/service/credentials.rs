@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::FsError;
+use crate::proto::FsError;
 
 /// One process's credentials, as `/proc/<pid>/status` gives them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,26 +9,25 @@
 //! using its windows), and every other client goes on.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::FsError;
-use crate::node::{Holder, Node, SPAN};
-use crate::proto::Session;
-use crate::service::{Inner, Opened};
-use crate::shm::Shared;
-use crate::token::{self, DESC, PAGE_LEN, SLOTS, STAT_WORDS, Words};
+use crate::proto::token::{self, Desc, PAGE_LEN, SLOTS};
+use crate::proto::{FsError, MAX_WINDOW, MIN_WINDOW, OpenFileServer, Session, SessionServer};
+use crate::service::credentials::As;
+use crate::service::host::stat_of;
+use crate::service::node::{self, Node, SPAN, TokenHolder};
+use crate::service::open::{Opened, Opens};
+use crate::service::tally::Tally;
 use crate::uffd;
+use lintel_sys::Mapping;
 
 /// The window the pager resolves around a fault (when the client touched
 /// its mapping outside the window it asked for).
 const FAULT_WINDOW: u64 = 64 * 1024;
-/// Smallest and largest window a client may ask for.
-pub(crate) const MIN_WINDOW: u64 = 4096;
-pub(crate) const MAX_WINDOW: u64 = 64 << 20;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -78,9 +77,9 @@ fn pager_delay() -> Option<std::time::Duration> {
 }
 
 /// The service's half of a session.
-pub(crate) struct SessionCore {
+struct SessionCore {
     pub id: u64,
-    page: Shared,
+    page: Mapping,
     uffd: OwnedFd,
     evicted_fd: OwnedFd,
     bindings: Mutex<Vec<Option<Binding>>>,
@@ -88,9 +87,9 @@ pub(crate) struct SessionCore {
     dead: AtomicBool,
     evicted: AtomicBool,
     timeout: Duration,
-    pub(crate) tally: Arc<crate::service::Tally>,
+    tally: Arc<Tally>,
     /// The service's count of live sessions, ours included until we drop.
-    alive: Arc<std::sync::atomic::AtomicUsize>,
+    alive: Arc<AtomicUsize>,
 }
 
 impl Drop for SessionCore {
@@ -99,28 +98,16 @@ impl Drop for SessionCore {
     }
 }
 
-/// One descriptor of a session's page.
-pub(crate) struct Desc<'a>(&'a Shared, usize);
-
-impl Words for Desc<'_> {
-    fn w32(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
-        self.0.u32(self.1 * DESC + off)
-    }
-    fn w64(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
-        self.0.u64(self.1 * DESC + off)
-    }
-}
-
 impl SessionCore {
-    pub(crate) fn desc(&self, slot: usize) -> Desc<'_> {
+    fn desc(&self, slot: usize) -> Desc<'_> {
         Desc(&self.page, slot)
     }
 
-    pub(crate) fn is_dead(&self) -> bool {
+    fn is_dead(&self) -> bool {
         self.dead.load(SeqCst)
     }
 
-    pub(crate) fn is_evicted(&self) -> bool {
+    fn is_evicted(&self) -> bool {
         self.evicted.load(SeqCst)
     }
 
@@ -129,7 +116,7 @@ impl SessionCore {
     }
 
     /// Throw the client out: it broke the protocol (`why`).
-    pub(crate) fn evict(&self, why: &str) {
+    fn evict(&self, why: &str) {
         if self.evicted.swap(true, SeqCst) {
             return;
         }
@@ -216,6 +203,41 @@ impl SessionCore {
     }
 }
 
+/// The holder of a file's token: descriptor `slot` of `session`, standing
+/// for the open file `open` (its offset travels in the token).
+struct Holder {
+    session: Arc<SessionCore>,
+    slot: usize,
+    open: Arc<Opened>,
+}
+
+impl TokenHolder for Holder {
+    fn session_id(&self) -> u64 {
+        self.session.id
+    }
+    fn desc(&self) -> Desc<'_> {
+        self.session.desc(self.slot)
+    }
+    fn is_dead(&self) -> bool {
+        self.session.is_dead()
+    }
+    fn is_evicted(&self) -> bool {
+        self.session.is_evicted()
+    }
+    fn evict(&self, why: &str) {
+        self.session.evict(why)
+    }
+    fn tally(&self) -> &Tally {
+        &self.session.tally
+    }
+    fn set_offset(&self, offset: u64) {
+        *self.open.offset.lock() = offset;
+    }
+    fn write_back_fd(&self) -> Option<Result<&OwnedFd, FsError>> {
+        self.open.writable.then(|| self.open.positional_fd())
+    }
+}
+
 /// If `session` holds `node`'s token (through `slot`, or any slot), take
 /// it back.
 fn release(node: &Node, session: &SessionCore, slot: Option<usize>) {
@@ -226,19 +248,30 @@ fn release(node: &Node, session: &SessionCore, slot: Option<usize>) {
     };
     if mine {
         let mut st = node.token.lock();
-        if st.holder.as_ref().is_some_and(|h| h.session.id == session.id) {
+        if st.holder.as_ref().is_some_and(|h| h.session_id() == session.id) {
             node.recall(&mut st, session.deadline());
         }
     }
 }
 
 /// The session's door implementation.
-pub(crate) struct SessionImpl {
+struct SessionImpl {
     core: Arc<SessionCore>,
-    service: Arc<Inner>,
+    /// The export's open files, which the session maps.
+    opens: Arc<Opens>,
 }
 
-/// Start a session: map its page, start its pager.
+/// What a session takes of its export: its open files (to map them), its
+/// counters, the count of live sessions and their bound, and how long a
+/// client may keep its share lock or an active token.
+pub(crate) struct Sessions {
+    pub opens: Arc<Opens>,
+    pub tally: Arc<Tally>,
+    pub alive: Arc<AtomicUsize>,
+    pub max: usize,
+    pub timeout: Duration,
+}
+
 /// What kind of anonymous-inode descriptor `fd` is (`[userfaultfd]`,
 /// `[eventfd]`), as the kernel names it.
 fn anon_kind(fd: &OwnedFd) -> Option<String> {
@@ -247,8 +280,9 @@ fn anon_kind(fd: &OwnedFd) -> Option<String> {
     link.to_str()?.strip_prefix("anon_inode:").map(str::to_string)
 }
 
+/// Start a session: map its page, start its pager.
 pub(crate) fn start(
-    service: Arc<Inner>,
+    export: Sessions,
     uffd: OwnedFd,
     evicted_fd: OwnedFd,
 ) -> Result<(lintel::Door, OwnedFd), FsError> {
@@ -271,12 +305,12 @@ pub(crate) fn start(
     rustix::fs::ftruncate(&page_fd, PAGE_LEN as u64)?;
     use rustix::fs::SealFlags;
     rustix::fs::fcntl_add_seals(&page_fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-    let page = Shared::map(&page_fd, PAGE_LEN, true)?;
+    let page = Mapping::map_shared(&page_fd, PAGE_LEN, true)?;
     // Never block on the client's eventfd (it might have passed a pipe).
     let flags = rustix::fs::fcntl_getfl(&evicted_fd)?;
     rustix::fs::fcntl_setfl(&evicted_fd, flags | rustix::fs::OFlags::NONBLOCK)?;
-    if service.sessions.fetch_add(1, SeqCst) >= service.max_sessions {
-        service.sessions.fetch_sub(1, SeqCst);
+    if export.alive.fetch_add(1, SeqCst) >= export.max {
+        export.alive.fetch_sub(1, SeqCst);
         return Err(FsError::Invalid(
             "the service has all the sessions it takes".into(),
         ));
@@ -290,9 +324,9 @@ pub(crate) fn start(
         bindings: Mutex::new((0..SLOTS).map(|_| None).collect()),
         dead: AtomicBool::new(false),
         evicted: AtomicBool::new(false),
-        timeout: service.timeout,
-        tally: service.counters.clone(),
-        alive: service.sessions.clone(),
+        timeout: export.timeout,
+        tally: export.tally,
+        alive: export.alive,
     });
     let pager = Arc::downgrade(&core);
     std::thread::Builder::new()
@@ -302,7 +336,10 @@ pub(crate) fn start(
     let on_unref = Arc::downgrade(&core);
     let door = lintel::Door::create_with_unref(
         core.id,
-        crate::proto::SessionServer::new(SessionImpl { core, service }),
+        SessionServer::new(SessionImpl {
+            core,
+            opens: export.opens,
+        }),
         move |_| {
             if let Some(core) = on_unref.upgrade() {
                 core.close();
@@ -333,61 +370,16 @@ fn pager_loop(core: Weak<SessionCore>) {
     }
 }
 
-fn stat_words(s: &crate::proto::Stat) -> [u64; STAT_WORDS] {
-    [
-        s.dev,
-        s.ino,
-        s.mode as u64,
-        s.nlink,
-        s.uid as u64,
-        s.gid as u64,
-        s.rdev,
-        s.size,
-        s.blksize,
-        s.blocks,
-        s.atime.sec as u64,
-        s.atime.nsec as u64,
-        s.mtime.sec as u64,
-        s.mtime.nsec as u64,
-        s.ctime.sec as u64,
-        s.ctime.nsec as u64,
-    ]
-}
-
-/// The metadata a descriptor carries, with the token's size.
-pub(crate) fn stat_from_words(w: &[u64; STAT_WORDS], size: u64) -> crate::proto::Stat {
-    use crate::proto::Timespec;
-    let t = |i: usize| Timespec {
-        sec: w[i] as i64,
-        nsec: w[i + 1] as u32,
-    };
-    crate::proto::Stat {
-        dev: w[0],
-        ino: w[1],
-        mode: w[2] as u32,
-        nlink: w[3],
-        uid: w[4] as u32,
-        gid: w[5] as u32,
-        rdev: w[6],
-        size,
-        blksize: w[8],
-        blocks: w[9],
-        atime: t(10),
-        mtime: t(12),
-        ctime: t(14),
-    }
-}
-
 impl Session for SessionImpl {
     fn attach(&self, file: lintel::Door) -> Result<(u32, OwnedFd, u64, bool), FsError> {
         if self.core.is_evicted() {
             return Err(FsError::Closed);
         }
         let id = file
-            .with_local(|_: &crate::proto::OpenFileServer, datum| datum)
+            .with_local(|_: &OpenFileServer, datum| datum)
             .and_then(Result::ok)
             .ok_or_else(|| FsError::Invalid("not an open file of this export".into()))?;
-        let open = self.service.open_by_id(id).ok_or(FsError::Closed)?;
+        let open = self.opens.get(id).ok_or(FsError::Closed)?;
         if !open.readable || !open.regular {
             return Err(FsError::Invalid(
                 "only regular files opened for reading map".into(),
@@ -407,7 +399,7 @@ impl Session for SessionImpl {
         let cache = if open.writable {
             cache
         } else {
-            crate::node::read_only(&cache)?
+            node::read_only(&cache)?
         };
         let mut bindings = self.core.bindings.lock();
         let slot = bindings
@@ -460,22 +452,28 @@ impl Session for SessionImpl {
             ));
         }
         node.recall(&mut st, self.core.deadline());
-        let stat = crate::service::stat_of(&open.fd)?;
+        let stat = stat_of(&open.fd)?;
         let offset = *open.offset.lock();
         let desc = self.core.desc(slot as usize);
         // `O_APPEND` travels with the token: `fcntl(F_SETFL)` takes every
         // token back before it changes the flag.
         token::set_flags(&desc, if open.appends() { token::FLAG_APPEND } else { 0 });
-        if let Err(why) = token::grant(&desc, offset, stat.size, &stat_words(&stat), self.core.deadline()) {
+        if let Err(why) = token::grant(
+            &desc,
+            offset,
+            stat.size,
+            &token::stat_to_words(&stat),
+            self.core.deadline(),
+        ) {
             self.core.evict(why.0);
             return Err(FsError::Closed);
         }
         self.core.tally.grants.fetch_add(1, SeqCst);
-        st.holder = Some(Holder {
+        st.holder = Some(Box::new(Holder {
             session: self.core.clone(),
             slot: slot as usize,
             open: open.clone(),
-        });
+        }));
         node.holder_id.store(me, SeqCst);
         Ok(())
     }
@@ -552,7 +550,7 @@ impl Session for SessionImpl {
     fn detach(&self, slot: u32) -> Result<(), FsError> {
         let (open, _) = self.core.binding(slot)?;
         // The client's window writes land now, made as the client.
-        let _as = open.creds.adopt(crate::credentials::As::Effective)?;
+        let _as = open.creds.adopt(As::Effective)?;
         release(&open.node, &self.core, Some(slot as usize));
         self.core.bindings.lock()[slot as usize] = None;
         Ok(())

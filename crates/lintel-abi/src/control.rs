@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate as abi;
+use crate::descriptor::DoorDescriptor;
 
 /// Largest control message accepted.
 pub const MAX_CTL: usize = 16 * 1024;
@@ -16,7 +16,7 @@ pub const MAX_CTL: usize = 16 * 1024;
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Ctl {
     /// First message on every connection: the sender's pid (as it claims
-    /// it; the kernel's word is taken where it matters) and [`abi::VERSION`].
+    /// it; the kernel's word is taken where it matters) and [`VERSION`](crate::VERSION).
     Hello { pid: u32, version: u32 },
     /// Carries the sender's call area (one memfd) for its calls to us.
     Area,
@@ -39,7 +39,7 @@ pub enum Ctl {
     /// slot is in the sender's area (a request) or the receiver's (a reply).
     Tickets { request: bool, slot: u32, seq: u32 },
     /// Initial doors at boot (tickets attached for third-party ones).
-    Boot { doors: Vec<WireDoor> },
+    Boot { doors: Vec<DoorDescriptor> },
     /// Several [`Ctl::Release`]s at once: `(grant, count)` pairs. Releases
     /// are batched, so dropping many doors costs a few messages.
     Releases { grants: Vec<(u32, u32)> },
@@ -55,9 +55,9 @@ pub enum Ctl {
     /// The memfds of the sealed snapshots passed in a call (`request`) or
     /// reply on `slot`, in descriptor order.
     Buffers { request: bool, slot: u32, seq: u32 },
-    /// The sender's loan pool (one memfd): the ranges its loans name.
-    Pool,
-    /// Loans of the receiver's pool that the sender held and dropped:
+    /// The sender's loan arena (one memfd): the ranges its loans name.
+    Arena,
+    /// Loans of the receiver's arena that the sender held and dropped:
     /// `(offset, length)` ranges, theirs again.
     Returned { loans: Vec<(u64, u32)> },
 }
@@ -65,78 +65,6 @@ pub enum Ctl {
 /// Most `(grant, count)` pairs in one [`Ctl::Releases`] (each encodes in at
 /// most 10 bytes, so a batch stays well under [`MAX_CTL`]).
 pub const MAX_RELEASES: usize = 1024;
-
-/// A door as it travels: whose grant table names it, and the index there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireDoor {
-    pub kind: u32,
-    pub idx: u32,
-    pub pid: u32,
-}
-
-impl WireDoor {
-    /// A door whose server (`pid`) died before it could be passed on.
-    pub fn dead(pid: u32) -> WireDoor {
-        WireDoor {
-            kind: abi::WD_DEAD,
-            idx: 0,
-            pid,
-        }
-    }
-
-    pub fn to_bytes(self) -> [u8; abi::WIRE_DOOR] {
-        let mut b = [0u8; abi::WIRE_DOOR];
-        b[0..4].copy_from_slice(&self.kind.to_le_bytes());
-        b[4..8].copy_from_slice(&self.idx.to_le_bytes());
-        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
-        b
-    }
-
-    pub fn from_bytes(b: &[u8; abi::WIRE_DOOR]) -> WireDoor {
-        let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        WireDoor {
-            kind: w(0),
-            idx: w(4),
-            pid: w(8),
-        }
-    }
-}
-
-/// A buffer as it travels: its kind ([`abi::BUF_SEALED`], [`abi::BUF_LOAN`],
-/// [`abi::BUF_RETURNED`], [`abi::BUF_FD`]), its length, and for a loan its offset in the
-/// lender's pool. Written at [`abi::OFF_BUFS`] + i × [`abi::WIRE_BUF`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WireBuf {
-    pub kind: u32,
-    pub len: u32,
-    pub off: u64,
-}
-
-impl WireBuf {
-    pub fn to_bytes(self) -> [u8; abi::WIRE_BUF] {
-        let mut b = [0u8; abi::WIRE_BUF];
-        b[0..4].copy_from_slice(&self.kind.to_le_bytes());
-        b[4..8].copy_from_slice(&self.len.to_le_bytes());
-        b[8..16].copy_from_slice(&self.off.to_le_bytes());
-        b
-    }
-
-    pub fn from_bytes(b: &[u8; abi::WIRE_BUF]) -> WireBuf {
-        let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let mut off = [0u8; 8];
-        off.copy_from_slice(&b[8..16]);
-        WireBuf {
-            kind: w(0),
-            len: w(4),
-            off: u64::from_le_bytes(off),
-        }
-    }
-
-    /// Where descriptor `i` sits in a slot.
-    pub fn offset(i: usize) -> usize {
-        abi::OFF_BUFS + i * abi::WIRE_BUF
-    }
-}
 
 /// A message as it is sent.
 pub fn encode(msg: &Ctl) -> Vec<u8> {
@@ -155,7 +83,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let m = Ctl::Boot {
-            doors: vec![WireDoor {
+            doors: vec![DoorDescriptor {
                 kind: 2,
                 idx: 9,
                 pid: 4,
@@ -164,7 +92,7 @@ mod tests {
         match decode(&encode(&m)) {
             Some(Ctl::Boot { doors }) => assert_eq!(
                 doors[0],
-                WireDoor {
+                DoorDescriptor {
                     kind: 2,
                     idx: 9,
                     pid: 4
@@ -172,16 +100,6 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn buffer_descriptors_round_trip() {
-        let d = WireBuf {
-            kind: abi::BUF_LOAN,
-            len: 7,
-            off: 1 << 33,
-        };
-        assert_eq!(WireBuf::from_bytes(&d.to_bytes()), d);
     }
 
     #[test]

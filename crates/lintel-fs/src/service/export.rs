@@ -1,25 +1,10 @@
-//! The file service: one host directory, exported through doors.
-//!
-//! Every path a client sends is resolved by the kernel beneath the export's
-//! root (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), so `..`,
-//! absolute paths and symlinks that leave the root fail with
-//! [`FsError::Escapes`], and so do races that rename a directory out from
-//! under a lookup: the kernel checks the whole walk, not a string. Calls
-//! that act on a name in a directory (`mkdir`, `unlink`, `rename`, …)
-//! resolve the parent beneath the root and then act on one name in it.
-//!
-//! Each open is a host file description of the service's and a door of its
-//! own ([`OpenFileServer`]), whose datum names it; the door's holders share
-//! its offset. The service keeps the offset itself and reads and writes
-//! with `pread` and `pwrite` under the open's lock, so concurrent `read`s
-//! through one door each get their own bytes, as they would on one Unix
-//! file description. Opens of one file share a [`Node`]: its token and
-//! its page cache for mapped windows ([`crate::session`]); every call here
-//! first takes the token back from any client that holds it, so the host
-//! file is current for the copy path.
+//! An exported directory: [`Service`], the handle its owner keeps, and
+//! the door implementation of [`Export`] behind it, which resolves every
+//! path beneath the root and makes each open an [`Opened`] with a door of
+//! its own.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -31,14 +16,18 @@ use parking_lot::Mutex;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::FsError;
-use crate::credentials::{As, Credentials};
-use crate::node::Node;
-use crate::path;
 use crate::proto::{
-    Attr, DirEntry, Export, ExportServer, Kind, LockHolder, LockKind, MAX_IO, OpenFile, OpenFileClient,
-    OpenFileServer, SessionClient, SetTime, Stat, Timespec, Whence,
+    Attr, Counters, DirEntry, Export, ExportServer, FsError, FsStat, OpenFileClient, OpenFileServer,
+    SessionClient, Stat,
 };
+use crate::service::credentials::{As, Credentials};
+use crate::service::host::{list_of, reopen, set_attr, stat_of};
+use crate::service::node::Node;
+use crate::service::open::{Opened, Opens};
+use crate::service::session::{self, Sessions};
+use crate::service::splice::Pipes;
+use crate::service::tally::Tally;
+use crate::service::{path, readonly};
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
 const CLIENT_FLAGS: OFlags = OFlags::ACCMODE
@@ -71,23 +60,23 @@ pub struct Service {
 }
 
 /// The export's state, shared by its doors.
-pub(crate) struct Inner {
+struct Inner {
     root: OwnedFd,
     read_only: bool,
-    pub(crate) timeout: Duration,
+    timeout: Duration,
     /// Every open file, by its door's datum.
-    opens: Mutex<HashMap<u64, Weak<Opened>>>,
+    opens: Arc<Opens>,
     /// Every file with an open, by (device, inode).
     nodes: Mutex<HashMap<(u64, u64), Weak<Node>>>,
     next_open: AtomicU64,
-    pub(crate) counters: Arc<Tally>,
+    counters: Arc<Tally>,
     /// Sessions alive (each has a pager thread and a shared page).
-    pub(crate) sessions: Arc<std::sync::atomic::AtomicUsize>,
-    pub(crate) max_sessions: usize,
+    sessions: Arc<std::sync::atomic::AtomicUsize>,
+    max_sessions: usize,
     /// Open files shared by key ([`Export::share`]), oldest first.
     shared: Mutex<std::collections::VecDeque<([u8; 16], Arc<Opened>)>>,
     /// Its callers' credentials, which each call is made with.
-    pub(crate) creds: Arc<Credentials>,
+    creds: Arc<Credentials>,
 }
 
 /// Most open files kept shared by key at once (the oldest go first).
@@ -97,22 +86,6 @@ const MAX_SHARED: usize = 4096;
 /// at once by default; more get an error, and their clients take the copy
 /// path.
 pub const MAX_SESSIONS: usize = 1024;
-
-/// The service's counters ([`crate::proto::Counters`]), bumped where the
-/// work happens.
-#[derive(Default)]
-pub(crate) struct Tally {
-    pub faults: AtomicU64,
-    pub windows: AtomicU64,
-    pub grants: AtomicU64,
-    pub recalls: AtomicU64,
-    pub evictions: AtomicU64,
-    pub file_calls: AtomicU64,
-    pub spliced_bytes: AtomicU64,
-    pub splices: AtomicU64,
-    /// Pipes attached now (a gauge).
-    pub pipes: AtomicU64,
-}
 
 impl Service {
     /// Export the directory at `root`, read-only if `read_only`.
@@ -127,7 +100,7 @@ impl Service {
                 root,
                 read_only,
                 timeout: LOCK_TIMEOUT,
-                opens: Mutex::new(HashMap::new()),
+                opens: Arc::default(),
                 nodes: Mutex::new(HashMap::new()),
                 next_open: AtomicU64::new(1),
                 counters: Arc::default(),
@@ -216,17 +189,13 @@ impl ExportImpl {
             if let Some(s) = service.upgrade() {
                 // Another door may name it still; the map holds only weak
                 // references, so a stale entry is harmless.
-                s.opens.lock().retain(|k, o| *k != id || o.strong_count() > 0);
+                s.opens.forget(id);
             }
         })
     }
 }
 
 impl Inner {
-    pub(crate) fn open_by_id(&self, id: u64) -> Option<Arc<Opened>> {
-        self.opens.lock().get(&id)?.upgrade()
-    }
-
     fn node(&self, key: (u64, u64)) -> Arc<Node> {
         let mut nodes = self.nodes.lock();
         if let Some(n) = nodes.get(&key).and_then(Weak::upgrade) {
@@ -458,11 +427,11 @@ impl Export for ExportImpl {
         Ok(self.read_only)
     }
 
-    fn statfs(&self) -> Result<crate::proto::FsStat, FsError> {
+    fn statfs(&self) -> Result<FsStat, FsError> {
         let s = rustix::fs::fstatfs(&self.root)?;
         let v = rustix::fs::fstatvfs(&self.root)?;
         let read_only = if self.read_only { libc::ST_RDONLY } else { 0 };
-        Ok(crate::proto::FsStat {
+        Ok(FsStat {
             kind: s.f_type as u64,
             block_size: s.f_bsize as u64,
             blocks: s.f_blocks,
@@ -528,7 +497,7 @@ impl Export for ExportImpl {
             .with_local(|_: &OpenFileServer, datum| datum)
             .and_then(Result::ok)
             .ok_or_else(|| FsError::Invalid("not an open file of this export".into()))?;
-        let open = self.open_by_id(id).ok_or(FsError::Closed)?;
+        let open = self.opens.get(id).ok_or(FsError::Closed)?;
         let mut key = [0u8; 16];
         rustix::rand::getrandom(&mut key, rustix::rand::GetRandomFlags::empty())?;
         let mut shared = self.shared.lock();
@@ -550,9 +519,9 @@ impl Export for ExportImpl {
         Ok(OpenFileClient::from_door(self.door_of(open)))
     }
 
-    fn counters(&self) -> Result<crate::proto::Counters, FsError> {
+    fn counters(&self) -> Result<Counters, FsError> {
         let c = &self.counters;
-        Ok(crate::proto::Counters {
+        Ok(Counters {
             faults: c.faults.load(SeqCst),
             windows: c.windows.load(SeqCst),
             grants: c.grants.load(SeqCst),
@@ -565,7 +534,14 @@ impl Export for ExportImpl {
     }
 
     fn session(&self, uffd: OwnedFd, evicted: OwnedFd) -> Result<(SessionClient, OwnedFd), FsError> {
-        let (door, page) = crate::session::start(self.0.clone(), uffd, evicted)?;
+        let sessions = Sessions {
+            opens: self.opens.clone(),
+            tally: self.counters.clone(),
+            alive: self.sessions.clone(),
+            max: self.max_sessions,
+            timeout: self.timeout,
+        };
+        let (door, page) = session::start(sessions, uffd, evicted)?;
         Ok((SessionClient::from_door(door), page))
     }
 
@@ -680,7 +656,7 @@ fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
     // What a client wrote through its window is in the host file first.
     export.settle_key((st.st_dev, st.st_ino));
     if export.read_only {
-        return Ok(crate::readonly::reopen_read_only(&fd)?);
+        return Ok(readonly::reopen_read_only(&fd)?);
     }
     reopen(&fd, OFlags::RDONLY)
 }
@@ -722,7 +698,7 @@ impl ExportImpl {
             export_read_only: self.read_only,
             creds: self.creds.clone(),
         });
-        self.opens.lock().insert(id, Arc::downgrade(&open));
+        self.opens.insert(&open);
         OpenFileClient::from_door(self.door_of(open))
     }
 }
@@ -742,625 +718,4 @@ struct Access {
     readable: bool,
     writable: bool,
     regular: bool,
-}
-
-/// One open file description: the host's, plus the offset its door's
-/// holders share.
-pub(crate) struct Opened {
-    /// The datum of its doors.
-    pub(crate) id: u64,
-    pub(crate) fd: OwnedFd,
-    pub(crate) node: Arc<Node>,
-    /// Its `O_APPEND` status flag, which `fcntl(F_SETFL)` may change (the
-    /// host description's flag follows it).
-    append: AtomicBool,
-    pub(crate) readable: bool,
-    pub(crate) writable: bool,
-    pub(crate) regular: bool,
-    timeout: Duration,
-    tally: Arc<Tally>,
-    pub(crate) offset: Mutex<u64>,
-    /// The service took the file back (its client was evicted).
-    pub(crate) revoked: AtomicBool,
-    /// For an `O_APPEND` open, a second description of the file without
-    /// it: writing back a window's bytes must land at their offsets, and
-    /// Linux appends every `pwrite` on an `O_APPEND` description.
-    positional: std::sync::OnceLock<OwnedFd>,
-    /// Pipes attached by its clients for spliced reads (write ends), by
-    /// number; `None` once found broken.
-    pipes: Mutex<Pipes>,
-    export_read_only: bool,
-    /// The export's callers' credentials: a change to the file is made
-    /// as its caller, its writes landing too (a write by a user without
-    /// `CAP_FSETID` clears set-user-ID bits, as Linux does).
-    pub(crate) creds: Arc<Credentials>,
-}
-
-/// The pipes attached to an open file, by number. A number is never given
-/// out twice: a late call naming a pipe its client gave up on (a deadline
-/// passed) finds nothing, never the client's next pipe.
-#[derive(Default)]
-struct Pipes {
-    next: u32,
-    by_number: HashMap<u32, AttachedPipe>,
-}
-
-/// A client's pipe (its write end), counted against the export's bound
-/// while it is attached.
-struct AttachedPipe {
-    fd: OwnedFd,
-    tally: Arc<Tally>,
-}
-
-impl Drop for AttachedPipe {
-    fn drop(&mut self) {
-        self.tally.pipes.fetch_sub(1, SeqCst);
-    }
-}
-
-/// Most pipes an export keeps attached at once, over all its open files:
-/// a pipe left full by its client holds up to a megabyte of the host's
-/// page cache, so the bound bounds that too. Clients past it read through
-/// the call.
-pub const MAX_EXPORT_PIPES: u64 = 256;
-
-/// Most pipes one open file keeps attached (one per client process that
-/// reads it in large pieces); a client past it takes the copy path.
-pub const MAX_PIPES: usize = 64;
-
-/// `fd`'s file opened anew (a new open file description of the same
-/// inode, permissions checked again) with `access`.
-fn reopen(fd: &OwnedFd, access: OFlags) -> Result<OwnedFd, FsError> {
-    use std::os::fd::AsRawFd;
-    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    Ok(rustix::fs::open(
-        path.as_str(),
-        access | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
-}
-
-impl Opened {
-    /// Whether writes append (`O_APPEND`).
-    pub(crate) fn appends(&self) -> bool {
-        self.append.load(SeqCst)
-    }
-
-    /// A descriptor of this file that writes at the offsets it is given.
-    pub(crate) fn positional_fd(&self) -> Result<&OwnedFd, FsError> {
-        if !self.appends() {
-            return Ok(&self.fd);
-        }
-        if let Some(fd) = self.positional.get() {
-            return Ok(fd);
-        }
-        let fd = reopen(&self.fd, OFlags::WRONLY)?;
-        Ok(self.positional.get_or_init(|| fd))
-    }
-
-    /// The token lock of the file, the token back from any holder; or
-    /// `Closed` if this open was revoked.
-    fn settle(&self) -> Result<parking_lot::MutexGuard<'_, crate::node::TokenState>, FsError> {
-        if self.revoked.load(SeqCst) {
-            return Err(FsError::Closed);
-        }
-        self.tally.file_calls.fetch_add(1, SeqCst);
-        Ok(self.node.settle(Instant::now() + self.timeout))
-    }
-
-    /// Move up to `len` bytes at `at` into attached pipe `pipe` by
-    /// reference (`splice`); how many. Never blocks on the pipe: one the
-    /// client left bytes in, or a broken one, is an `Invalid` error (the
-    /// client then drops it), as is a file the kernel cannot splice.
-    pub(crate) fn splice_into(&self, pipe: u32, at: u64, len: u32) -> Result<usize, FsError> {
-        use rustix::pipe::{SpliceFlags, splice};
-        let unusable = |why: &str| FsError::Invalid(format!("pipe {pipe}: {why}"));
-        let mut pipes = self.pipes.lock();
-        let Some(to) = pipes.by_number.get(&pipe).map(|p| &p.fd) else {
-            return Err(unusable("not attached"));
-        };
-        let len = len.min(MAX_IO) as usize;
-        let (mut off, mut done) = (at, 0);
-        while done < len {
-            match splice(
-                &self.fd,
-                Some(&mut off),
-                to,
-                None,
-                len - done,
-                SpliceFlags::NONBLOCK,
-            ) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                Err(_) if done > 0 => break,
-                Err(Errno::AGAIN) => return Err(unusable("full")),
-                Err(Errno::PIPE) => {
-                    pipes.by_number.remove(&pipe);
-                    return Err(unusable("its reader is gone"));
-                }
-                Err(Errno::INVAL) => return Err(unusable("the file cannot be spliced")),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.tally.spliced_bytes.fetch_add(done as u64, SeqCst);
-        self.tally.splices.fetch_add(1, SeqCst);
-        Ok(done)
-    }
-
-    fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
-        // Exactly `len` bytes asked of the host: a read into the vector's
-        // spare capacity would read as much as it happens to have, and a
-        // shared-offset read would move the offset that far.
-        let len = len.min(MAX_IO) as usize;
-        data.clear();
-        data.resize(len, 0);
-        let n = loop {
-            match rustix::io::pread(&self.fd, &mut data[..], at) {
-                Err(Errno::INTR) => continue,
-                r => break r?,
-            }
-        };
-        data.truncate(n);
-        Ok(n)
-    }
-
-    /// Write all of `data` at `at` (or at the end, if appending); the
-    /// bytes written, which are fewer only if an error stopped it.
-    fn write_all(&self, mut at: u64, data: &[u8]) -> Result<u64, FsError> {
-        // Linux checks the open's mode before the length: even an empty
-        // write to a file opened read-only is `EBADF`.
-        if !self.writable {
-            return Err(Errno::BADF.into());
-        }
-        let data = &data[..data.len().min(MAX_IO as usize)];
-        let mut done = 0;
-        while done < data.len() {
-            let r = if self.appends() {
-                rustix::io::write(&self.fd, &data[done..])
-            } else {
-                rustix::io::pwrite(&self.fd, &data[done..], at)
-            };
-            match r {
-                Ok(0) => break,
-                Ok(n) => {
-                    done += n;
-                    at += n as u64;
-                }
-                Err(Errno::INTR) => continue,
-                Err(e) if done == 0 => return Err(e.into()),
-                Err(_) => break,
-            }
-        }
-        Ok(done as u64)
-    }
-}
-
-impl OpenFile for Opened {
-    fn read(&self, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
-        let _token = self.settle()?;
-        let mut offset = self.offset.lock();
-        let n = self.read_into(*offset, len, data)?;
-        *offset += n as u64;
-        Ok(())
-    }
-
-    fn write(&self, data: &[u8]) -> Result<u64, FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let _token = self.settle()?;
-        let mut offset = self.offset.lock();
-        let at = *offset;
-        let n = self.write_all(at, data)?;
-        *offset = if self.appends() && n > 0 {
-            // Where the append ended (an empty write moves nothing).
-            rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
-        } else {
-            at + n
-        };
-        self.node.write_through(*offset - n, &data[..n as usize]);
-        Ok(n)
-    }
-
-    fn read_at(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<(), FsError> {
-        let _token = self.settle()?;
-        self.read_into(at, len, data).map(drop)
-    }
-
-    fn attach_pipe(&self, pipe: OwnedFd) -> Result<u32, FsError> {
-        use rustix::event::{PollFd, PollFlags, poll};
-        if self.revoked.load(SeqCst) {
-            return Err(FsError::Closed);
-        }
-        let st = rustix::fs::fstat(&pipe)?;
-        let mode = rustix::fs::fcntl_getfl(&pipe)? & OFlags::ACCMODE;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Fifo
-            || mode != OFlags::WRONLY
-        {
-            return Err(FsError::Invalid("not the write end of a pipe".into()));
-        }
-        let mut pipes = self.pipes.lock();
-        // A pipe whose reader is gone says so (POLLERR): it makes room.
-        pipes.by_number.retain(|_, p| {
-            let mut fds = [PollFd::new(&p.fd, PollFlags::OUT)];
-            let gone = poll(&mut fds, Some(&rustix::time::Timespec::default())).is_ok()
-                && fds[0].revents().contains(PollFlags::ERR);
-            !gone
-        });
-        if pipes.by_number.len() >= MAX_PIPES {
-            return Err(FsError::Invalid(format!("{MAX_PIPES} pipes attached already")));
-        }
-        let Some(number) = pipes.next.checked_add(1) else {
-            return Err(FsError::Invalid("no pipe numbers left".into()));
-        };
-        if self.tally.pipes.fetch_add(1, SeqCst) >= MAX_EXPORT_PIPES {
-            self.tally.pipes.fetch_sub(1, SeqCst);
-            return Err(FsError::Invalid(format!(
-                "the export has {MAX_EXPORT_PIPES} pipes attached already"
-            )));
-        }
-        pipes.next = number;
-        pipes.by_number.insert(
-            number,
-            AttachedPipe {
-                fd: pipe,
-                tally: self.tally.clone(),
-            },
-        );
-        Ok(number)
-    }
-
-    fn read_spliced_at(&self, pipe: u32, at: u64, len: u32) -> Result<u32, FsError> {
-        let _token = self.settle()?;
-        if !self.readable {
-            return Err(Errno::BADF.into());
-        }
-        self.splice_into(pipe, at, len).map(|n| n as u32)
-    }
-
-    fn map_descriptor(&self) -> Result<OwnedFd, FsError> {
-        use std::os::fd::AsRawFd;
-        if !self.regular {
-            return Err(FsError::Invalid("only a regular file can be mapped".into()));
-        }
-        if self.export_read_only {
-            // Nobody changes the file through the service, so its windows
-            // stay: the descriptor is the file on a read-only mount of its
-            // own, which refuses every change (see `readonly`).
-            if !self.readable {
-                return Err(Errno::ACCESS.into());
-            }
-            return crate::readonly::reopen_read_only(&self.fd).map_err(|e| {
-                tracing::debug!("no read-only descriptor for a shared mapping: {e}");
-                FsError::from(e)
-            });
-        }
-        let access = match (self.readable, self.writable) {
-            (true, true) => OFlags::RDWR,
-            (true, false) => OFlags::RDONLY,
-            _ => return Err(Errno::ACCESS.into()),
-        };
-        // Under the token lock, with the token back and its bytes written:
-        // no grant slips in after this.
-        let _token = self.settle()?;
-        self.node.host_mapped.store(true, SeqCst);
-        let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
-        Ok(rustix::fs::open(
-            path.as_str(),
-            access | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?)
-    }
-
-    fn read_spliced(&self, pipe: u32, len: u32) -> Result<u32, FsError> {
-        let _token = self.settle()?;
-        if !self.readable {
-            return Err(Errno::BADF.into());
-        }
-        let mut offset = self.offset.lock();
-        let n = self.splice_into(pipe, *offset, len)?;
-        *offset += n as u64;
-        Ok(n as u32)
-    }
-
-    fn write_at(&self, at: u64, data: &[u8]) -> Result<u64, FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let _token = self.settle()?;
-        if self.appends() {
-            // Linux appends whatever the offset says.
-            let n = self.write_all(at, data)?;
-            let end = rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::End(0))?;
-            self.node.write_through(end - n, &data[..n as usize]);
-            return Ok(n);
-        }
-        let n = self.write_all(at, data)?;
-        self.node.write_through(at, &data[..n as usize]);
-        Ok(n)
-    }
-
-    fn seek(&self, whence: Whence, delta: i64) -> Result<u64, FsError> {
-        let _token = self.settle()?;
-        let mut offset = self.offset.lock();
-        if !self.regular {
-            // A directory's offsets are its file system's to define (ext4
-            // puts its end at the largest offset): the kernel seeks.
-            use rustix::fs::SeekFrom;
-            rustix::fs::seek(&self.fd, SeekFrom::Start(*offset))?;
-            let to = rustix::fs::seek(
-                &self.fd,
-                match whence {
-                    Whence::Start if delta < 0 => return Err(Errno::INVAL.into()),
-                    Whence::Start => SeekFrom::Start(delta as u64),
-                    Whence::Current => SeekFrom::Current(delta),
-                    Whence::End => SeekFrom::End(delta),
-                    Whence::Data => SeekFrom::Data(delta as u64),
-                    Whence::Hole => SeekFrom::Hole(delta as u64),
-                },
-            )?;
-            *offset = to;
-            return Ok(to);
-        }
-        let base = match whence {
-            Whence::Start => 0,
-            Whence::Current => *offset,
-            Whence::End => stat_of(&self.fd)?.size,
-            Whence::Data | Whence::Hole => {
-                // The host file is current (the token is back): its file
-                // system knows where its data and holes are. A negative
-                // offset is past any end, as the kernel reads it.
-                use rustix::fs::SeekFrom;
-                let from = match whence {
-                    Whence::Data => SeekFrom::Data(delta as u64),
-                    _ => SeekFrom::Hole(delta as u64),
-                };
-                let to = rustix::fs::seek(&self.fd, from)?;
-                *offset = to;
-                return Ok(to);
-            }
-        };
-        let to = base
-            .checked_add_signed(delta)
-            .filter(|&to| to <= i64::MAX as u64)
-            .ok_or_else(|| FsError::Invalid(format!("seek to {base} + {delta}")))?;
-        *offset = to;
-        Ok(to)
-    }
-
-    fn stat(&self) -> Result<Stat, FsError> {
-        let _token = self.settle()?;
-        stat_of(&self.fd)
-    }
-
-    fn truncate(&self, len: u64) -> Result<(), FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let _token = self.settle()?;
-        rustix::fs::ftruncate(&self.fd, len)?;
-        self.node.truncate_cache(len);
-        Ok(())
-    }
-
-    fn allocate(&self, mode: u32, offset: u64, len: u64) -> Result<(), FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        use rustix::fs::FallocateFlags as F;
-        let _token = self.settle()?;
-        let before = stat_of(&self.fd)?.size;
-        // The host checks the arguments, the mode and the open's access
-        // in Linux's order, and answers with Linux's errno.
-        rustix::fs::fallocate(&self.fd, F::from_bits_retain(mode), offset, len)?;
-        let after = stat_of(&self.fd)?.size;
-        let mode = F::from_bits_retain(mode);
-        if mode.intersects(F::COLLAPSE_RANGE | F::INSERT_RANGE) {
-            // The bytes moved: no cached page is where it was.
-            self.node.truncate_cache(0);
-        } else if mode.intersects(F::PUNCH_HOLE | F::ZERO_RANGE) {
-            // The range reads as zeros on the host now; so it must in
-            // every window.
-            self.node
-                .zero_cache(offset, offset.saturating_add(len).min(after.max(before)));
-        }
-        if after > before {
-            // Bytes past the old end read as zeros.
-            self.node.zero_cache(before, after);
-        }
-        Ok(())
-    }
-
-    fn append(&self, set: Option<bool>) -> Result<bool, FsError> {
-        // The token comes back first: a holder appending through its
-        // window does so under the flag it was granted with.
-        let _token = self.settle()?;
-        if let Some(on) = set
-            && on != self.appends()
-        {
-            let flags = rustix::fs::fcntl_getfl(&self.fd)?;
-            rustix::fs::fcntl_setfl(
-                &self.fd,
-                flags.difference(OFlags::APPEND) | if on { OFlags::APPEND } else { OFlags::empty() },
-            )?;
-            self.append.store(on, SeqCst);
-        }
-        Ok(self.appends())
-    }
-
-    fn sync(&self, data_only: bool) -> Result<(), FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let _token = self.settle()?;
-        if data_only {
-            rustix::fs::fdatasync(&self.fd)?;
-        } else {
-            rustix::fs::fsync(&self.fd)?;
-        }
-        Ok(())
-    }
-
-    fn close(&self) -> Result<(), FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        // Whatever a mapped client wrote comes back with its token; the
-        // copy path wrote through already.
-        let _token = self.settle()?;
-        Ok(())
-    }
-
-    fn list(&self) -> Result<Vec<DirEntry>, FsError> {
-        if self.revoked.load(SeqCst) {
-            return Err(FsError::Closed);
-        }
-        list_of(&self.fd)
-    }
-
-    fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let _token = self.settle()?;
-        set_attr(&self.fd, attr)
-    }
-
-    fn lock(&self, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<(), FsError> {
-        // Waiting is polling, not a blocked `F_OFD_SETLKW`: a server thread
-        // must stay free to notice that its caller died or gave up (an
-        // alert), and a lock another client holds for ever must not hold
-        // the pool's threads for ever.
-        let mut pause = Duration::from_micros(100);
-        loop {
-            match crate::lock::set(self.fd.as_fd(), kind, start, len) {
-                Err(e) if wait && e.errno() == libc::EAGAIN => {
-                    if lintel::shuttle::sleep_alertable(pause).is_err() {
-                        return Err(FsError::Os { errno: libc::EINTR });
-                    }
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-                r => return r,
-            }
-        }
-    }
-
-    fn credentials_changed(&self) -> Result<(), FsError> {
-        self.creds.forget();
-        Ok(())
-    }
-
-    fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
-        crate::lock::test(self.fd.as_fd(), kind, start, len)
-    }
-
-    fn path_descriptor(&self) -> Result<OwnedFd, FsError> {
-        use rustix::fs::FileType;
-        let special = !matches!(
-            FileType::from_raw_mode(rustix::fs::fstat(&self.fd)?.st_mode),
-            FileType::RegularFile | FileType::Directory | FileType::Symlink
-        );
-        let path_only = rustix::fs::fcntl_getfl(&self.fd)?.contains(OFlags::PATH);
-        if !special || !path_only {
-            return Err(FsError::Invalid("not a FIFO, socket or device".into()));
-        }
-        Ok(rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)?)
-    }
-
-    fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError> {
-        // The host's own `flock` on this open's description: what Linux
-        // does for the caller (no access-mode check, no conflict with
-        // byte-range locks). Waiting polls, as in `lock`.
-        let mut pause = Duration::from_micros(100);
-        loop {
-            match crate::lock::whole_file(self.fd.as_fd(), kind) {
-                Err(e) if wait && e.errno() == libc::EAGAIN => {
-                    if lintel::shuttle::sleep_alertable(pause).is_err() {
-                        return Err(FsError::Os { errno: libc::EINTR });
-                    }
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
-                r => return r,
-            }
-        }
-    }
-}
-
-/// Apply `attr` to the file `fd` names (an `O_PATH` descriptor will do:
-/// mode and times go through its `/proc/self/fd` link, the owner through
-/// `AT_EMPTY_PATH`).
-fn set_attr(fd: &OwnedFd, attr: Attr) -> Result<(), FsError> {
-    use rustix::fs::{CWD, Timespec as Ts, Timestamps};
-    use std::os::fd::AsRawFd;
-    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    if let Some(mode) = attr.mode {
-        rustix::fs::chmodat(
-            CWD,
-            magic.as_str(),
-            Mode::from_bits_truncate(mode & 0o7777),
-            AtFlags::empty(),
-        )?;
-    }
-    if attr.uid.is_some() || attr.gid.is_some() {
-        let uid = attr.uid.map(rustix::fs::Uid::from_raw);
-        let gid = attr.gid.map(rustix::fs::Gid::from_raw);
-        rustix::fs::chownat(fd, "", uid, gid, AtFlags::EMPTY_PATH)?;
-    }
-    if attr.atime != SetTime::Keep || attr.mtime != SetTime::Keep {
-        // UTIME_NOW and UTIME_OMIT, as utimensat(2) takes them.
-        let t = |s: SetTime| match s {
-            SetTime::Keep => Ts {
-                tv_sec: 0,
-                tv_nsec: (1 << 30) - 2,
-            },
-            SetTime::Now => Ts {
-                tv_sec: 0,
-                tv_nsec: (1 << 30) - 1,
-            },
-            SetTime::At(t) => Ts {
-                tv_sec: t.sec,
-                tv_nsec: t.nsec as _,
-            },
-        };
-        let times = Timestamps {
-            last_access: t(attr.atime),
-            last_modification: t(attr.mtime),
-        };
-        rustix::fs::utimensat(CWD, magic.as_str(), &times, AtFlags::empty())?;
-    }
-    Ok(())
-}
-
-pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
-    let s = rustix::fs::fstat(fd)?;
-    let time = |sec: i64, nsec: u64| Timespec {
-        sec,
-        nsec: nsec as u32,
-    };
-    Ok(Stat {
-        dev: s.st_dev,
-        ino: s.st_ino,
-        mode: s.st_mode,
-        nlink: s.st_nlink,
-        uid: s.st_uid,
-        gid: s.st_gid,
-        rdev: s.st_rdev,
-        size: s.st_size as u64,
-        blksize: s.st_blksize as u64,
-        blocks: s.st_blocks as u64,
-        atime: time(s.st_atime as i64, s.st_atime_nsec as u64),
-        mtime: time(s.st_mtime as i64, s.st_mtime_nsec as u64),
-        ctime: time(s.st_ctime as i64, s.st_ctime_nsec as u64),
-    })
-}
-
-fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {
-    use rustix::fs::FileType;
-    let mut out = Vec::new();
-    for entry in rustix::fs::Dir::read_from(fd)? {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let kind = match entry.file_type() {
-            FileType::RegularFile => Kind::File,
-            FileType::Directory => Kind::Dir,
-            FileType::Symlink => Kind::Symlink,
-            _ => Kind::Other,
-        };
-        out.push(DirEntry {
-            name: name.to_vec(),
-            ino: entry.ino(),
-            kind,
-        });
-    }
-    Ok(out)
 }

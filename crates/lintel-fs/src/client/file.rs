@@ -1,35 +1,22 @@
-//! The client library: [`Fs`] for an export's namespace, [`File`] for an
-//! open file, with the `std::io` traits a Rust program expects.
-//!
-//! A [`File`] picks its path per call ([`IoPath`]):
-//! - **mapped** (Mach's mapped files): reads, writes, seeks and `stat` of
-//!   a regular file opened for reading go through a window of the file's
-//!   pages mapped into this process, guarded by a token in a page shared
-//!   with the service ([`crate::mapped`]); no call while the window covers
-//!   the access and the token is here;
-//! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
-//!   data above the vanilla path's size through lintel's bulk segments;
-//!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
-//!   mapped, and whenever the mapped path is unavailable. Reads of
-//!   [`SPLICE_MIN`] bytes or more come through a pipe instead, spliced
-//!   into it by the service ([`crate::spliced`]): one copy, as a native
-//!   `read` makes. A mapped file whose token is here reads ahead in its
-//!   pipe at the shared offset: a call per pipeful, not per read
-//!   ([`crate::mapped`]).
+//! An open file of an export ([`File`]), how to open one
+//! ([`OpenOptions`]) and which path its reads and writes take
+//! ([`IoPath`]): each call takes the mapped path, a spliced read or one
+//! call on the file's door (see the folder's doc), with the `std::io`
+//! traits a Rust program expects.
 
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use lintel::Door;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
-use crate::FsError;
-use crate::mapped::{Mapped, MappedSession};
-use crate::proto::{DirEntry, Export, ExportClient, MAX_IO, OpenFile, OpenFileClient, Stat, Whence};
-use crate::spliced::{Pipe, SPLICE_MIN};
+use crate::client::credentials::tell;
+use crate::client::mapped::{Mapped, View};
+use crate::client::spliced::{Pipe, SPLICE_MIN};
+use crate::proto::{
+    Attr, DirEntry, FsError, LockHolder, LockKind, MAX_IO, OpenFile, OpenFileClient, Stat, Whence,
+};
 
 /// Reads and writes up to this many bytes take the mapped path (when the
 /// file is mapped); larger ones move in one call on the copy path.
@@ -48,268 +35,6 @@ pub enum IoPath {
     Mapped,
 }
 
-/// An exported directory, reached through its door.
-///
-/// ```no_run
-/// # fn demo(door: lintel::Door) -> Result<(), lintel_fs::FsError> {
-/// use std::io::{Read, Write};
-/// let fs = lintel_fs::Fs::from_door(door);
-/// fs.create_dir("notes", 0o755)?;
-/// let mut f = fs.create("notes/today")?;
-/// f.write_all(b"hello").map_err(|e| lintel_fs::FsError::Invalid(e.to_string()))?;
-/// assert_eq!(fs.read("notes/today")?, b"hello");
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Fs {
-    export: ExportClient,
-    /// The [`CREDENTIALS`] generation the service was last told of.
-    told: Arc<AtomicU64>,
-    /// This process's mapped-window session with the export, made on the
-    /// first open that maps.
-    session: Arc<Mutex<Option<Arc<MappedSession>>>>,
-}
-
-impl Fs {
-    /// The export behind `door` (a door the file service made with
-    /// [`crate::Service::into_door`], here or in another domain).
-    pub fn from_door(door: Door) -> Fs {
-        Fs {
-            export: ExportClient::from_door(door),
-            told: Arc::default(),
-            session: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    /// This process changed its credentials (`set*id`, `setgroups`) or
-    /// its umask: each service it uses reads them again (from the kernel)
-    /// before its next call that names a path or changes a file. Only sets
-    /// a flag, so a signal handler may call it.
-    ///
-    /// ```no_run
-    /// # fn f(fs: &lintel_fs::Fs) -> Result<(), lintel_fs::FsError> {
-    /// rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    /// lintel_fs::Fs::credentials_changed();
-    /// fs.create("secret")?; // made 0600, as the new umask says
-    /// # Ok(()) }
-    /// ```
-    pub fn credentials_changed() {
-        CREDENTIALS.fetch_add(1, Ordering::Release);
-    }
-
-    /// The export, told first of a change of credentials it has not heard of.
-    fn export(&self) -> &ExportClient {
-        tell(&self.told, || self.export.credentials_changed());
-        &self.export
-    }
-
-    /// The export's door, to pass to another domain.
-    pub fn door(&self) -> &Door {
-        self.export.door()
-    }
-
-    /// Open `path` for reading.
-    pub fn open(&self, path: impl AsRef<Path>) -> Result<File, FsError> {
-        self.open_with(path, OpenOptions::new().read(true))
-    }
-
-    /// Create `path` (or truncate it) for writing.
-    pub fn create(&self, path: impl AsRef<Path>) -> Result<File, FsError> {
-        self.open_with(path, OpenOptions::new().write(true).create(true).truncate(true))
-    }
-
-    /// Open `path` as `options` say.
-    pub fn open_with(&self, path: impl AsRef<Path>, options: &OpenOptions) -> Result<File, FsError> {
-        let flags = options.flags()?;
-        let file = self.export().open(bytes(&path), flags, options.mode)?;
-        Ok(self.finish_open(file, options, flags))
-    }
-
-    /// `flags`: the open's, whichever way they were given.
-    fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
-        let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();
-        let mut f = File::from_client(file);
-        f.path = options.path;
-        f.mapped_max = options.mapped_max;
-        f.splice_min = options.splice_min;
-        if options.path != IoPath::Copy
-            && readable
-            && let Some(session) = MappedSession::get(&self.session, &self.export)
-        {
-            // Directories and other files that cannot map stay on the
-            // copy path.
-            f.mapped = Mapped::attach(&session, &f.file).ok().map(Arc::new);
-        }
-        f
-    }
-
-    /// A key naming the open file `file`, for a program this process
-    /// `exec`s to [`Fs::adopt`] it (offset shared).
-    pub fn share(&self, file: &File) -> Result<[u8; 16], FsError> {
-        self.export().share(file.door().clone())
-    }
-
-    /// The open file a key from [`Fs::share`] names, with its shared
-    /// offset, mapped as `options` say.
-    pub fn adopt(&self, key: [u8; 16], options: &OpenOptions) -> Result<File, FsError> {
-        let file = self.export().adopt(key)?;
-        let flags = options.flags().unwrap_or(OFlags::RDONLY.bits());
-        Ok(self.finish_open(
-            file,
-            options,
-            flags & !OFlags::ACCMODE.bits() | OFlags::RDWR.bits(),
-        ))
-    }
-
-    /// A read-only host descriptor of the file `path` names, to `exec`
-    /// ([`Export::exec_descriptor`](crate::proto::Export::exec_descriptor)):
-    /// `EACCES` where `execve` would refuse it.
-    pub fn exec_descriptor(&self, path: impl AsRef<Path>) -> Result<std::os::fd::OwnedFd, FsError> {
-        self.export.exec_descriptor(bytes(&path))
-    }
-
-    /// Make `path` a FIFO, socket, device or empty file, as `mknod(2)`
-    /// does (see [`crate::proto::Export::mknod`]).
-    pub fn mknod(&self, path: impl AsRef<Path>, mode: u32, dev: u64) -> Result<(), FsError> {
-        self.export().mknod(bytes(&path), mode, dev)
-    }
-
-    /// Bind the Unix-domain socket `socket` to `path` (see
-    /// [`crate::proto::Export::bind`]).
-    pub fn bind(&self, path: impl AsRef<Path>, socket: std::os::fd::OwnedFd) -> Result<(), FsError> {
-        self.export().bind(bytes(&path), socket)
-    }
-
-    /// Metadata of `path`, following symlinks.
-    pub fn stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
-        self.export().stat(bytes(&path), true)
-    }
-
-    /// Metadata of `path` itself, even if it is a symlink.
-    pub fn symlink_stat(&self, path: impl AsRef<Path>) -> Result<Stat, FsError> {
-        self.export().stat(bytes(&path), false)
-    }
-
-    /// Whether this process may read, write or run `path` (`mode`: the
-    /// bits of `R_OK`, `W_OK` and `X_OK`, or 0 for `F_OK`), as
-    /// `faccessat2(2)` with `flags` (`AT_EACCESS`, `AT_SYMLINK_NOFOLLOW`)
-    /// answers: checked by the service with this process's credentials.
-    pub fn access(&self, path: impl AsRef<Path>, mode: u32, flags: u32) -> Result<(), FsError> {
-        self.export().access(bytes(&path), mode, flags)
-    }
-
-    /// The entries of the directory `path` (without `.` and `..`).
-    pub fn read_dir(&self, path: impl AsRef<Path>) -> Result<Vec<DirEntry>, FsError> {
-        self.export().list(bytes(&path))
-    }
-
-    pub fn create_dir(&self, path: impl AsRef<Path>, mode: u32) -> Result<(), FsError> {
-        self.export().mkdir(bytes(&path), mode)
-    }
-
-    pub fn remove_dir(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export().rmdir(bytes(&path))
-    }
-
-    pub fn remove_file(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export().unlink(bytes(&path))
-    }
-
-    pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export().rename(bytes(&from), bytes(&to))
-    }
-
-    /// The exported file system's figures (`statfs(2)` of the root).
-    pub fn statfs(&self) -> Result<crate::proto::FsStat, FsError> {
-        self.export.statfs()
-    }
-
-    /// The target of the symlink `path`.
-    pub fn read_link(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
-        self.export().read_link(bytes(&path))
-    }
-
-    /// Make `path` a symlink to `target`.
-    pub fn symlink(&self, target: impl AsRef<Path>, path: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export().symlink(bytes(&target), bytes(&path))
-    }
-
-    /// Make `to` a hard link to the file `from`.
-    pub fn hard_link(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
-        self.export().link(bytes(&from), bytes(&to))
-    }
-
-    /// What the service has done for mapped windows (faults paged in,
-    /// windows moved, tokens granted and recalled, clients evicted).
-    pub fn counters(&self) -> Result<crate::proto::Counters, FsError> {
-        self.export.counters()
-    }
-
-    /// Change `path`'s mode, owner or times (of a symlink itself when
-    /// `follow` is false).
-    pub fn set_attr(
-        &self,
-        path: impl AsRef<Path>,
-        follow: bool,
-        attr: crate::proto::Attr,
-    ) -> Result<(), FsError> {
-        self.export().set_attr(bytes(&path), follow, attr)
-    }
-
-    /// Whether the export refuses every change.
-    pub fn is_read_only(&self) -> Result<bool, FsError> {
-        self.export.read_only()
-    }
-
-    /// The whole of the file at `path`.
-    pub fn read(&self, path: impl AsRef<Path>) -> Result<Vec<u8>, FsError> {
-        let f = self.open(path)?;
-        let mut all = Vec::new();
-        let mut chunk = Vec::new();
-        loop {
-            f.file.read(MAX_IO, &mut chunk)?;
-            if chunk.is_empty() {
-                return Ok(all);
-            }
-            all.extend_from_slice(&chunk);
-        }
-    }
-
-    /// Make `path` hold exactly `data`.
-    pub fn write(&self, path: impl AsRef<Path>, data: &[u8]) -> Result<(), FsError> {
-        let f = self.create(path)?;
-        let mut at = 0;
-        while at < data.len() {
-            let n = f.file.write(&data[at..])? as usize;
-            if n == 0 {
-                return Err(rustix::io::Errno::NOSPC.into());
-            }
-            at += n;
-        }
-        f.close()
-    }
-}
-
-/// How many times this process changed its credentials or umask
-/// ([`Fs::credentials_changed`]).
-static CREDENTIALS: AtomicU64 = AtomicU64::new(0);
-
-/// Tell a service (`notice`) of the changes of credentials since `told`.
-fn tell(told: &AtomicU64, notice: impl FnOnce() -> Result<(), FsError>) {
-    let now = CREDENTIALS.load(Ordering::Acquire);
-    if told.load(Ordering::Relaxed) != now {
-        match notice() {
-            Ok(()) => told.store(now, Ordering::Relaxed),
-            // The call that follows fails as well, and says why.
-            Err(e) => tracing::debug!(error = %e, "the file service was not told of new credentials"),
-        }
-    }
-}
-
-fn bytes(path: &impl AsRef<Path>) -> &[u8] {
-    path.as_ref().as_os_str().as_bytes()
-}
-
 /// How to open a file: the choices of [`std::fs::OpenOptions`], and Linux
 /// flags for the rest.
 #[derive(Debug, Clone)]
@@ -321,10 +46,10 @@ pub struct OpenOptions {
     create: bool,
     create_new: bool,
     custom: u32,
-    mode: u32,
-    path: IoPath,
-    mapped_max: usize,
-    splice_min: usize,
+    pub(super) mode: u32,
+    pub(super) path: IoPath,
+    pub(super) mapped_max: usize,
+    pub(super) splice_min: usize,
 }
 
 impl Default for OpenOptions {
@@ -431,22 +156,22 @@ impl OpenOptions {
 /// An open file of an export. Its door may be handed to other domains
 /// ([`File::door`], [`File::from_door`]): all holders share one offset.
 pub struct File {
-    file: OpenFileClient,
+    pub(super) file: OpenFileClient,
     /// Where replies land before they are copied to the caller's buffer.
     scratch: Mutex<Vec<u8>>,
     /// The pipe of spliced reads, shared with this handle's clones.
-    pipe: Arc<Mutex<Pipe>>,
-    mapped: Option<Arc<Mapped>>,
-    path: IoPath,
-    mapped_max: usize,
-    splice_min: usize,
-    /// The [`CREDENTIALS`] generation the service was last told of
+    pub(super) pipe: Arc<Mutex<Pipe>>,
+    pub(super) mapped: Option<Arc<Mapped>>,
+    pub(super) path: IoPath,
+    pub(super) mapped_max: usize,
+    pub(super) splice_min: usize,
+    /// The [`credentials`](crate::client::credentials) generation the service was last told of
     /// through this handle.
     told: AtomicU64,
 }
 
 impl File {
-    fn from_client(file: OpenFileClient) -> File {
+    pub(super) fn from_client(file: OpenFileClient) -> File {
         File {
             file,
             told: AtomicU64::new(0),
@@ -462,12 +187,12 @@ impl File {
     /// A read-only view of the file's pages, paged in by the service as
     /// they are touched (no token, no window): `Err` if the file is not
     /// mapped.
-    pub fn view(&self) -> Result<crate::mapped::View, FsError> {
+    pub fn view(&self) -> Result<View, FsError> {
         let m = self
             .mapped
             .clone()
             .ok_or_else(|| FsError::Invalid("the file is not mapped".into()))?;
-        Ok(crate::mapped::View::new(m))
+        Ok(View::new(m))
     }
 
     /// Where the file's cache starts in this process's memory, 0 if the
@@ -563,7 +288,7 @@ impl File {
 
     /// A descriptor of the host file to map shared (`mmap(MAP_SHARED)`,
     /// e.g. with `rustix::mm::mmap`): see
-    /// [`OpenFile::map_descriptor`](crate::proto::OpenFile::map_descriptor).
+    /// [`OpenFile::map_descriptor`].
     /// From then on this file's clients, this one included, read and write
     /// through calls, which share the host's page cache with the mapping.
     pub fn map_descriptor(&self) -> Result<std::os::fd::OwnedFd, FsError> {
@@ -645,30 +370,19 @@ impl File {
     /// + len)` (`len` 0: to any end), held by this open file and every
     /// holder of its door; with `wait`, until it can be had (see
     /// [`crate::proto::OpenFile::lock`]).
-    pub fn lock(
-        &self,
-        kind: crate::proto::LockKind,
-        start: u64,
-        len: u64,
-        wait: bool,
-    ) -> Result<(), FsError> {
+    pub fn lock(&self, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<(), FsError> {
         self.file.lock(kind, start, len, wait)
     }
 
     /// The first lock of another open file that would conflict with `kind`
     /// on the range.
-    pub fn test_lock(
-        &self,
-        kind: crate::proto::LockKind,
-        start: u64,
-        len: u64,
-    ) -> Result<Option<crate::proto::LockHolder>, FsError> {
+    pub fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
         self.file.test_lock(kind, start, len)
     }
 
     /// Take, change or drop a `flock(2)` lock on the whole file, held by
     /// this open file (see [`crate::proto::OpenFile::flock`]).
-    pub fn flock(&self, kind: crate::proto::LockKind, wait: bool) -> Result<(), FsError> {
+    pub fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError> {
         self.file.flock(kind, wait)
     }
 
@@ -685,7 +399,7 @@ impl File {
 
     /// `fallocate(2)` on `[offset, offset + len)` with `mode` (Linux's
     /// `FALLOC_FL_*` bits): see
-    /// [`OpenFile::allocate`](crate::proto::OpenFile::allocate).
+    /// [`OpenFile::allocate`].
     ///
     /// ```no_run
     /// # fn f(file: &lintel_fs::File) -> Result<(), lintel_fs::FsError> {
@@ -740,7 +454,7 @@ impl File {
 
     /// Change the file's mode, owner or times (after the token is back:
     /// bytes written through a window land first).
-    pub fn set_attr(&self, attr: crate::proto::Attr) -> Result<(), FsError> {
+    pub fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
         self.changing().set_attr(attr)
     }
 

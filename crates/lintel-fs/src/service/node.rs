@@ -21,39 +21,56 @@
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{FallocateFlags, SealFlags};
 
-use crate::FsError;
-use crate::session::SessionCore;
-use crate::shm::Shared;
-use crate::token;
+use crate::proto::FsError;
+use crate::proto::token::{self, Desc};
+use crate::proto::write_back::{copy_back, set_size};
+use crate::service::tally::Tally;
+use lintel_sys::Mapping;
 
 /// Address space a client reserves for one file's cache: files (and
 /// windows) beyond it are served by the copy path.
 pub(crate) const SPAN: u64 = 1 << 36;
 const PAGE: u64 = 4096;
 
-/// The holder of a file's token: one descriptor of one session.
-pub(crate) struct Holder {
-    pub session: Arc<SessionCore>,
-    pub slot: usize,
-    /// The open file the descriptor stands for (its offset travels in the
-    /// token).
-    pub open: Arc<crate::service::Opened>,
+/// The holder of a file's token, as the node sees it: one descriptor of
+/// one session, standing for one open file (whose offset travels in the
+/// token). A session grants the token and makes the holder
+/// (`session::Holder`); the node only takes the token back through it.
+pub(crate) trait TokenHolder: Send {
+    /// The holding session's id.
+    fn session_id(&self) -> u64;
+    /// The descriptor in the session's shared page.
+    fn desc(&self) -> Desc<'_>;
+    /// The session's client process is gone: nothing writes the
+    /// descriptor any more.
+    fn is_dead(&self) -> bool;
+    /// The session was evicted: nothing it reports is believed.
+    fn is_evicted(&self) -> bool;
+    /// Evict the session: it broke the protocol (`why`).
+    fn evict(&self, why: &str);
+    /// The export's counters.
+    fn tally(&self) -> &Tally;
+    /// The token came back: the open file's offset is `offset` now.
+    fn set_offset(&self, offset: u64);
+    /// A descriptor of the host file that writes at the offsets given, to
+    /// write back what the holder wrote; `None` if the open file does not
+    /// write.
+    fn write_back_fd(&self) -> Option<Result<&OwnedFd, FsError>>;
 }
 
 pub(crate) struct TokenState {
-    pub holder: Option<Holder>,
+    pub holder: Option<Box<dyn TokenHolder>>,
 }
 
 pub(crate) struct Cache {
     pub memfd: OwnedFd,
-    pub map: Shared,
+    pub map: Mapping,
     /// Bytes of the memfd (it grows by windows).
     pub len: u64,
     /// Page numbers filled from the host.
@@ -116,24 +133,23 @@ impl Node {
         let Some(h) = st.holder.take() else {
             return;
         };
-        h.session.tally.recalls.fetch_add(1, SeqCst);
-        if h.session.is_evicted() {
+        h.tally().recalls.fetch_add(1, SeqCst);
+        if h.is_evicted() {
             // Nothing it reports is believed: what it wrote since its
             // grant stays in the cache only.
             self.holder_id.store(0, SeqCst);
             return;
         }
-        let taken = if h.session.is_dead() {
+        let taken = if h.is_dead() {
             // Its process is gone: nothing writes the descriptor any more.
-            Ok(token::peek(&h.session.desc(h.slot)))
+            Ok(token::peek(&h.desc()))
         } else {
             // Its window calls go on working while it finishes (the holder
             // id still names it).
-            let session = &h.session;
-            match token::take(&session.desc(h.slot), deadline, &|| session.is_dead()) {
+            match token::take(&h.desc(), deadline, &|| h.is_dead()) {
                 // It died holding the lock or the token active: its last
                 // stores stand, as for a client found dead before.
-                Err(token::Untaken::Gone) => Ok(token::peek(&session.desc(h.slot))),
+                Err(token::Untaken::Gone) => Ok(token::peek(&h.desc())),
                 Err(token::Untaken::Misbehaved(why)) => Err(why),
                 Ok(held) => Ok(held),
             }
@@ -141,20 +157,19 @@ impl Node {
         self.holder_id.store(0, SeqCst);
         match taken {
             Ok(held) => {
-                *h.open.offset.lock() = held.offset;
-                if h.open.writable {
-                    match h.open.positional_fd() {
-                        Ok(fd) => self.write_back(fd, held),
-                        // Reopening failed (out of descriptors): the
-                        // bytes stay in the cache; say so.
-                        Err(e) => tracing::warn!("cannot write a file back: {e}"),
-                    }
+                h.set_offset(held.offset);
+                match h.write_back_fd() {
+                    Some(Ok(fd)) => self.write_back(fd, held),
+                    // Reopening failed (out of descriptors): the
+                    // bytes stay in the cache; say so.
+                    Some(Err(e)) => tracing::warn!("cannot write a file back: {e}"),
+                    None => {}
                 }
                 // Written out: should the service die from here on, the
                 // client has nothing to write back for this token.
-                token::recalled(&h.session.desc(h.slot));
+                token::recalled(&h.desc());
             }
-            Err(why) => h.session.evict(why.0),
+            Err(why) => h.evict(why.0),
         }
     }
 
@@ -249,7 +264,7 @@ impl Node {
                 rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
             )?;
             rustix::fs::fcntl_add_seals(&memfd, SealFlags::SHRINK | SealFlags::SEAL)?;
-            let map = Shared::map(&memfd, SPAN as usize, true)?;
+            let map = Mapping::map_shared(&memfd, SPAN as usize, true)?;
             *cache = Some(Cache {
                 memfd,
                 map,
@@ -318,53 +333,6 @@ impl Node {
             }
         }
     }
-}
-
-/// Write the byte ranges `runs` of `cache` to the same offsets of `host`,
-/// then give `host` the length `size`: what the service's recall does
-/// with the runs it filled, and a client's keeper with the runs its cache
-/// holds data for ([`crate::keeper`]). The bytes written.
-pub(crate) fn copy_back(
-    cache: &OwnedFd,
-    host: &OwnedFd,
-    runs: &[(u64, u64)],
-    size: u64,
-) -> Result<u64, FsError> {
-    use rustix::io::Errno;
-    let mut written = 0;
-    let mut buf = vec![0u8; (1 << 20).min(runs.iter().map(|r| r.1 - r.0).max().unwrap_or(0) as usize)];
-    for &(from, to) in runs {
-        let mut at = from;
-        while at < to {
-            let want = ((to - at) as usize).min(buf.len());
-            let n = match rustix::io::pread(cache, &mut buf[..want], at) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let mut done = 0;
-            while done < n {
-                match rustix::io::pwrite(host, &buf[done..n], at + done as u64) {
-                    Ok(k) => done += k,
-                    Err(Errno::INTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            at += n as u64;
-            written += n as u64;
-        }
-    }
-    set_size(host, size)?;
-    Ok(written)
-}
-
-/// Give `host` the length `size` (no call if it has it).
-fn set_size(host: &OwnedFd, size: u64) -> Result<(), FsError> {
-    if rustix::fs::fstat(host)?.st_size as u64 != size {
-        rustix::fs::ftruncate(host, size)?;
-    }
-    Ok(())
 }
 
 /// Copy `len` bytes of the host file `host` at `at` into the cache memfd

@@ -13,7 +13,8 @@
 //! die, it takes back every token the client holds and writes the range
 //! the token reports dirty from the cache to the host file, then sets the
 //! host size to the token's, exactly what the service's recall would have
-//! done (`Node::recall`).
+//! done (the service's `Node::recall`), with the same function
+//! (`proto::write_back`).
 //!
 //! Only pages the cache holds are written: the dirty range is one span,
 //! and a page inside it that the service never filled (a hole of the
@@ -31,8 +32,9 @@ use std::os::fd::OwnedFd;
 
 use rustix::io::Errno;
 
-use crate::FsError;
-use crate::token::{self, Held, Words};
+use crate::proto::FsError;
+use crate::proto::token::{self, Held, Words};
+use crate::proto::write_back::copy_back;
 
 /// The two descriptors a client needs to write one file back.
 pub(crate) struct Keeper {
@@ -60,7 +62,7 @@ impl Keeper {
 pub(crate) fn write_back(cache: &OwnedFd, host: &OwnedFd, held: Held) -> Result<u64, FsError> {
     let lo = held.dirty.0.min(held.size);
     let hi = held.dirty.1.min(held.size);
-    crate::node::copy_back(cache, host, &data_runs(cache, lo, hi)?, held.size)
+    copy_back(cache, host, &data_runs(cache, lo, hi)?, held.size)
 }
 
 /// The runs of `[lo, hi)` that `fd` holds data for (not holes).

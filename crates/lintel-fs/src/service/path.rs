@@ -3,7 +3,7 @@
 //! is wrong on its face, with the errno Linux gives, and finds the parent
 //! directory and the last name for calls that act on a name in a directory.
 
-use crate::FsError;
+use crate::proto::FsError;
 
 /// A client path the service may resolve beneath its root: not empty
 /// (`ENOENT`), no NUL byte (`EINVAL`), not absolute (it names the host's

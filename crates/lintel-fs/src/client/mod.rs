@@ -1,0 +1,47 @@
+//! The client library: [`Fs`] for an export's namespace, [`File`] for an
+//! open file, with the `std::io` traits a Rust program expects.
+//!
+//! A [`File`] picks its path per call ([`IoPath`]):
+//! - **mapped** (Mach's mapped files): reads, writes, seeks and `stat` of
+//!   a regular file opened for reading go through a window of the file's
+//!   pages mapped into this process, guarded by a token in a page shared
+//!   with the service ([`mapped`]); no call while the window covers
+//!   the access and the token is here;
+//! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
+//!   data above the vanilla path's size through lintel's bulk segments;
+//!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
+//!   mapped, and whenever the mapped path is unavailable. Reads of
+//!   [`SPLICE_MIN`] bytes or more come through a pipe instead, spliced
+//!   into it by the service ([`spliced`]): one copy, as a native
+//!   `read` makes. A mapped file whose token is here reads ahead in its
+//!   pipe at the shared offset: a call per pipeful, not per read
+//!   ([`mapped`]).
+//!
+//! It builds on `proto` (and the crate's `uffd`, and `lintel-sys`), never on
+//! `service`. The modules:
+//!
+//! - `fs`: [`Fs`], an export's namespace: opening files and the calls
+//!   that name a path.
+//! - `file`: [`File`], an open file, choosing its path per call;
+//!   [`OpenOptions`] and [`IoPath`].
+//! - [`mapped`]: mapped windows: this process's session with an export,
+//!   its watcher, and per file the mapping of the file's cache.
+//! - `keeper`: what a client writes back itself when its service dies
+//!   holding its window writes.
+//! - [`spliced`]: the client's side of spliced reads (its pipe).
+//! - `credentials`: the process's changes of credentials, which each
+//!   service is told of before its next call.
+//!
+//! `fs` uses `file`, `mapped` and `credentials`; `file` uses `mapped`,
+//! `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
+
+mod credentials;
+mod file;
+mod fs;
+mod keeper;
+pub mod mapped;
+pub mod spliced;
+
+pub use file::{File, IoPath, MAPPED_MAX, OpenOptions};
+pub use fs::Fs;
+pub use spliced::SPLICE_MIN;

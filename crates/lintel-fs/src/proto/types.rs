@@ -1,0 +1,198 @@
+//! The values the interfaces carry: metadata ([`Stat`], [`FsStat`]),
+//! directory entries, locks, attributes to set, seek origins, the
+//! service's counters, and the largest I/O one call moves.
+
+use lintel::stub::Wire;
+
+/// Most bytes one `read` or `write` call moves; longer requests are short
+/// reads and writes, as a Unix program must expect anyway.
+pub const MAX_IO: u32 = 16 << 20;
+
+/// A time stamp: seconds and nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Timespec {
+    /// Seconds since 1970-01-01 UTC.
+    pub sec: i64,
+    /// Nanoseconds within the second.
+    pub nsec: u32,
+}
+
+/// A file's metadata, field for field what `stat(2)` reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Stat {
+    /// Device of the host file system.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Type and permission bits (`S_IFMT`, `0o7777`).
+    pub mode: u32,
+    /// Hard links.
+    pub nlink: u64,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device, for device files.
+    pub rdev: u64,
+    /// Length in bytes.
+    pub size: u64,
+    /// Preferred I/O size.
+    pub blksize: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last change of the contents.
+    pub mtime: Timespec,
+    /// Last change of the metadata.
+    pub ctime: Timespec,
+}
+
+/// The exported file system's figures, field for field what `statfs(2)`
+/// reports for the export's root.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct FsStat {
+    /// The file system's type (`f_type`).
+    pub kind: u64,
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Free blocks an unprivileged user may use.
+    pub blocks_available: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u64,
+    /// Fragment size (`f_frsize`).
+    pub fragment_size: u64,
+    /// Mount flags (`f_flags`), with `ST_RDONLY` set for a read-only export.
+    pub flags: u64,
+}
+
+/// A byte-range lock's kind (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum LockKind {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// A lock that stands in the way ([`OpenFile::test_lock`](crate::proto::OpenFile::test_lock)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub struct LockHolder {
+    pub kind: LockKind,
+    pub start: u64,
+    /// 0: to any end.
+    pub len: u64,
+    /// Always -1: the holder is another client's open file.
+    pub pid: i32,
+}
+
+/// `S_IFMT` and the type values this crate tests for.
+const S_IFMT: u32 = 0o170000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
+const S_IFLNK: u32 = 0o120000;
+
+impl Stat {
+    /// A directory?
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+    /// A regular file?
+    pub fn is_file(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG
+    }
+    /// A symbolic link (only from a `stat` that does not follow links)?
+    pub fn is_symlink(&self) -> bool {
+        self.mode & S_IFMT == S_IFLNK
+    }
+}
+
+/// What kind of file a directory entry names (`d_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Wire)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    /// A device, FIFO, socket, or a type the host did not report.
+    Other,
+}
+
+/// One entry of a directory (never `.` or `..`).
+#[derive(Debug, Clone, PartialEq, Eq, Wire)]
+pub struct DirEntry {
+    /// The name, as bytes.
+    pub name: Vec<u8>,
+    /// Inode number.
+    pub ino: u64,
+    pub kind: Kind,
+}
+
+/// What the service has done for mapped windows since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
+pub struct Counters {
+    /// Page faults its pager resolved (each for a 64 KiB range).
+    pub faults: u64,
+    /// Windows it moved on a client's request.
+    pub windows: u64,
+    /// Tokens it granted.
+    pub grants: u64,
+    /// Tokens it took back from their holder.
+    pub recalls: u64,
+    /// Clients it evicted.
+    pub evictions: u64,
+    /// Calls on open files (the copy path: read, write, seek, stat, …).
+    pub file_calls: u64,
+    /// Bytes it moved into clients' pipes (spliced reads).
+    pub spliced_bytes: u64,
+    /// Calls that spliced them (a read ahead is one call for a pipeful).
+    pub splices: u64,
+}
+
+/// How to set one of a file's times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum SetTime {
+    Keep,
+    Now,
+    At(Timespec),
+}
+
+/// Attributes to change (`chmod`, `chown`, `utimensat`): `None` and
+/// `SetTime::Keep` leave one as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub struct Attr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+impl Attr {
+    /// Change nothing (set fields to change some).
+    pub fn none() -> Attr {
+        Attr {
+            mode: None,
+            uid: None,
+            gid: None,
+            atime: SetTime::Keep,
+            mtime: SetTime::Keep,
+        }
+    }
+}
+
+/// Where a seek counts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
+pub enum Whence {
+    Start,
+    Current,
+    End,
+    /// `SEEK_DATA`: the first byte at or after the offset given (not a
+    /// delta) that lies in data, as the host file system keeps the file;
+    /// `ENXIO` at or past the end.
+    Data,
+    /// `SEEK_HOLE`: the first byte at or after the offset given that lies
+    /// in a hole, the end of the file counting as one; `ENXIO` at or past
+    /// the end.
+    Hole,
+}

@@ -1,0 +1,113 @@
+//! The host calls the service makes on a file it holds a descriptor of:
+//! reopen it, read its metadata and entries, change its attributes.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::proto::{Attr, DirEntry, FsError, Kind, SetTime, Stat, Timespec};
+
+/// `fd`'s file opened anew (a new open file description of the same
+/// inode, permissions checked again) with `access`.
+pub(crate) fn reopen(fd: &OwnedFd, access: OFlags) -> Result<OwnedFd, FsError> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    Ok(rustix::fs::open(
+        path.as_str(),
+        access | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// Apply `attr` to the file `fd` names (an `O_PATH` descriptor will do:
+/// mode and times go through its `/proc/self/fd` link, the owner through
+/// `AT_EMPTY_PATH`).
+pub(crate) fn set_attr(fd: &OwnedFd, attr: Attr) -> Result<(), FsError> {
+    use rustix::fs::{CWD, Timespec as Ts, Timestamps};
+    use std::os::fd::AsRawFd;
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    if let Some(mode) = attr.mode {
+        rustix::fs::chmodat(
+            CWD,
+            magic.as_str(),
+            Mode::from_bits_truncate(mode & 0o7777),
+            AtFlags::empty(),
+        )?;
+    }
+    if attr.uid.is_some() || attr.gid.is_some() {
+        let uid = attr.uid.map(rustix::fs::Uid::from_raw);
+        let gid = attr.gid.map(rustix::fs::Gid::from_raw);
+        rustix::fs::chownat(fd, "", uid, gid, AtFlags::EMPTY_PATH)?;
+    }
+    if attr.atime != SetTime::Keep || attr.mtime != SetTime::Keep {
+        // UTIME_NOW and UTIME_OMIT, as utimensat(2) takes them.
+        let t = |s: SetTime| match s {
+            SetTime::Keep => Ts {
+                tv_sec: 0,
+                tv_nsec: (1 << 30) - 2,
+            },
+            SetTime::Now => Ts {
+                tv_sec: 0,
+                tv_nsec: (1 << 30) - 1,
+            },
+            SetTime::At(t) => Ts {
+                tv_sec: t.sec,
+                tv_nsec: t.nsec as _,
+            },
+        };
+        let times = Timestamps {
+            last_access: t(attr.atime),
+            last_modification: t(attr.mtime),
+        };
+        rustix::fs::utimensat(CWD, magic.as_str(), &times, AtFlags::empty())?;
+    }
+    Ok(())
+}
+
+/// `fstat` of `fd`, as the protocol carries it.
+pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
+    let s = rustix::fs::fstat(fd)?;
+    let time = |sec: i64, nsec: u64| Timespec {
+        sec,
+        nsec: nsec as u32,
+    };
+    Ok(Stat {
+        dev: s.st_dev,
+        ino: s.st_ino,
+        mode: s.st_mode,
+        nlink: s.st_nlink,
+        uid: s.st_uid,
+        gid: s.st_gid,
+        rdev: s.st_rdev,
+        size: s.st_size as u64,
+        blksize: s.st_blksize as u64,
+        blocks: s.st_blocks as u64,
+        atime: time(s.st_atime as i64, s.st_atime_nsec as u64),
+        mtime: time(s.st_mtime as i64, s.st_mtime_nsec as u64),
+        ctime: time(s.st_ctime as i64, s.st_ctime_nsec as u64),
+    })
+}
+
+pub(crate) fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {
+    use rustix::fs::FileType;
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(fd)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            FileType::RegularFile => Kind::File,
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            _ => Kind::Other,
+        };
+        out.push(DirEntry {
+            name: name.to_vec(),
+            ino: entry.ino(),
+            kind,
+        });
+    }
+    Ok(out)
+}

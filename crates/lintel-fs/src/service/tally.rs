@@ -1,0 +1,20 @@
+//! The service's counters, bumped where the work happens and read out as
+//! [`crate::proto::Counters`].
+
+use std::sync::atomic::AtomicU64;
+
+/// The service's counters ([`crate::proto::Counters`]), and the pipes
+/// attached now.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub faults: AtomicU64,
+    pub windows: AtomicU64,
+    pub grants: AtomicU64,
+    pub recalls: AtomicU64,
+    pub evictions: AtomicU64,
+    pub file_calls: AtomicU64,
+    pub spliced_bytes: AtomicU64,
+    pub splices: AtomicU64,
+    /// Pipes attached now (a gauge).
+    pub pipes: AtomicU64,
+}

@@ -1,0 +1,47 @@
+//! One thread's lease of one slot of a connection's call area: what the
+//! calling thread keeps between its calls over that connection (the
+//! area's side of leases is `state::lease`).
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use crate::abi::SEQ_DEAD;
+use crate::context::settings::Settings;
+use crate::context::shuttle::Shuttle;
+use crate::context::stats::Counters;
+use crate::object::conn::Conn;
+use crate::state::call_area::OutArea;
+use crate::state::lease::Claim;
+use crate::sys::umem::Slot;
+
+/// One thread's lease of one slot.
+pub(super) struct Lease {
+    pub(super) conn: Arc<Conn>,
+    pub(super) area: Arc<OutArea>,
+    pub(super) claim: Claim,
+    pub(super) slot: Slot,
+    /// The CPU this thread ran on during its last call.
+    pub(super) cpu: Cell<u32>,
+    /// The call on the slot was abandoned: the lease is void.
+    pub(super) abandoned: Cell<bool>,
+    pub(super) counters: Counters,
+    /// This thread's shuttle (a lease never leaves its thread).
+    pub(super) shuttle: Arc<Shuttle>,
+    /// The domain's settings (spinning, forced path), read on every call.
+    pub(super) settings: &'static Settings,
+    /// Held in this thread's `LEASES` (so it may be `last`).
+    pub(super) held: Cell<bool>,
+}
+
+impl Lease {
+    #[inline]
+    pub(super) fn next_seq(&self) -> u32 {
+        self.area.leases.next_seq(&self.claim, SEQ_DEAD)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.area.leases.release(&self.claim);
+    }
+}
