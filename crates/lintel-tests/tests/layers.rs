@@ -79,6 +79,28 @@ fn the_file_service_keeps_client_and_service_apart() {
     assert_no_ring("lintel-fs", &["proto", "client", "service"]);
 }
 
+/// The emulation library: the program's memory, paths and descriptor
+/// table < symlinks and static images < the trap < the emulated calls,
+/// whose families use each other without a ring.
+#[test]
+fn the_emulation_is_layered_by_family() {
+    let rules = Rules {
+        ranks: &[
+            ("env", 1),
+            ("fdtable", 1),
+            ("paths", 1),
+            ("user", 1),
+            ("links", 2),
+            ("image", 2),
+            ("trap", 3),
+            ("emulate", 4),
+        ],
+        external: &[],
+    };
+    assert_layered("lintel-unix", &rules);
+    assert_no_ring("lintel-unix", &["emulate"]);
+}
+
 /// The checker fails on each kind of import against the order.
 #[test]
 fn an_import_against_the_order_is_reported() {

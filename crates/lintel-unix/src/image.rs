@@ -87,7 +87,7 @@ pub fn loaded() -> Option<&'static std::path::Path> {
 
 /// An `execve` of a static program, made through the program's host
 /// instead (the launcher, whose preload library runs it in static mode):
-/// the host's path, and the environment with [`crate::ENV_STATIC`] naming
+/// the host's path, and the environment with [`crate::env::ENV_STATIC`] naming
 /// the program. Owns what the call's pointers point to.
 pub struct Hosted {
     path: CString,
@@ -132,7 +132,7 @@ pub fn hosted(path: u64, envp: u64, static_mode: bool) -> Option<Hosted> {
 /// with the program's environment at `envp` (in the program's memory) and
 /// `target` named in it.
 pub fn host_exec(target: &[u8], envp: u64, static_mode: bool) -> Option<Hosted> {
-    host_exec_naming(crate::ENV_STATIC, target, envp, static_mode)
+    host_exec_naming(crate::env::ENV_STATIC, target, envp, static_mode)
 }
 
 /// What to `execve` to start the host with `var=value` in the program's
@@ -141,7 +141,7 @@ pub fn host_exec_naming(var: &str, value: &[u8], envp: u64, static_mode: bool) -
     let host: std::path::PathBuf = if static_mode {
         std::fs::read_link("/proc/self/exe").ok()?
     } else {
-        std::env::var_os(crate::ENV_HOST)?.into()
+        std::env::var_os(crate::env::ENV_HOST)?.into()
     };
     let mut envp_words = Vec::new();
     if envp != 0 {

@@ -630,6 +630,19 @@ fn unstub(old: u64, handler: u64) {
     }
 }
 
+/// A new descriptor (close-on-exec) of whatever `fd` is, owned: `Err`
+/// the negative errno if the kernel made none.
+pub fn dup_owned(fd: u64) -> Result<std::os::fd::OwnedFd, i64> {
+    use std::os::fd::FromRawFd;
+    let dup = raw_syscall(libc::SYS_fcntl, [fd, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]);
+    if dup < 0 {
+        return Err(dup);
+    }
+    // SAFETY: the kernel just made `dup` for this call alone: nothing
+    // else owns or closes it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup as i32) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -250,7 +250,7 @@ impl Emulation {
     /// working directory) with the arguments at `argv` and environment at
     /// `envp` (this process's own memory): how the preload library's
     /// constructor runs the program a forked child handed to it
-    /// ([`crate::ENV_EXEC`]). Returns only if it failed: the error.
+    /// ([`crate::env::ENV_EXEC`]). Returns only if it failed: the error.
     pub fn exec_program(&self, path: &std::ffi::CStr, argv: u64, envp: u64) -> i64 {
         trap::Emulator::before_fork_or_exec(self);
         let a = [path.as_ptr() as u64, argv, envp, 0, 0, 0];
@@ -302,7 +302,7 @@ use std::os::unix::ffi::OsStrExt;
 /// A forked child that cannot reach the service (one a raw `clone` or
 /// posix_spawn made: it may not allocate a runtime) hands the `exec` of
 /// the served `path` to a new image of the host, whose preload library
-/// makes it ([`crate::ENV_EXEC`]; the working directory and served
+/// makes it ([`crate::env::ENV_EXEC`]; the working directory and served
 /// descriptors go across as to any image). The image is started whatever
 /// becomes of the program: an `exec` that then fails ends it with status
 /// 127, as posix_spawn's child here does (`trap`). A path relative to a
@@ -311,7 +311,7 @@ fn through_host(dirfd: i32, path: &[u8], argv: u64, envp: u64) -> i64 {
     if dirfd != libc::AT_FDCWD && path.first() != Some(&b'/') {
         return err(libc::EIO);
     }
-    match crate::image::host_exec_naming(crate::ENV_EXEC, path, envp, trap::static_mode()) {
+    match crate::image::host_exec_naming(crate::env::ENV_EXEC, path, envp, trap::static_mode()) {
         Some(h) => trap::raw_syscall(libc::SYS_execve, [h.path(), argv, h.envp(), 0, 0, 0]),
         None => err(libc::EIO),
     }

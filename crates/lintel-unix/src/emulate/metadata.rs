@@ -206,7 +206,7 @@ fn owner(uid: u64, gid: u64) -> Attr {
 
 /// `struct stat` as x86-64 Linux lays it out.
 fn stat_bytes(s: &Stat) -> Vec<u8> {
-    let mut st: libc::stat = crate::raw::zeroed();
+    let mut st: libc::stat = lintel_sys::pod::zeroed();
     st.st_dev = s.dev;
     st.st_ino = s.ino;
     st.st_mode = s.mode;
@@ -223,12 +223,12 @@ fn stat_bytes(s: &Stat) -> Vec<u8> {
     st.st_mtime_nsec = s.mtime.nsec as i64;
     st.st_ctime = s.ctime.sec;
     st.st_ctime_nsec = s.ctime.nsec as i64;
-    crate::raw::bytes_of(&st).to_vec()
+    lintel_sys::pod::bytes_of(&st).to_vec()
 }
 
 /// `struct statx` with the basic fields.
 fn statx_bytes(s: &Stat) -> Vec<u8> {
-    let mut x: libc::statx = crate::raw::zeroed();
+    let mut x: libc::statx = lintel_sys::pod::zeroed();
     x.stx_mask = libc::STATX_BASIC_STATS;
     x.stx_blksize = s.blksize as u32;
     x.stx_nlink = s.nlink as u32;
@@ -239,7 +239,7 @@ fn statx_bytes(s: &Stat) -> Vec<u8> {
     x.stx_size = s.size;
     x.stx_blocks = s.blocks;
     let t = |t: lintel_fs::Timespec| {
-        let mut ts: libc::statx_timestamp = crate::raw::zeroed();
+        let mut ts: libc::statx_timestamp = lintel_sys::pod::zeroed();
         ts.tv_sec = t.sec;
         ts.tv_nsec = t.nsec;
         ts
@@ -251,12 +251,12 @@ fn statx_bytes(s: &Stat) -> Vec<u8> {
     x.stx_rdev_minor = libc::minor(s.rdev);
     x.stx_dev_major = libc::major(s.dev);
     x.stx_dev_minor = libc::minor(s.dev);
-    crate::raw::bytes_of(&x).to_vec()
+    lintel_sys::pod::bytes_of(&x).to_vec()
 }
 
 /// `struct statfs` from the service's figures.
 fn statfs_bytes(f: &lintel_fs::FsStat) -> Vec<u8> {
-    let mut s: libc::statfs = crate::raw::zeroed();
+    let mut s: libc::statfs = lintel_sys::pod::zeroed();
     s.f_type = f.kind as _;
     s.f_bsize = f.block_size as _;
     s.f_blocks = f.blocks;
@@ -266,7 +266,7 @@ fn statfs_bytes(f: &lintel_fs::FsStat) -> Vec<u8> {
     s.f_ffree = f.files_free;
     s.f_namelen = f.name_max as _;
     s.f_frsize = f.fragment_size as _;
-    let mut bytes = crate::raw::bytes_of(&s).to_vec();
+    let mut bytes = lintel_sys::pod::bytes_of(&s).to_vec();
     // `f_flags` follows `f_frsize` in the kernel's struct (the libc crate
     // keeps it among its private spare words).
     let at = std::mem::offset_of!(libc::statfs, f_frsize) + 8;

@@ -42,7 +42,7 @@ impl Emulation {
         if self.served(fd).is_some() {
             return Some(err(libc::ENOTSOCK));
         }
-        let sock = match crate::raw::dup_owned(fd) {
+        let sock = match crate::trap::dup_owned(fd) {
             Ok(s) => s,
             Err(e) => return Some(e),
         };
@@ -81,7 +81,7 @@ impl Emulation {
             Ok(p) => p,
             Err(e) => return Some(fs_err(e)),
         };
-        let mut sun: libc::sockaddr_un = crate::raw::zeroed();
+        let mut sun: libc::sockaddr_un = lintel_sys::pod::zeroed();
         sun.sun_family = libc::AF_UNIX as u16;
         let path = format!("/proc/self/fd/{}", path_fd.as_raw_fd());
         for (d, s) in sun.sun_path.iter_mut().zip(path.bytes()) {
