@@ -3,7 +3,7 @@
 //!
 //! The service ([`Service`]) is an ordinary lintel service: a manifest
 //! places it in its own domain or in its clients' ([`register`] adds it to
-//! a `lintel_boot` registry, configured by the manifest's
+//! a `lintel_system` registry, configured by the manifest's
 //! `[service.NAME]` table), and a client holding its door ([`Fs`]) opens
 //! files ([`File`]) wherever it runs. Nothing a client
 //! sends reaches outside the exported root; an export can be read-only.

@@ -42,7 +42,7 @@ fn connect(prefix: Prefix) -> Option<&'static Emulation> {
         }
     };
     let door = match std::env::var(ENV_SERVICE) {
-        Ok(name) => match lintel_boot::Names::new(door).lookup(&name) {
+        Ok(name) => match lintel_system::Names::new(door).lookup(&name) {
             Ok(d) => d,
             Err(e) => {
                 eprintln!("lintel-unix: no file service `{name}`: {e}");

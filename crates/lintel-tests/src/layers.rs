@@ -308,8 +308,8 @@ pub fn sources(src: &Path) -> Vec<(PathBuf, Vec<String>, Vec<Named>)> {
         .collect()
 }
 
-/// Every naming of a forbidden layer in the files under `src`, as
-
+/// The uses among the modules of the folder `layer`: `(from, to, where)`
+/// for each `crate::layer::to` that the file of module `from` names.
 pub fn uses_within(src: &Path, layer: &str) -> Vec<Use> {
     let mut uses = Vec::new();
     for (rel, module, named) in sources(src) {

@@ -22,7 +22,7 @@ mod services;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Instant;
 
-use lintel_boot::{BoxError, Context, Registry};
+use lintel_system::{BoxError, Context, Registry};
 use services::*;
 
 fn registry() -> Registry {
@@ -42,7 +42,7 @@ fn registry() -> Registry {
 }
 
 fn main() -> std::process::ExitCode {
-    lintel_boot::main(registry())
+    lintel_system::main(registry())
 }
 
 const HELP: &str = "commands:

@@ -23,7 +23,7 @@
 //!
 //! The modules, each using only those listed after it (a DAG):
 //!
-//! - `register`: the service in a `lintel_boot` registry. Uses `export`.
+//! - `register`: the service in a `lintel_system` registry. Uses `export`.
 //! - `export`: [`Service`] and the [`Export`](crate::proto::Export) door:
 //!   paths, opens, the namespace, sessions started. Uses `session`,
 //!   `open`, `node`, `splice`, `host`, `path`, `readonly`,

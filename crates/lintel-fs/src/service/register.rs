@@ -1,9 +1,9 @@
-//! The service's place in a `lintel_boot` registry: a manifest's
+//! The service's place in a `lintel_system` registry: a manifest's
 //! `[service.NAME]` table configures an export.
 
 use crate::service::export::Service;
 
-/// Register the file service as `name` in a `lintel_boot` registry. The
+/// Register the file service as `name` in a `lintel_system` registry. The
 /// manifest configures it in `[service.NAME]`: `root`, the directory to
 /// export (relative to the manifest's directory), and `read_only`
 /// (default `false`).
@@ -16,7 +16,7 @@ use crate::service::export::Service;
 /// root = "data"
 /// read_only = false
 /// ```
-pub fn register(registry: &mut lintel_boot::Registry, name: &str) {
+pub fn register(registry: &mut lintel_system::Registry, name: &str) {
     registry.service(name, |ctx| {
         let root = ctx.setting_path("root").ok_or_else(|| {
             format!(

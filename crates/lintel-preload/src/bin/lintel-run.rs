@@ -220,7 +220,7 @@ fn descends_from_us(pid: u32) -> bool {
 /// `name` answers there (so a wrong name or a system that is not running
 /// is said here, once, not by every process of the program).
 fn join(manifest: &std::path::Path, name: &str) -> Result<PathBuf, ExitCode> {
-    let sock = match lintel_boot::Manifest::socket_at(manifest) {
+    let sock = match lintel_system::Manifest::socket_at(manifest) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("lintel-run: {e}");
@@ -228,7 +228,7 @@ fn join(manifest: &std::path::Path, name: &str) -> Result<PathBuf, ExitCode> {
         }
     };
     let names = match lintel::boot::connect(&sock, &[]) {
-        Ok(d) if !d.is_empty() => lintel_boot::Names::new(d[0].clone()),
+        Ok(d) if !d.is_empty() => lintel_system::Names::new(d[0].clone()),
         Ok(_) | Err(_) => {
             eprintln!(
                 "lintel-run: no system answers at {} (is the system of {} running?)",

@@ -34,7 +34,7 @@ fn library_staleness() -> Option<String> {
     for c in [
         "lintel-abi",
         "lintel",
-        "lintel-boot",
+        "lintel-system",
         "lintel-fs",
         "lintel-unix",
         "lintel-preload",

@@ -1,4 +1,4 @@
-//! Boots real systems of the test binary `lintel-boot-testsys` (one process
+//! Boots real systems of the test binary `lintel-system-testsys` (one process
 //! per domain) and checks what a user sees: answers, messages, statuses,
 //! and that nothing is left running.
 
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-const EXE: &str = env!("CARGO_BIN_EXE_lintel-boot-testsys");
+const EXE: &str = env!("CARGO_BIN_EXE_lintel-system-testsys");
 
 /// A fresh folder for one test's manifest and socket, removed after it.
 struct Scratch(PathBuf);
@@ -30,7 +30,7 @@ impl Drop for Scratch {
 fn scratch() -> Scratch {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "lintel-boot-t{}-{}",
+        "lintel-system-t{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     ));

@@ -25,7 +25,7 @@ pub(crate) enum Kind {
 ///
 /// ```
 /// use lintel::{Door, Reply, Request};
-/// use lintel_boot::Registry;
+/// use lintel_system::Registry;
 /// let mut reg = Registry::new();
 /// reg.service("echo", |_ctx| {
 ///     Ok(Door::create(0, |req: Request<'_>, reply: &mut Reply| {
@@ -90,11 +90,11 @@ impl Registry {
     fn add(&mut self, name: &str, kind: Kind) -> &mut Registry {
         assert!(
             valid_service_name(name),
-            "lintel-boot: service name {name:?} must be 1-64 letters, digits, `-`, `_` or `.`"
+            "lintel-system: service name {name:?} must be 1-64 letters, digits, `-`, `_` or `.`"
         );
         assert!(
             self.kind(name).is_none(),
-            "lintel-boot: service {name:?} is registered twice"
+            "lintel-system: service {name:?} is registered twice"
         );
         self.entries.push((name.to_string(), kind));
         self

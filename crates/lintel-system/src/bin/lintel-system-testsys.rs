@@ -1,4 +1,4 @@
-//! A tiny system for lintel-boot's tests: three services on raw doors and a
+//! A tiny system for lintel-system's tests: three services on raw doors and a
 //! driver, placed by whatever manifest the test writes.
 //!
 //! - `counter`: adds the 8-byte little-endian argument, returns the total.
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lintel::{Door, Fault, Reply, Request};
-use lintel_boot::{BoxError, Context, Registry};
+use lintel_system::{BoxError, Context, Registry};
 
 fn counter(_: &Context) -> Result<Door, BoxError> {
     let total = AtomicU64::new(0);
@@ -113,5 +113,5 @@ fn main() -> std::process::ExitCode {
         .service("greeter", greeter)
         .service("bomb", bomb)
         .driver("driver", driver);
-    lintel_boot::main(reg)
+    lintel_system::main(reg)
 }

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use lintel::{Door, Reply, Request};
-//! use lintel_boot::Registry;
+//! use lintel_system::Registry;
 //!
 //! fn main() -> std::process::ExitCode {
 //!     let mut reg = Registry::new();
@@ -26,7 +26,7 @@
 //!         println!("{}", String::from_utf8_lossy(&echo.call_bytes(b"hello")?));
 //!         Ok(())
 //!     });
-//!     lintel_boot::main(reg) // first thing: the domains re-execute this binary
+//!     lintel_system::main(reg) // first thing: the domains re-execute this binary
 //! }
 //! ```
 //!
@@ -138,9 +138,9 @@ enum Command {
 ///
 /// ```no_run
 /// fn main() -> std::process::ExitCode {
-///     let mut reg = lintel_boot::Registry::new();
+///     let mut reg = lintel_system::Registry::new();
 ///     // reg.service(...), reg.driver(...)
-///     lintel_boot::main(reg)
+///     lintel_system::main(reg)
 /// }
 /// ```
 pub fn main(registry: Registry) -> ExitCode {

@@ -20,7 +20,7 @@ pub const MAX_THREADS_LIMIT: usize = 4096;
 /// domain hosts at least one, and the root (if any) is a placed driver.
 ///
 /// ```
-/// use lintel_boot::{Manifest, Registry};
+/// use lintel_system::{Manifest, Registry};
 /// let mut reg = Registry::new();
 /// reg.service("clock", |_| Ok(lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()))));
 /// let m = Manifest::parse("[domain.time]\nservices = [\"clock\"]\n", "example.toml".as_ref(), &reg).unwrap();

@@ -68,9 +68,9 @@ struct Running {
 /// domains are set to die with the thread that started them.
 ///
 /// ```no_run
-/// # let registry = lintel_boot::Registry::new();
-/// let manifest = lintel_boot::Manifest::load("system.toml".as_ref(), &registry).unwrap();
-/// let status = lintel_boot::boot(&registry, &manifest).unwrap();
+/// # let registry = lintel_system::Registry::new();
+/// let manifest = lintel_system::Manifest::load("system.toml".as_ref(), &registry).unwrap();
+/// let status = lintel_system::boot(&registry, &manifest).unwrap();
 /// std::process::exit(status);
 /// ```
 pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> {

@@ -90,7 +90,7 @@ fn decode(domain: &str, pid: u32, b: &[u8]) -> Option<DomainStats> {
 /// every domain's statistics, in name order.
 ///
 /// ```no_run
-/// for d in lintel_boot::collect_stats("/tmp/lintel-demo.sock".as_ref()).unwrap() {
+/// for d in lintel_system::collect_stats("/tmp/lintel-demo.sock".as_ref()).unwrap() {
 ///     println!("{} (pid {}):\n{}", d.domain, d.pid, d.calls);
 /// }
 /// ```

@@ -123,7 +123,7 @@ impl Refusal {
 /// A client of the name service.
 ///
 /// ```no_run
-/// # fn demo(names: &lintel_boot::Names, my_door: lintel::Door) -> Result<(), lintel_boot::NameError> {
+/// # fn demo(names: &lintel_system::Names, my_door: lintel::Door) -> Result<(), lintel_system::NameError> {
 /// names.bind("cache", my_door)?;
 /// let kv = names.lookup("kv")?;
 /// for name in names.list("")? {
