@@ -11,7 +11,7 @@
 //!   mapping (slot headers, inline data, data, door descriptors, the unused
 //!   header page), then publishes them (bumps `req_seq`, futex wake, `Kick`).
 //! - `sockets`: random bytes, forged control messages (encoded by
-//!   `lintel::abi::wire`, then often cut or garbled) and stray file
+//!   `lintel::abi::control`, then often cut or garbled) and stray file
 //!   descriptors on every socket.
 //! - `forge`: guesses grant indices 0..10000 with requests written straight
 //!   into a slot, forges `WD_YOURS`, `WD_MINE` and `WD_THIRD` descriptors,
@@ -436,7 +436,7 @@ fn send(sock: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> bool {
     .is_ok()
 }
 
-/// Control messages, encoded by the protocol's own crate (`lintel::abi::wire`),
+/// Control messages, encoded by the protocol's own crate (`lintel::abi::control`),
 /// so what is forged here follows the protocol as it changes.
 mod ctl {
     use lintel::abi::control::{encode, Ctl};
