@@ -64,8 +64,10 @@
 //!    connections are tested on the host with a stand-in.
 //! 5. `client/` (the caller's side: `call` picks co-located or channel;
 //!    the fast path is `client/fast.rs`, entered at `fast::call`, its chain
-//!    drawn at the top of the file) and `server/` (the server's side). The
-//!    two do not name each other.
+//!    drawn at the top of the file) and `server/` (the server's side: the
+//!    worker's loop and the fast handling in `mod.rs`, the rest in `slow`,
+//!    the peer's call area in `area`, the caller in `caller`). The two do
+//!    not name each other.
 //! 6. `domain/`: the process's connections, the call areas its peers made,
 //!    tickets, the watcher thread, and the `Home` of every connection.
 //! 7. `api/` ([`boot`], [`pool`], [`introspect`], the settings' setters,

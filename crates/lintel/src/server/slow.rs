@@ -1,0 +1,293 @@
+//! Every request the fast handling in `mod.rs` does not take: data in the
+//! data region or a bulk segment, doors and buffers, deadlines, failures;
+//! and the checks every request passes before its handler runs.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::*;
+
+use crate::abi::{
+    DATA_CAP, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE,
+    OFF_OUT_LEN, OFF_OUT_SEG, OFF_STATUS, ST_OK, ST_UNTAKEN, payload_offset,
+};
+use crate::context::error::CallError;
+use crate::context::stats::Path;
+use crate::object::buffer;
+use crate::object::conn::Conn;
+use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
+use crate::sys::umem::{RequestHeader, Slot};
+use crate::{context::deadline, object::transfer};
+
+use super::{Buffers, Work, cache_hit, publish_reply};
+
+/// Everything the fast path does not do: doors, data in the data region,
+/// deadlines, a door not served last, pinned doors to let go. The header is
+/// read afresh (a caller that changes it meanwhile garbles only its own
+/// call): handed over, the fast path's copy would be kept in memory.
+#[cold]
+pub(super) fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+    let req = &RequestHeader::read(slot);
+    let ss = &w.area.slots[w.slot as usize];
+    if ss.has_pinned.load(Relaxed) {
+        // The caller has read our last reply: its doors may go.
+        ss.has_pinned.store(false, Relaxed);
+        ss.pinned.lock().clear();
+    }
+    let vanilla = req.flags & FLAG_VANILLA != 0;
+    // The call runs under its caller's deadline: the calls it makes carry
+    // it on, and `deadline::remaining` tells the handler the time left.
+    let restore = deadline::Restore(deadline::set(req.deadline));
+    let result = run(w, slot, seq, bufs, req);
+    drop(restore);
+    finish_slow(w, slot, seq, bufs, result, vanilla);
+}
+
+/// Write the reply (or the failure) of a call the fast path did not finish,
+/// and publish it.
+#[cold]
+pub(super) fn finish_slow(
+    w: &Work,
+    slot: &Slot,
+    seq: u32,
+    bufs: &mut Buffers,
+    mut result: Result<(), Failure>,
+    vanilla: bool,
+) {
+    bufs.reply_header = None;
+    if w.conn.is_dead() {
+        bufs.reply.clear();
+        drop(buffer::take_returns()); // its lender is gone too
+        return; // the caller is gone: the reply is discarded
+    }
+    let reply = &bufs.reply;
+    if result.is_ok() {
+        let n = reply.data.len();
+        if n > DATA_CAP {
+            match put_bulk_reply(w, &reply.data) {
+                Ok(generation) => slot.set(OFF_OUT_SEG, generation),
+                Err(e) => result = Err(Failure::taken(e)),
+            }
+        } else {
+            slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
+        }
+        slot.set(OFF_OUT_LEN, n as u32);
+        let nd = reply.doors.len() as u32;
+        if nd > 0 {
+            result = transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq)
+                .map(drop)
+                .map_err(Failure::taken);
+        }
+        slot.set(OFF_OUT_DOORS, nd);
+    }
+    let mut nbufs = 0;
+    if result.is_ok() && !bufs.reply.buffers.is_empty() {
+        let out = std::mem::take(&mut bufs.reply.buffers);
+        nbufs = out.len() as u32;
+        result = buffer::send(&w.conn, out, slot, false, w.slot, seq)
+            .map(drop)
+            .map_err(Failure::taken);
+    }
+    // Loans of the caller's that the handler let go of ride back with the
+    // reply (by message if the call failed).
+    let returns = buffer::take_returns();
+    if !returns.is_empty() {
+        if result.is_ok() {
+            nbufs += buffer::write_returns(&w.conn, slot, nbufs as usize, &returns) as u32;
+        } else {
+            buffer::send_returns(&w.conn, &returns);
+        }
+    }
+    slot.set(OFF_OUT_BUFS, if result.is_ok() { nbufs } else { 0 });
+    match result {
+        Ok(()) => slot.set(OFF_STATUS, ST_OK),
+        Err(f) => {
+            let (st, detail) = f.error.to_status();
+            slot.set(OFF_STATUS, st | if f.untaken { ST_UNTAKEN } else { 0 });
+            slot.set(OFF_OUT_LEN, detail);
+            // A refused size names the length beside the limit.
+            let len = match f.error {
+                CallError::TooLarge { len, .. } => len.min(u32::MAX as usize) as u32,
+                _ => 0,
+            };
+            slot.set(OFF_OUT_DOORS, len);
+        }
+    }
+    trim(w, bufs);
+    bufs.reply.buffers.clear(); // a failed call's: they go nowhere
+    if !bufs.reply.doors.is_empty() {
+        let ss = &w.area.slots[w.slot as usize];
+        ss.pinned.lock().append(&mut bufs.reply.doors);
+        ss.has_pinned.store(true, Relaxed);
+    }
+    publish_reply(slot, seq);
+}
+
+/// After a bulk call: give back our segment for the slot if it is too large
+/// to keep, and the worker's buffers likewise.
+pub(super) fn trim(w: &Work, bufs: &mut Buffers) {
+    if bufs.reply.data.len() > DATA_CAP {
+        w.area.bulk[w.slot as usize].lock().out.trim();
+    }
+    if !crate::state::bulk::kept_buffer(bufs.args.capacity()) {
+        bufs.args = Vec::with_capacity(DATA_CAP);
+    }
+    if !crate::state::bulk::kept_buffer(bufs.reply.data.capacity()) {
+        bufs.reply.data = Vec::new();
+    }
+}
+
+/// Why a request failed, and whether the doors passed with it were left
+/// untouched (the caller then takes back the grants it made for them).
+pub(super) struct Failure {
+    error: CallError,
+    untaken: bool,
+}
+
+impl Failure {
+    pub(super) fn taken(error: CallError) -> Failure {
+        Failure {
+            error,
+            untaken: false,
+        }
+    }
+}
+
+/// Copy the request out, check it, and run the handler. Sizes, the grant
+/// and revocation are checked before the passed doors are touched: a
+/// refused request leaves them to its caller.
+pub(super) fn run(
+    w: &Work,
+    slot: &Slot,
+    seq: u32,
+    bufs: &mut Buffers,
+    req: &RequestHeader,
+) -> Result<(), Failure> {
+    let (grant, in_len, in_doors) = (req.grant, req.in_len as usize, req.in_doors as usize);
+    let vanilla = req.flags & FLAG_VANILLA != 0;
+    let checked = match deadline::passed(req.deadline) {
+        true => Err(CallError::TimedOut), // it waited too long for a thread
+        false => check_request(&w.conn, &mut bufs.door, grant, in_len, in_doors),
+    };
+    let checked = checked.and_then(|c| match req.in_bufs as usize {
+        n if n > MAX_BUFFERS => Err(CallError::BadMessage("too many buffers")),
+        _ => Ok(c),
+    });
+    let (core, _active) = match checked {
+        Ok(c) => c,
+        Err(error) => {
+            if in_doors > 0 {
+                transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            if req.in_bufs > 0 {
+                drop(w.conn.take_buffer_fds(true, w.slot, seq)); // the caller takes its loans back
+            }
+            return Err(Failure { error, untaken: true });
+        }
+    };
+    // The arguments, before the doors: a request whose bulk segment is
+    // missing or malformed is refused with its doors untaken.
+    let args = &mut bufs.args;
+    args.clear();
+    let mut skip = 0;
+    if in_len > DATA_CAP {
+        // Start the arguments half a page away from the reply buffer modulo
+        // 4 KiB: glibc's memcpy here runs ten times slower when the
+        // destination lies just past the source modulo 4 KiB, and a handler
+        // that copies its input to its output would hit that by chance.
+        args.reserve(in_len + 4096);
+        let (a, r) = (args.as_ptr() as usize, bufs.reply.data.as_ptr() as usize);
+        skip = r.wrapping_sub(a).wrapping_sub(2048) % 4096;
+        args.resize(skip, 0);
+        take_bulk_args(w, slot, req, args).map_err(|e| {
+            if in_doors > 0 {
+                transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            Failure {
+                error: CallError::BadMessage(e),
+                untaken: true,
+            }
+        })?;
+    } else {
+        args.resize(in_len, 0);
+        slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
+    }
+    let mut doors = Vec::new();
+    if in_doors > 0 {
+        transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
+            .map_err(Failure::taken)?;
+    }
+    let mut buffers = Vec::new();
+    if req.in_bufs > 0 {
+        let n = req.in_bufs as usize;
+        buffer::receive(&w.conn, slot, n, true, w.slot, seq, &mut buffers).map_err(Failure::taken)?;
+    }
+    let path = if in_len <= INLINE && in_doors == 0 && !vanilla {
+        Path::Fast
+    } else {
+        Path::Vanilla
+    };
+    bufs.counters.served(path);
+    let reply = &mut bufs.reply;
+    reply.clear();
+    let req = Request {
+        datum: core.datum,
+        data: &args[skip..],
+        doors: doors.into(),
+        buffers: buffers.into(),
+    };
+    let _serving = buffer::serving(w.conn.id);
+    core.invoke(req, reply).map_err(Failure::taken)
+}
+
+/// Copy arguments larger than the data region out of the caller's bulk
+/// segment for the slot, mapping the segment first if the request names a
+/// new one. (`in_len` was checked against the limit already.)
+pub(super) fn take_bulk_args(
+    w: &Work,
+    slot: &Slot,
+    req: &RequestHeader,
+    args: &mut Vec<u8>,
+) -> Result<(), &'static str> {
+    let mut bulk = w.area.bulk[w.slot as usize].lock();
+    let generation = RequestHeader::segment(slot);
+    if !bulk.inb.has(generation) {
+        let fd = w
+            .conn
+            .take_segment(true, w.slot, generation)
+            .ok_or("bulk segment missing")?;
+        bulk.inb
+            .accept(generation, fd, crate::context::settings::max_message())?;
+    }
+    let r = bulk.inb.read_into(req.in_len as usize, args);
+    bulk.inb.trim();
+    r
+}
+
+/// Put a result larger than the data region in our bulk segment for the
+/// slot, sending the segment to the caller first if it is new. Returns the
+/// generation to name in the reply.
+pub(super) fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
+    let mut bulk = w.area.bulk[w.slot as usize].lock();
+    w.conn.put_bulk(&mut bulk.out, false, w.slot, data)
+}
+
+/// The checks a request passes before anything it carries is touched: its
+/// sizes, and a grant the caller holds on a door that is not revoked.
+/// Returns the door, with the call counted as active on it.
+pub(super) fn check_request<'a>(
+    conn: &Conn,
+    cache: &'a mut Option<(u32, u64, Arc<DoorCore>)>,
+    grant: u32,
+    in_len: usize,
+    in_doors: usize,
+) -> Result<(&'a Arc<DoorCore>, ActiveCall<'a>), CallError> {
+    check_sizes("arguments", in_len, in_doors)?;
+    if !cache_hit(cache, conn, grant) {
+        // The generation is read before the lookup: a grant removed in
+        // between leaves the entry already stale, never falsely fresh.
+        let generation = conn.grants_gen();
+        let core = conn.lookup(grant).ok_or(CallError::BadDoor)?;
+        *cache = Some((grant, generation, core));
+    }
+    let core: &'a Arc<DoorCore> = &cache.as_ref().expect("filled above").2;
+    Ok((core, core.begin_call()?))
+}
