@@ -82,6 +82,7 @@ mod domain;
 mod manifest;
 mod names;
 mod registry;
+pub mod restart;
 mod stats;
 mod status;
 mod supervisor;
