@@ -99,27 +99,17 @@ pub fn inherit_fd(cmd: &mut std::process::Command, fd: BorrowedFd<'_>) {
 /// Take ownership of a descriptor this process inherited, named by number.
 /// Refuses numbers that are not open sockets.
 pub fn take_inherited_socket(raw: i32) -> io::Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    if raw < 3 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not an inherited descriptor",
-        ));
+    if raw >= 3 {
+        // SAFETY: fstat on a raw number only reads; an unopened number fails.
+        let st = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(raw) })?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "inherited descriptor is not a socket",
+            ));
+        }
     }
-    // SAFETY: fstat on a raw number only reads; an unopened number fails.
-    let st = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(raw) })?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "inherited descriptor is not a socket",
-        ));
-    }
-    // SAFETY: the number is open (fstat succeeded) and was handed to this
-    // process for lintel alone (spawn's contract); the caller takes it once
-    // (boot::join guards that), so no other owner exists.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
-    Ok(fd)
+    take_inherited(raw)
 }
 
 /// Take ownership of a descriptor this process inherited, named by number

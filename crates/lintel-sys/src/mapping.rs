@@ -28,20 +28,7 @@ impl Mapping {
     /// Map `len` bytes of `fd` shared and writable. The caller has checked the
     /// file is sealed at exactly `len` bytes, so no access can fault.
     pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        // SAFETY: a fresh mapping (null hint) cannot alias any Rust object;
-        // the length matches the sealed file size so every page is backed.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
-        };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
+        Self::mmap(fd, len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED)
     }
 
     /// Make the pages of `[off, off + len)` at once, for writing
@@ -70,20 +57,7 @@ impl Mapping {
     /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,
     /// checked by [`check_segment`](crate::check_segment) to be sealed at `len` bytes or more).
     pub fn map_read(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-        // SAFETY: as for `map`; the file cannot shrink below `len` (sealed),
-        // so every page is backed.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )?
-        };
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(Mapping { ptr, len })
+        Self::mmap(fd, len, ProtFlags::READ, MapFlags::SHARED)
     }
 
     /// The mapping's bytes.
@@ -164,6 +138,8 @@ impl Mapping {
         )
     }
 
+    /// Every constructor's one `mmap`: the callers say why every page they
+    /// touch is backed (a sealed size, or a file kept long enough).
     fn mmap(fd: BorrowedFd<'_>, len: usize, prot: ProtFlags, flags: MapFlags) -> io::Result<Mapping> {
         // SAFETY: a fresh mapping at an address the kernel picks (null
         // hint) overlaps nothing of ours and aliases no Rust object.
