@@ -134,9 +134,9 @@ fn an_import_against_the_order_is_reported() {
     assert_eq!(
         found,
         [
-            "src/low/mod.rs:8: a wildcard import of the protocol",
             "src/low/mod.rs:5: `low` (rank 1) names `crate::high` (rank 2)",
             "src/low/mod.rs:7: names `crate::Door`, not a folder",
+            "src/low/mod.rs:8: a wildcard import of the protocol",
         ]
     );
 }
