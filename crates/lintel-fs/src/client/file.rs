@@ -529,23 +529,26 @@ fn in_turn(lens: &[usize], mut op: impl FnMut(usize) -> Result<usize, FsError>) 
     Ok(total)
 }
 
+// The owned file reads, writes and seeks as a shared reference to it does
+// (the offset is the open file's, shared by every holder), as std's
+// `File` does.
 impl std::io::Read for File {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        Ok(self.read_shared(buf)?)
+        (&*self).read(buf)
     }
 
     fn read_vectored(&mut self, bufs: &mut [std::io::IoSliceMut<'_>]) -> std::io::Result<usize> {
-        Ok(self.read_vectored_shared(bufs)?)
+        (&*self).read_vectored(bufs)
     }
 }
 
 impl std::io::Write for File {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        Ok(self.write_shared(buf)?)
+        (&*self).write(buf)
     }
 
     fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
-        Ok(self.write_vectored_shared(bufs)?)
+        (&*self).write_vectored(bufs)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -555,7 +558,7 @@ impl std::io::Write for File {
 
 impl std::io::Seek for File {
     fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        Ok(self.seek_shared(pos)?)
+        (&*self).seek(pos)
     }
 }
 
