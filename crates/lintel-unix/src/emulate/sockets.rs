@@ -13,7 +13,19 @@ use crate::user;
 
 impl Emulation {
     /// The served path a Unix-domain socket address names, if it names
-    /// one (abstract and unnamed addresses and other families do not).
+    /// one (abstract and unnamed addresses and other families do not), for
+    /// socket `fd`: `ENOTSOCK` if `fd` is a served file, not a socket.
+    fn socket_target(&self, fd: u64, addr: u64, len: u64) -> Result<Option<Vec<u8>>, i32> {
+        let Some(rel) = self.socket_path(addr, len)? else {
+            return Ok(None);
+        };
+        if self.served(fd).is_some() {
+            return Err(libc::ENOTSOCK);
+        }
+        Ok(Some(rel))
+    }
+
+    /// The served path a Unix-domain socket address names, if any.
     fn socket_path(&self, addr: u64, len: u64) -> Result<Option<Vec<u8>>, i32> {
         let len = (len as usize).min(std::mem::size_of::<libc::sockaddr_un>());
         if len <= 2 {
@@ -34,14 +46,11 @@ impl Emulation {
     /// the program's socket (a descriptor of it passed along), making the
     /// socket file beneath its root.
     pub(super) fn bind(&self, fd: u64, addr: u64, len: u64) -> R {
-        let rel = match self.socket_path(addr, len) {
+        let rel = match self.socket_target(fd, addr, len) {
             Ok(Some(rel)) => rel,
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
-        if self.served(fd).is_some() {
-            return Some(err(libc::ENOTSOCK));
-        }
         let sock = match crate::trap::dup_owned(fd) {
             Ok(s) => s,
             Err(e) => return Some(e),
@@ -56,14 +65,11 @@ impl Emulation {
     /// kernel checks its access and the connection is the kernel's.
     pub(super) fn connect(&self, fd: u64, addr: u64, len: u64) -> R {
         use std::os::fd::AsRawFd;
-        let rel = match self.socket_path(addr, len) {
+        let rel = match self.socket_target(fd, addr, len) {
             Ok(Some(rel)) => rel,
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
-        if self.served(fd).is_some() {
-            return Some(err(libc::ENOTSOCK));
-        }
         let mut o = OpenOptions::new();
         o.read(true)
             .custom_flags(libc::O_PATH as u32)
