@@ -74,12 +74,7 @@ pub(crate) fn call_with(
 /// (a deadline or cancel, a server that sleeps, a reply that is not small)
 /// leave for the slow functions below.
 #[inline]
-pub(super) fn fast_checked(
-    lease: &Lease,
-    rd: &RemoteDoor,
-    data: &[u8],
-    reply: &mut Reply,
-) -> Result<(), CallError> {
+fn fast_checked(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
     let (conn, slot, shuttle) = (&*rd.conn, &lease.slot, &*lease.shuttle);
     let due = deadline::current();
     if (due != 0 || shuttle.has_cancel())
@@ -133,7 +128,7 @@ pub(super) fn settled(due: u64, r: Result<(), CallError>, reply: &mut Reply) -> 
 
 /// The vanilla path: data in the data region (also when it would fit
 /// inline, if forced for the INKS "message" comparison), doors passed.
-pub(super) fn vanilla(
+fn vanilla(
     lease: &Lease,
     rd: &RemoteDoor,
     data: &[u8],
@@ -214,7 +209,7 @@ pub(super) fn vanilla(
 /// Put the arguments where the server reads them: the slot's data region,
 /// or (larger than it) the slot's bulk segment, sent to the server first
 /// if it is new. Returns the generation to name in the header (0: none).
-pub(super) fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32, CallError> {
+fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32, CallError> {
     if data.len() <= DATA_CAP {
         lease.slot.write(OFF_DATA, data);
         return Ok(0);
@@ -288,7 +283,7 @@ pub(super) fn take_reply(
 /// Copy a result larger than the data region out of the server's bulk
 /// segment for our slot, mapping the segment first if the reply names a
 /// new one.
-pub(super) fn take_bulk_reply(
+fn take_bulk_reply(
     lease: &Lease,
     conn: &Arc<Conn>,
     h: ReplyHeader,
@@ -312,7 +307,7 @@ pub(super) fn take_bulk_reply(
 
 /// A call that could not take a slot: counted, and its error returned.
 #[cold]
-pub(super) fn refused(data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
+fn refused(data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
     let path = if data.len() <= INLINE && doors.is_empty() {
         Path::Fast
     } else {

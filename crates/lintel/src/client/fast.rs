@@ -116,7 +116,7 @@ pub(crate) fn call(
 /// past the caller-saved registers costs a saved register, a store).
 /// The bytes come packed ([`Packed`]), each word in a register of its own.
 #[inline(never)]
-pub(super) fn post_packed(
+fn post_packed(
     lease: Borrowed,
     grant: u32,
     lo: u64,
@@ -147,7 +147,7 @@ pub(super) fn post_packed(
 /// is on `conn`, nothing is to be checked before the call, and it is
 /// still this thread's (then busy with the call).
 #[inline(always)]
-pub(super) fn lease_ready(l: &Lease, conn: &Arc<Conn>) -> bool {
+fn lease_ready(l: &Lease, conn: &Arc<Conn>) -> bool {
     Arc::ptr_eq(&l.conn, conn)
         && !l.settings.force_vanilla.load(Relaxed)
         && !l.shuttle.has_cancel()
@@ -159,7 +159,7 @@ pub(super) fn lease_ready(l: &Lease, conn: &Arc<Conn>) -> bool {
 /// way ([`wait_full`]). Out of line, entered by a jump: what it saves is
 /// saved after the post, while the server runs.
 #[inline(never)]
-pub(super) fn finish(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn finish(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     if hot_poll(lease.get(), seq) {
         return reply_landed(lease, seq, reply);
     }
@@ -169,7 +169,7 @@ pub(super) fn finish(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(),
 /// [`call`]'s full wait (spin while the server runs elsewhere, then
 /// sleep), then the reply.
 #[inline(never)]
-pub(super) fn wait_full(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn wait_full(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let l = lease.get();
     match wait_reply_full(l, &l.conn, seq, 0) {
         Ok(()) => reply_landed(lease, seq, reply),
@@ -183,7 +183,7 @@ pub(super) fn wait_full(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<
 /// a vector that may grow, letting go of a void lease) is reached by a
 /// jump, so no register is saved on the way back to the caller's next post.
 #[inline(never)]
-pub(super) fn reply_landed(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn reply_landed(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let l = lease.get();
     let h = ReplyHeader::read(&l.slot);
     if h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
@@ -198,7 +198,7 @@ pub(super) fn reply_landed(lease: Borrowed, seq: u32, reply: &mut Reply) -> Resu
 
 /// [`reply_landed`] of a reply carrying `len` (≤ [`INLINE`]) bytes.
 #[inline(never)]
-pub(super) fn reply_bytes(lease: Borrowed, len: usize, reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn reply_bytes(lease: Borrowed, len: usize, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let bytes = lease.get().slot.read_inline(OFF_OUT_INLINE);
     reply.data.extend_from_slice(&bytes[..len]);
     succeeded(lease)
@@ -206,7 +206,7 @@ pub(super) fn reply_bytes(lease: Borrowed, len: usize, reply: &mut Reply) -> Res
 
 /// [`call`] succeeded: counted, then ended.
 #[inline(always)]
-pub(super) fn succeeded(lease: Borrowed) -> Result<(), Box<CallError>> {
+fn succeeded(lease: Borrowed) -> Result<(), Box<CallError>> {
     lease.get().counters.inline_ok(Path::Fast);
     end(lease);
     Ok(())
@@ -217,7 +217,7 @@ pub(super) fn succeeded(lease: Borrowed) -> Result<(), Box<CallError>> {
 /// waits; a kick or a late alert is for [`posted_odd`]. Out of line:
 /// the wake-up's system call would cost the fast path saved registers.
 #[inline(never)]
-pub(super) fn posted_slow(
+fn posted_slow(
     lease: Borrowed,
     seq: u32,
     posted: Posted,
@@ -238,7 +238,7 @@ pub(super) fn posted_slow(
 /// sleeping server is woken already.
 #[cold]
 #[inline(never)]
-pub(super) fn posted_odd(
+fn posted_odd(
     lease: Borrowed,
     seq: u32,
     posted: Posted,
@@ -276,7 +276,7 @@ pub(super) fn end(lease: Borrowed) {
 /// [`end`]'s lease is void: let go.
 #[cold]
 #[inline(never)]
-pub(super) fn forget_void(lease: Borrowed) {
+fn forget_void(lease: Borrowed) {
     forget(&lease.counted());
 }
 
@@ -287,7 +287,7 @@ const _: () = assert!(stats::BUCKET_0_MAX >= INLINE);
 /// [`call`] got no reply: counted, the lease let go, the error returned.
 #[cold]
 #[inline(never)]
-pub(super) fn no_reply(lease: Borrowed, why: Unanswered) -> Result<(), Box<CallError>> {
+fn no_reply(lease: Borrowed, why: Unanswered) -> Result<(), Box<CallError>> {
     let l = lease.get();
     l.counters.call(Path::Fast, 0, 0, None);
     end(lease);
@@ -301,7 +301,7 @@ pub(super) fn no_reply(lease: Borrowed, why: Unanswered) -> Result<(), Box<CallE
 /// the lease is counted.
 #[cold]
 #[inline(never)]
-pub(super) fn reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let h = ReplyHeader::read(&lease.slot);
     let r = take_reply(&lease, &lease.conn, seq, h, &[], reply, false);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
@@ -314,6 +314,6 @@ pub(super) fn reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Resul
 /// [`call_checked`] without doors: few enough arguments that [`call`]
 /// jumps here instead of calling.
 #[inline(never)]
-pub(super) fn to_checked(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
+fn to_checked(rd: &RemoteDoor, data: &[u8], reply: &mut Reply) -> Result<(), Box<CallError>> {
     call_checked(rd, data, &[], reply).map_err(Box::new)
 }

@@ -27,7 +27,7 @@ thread_local! {
 }
 
 /// This thread's leases; whichever leaves forgets [`last`] first.
-pub(super) struct Held(RefCell<Vec<Rc<Lease>>>);
+struct Held(RefCell<Vec<Rc<Lease>>>);
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -96,7 +96,7 @@ pub(super) fn lease(conn: &Arc<Conn>, last: Option<Rc<Lease>>) -> Result<Rc<Leas
 }
 
 #[cold]
-pub(super) fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
+fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     if conn.is_dead() {
         return Err(CallError::PeerDied);
     }
@@ -155,7 +155,7 @@ pub(super) fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 /// were granted to us, so take them and let them go (their releases reach
 /// the server), rather than leave them held until the connection dies.
 #[cold]
-pub(super) fn release_late_doors(lease: &Lease, seq: u32) {
+fn release_late_doors(lease: &Lease, seq: u32) {
     let slot = &lease.slot;
     let landed = slot.sync(SyncWord::RepSeq).load(Acquire) == seq;
     let h = ReplyHeader::read(slot);
@@ -183,7 +183,7 @@ pub(super) fn forget(lease: &Rc<Lease>) {
 }
 
 /// `lease` leaves `LEASES` (so it may no longer be `last`): false, for `retain`.
-pub(super) fn unheld(lease: &Rc<Lease>) -> bool {
+fn unheld(lease: &Rc<Lease>) -> bool {
     lease.held.set(false);
     false
 }

@@ -130,20 +130,20 @@ pub(super) fn hot_poll(lease: &Lease, seq: u32) -> bool {
 /// the poll loop would cost the fast path saved registers).
 #[cold]
 #[inline(never)]
-pub(super) fn note_cpu(lease: &Lease) {
+fn note_cpu(lease: &Lease) {
     lease.cpu.set(sys::current_cpu());
 }
 
 /// Polls of the reply word before the full wait; a few hundred ns.
-pub(super) const HOT_SPINS: u32 = 16;
+const HOT_SPINS: u32 = 16;
 /// Longest single futex sleep: a lost wake-up costs at most this.
-pub(super) const MAX_SLEEP: Duration = Duration::from_millis(100);
+const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 /// The full wait: spin while the server runs on another CPU (when spinning
 /// is on), then sleep on the futex, until the reply comes, the server dies,
 /// the deadline passes or the call is cancelled (then the call is abandoned).
 #[inline(never)]
-pub(super) fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     wait_reply_full(lease, conn, seq, due)
 }
 
@@ -165,12 +165,7 @@ pub(super) fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) ->
 /// ns; `None`: sleep for it.
 #[cold]
 #[inline(never)]
-pub(super) fn spin_for_reply(
-    lease: &Lease,
-    conn: &Conn,
-    seq: u32,
-    budget: u64,
-) -> Option<Result<(), Unanswered>> {
+fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<Result<(), Unanswered>> {
     let slot = &lease.slot;
     let rep = slot.sync(SyncWord::RepSeq);
     let mut spinner = Spinner::new(budget);
@@ -195,7 +190,7 @@ pub(super) fn spin_for_reply(
 /// the reply's word (named in `enter_call`, before the request's fence:
 /// the canceller sees it or the check below sees the cancel).
 #[inline]
-pub(super) fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
     let words = handshake::Words::of(&lease.slot);
     loop {
         let left = match due {
@@ -218,12 +213,7 @@ pub(super) fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) ->
 /// wins over a reply that lands at the same time), answered (`rep` shows
 /// the reply) or the server died.
 #[inline]
-pub(super) fn outcome(
-    lease: &Lease,
-    conn: &Conn,
-    seq: u32,
-    rep: &AtomicU32,
-) -> Option<Result<(), Unanswered>> {
+fn outcome(lease: &Lease, conn: &Conn, seq: u32, rep: &AtomicU32) -> Option<Result<(), Unanswered>> {
     if lease.shuttle.take_cancel() {
         return Some(Err(abandon(lease, conn, seq, Unanswered::Cancelled)));
     }
@@ -241,7 +231,7 @@ pub(super) fn outcome(
 /// queued for a thread, and everything those call), and leave the slot to
 /// drain until the late reply lands. The lease is void from here on.
 #[cold]
-pub(super) fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered {
+fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered {
     conn.send(
         &Ctl::Alert {
             slot: lease.claim.index,

@@ -22,7 +22,7 @@ pub(super) struct SlotServer {
     pub(super) unbind: AtomicBool,
     /// The request being (or last) served, and the last one whose caller
     /// was alerted (model-checked in `handshake`).
-    pub(super) alerts: AlertBox<AtomicU32>,
+    alerts: AlertBox<AtomicU32>,
     pub(super) shuttle: Mutex<Option<Arc<Shuttle>>>,
     /// Doors of the last reply, kept until the caller has read it (its next
     /// request on the slot shows that). A door the caller passed in and gets
@@ -60,7 +60,7 @@ impl SlotServer {
     }
 
     /// Alert the thread serving the slot, if one is.
-    pub(super) fn alert_thread(&self) {
+    fn alert_thread(&self) {
         if let Some(sh) = self.shuttle.lock().clone() {
             sh.alert();
         }
@@ -128,7 +128,7 @@ impl InArea {
     /// The calling domain died: alert every call it had here and release
     /// the threads bound to its slots. Their replies go nowhere.
     ///
-    /// A call that has not started by now never starts: [`handle`] reads
+    /// A call that has not started by now never starts: [`handle`](super::handle) reads
     /// the connection's death after [`SlotServer::begin`] publishes the
     /// call, and this reads `last_seq` after the death is published. The
     /// worker's fence there is the light one of an asymmetric pair, so this

@@ -123,7 +123,7 @@ pub(super) fn finish_slow(
 
 /// After a bulk call: give back our segment for the slot if it is too large
 /// to keep, and the worker's buffers likewise.
-pub(super) fn trim(w: &Work, bufs: &mut Buffers) {
+fn trim(w: &Work, bufs: &mut Buffers) {
     if bufs.reply.data.len() > DATA_CAP {
         w.area.bulk[w.slot as usize].lock().out.trim();
     }
@@ -154,13 +154,7 @@ impl Failure {
 /// Copy the request out, check it, and run the handler. Sizes, the grant
 /// and revocation are checked before the passed doors are touched: a
 /// refused request leaves them to its caller.
-pub(super) fn run(
-    w: &Work,
-    slot: &Slot,
-    seq: u32,
-    bufs: &mut Buffers,
-    req: &RequestHeader,
-) -> Result<(), Failure> {
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader) -> Result<(), Failure> {
     let (grant, in_len, in_doors) = (req.grant, req.in_len as usize, req.in_doors as usize);
     let vanilla = req.flags & FLAG_VANILLA != 0;
     let checked = match deadline::passed(req.deadline) {
@@ -241,7 +235,7 @@ pub(super) fn run(
 /// Copy arguments larger than the data region out of the caller's bulk
 /// segment for the slot, mapping the segment first if the request names a
 /// new one. (`in_len` was checked against the limit already.)
-pub(super) fn take_bulk_args(
+fn take_bulk_args(
     w: &Work,
     slot: &Slot,
     req: &RequestHeader,
@@ -265,7 +259,7 @@ pub(super) fn take_bulk_args(
 /// Put a result larger than the data region in our bulk segment for the
 /// slot, sending the segment to the caller first if it is new. Returns the
 /// generation to name in the reply.
-pub(super) fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
+fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
     let mut bulk = w.area.bulk[w.slot as usize].lock();
     w.conn.put_bulk(&mut bulk.out, false, w.slot, data)
 }
@@ -273,7 +267,7 @@ pub(super) fn put_bulk_reply(w: &Work, data: &[u8]) -> Result<u32, CallError> {
 /// The checks a request passes before anything it carries is touched: its
 /// sizes, and a grant the caller holds on a door that is not revoked.
 /// Returns the door, with the call counted as active on it.
-pub(super) fn check_request<'a>(
+fn check_request<'a>(
     conn: &Conn,
     cache: &'a mut Option<(u32, u64, Arc<DoorCore>)>,
     grant: u32,
