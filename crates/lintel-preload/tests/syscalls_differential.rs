@@ -880,6 +880,14 @@ mod regressions {
         ]);
     }
 
+    /// A directory's position lived in the process that read it: a forked
+    /// child listed again from the start what its parent had read to the
+    /// end (the open description, and its position, are shared).
+    #[test]
+    fn a_forked_child_reads_on_from_its_parents_directory_position() {
+        replay(&["open 1 - . 0x0 420", "getdents 1", "fork 1", "getdents 1"]);
+    }
+
     /// Smoke: one of each family.
     #[test]
     fn a_little_of_everything() {

@@ -23,6 +23,7 @@
 
 pub mod copy;
 pub mod cpu;
+pub mod dir;
 pub mod fd;
 pub mod futex;
 pub mod mapping;
@@ -35,6 +36,7 @@ pub use copy::{copy_bytes, copy_raw};
 #[cfg(target_arch = "x86_64")]
 pub use cpu::tsc;
 pub use cpu::{current_cpu, membarrier, membarrier_register, monotonic_ns, move_off_cpu, prefetch};
+pub use dir::getdents;
 pub use fd::{
     above_floor, clear_cloexec, descriptor_floor, eventfd, eventfd_clear, eventfd_signal, inherit_fd, inode,
     pidfd, replace_fd, set_descriptor_floor, take_inherited, take_inherited_socket,

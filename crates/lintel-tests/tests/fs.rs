@@ -1700,7 +1700,9 @@ fn a_killed_service_loses_no_finished_write() {
         }));
         svc.kill();
         // The writer stops at its first failed write; whatever it
-        // finished must reach the host.
+        // finished must reach the host. The one write in flight failed
+        // (`PeerDied`) and may have landed in part: the kernel cuts a
+        // `write` short when its writer is killed, here the service.
         let host = dir.path().join("f");
         let mut last = (0, 0);
         let kept = lintel_tests::eventually(Duration::from_secs(60), || {
@@ -1708,7 +1710,7 @@ fn a_killed_service_loses_no_finished_write() {
             let bytes = std::fs::read(&host).unwrap();
             last = (finished, bytes.len() as u64);
             bytes.len() as u64 >= finished * 1000
-                && bytes.len().is_multiple_of(1000)
+                && bytes.len() as u64 <= (finished + 1) * 1000
                 && bytes.iter().all(|&b| b == b'w')
         });
         assert!(

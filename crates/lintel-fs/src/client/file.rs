@@ -452,6 +452,17 @@ impl File {
         self.file.list()
     }
 
+    /// `getdents64(2)`: the next whole `linux_dirent64` records of an open
+    /// directory, at most `len` bytes, with the host file system's `d_off`
+    /// cookies ([`seek`](Self::seek_whence) to one goes back there). The
+    /// position is the open directory's, shared with every holder of it
+    /// (a forked child's too). Empty at the end.
+    pub fn read_dirents(&self, len: usize) -> Result<Vec<u8>, FsError> {
+        let mut records = Vec::new();
+        self.file.entries(io_len(len), &mut records)?;
+        Ok(records)
+    }
+
     /// Change the file's mode, owner or times (after the token is back:
     /// bytes written through a window land first).
     pub fn set_attr(&self, attr: Attr) -> Result<(), FsError> {

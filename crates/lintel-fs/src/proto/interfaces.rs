@@ -213,6 +213,13 @@ pub trait OpenFile {
     fn close(&self) -> Result<(), FsError>;
     /// The entries of an open directory.
     fn list(&self) -> Result<Vec<DirEntry>, FsError>;
+    /// `getdents64(2)` of an open directory: up to `len` bytes (at most
+    /// [`MAX_IO`](crate::proto::MAX_IO)) of whole `linux_dirent64` records from the
+    /// shared offset, which advances past them (every holder of the open
+    /// directory, a forked child's too, reads on from there; `seek` to a
+    /// record's `d_off` goes back to it). None at the end; `EINVAL` if the
+    /// next record does not fit.
+    fn entries(&self, len: u32, records: &mut Vec<u8>) -> Result<(), FsError>;
     /// Change the open file's mode, owner or times.
     fn set_attr(&self, attr: Attr) -> Result<(), FsError>;
     /// Take, change or drop (`Unlock`) an advisory lock on `[start, start

@@ -397,6 +397,25 @@ impl OpenFile for Opened {
         list_of(&self.fd)
     }
 
+    fn entries(&self, len: u32, records: &mut Vec<u8>) -> Result<(), FsError> {
+        if self.revoked.load(SeqCst) {
+            return Err(FsError::Closed);
+        }
+        if self.regular {
+            return Err(Errno::NOTDIR.into());
+        }
+        // The host directory's own position and cookies: the kernel reads
+        // from the shared offset, and says where the next read starts.
+        let mut offset = self.offset.lock();
+        use rustix::fs::SeekFrom;
+        rustix::fs::seek(&self.fd, SeekFrom::Start(*offset))?;
+        records.resize(len.min(MAX_IO) as usize, 0);
+        let n = lintel_sys::getdents(self.fd.as_fd(), records)?;
+        records.truncate(n);
+        *offset = rustix::fs::seek(&self.fd, SeekFrom::Current(0))?;
+        Ok(())
+    }
+
     fn set_attr(&self, attr: Attr) -> Result<(), FsError> {
         let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use lintel_fs::File;
-use parking_lot::Mutex;
 
 use super::{Emulation, R, err, fs_err};
 use crate::trap;
@@ -25,9 +24,6 @@ pub struct Served {
     /// The status flags `F_SETFL` changes ([`SETFL_FLAGS`]), as this
     /// process last set or learned them (`O_APPEND` is the service's).
     pub(super) status: std::sync::atomic::AtomicI32,
-    /// A directory's entries as `linux_dirent64` records, and how far
-    /// `getdents64` has read them.
-    pub(super) listing: Mutex<Option<(Vec<u8>, usize)>>,
     /// Whether its placeholder names it by key yet (for a child or an
     /// `exec`ed image, see [`Emulation::adopt_inherited`]).
     pub(super) recorded: std::sync::atomic::AtomicBool,
@@ -44,7 +40,6 @@ impl Served {
             dir,
             flags: flags & !SETFL_FLAGS,
             status: std::sync::atomic::AtomicI32::new(flags & SETFL_FLAGS),
-            listing: Mutex::new(None),
             recorded: std::sync::atomic::AtomicBool::new(recorded),
             map_fd: std::sync::OnceLock::new(),
         })

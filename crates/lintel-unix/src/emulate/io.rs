@@ -132,10 +132,6 @@ impl Emulation {
             libc::SEEK_HOLE => (Whence::Hole, off as i64),
             _ => return Some(err(libc::EINVAL)),
         };
-        // A directory back at its start (`rewinddir`) is listed anew.
-        if s.dir && matches!(whence, Whence::Start) && off == 0 {
-            *s.listing.lock() = None;
-        }
         Some(s.file.seek_whence(whence, off).map_or_else(fs_err, |p| p as i64))
     }
 
