@@ -449,6 +449,12 @@ fn generate(tr: &ItemTrait, methods: &[Method]) -> TokenStream {
             }
         }
 
+        impl ::core::convert::From<#lt::Door> for #client {
+            fn from(door: #lt::Door) -> #client {
+                #client::from_door(door)
+            }
+        }
+
         /// A client crosses a door as its door; the receiver gets a client.
         impl #st::Wire for #client {
             #[inline]

@@ -120,9 +120,16 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
     }
 
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let control = {
         let stop = stop.clone();
+        let serving = serving.clone();
         Door::create(0, move |req: Request<'_>, _: &mut Reply| {
+            // Still starting (perhaps waiting in a lookup for a domain
+            // that is restarting): nothing is served yet, nothing to end.
+            if req.data == CONTROL_SHUTDOWN && !serving.load(std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(0);
+            }
             if req.data == CONTROL_SHUTDOWN {
                 *stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
                 stop.1.notify_all();
@@ -207,6 +214,7 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
         }
         doors
     });
+    serving.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Err(e) = names.ready() {
         fail(&tag, &format!("cannot report ready: {e}"), EXIT_JOIN_FAILED);
     }

@@ -39,6 +39,9 @@
 //!   the placement; starts nothing.
 //! - `PROG stats MANIFEST` or `PROG stats --socket PATH`: print every running
 //!   domain's call statistics (calls per path and size bucket, server threads).
+//! - `PROG status MANIFEST` (or `--socket PATH`; `--json` for one object per
+//!   domain per line): each domain's pid, state, uptime, restarts, last exit
+//!   and what its restart policy does next.
 //!
 //! Exit status 2 means the command line or the manifest was refused.
 //!
@@ -57,6 +60,12 @@
 //! max_threads = 8          # optional: its server-thread limit
 //! max_message = 67108864   # optional: its message limit in bytes (default 1 GiB)
 //! spin = "off"             # optional: "on"/"off" (or true/false): spin before sleeping
+//! restart = "on-failure"   # optional: "never", "on-failure" (default) or "always"
+//! backoff = "100ms"        # optional: the first restart's wait (default 100ms); each
+//! max_backoff = "10s"      #   next one doubles, up to this (default 10s)
+//! max_restarts = 5         # optional: restarts allowed within `period` (default 5,
+//! period = "60s"           #   within 60s); one more and the supervisor gives up:
+//! give_up = "leave"        #   "leave" the domain down (default) or "stop" the system
 //!
 //! [domain.front]
 //! services = ["shell"]
@@ -69,17 +78,39 @@
 //! `kv.toml:9:13: service `kv` is placed twice: in domain `store` (line 6)
 //! and in domain `front``.
 //!
+//! # Restarts
+//!
+//! Once the system is up, a domain that exits is restarted as its policy
+//! says (the defaults: on failure, after 100 ms, doubling to 10 s, given up
+//! on after 5 restarts within 60 s, then left down). While it restarts,
+//! lookups of its names wait for the new instance; a call in flight when
+//! it died fails with `PeerDied` and is never made again behind the
+//! caller's back. [`Named`] (or [`Context::named`]) holds a service by its
+//! name and finds the new instance on the next call.
+//!
+//! A domain that looked up another's door plainly while it started
+//! ([`Context::lookup`] in a service's factory) holds doors of that
+//! instance; when it restarts, the supervisor stops the dependent and
+//! starts it again after it (OTP's `rest_for_one`), unless its policy is
+//! `never`. A domain that holds them with [`Context::named`] follows them
+//! instead and is left alone. The root's domain is never restarted: its
+//! exit ends the system, and a domain that exits before the system is
+//! first ready fails the boot.
+//!
 //! # Names
 //!
 //! Each service is bound under its own name; each domain's statistics door
 //! under `domain/<domain>/stats`. A domain may bind only the services placed
 //! in it, names under `domain/<its name>/`, and names no placed service
-//! uses. A lookup waits for a name not yet bound (10 s by default) and fails
-//! at once for a service whose domain has exited.
+//! uses. A lookup waits for a name not yet bound (10 s by default), or
+//! whose domain is restarting, and fails at once for a service whose domain
+//! is down for good.
 #![forbid(unsafe_code)]
 
 mod domain;
+mod exit;
 mod manifest;
+mod named;
 mod names;
 mod registry;
 pub mod restart;
@@ -94,9 +125,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub use manifest::{DomainSpec, MAX_THREADS_LIMIT, Manifest, ManifestError, Problem};
+pub use named::Named;
 pub use names::{MAX_NAME, NameError, Names};
 pub use registry::{BoxError, Context, Registry};
 pub use stats::{DomainStats, StatsError, collect_stats, print_stats, print_stats_json};
+pub use status::{DomainStatus, StatusError, collect_status, print_status};
 pub use supervisor::{BootError, boot};
 
 #[derive(Parser)]
@@ -125,6 +158,19 @@ enum Command {
         #[arg(long, conflicts_with = "manifest")]
         socket: Option<PathBuf>,
         /// One JSON object per domain per line instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print each domain of a running system: its process, state, uptime,
+    /// restarts, last exit and what its restart policy does next.
+    Status {
+        /// The manifest the system was booted with (locates its socket).
+        #[arg(required_unless_present = "socket")]
+        manifest: Option<PathBuf>,
+        /// The supervisor's socket, instead of a manifest.
+        #[arg(long, conflicts_with = "manifest")]
+        socket: Option<PathBuf>,
+        /// One JSON object per domain per line instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -200,18 +246,31 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
             }
             Err(e) => refused(e),
         },
+        Command::Status {
+            manifest,
+            socket,
+            json,
+        } => {
+            let socket = match socket_of(registry, socket, manifest) {
+                Ok(s) => s,
+                Err(e) => return refused(e),
+            };
+            match print_status(&socket, json, &mut std::io::stdout().lock()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("status: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Stats {
             manifest,
             socket,
             json,
         } => {
-            let socket = match (socket, manifest) {
-                (Some(s), _) => s,
-                (None, Some(path)) => match Manifest::load(&path, registry) {
-                    Ok(m) => m.socket,
-                    Err(e) => return refused(e),
-                },
-                (None, None) => unreachable!("clap requires one of them"),
+            let socket = match socket_of(registry, socket, manifest) {
+                Ok(s) => s,
+                Err(e) => return refused(e),
             };
             let out = &mut std::io::stdout().lock();
             let printed = match json {
@@ -226,6 +285,19 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
                 }
             }
         }
+    }
+}
+
+/// The supervisor's socket: given, or the manifest's.
+fn socket_of(
+    registry: &Registry,
+    socket: Option<PathBuf>,
+    manifest: Option<PathBuf>,
+) -> Result<PathBuf, ManifestError> {
+    match (socket, manifest) {
+        (Some(s), _) => Ok(s),
+        (None, Some(path)) => Ok(Manifest::load(&path, registry)?.socket),
+        (None, None) => unreachable!("clap requires one of them"),
     }
 }
 

@@ -7,11 +7,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::registry::{Kind, Registry};
+use crate::restart::{GiveUp, Policy, Restart};
 
 /// Most server threads a manifest may ask for in one domain.
 pub const MAX_THREADS_LIMIT: usize = 4096;
@@ -58,6 +60,10 @@ pub struct DomainSpec {
     pub spin: Option<bool>,
     /// Message limit in bytes ([`lintel::set_max_message`]); runtime default if `None`.
     pub max_message: Option<usize>,
+    /// What the supervisor does when the domain exits ([`Policy::default`]
+    /// unless the manifest says otherwise; the root's domain is never
+    /// restarted: its end is the system's).
+    pub restart: Policy,
 }
 
 /// The manifest file's text, or an error naming it.
@@ -193,6 +199,12 @@ struct RawDomain {
     max_threads: Option<Spanned<i64>>,
     spin: Option<Spanned<Spin>>,
     max_message: Option<Spanned<i64>>,
+    restart: Option<Spanned<String>>,
+    backoff: Option<Spanned<String>>,
+    max_backoff: Option<Spanned<String>>,
+    max_restarts: Option<Spanned<i64>>,
+    period: Option<Spanned<String>>,
+    give_up: Option<Spanned<String>>,
 }
 
 /// `spin = true | false | "on" | "off"`.
@@ -357,12 +369,18 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
                 Some(v as usize)
             }
         });
+        let hosts_root = raw
+            .root
+            .as_ref()
+            .is_some_and(|r| d.services.get_ref().iter().any(|s| s.get_ref() == r.get_ref()));
+        let restart = policy_of(d, name, hosts_root, diag);
         domains.push(DomainSpec {
             name: name.clone(),
             services: d.services.get_ref().iter().map(|s| s.get_ref().clone()).collect(),
             max_threads,
             spin: d.spin.as_ref().map(|s| s.get_ref().0),
             max_message,
+            restart,
         });
     }
 
@@ -434,6 +452,104 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         dir,
     }
 }
+
+/// Most restarts a policy may allow within its period.
+const MAX_RESTARTS_LIMIT: i64 = 1_000_000;
+
+/// A domain's restart policy: the defaults, with each key the manifest
+/// gives checked. The root's domain takes none: its exit ends the system.
+fn policy_of(d: &RawDomain, name: &str, hosts_root: bool, diag: &mut Diag<'_>) -> Policy {
+    let mut p = Policy::default();
+    if hosts_root {
+        p.restart = Restart::Never;
+        let keys = [&d.restart, &d.backoff, &d.max_backoff, &d.period, &d.give_up];
+        let given = keys
+            .into_iter()
+            .flatten()
+            .map(|k| k.span())
+            .chain(d.max_restarts.as_ref().map(|k| k.span()));
+        if let Some(span) = given.min_by_key(|s| s.start) {
+            diag.at(
+                Some(span),
+                format!("domain `{name}` hosts the root, whose return or exit ends the system: it is never restarted, so it takes no restart keys"),
+            );
+        }
+        return p;
+    }
+    if let Some(r) = &d.restart {
+        match r.get_ref().as_str() {
+            "never" => p.restart = Restart::Never,
+            "on-failure" => p.restart = Restart::OnFailure,
+            "always" => p.restart = Restart::Always,
+            other => diag.at(
+                Some(r.span()),
+                format!("restart = \"{other}\" is not a policy: \"never\", \"on-failure\" or \"always\""),
+            ),
+        }
+    }
+    let mut duration = |key: &str, v: &Option<Spanned<String>>, into: &mut Duration| {
+        let Some(v) = v else { return };
+        match humantime::parse_duration(v.get_ref()) {
+            Ok(t) if t <= MAX_WAIT => *into = t,
+            Ok(_) => diag.at(
+                Some(v.span()),
+                format!("{key} = \"{}\" is longer than a day", v.get_ref()),
+            ),
+            Err(e) => diag.at(
+                Some(v.span()),
+                format!(
+                    "{key} = \"{}\" is not a duration ({e}); write for example \"250ms\", \"2s\" or \"1m\"",
+                    v.get_ref()
+                ),
+            ),
+        }
+    };
+    duration("backoff", &d.backoff, &mut p.backoff);
+    duration("max_backoff", &d.max_backoff, &mut p.max_backoff);
+    duration("period", &d.period, &mut p.period);
+    if let Some(n) = &d.max_restarts {
+        match u32::try_from(*n.get_ref()) {
+            Ok(v) if i64::from(v) <= MAX_RESTARTS_LIMIT => p.max_restarts = v,
+            _ => diag.at(
+                Some(n.span()),
+                format!(
+                    "max_restarts = {} is out of range (0 to {MAX_RESTARTS_LIMIT})",
+                    n.get_ref()
+                ),
+            ),
+        }
+    }
+    if let Some(g) = &d.give_up {
+        match g.get_ref().as_str() {
+            "leave" => p.give_up = GiveUp::Leave,
+            "stop" => p.give_up = GiveUp::Stop,
+            other => diag.at(
+                Some(g.span()),
+                format!("give_up = \"{other}\" is not an action: \"leave\" (the domain stays down) or \"stop\" (the system stops)"),
+            ),
+        }
+    }
+    if p.backoff > p.max_backoff {
+        let span = d.backoff.as_ref().or(d.max_backoff.as_ref()).map(|v| v.span());
+        diag.at(
+            span,
+            format!(
+                "backoff ({}) is longer than max_backoff ({})",
+                humantime::format_duration(p.backoff),
+                humantime::format_duration(p.max_backoff)
+            ),
+        );
+    }
+    if p.period.is_zero()
+        && let Some(v) = &d.period
+    {
+        diag.at(Some(v.span()), "period must be longer than 0".into());
+    }
+    p
+}
+
+/// Longest wait or period a policy may name.
+const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 /// The system's name: the `system` key, else the file's stem.
 fn system_of(raw: &RawManifest, path: &Path, diag: &mut Diag<'_>) -> String {
@@ -559,6 +675,66 @@ mod tests {
         assert_eq!(m.domains[1].max_message, None);
         assert_eq!(m.domains[1].spin, Some(true));
         assert_eq!(m.domain_of("shell").unwrap().name, "a");
+    }
+
+    #[test]
+    fn restart_keys_set_the_policy_and_the_rest_keep_their_defaults() {
+        let m = parse(
+            "root = \"shell\"\n[domain.a]\nservices = [\"kv\"]\nrestart = \"always\"\nbackoff = \"250ms\"\n\
+             max_backoff = \"2s\"\nmax_restarts = 0\nperiod = \"1m\"\ngive_up = \"stop\"\n\
+             [domain.b]\nservices = [\"clock\"]\n[domain.c]\nservices = [\"shell\"]\n",
+        )
+        .unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            m.domains[0].restart,
+            Policy {
+                restart: Restart::Always,
+                backoff: ms(250),
+                max_backoff: ms(2000),
+                max_restarts: 0,
+                period: ms(60_000),
+                give_up: GiveUp::Stop,
+            }
+        );
+        assert_eq!(m.domains[1].restart, Policy::default());
+        assert_eq!(m.domains[2].restart.restart, Restart::Never, "the root's domain");
+    }
+
+    #[test]
+    fn malformed_restart_keys_are_refused_with_their_lines() {
+        let e = refused(
+            "root = \"shell\"\n[domain.a]\nservices = [\"kv\"]\nrestart = \"sometimes\"\nbackoff = \"soon\"\n\
+             max_restarts = -1\ngive_up = \"panic\"\n[domain.b]\nservices = [\"clock\"]\nbackoff = \"5s\"\n\
+             max_backoff = \"1s\"\nperiod = \"0s\"\n[domain.c]\nservices = [\"shell\"]\nrestart = \"always\"\n",
+        );
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 7, "{e}");
+        assert!(
+            lines[0].starts_with("m.toml:4:11: restart = \"sometimes\" is not a policy"),
+            "{e}"
+        );
+        assert!(
+            lines[1].starts_with("m.toml:5:11: backoff = \"soon\" is not a duration"),
+            "{e}"
+        );
+        assert!(
+            lines[2].starts_with("m.toml:6:16: max_restarts = -1 is out of range"),
+            "{e}"
+        );
+        assert!(
+            lines[3].starts_with("m.toml:7:11: give_up = \"panic\" is not an action"),
+            "{e}"
+        );
+        assert_eq!(
+            lines[4],
+            "m.toml:10:11: backoff (5s) is longer than max_backoff (1s)"
+        );
+        assert_eq!(lines[5], "m.toml:12:10: period must be longer than 0");
+        assert!(
+            lines[6].starts_with("m.toml:15:11: domain `c` hosts the root"),
+            "{e}"
+        );
     }
 
     #[test]

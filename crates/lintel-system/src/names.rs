@@ -5,8 +5,17 @@
 //! outside get a door that can only look up and list.
 //!
 //! A lookup of a name not bound yet waits (bounded) instead of failing, so
-//! services can start in any order. A door bound by a domain that later
-//! exits is dropped, and lookups of it fail at once, naming the domain.
+//! services can start in any order. A door bound by a domain that exits is
+//! dropped at once, and never handed out again (nor one whose server this
+//! process has seen die, before the supervisor reaps it). While the domain
+//! restarts, lookups of its names wait for the new instance's binds; once
+//! it is down for good, they fail at once, naming the domain.
+//!
+//! The name service also learns who depends on whom: a plain lookup a
+//! domain makes while it starts (before it reports ready) ties it to the
+//! instance that serves the name, and the supervisor restarts it after
+//! that instance's domain restarts ([`NameServer::dependents_of`]). A
+//! lookup made to follow the name ([`crate::Named`]) ties nothing.
 //!
 //! The protocol is the [`NameService`] interface (`#[lintel::interface]`):
 //! each door serves a [`View`], the name server as one caller sees it.
@@ -38,9 +47,17 @@ pub enum NameError {
     /// Nothing was bound to the name within the wait.
     #[error("no service `{name}` was bound within {} s (is it placed in the manifest, and did it start?)", waited.as_secs_f32())]
     NotBound { name: String, waited: Duration },
-    /// The domain that served the name exited.
+    /// The domain that served the name exited and is not restarted.
     #[error("service `{name}` is gone: its domain `{domain}` exited")]
     Gone { name: String, domain: String },
+    /// The domain that serves the name is restarting, and its new instance
+    /// had not bound it within the wait.
+    #[error("service `{name}` is restarting (domain `{domain}`) and was not back within {} s", waited.as_secs_f32())]
+    Restarting {
+        name: String,
+        domain: String,
+        waited: Duration,
+    },
     /// The name is bound already.
     #[error("the name `{0}` is already bound")]
     Taken(String),
@@ -61,8 +78,10 @@ pub(crate) trait NameService {
     /// Bind `door` to `name` (a domain's door only).
     fn bind(&self, name: &str, door: Door) -> Result<(), Refusal>;
     /// The door bound to `name`, waiting up to `wait_ms` (at most
-    /// [`MAX_WAIT`]) for it to be bound.
-    fn lookup(&self, name: &str, wait_ms: u32) -> Result<Door, Refusal>;
+    /// [`MAX_WAIT`]) for it to be bound. `follow`: the caller looks the name
+    /// up again when its server dies, so it does not depend on this
+    /// instance (see [`NameServer::dependents_of`]).
+    fn lookup(&self, name: &str, wait_ms: u32, follow: bool) -> Result<Door, Refusal>;
     /// Bound names starting with `prefix`, sorted, skipping the first
     /// `skip`: at most [`LIST_PAGE`] of them, and whether more follow.
     fn list(&self, prefix: &str, skip: u32) -> Result<(Vec<String>, bool), Refusal>;
@@ -83,6 +102,8 @@ pub(crate) enum Refusal {
     NotBound,
     /// The domain that served the name exited.
     Gone { domain: String },
+    /// The domain that serves the name is restarting.
+    Restarting { domain: String },
     /// The name is bound already.
     Taken,
     /// Not allowed; the message says why.
@@ -109,6 +130,11 @@ impl Refusal {
             Refusal::Gone { domain } => NameError::Gone {
                 name: name.to_string(),
                 domain,
+            },
+            Refusal::Restarting { domain } => NameError::Restarting {
+                name: name.to_string(),
+                domain,
+                waited: Duration::from_millis(wait_ms as u64),
             },
             Refusal::Taken => NameError::Taken(name.to_string()),
             Refusal::Refused(msg) => NameError::Refused(msg),
@@ -161,10 +187,30 @@ impl Names {
 
     /// The door bound to `name`, waiting up to `wait` for it to be bound.
     pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
+        self.find(name, wait, false)
+    }
+
+    /// [`Names::lookup_within`] for a holder that looks the name up again
+    /// when its server dies ([`crate::Named`]).
+    pub(crate) fn lookup_following(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
+        self.find(name, wait, true)
+    }
+
+    fn find(&self, name: &str, wait: Duration, follow: bool) -> Result<Door, NameError> {
         let ms = millis(wait);
         let retry_until = Instant::now() + DYING_RETRY;
         loop {
-            match self.client.lookup(name, ms).map_err(|r| r.into_error(name, ms)) {
+            match self
+                .client
+                .lookup(name, ms, follow)
+                .map_err(|r| r.into_error(name, ms))
+            {
+                // A door of an instance this process has seen die (the
+                // supervisor has not reaped it yet): ask again shortly, for
+                // the new instance's.
+                Ok(door) if door.is_dead() && Instant::now() < retry_until => {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 Ok(door) => return Ok(door),
                 // The bound door could not be passed on: its domain is dying
                 // and the supervisor has not seen it exit yet. Ask again
@@ -230,8 +276,13 @@ pub(crate) struct NameServer {
 
 struct State {
     bound: BTreeMap<String, Bound>,
-    /// Names whose domain exited: name → domain.
+    /// Names whose domain exited for good: name → domain.
     gone: HashMap<String, String>,
+    /// Names whose domain is restarting: name → domain.
+    restarting: HashMap<String, String>,
+    /// `providers[d]`: the domains whose doors domain `d`'s instance
+    /// looked up plainly while it started.
+    providers: Vec<std::collections::BTreeSet<usize>>,
     ready: Vec<bool>,
     /// Exit description of each domain that exited.
     exited: Vec<Option<String>>,
@@ -270,6 +321,8 @@ impl NameServer {
             st: Mutex::new(State {
                 bound: BTreeMap::new(),
                 gone: HashMap::new(),
+                restarting: HashMap::new(),
+                providers: vec![Default::default(); domains.len()],
                 ready: vec![false; domains.len()],
                 exited: vec![None; domains.len()],
                 root_exit: None,
@@ -312,27 +365,88 @@ impl NameServer {
         self.cv.notify_all();
     }
 
-    /// Domain `index` exited (`how` says how): drop what it bound.
-    pub fn domain_exited(&self, index: usize, how: &str) {
+    /// Bind `name` on the supervisor's own authority, owned by no domain.
+    pub fn bind_system(&self, name: &str, door: Door) {
+        self.lock()
+            .bound
+            .insert(name.to_string(), Bound { door, owner: None });
+        self.cv.notify_all();
+    }
+
+    /// Domain `index`'s instance exited (`how` says how): drop what it
+    /// bound. With `restarting`, lookups of its names wait for the next
+    /// instance; without, they fail at once from now on.
+    pub fn domain_exited(&self, index: usize, how: &str, restarting: bool) {
         let mut st = self.lock();
         st.exited[index] = Some(how.to_string());
-        let names: Vec<String> = st
+        st.ready[index] = false;
+        st.providers[index].clear();
+        let domain = &self.domains[index];
+        let mut names: Vec<String> = st
             .bound
             .iter()
             .filter(|(_, b)| b.owner == Some(index))
             .map(|(n, _)| n.clone())
             .collect();
-        for n in names {
-            st.bound.remove(&n);
-            st.gone.insert(n, self.domains[index].clone());
+        for n in &names {
+            st.bound.remove(n);
         }
-        for (svc, &d) in &self.placed {
-            if d == index && !st.gone.contains_key(svc) {
-                st.gone.insert(svc.clone(), self.domains[index].clone());
-            }
+        names.extend(
+            self.placed
+                .iter()
+                .filter(|(_, d)| **d == index)
+                .map(|(s, _)| s.clone()),
+        );
+        names.extend(
+            st.restarting
+                .iter()
+                .filter(|(_, d)| *d == domain)
+                .map(|(n, _)| n.clone()),
+        );
+        for n in names {
+            st.restarting.remove(&n);
+            st.gone.remove(&n);
+            match restarting {
+                true => st.restarting.insert(n, domain.clone()),
+                false => st.gone.insert(n, domain.clone()),
+            };
         }
         drop(st);
         self.cv.notify_all();
+    }
+
+    /// Domain `index` is down for good after all (its restarts were given
+    /// up on): lookups of its names fail at once.
+    pub fn domain_down(&self, index: usize) {
+        let mut st = self.lock();
+        let domain = &self.domains[index];
+        let names: Vec<String> = st
+            .restarting
+            .iter()
+            .filter(|(_, d)| *d == domain)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in names {
+            st.restarting.remove(&n);
+            st.gone.insert(n, domain.clone());
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Whether domain `index`'s current instance has reported ready.
+    pub fn is_ready(&self, index: usize) -> bool {
+        self.lock().ready[index]
+    }
+
+    /// The domains whose current instance looked up, while it started, a
+    /// door of domain `index`'s (and so holds doors of an instance that is
+    /// gone once `index` exits).
+    pub fn dependents_of(&self, index: usize) -> Vec<usize> {
+        let st = self.lock();
+        (0..self.domains.len())
+            .filter(|&d| st.providers[d].contains(&index))
+            .collect()
     }
 
     /// Whether every domain has bound its services.
@@ -388,6 +502,7 @@ impl NameServer {
             return Err(Refusal::Taken);
         }
         st.gone.remove(name);
+        st.restarting.remove(name);
         st.bound.insert(name.to_string(), Bound { door, owner: Some(d) });
         drop(st);
         self.cv.notify_all();
@@ -395,12 +510,23 @@ impl NameServer {
         Ok(())
     }
 
-    fn lookup(&self, name: &str, wait: Duration) -> Result<Door, Refusal> {
+    /// The door bound to `name` for `caller`, waiting up to `wait`; a
+    /// domain's plain lookup while it starts records what it depends on.
+    fn lookup(&self, caller: Caller, name: &str, wait: Duration, follow: bool) -> Result<Door, Refusal> {
         let deadline = Instant::now() + wait.min(MAX_WAIT);
         let mut st = self.lock();
         loop {
-            if let Some(b) = st.bound.get(name) {
-                return Ok(b.door.clone());
+            // A door whose server this process has seen die is not handed
+            // out: the supervisor is about to reap its domain.
+            if let Some(b) = st.bound.get(name).filter(|b| !b.door.is_dead()) {
+                let door = b.door.clone();
+                if let (Caller::Domain(d), Some(owner), false) = (caller, b.owner, follow)
+                    && owner != d
+                    && !st.ready[d]
+                {
+                    st.providers[d].insert(owner);
+                }
+                return Ok(door);
             }
             if let Some(domain) = st.gone.get(name) {
                 return Err(Refusal::Gone {
@@ -409,7 +535,21 @@ impl NameServer {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Refusal::NotBound);
+                return Err(match st.restarting.get(name) {
+                    Some(domain) => Refusal::Restarting {
+                        domain: domain.clone(),
+                    },
+                    None => Refusal::NotBound,
+                });
+            }
+            if st.bound.contains_key(name) {
+                // Dead but not yet reaped: look again shortly.
+                st = self
+                    .cv
+                    .wait_timeout(st, (deadline - now).min(Duration::from_millis(5)))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
             }
             st = self
                 .cv
@@ -436,12 +576,12 @@ impl NameServer {
         let deadline = Instant::now() + wait.min(MAX_WAIT);
         let mut st = self.lock();
         loop {
+            if st.announced {
+                return Ok(());
+            }
             if let Some(i) = st.exited.iter().position(|e| e.is_some()) {
                 let how = st.exited[i].clone().unwrap_or_default();
                 return Err(Refusal::Refused(format!("domain `{}` {how}", self.domains[i])));
-            }
-            if st.announced {
-                return Ok(());
             }
             let now = Instant::now();
             if now >= deadline {
@@ -494,9 +634,10 @@ impl NameService for View {
         self.ns.bind(self.domain()?, name, door)
     }
 
-    fn lookup(&self, name: &str, wait_ms: u32) -> Result<Door, Refusal> {
+    fn lookup(&self, name: &str, wait_ms: u32, follow: bool) -> Result<Door, Refusal> {
         check_name(name)?;
-        self.ns.lookup(name, Duration::from_millis(wait_ms as u64))
+        self.ns
+            .lookup(self.caller, name, Duration::from_millis(wait_ms as u64), follow)
     }
 
     fn list(&self, prefix: &str, skip: u32) -> Result<(Vec<String>, bool), Refusal> {
@@ -506,7 +647,13 @@ impl NameService for View {
 
     fn ready(&self) -> Result<(), Refusal> {
         let d = self.domain()?;
-        self.ns.lock().ready[d] = true;
+        let mut st = self.ns.lock();
+        st.ready[d] = true;
+        // Names the last instance bound and this one did not are no longer
+        // coming back: a lookup waits for them as for any unbound name.
+        let domain = &self.ns.domains[d];
+        st.restarting.retain(|_, owner| owner != domain);
+        drop(st);
         self.ns.cv.notify_all();
         Ok(())
     }
@@ -547,6 +694,7 @@ mod tests {
                     max_threads: None,
                     spin: None,
                     max_message: None,
+                    restart: Default::default(),
                 },
                 crate::DomainSpec {
                     name: "b".into(),
@@ -554,6 +702,7 @@ mod tests {
                     max_threads: None,
                     spin: None,
                     max_message: None,
+                    restart: Default::default(),
                 },
             ],
         }
@@ -600,9 +749,61 @@ mod tests {
         assert!(t.join().unwrap().is_ok());
         let e = a.lookup_within("clock", Duration::from_millis(30)).unwrap_err();
         assert!(e.to_string().contains("no service `clock` was bound"), "{e}");
-        ns.domain_exited(1, "exited: status 1");
+        ns.domain_exited(1, "exited: status 1", false);
         let e = a.lookup_within("clock", Duration::from_secs(5)).unwrap_err();
         assert_eq!(e.to_string(), "service `clock` is gone: its domain `b` exited");
+    }
+
+    #[test]
+    fn names_wait_through_a_restart_and_record_who_depends_on_whom() {
+        let ns = NameServer::new(&manifest());
+        let a = Names::new(ns.door_for_domain(0));
+        let b = Names::new(ns.door_for_domain(1));
+        a.bind("kv", echo()).unwrap();
+        a.ready().unwrap();
+        // b, starting, looks kv up plainly: it depends on a's instance.
+        b.lookup("kv").unwrap();
+        b.ready().unwrap();
+        assert_eq!(ns.dependents_of(0), [1]);
+        // A lookup made once b runs ties nothing more.
+        ns.domain_exited(1, "exited: status 1", true);
+        assert_eq!(
+            ns.dependents_of(0),
+            Vec::<usize>::new(),
+            "the new instance starts afresh"
+        );
+        b.lookup_following("kv", Duration::from_secs(1)).unwrap();
+        b.ready().unwrap();
+        b.lookup("kv").unwrap();
+        assert_eq!(ns.dependents_of(0), Vec::<usize>::new());
+
+        // a restarts: lookups of kv wait for the new instance's bind.
+        ns.domain_exited(0, "exited: signal 9 (SIGKILL)", true);
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || b.lookup_within("kv", Duration::from_secs(10)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let fresh = Door::create(5, |_: Request<'_>, reply: &mut Reply| {
+            reply.data.push(5);
+            Ok(())
+        });
+        a.bind("kv", fresh).unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap().call_bytes(b"").unwrap(), [5]);
+        // A lookup that times out while the domain restarts says so.
+        ns.domain_exited(0, "exited: status 1", true);
+        let e = b.lookup_within("kv", Duration::from_millis(20)).unwrap_err();
+        assert!(
+            matches!(&e, NameError::Restarting { domain, .. } if domain == "a"),
+            "{e}"
+        );
+        // Given up on: at once.
+        ns.domain_down(0);
+        let e = b.lookup_within("kv", Duration::from_secs(10)).unwrap_err();
+        assert!(
+            matches!(&e, NameError::Gone { domain, .. } if domain == "a"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lintel::Door;
 
+use crate::named::Named;
 use crate::names::{NameError, Names};
 
 /// Any error a service or driver returns.
@@ -149,6 +150,16 @@ impl Context {
     /// Like [`Context::lookup`] with another bound on the wait.
     pub fn lookup_within(&self, name: &str, wait: Duration) -> Result<Door, NameError> {
         self.names.lookup_within(name, wait)
+    }
+
+    /// The service bound to `name`, held by its name: after its domain
+    /// dies, the next [`Named::get`] finds the new instance (waiting up to
+    /// [`Context::LOOKUP_WAIT`] while it restarts). A service that holds
+    /// what it looked up at start-up this way does not depend on the
+    /// instance it found, and is not restarted after it (as it is after a
+    /// plain [`Context::lookup`]; see the crate docs on restarts).
+    pub fn named<C: From<Door> + Clone>(&self, name: &str) -> Result<Named<C>, NameError> {
+        Named::new(&self.names, name, Self::LOOKUP_WAIT)
     }
 
     /// This service's setting `key`, from the manifest's `[service.NAME]`

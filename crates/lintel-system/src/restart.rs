@@ -87,6 +87,16 @@ pub enum Exit {
 }
 
 impl Exit {
+    /// How a process that ended with `status` ended.
+    pub fn of(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit::Status(code),
+            (None, Some(sig)) => Exit::Signal(sig),
+            (None, None) => Exit::Status(-1),
+        }
+    }
+
     /// Whether the exit counts as a failure (anything but status 0).
     pub fn failed(self) -> bool {
         self != Exit::Status(0)
@@ -138,6 +148,23 @@ impl Tracker {
     /// Restarts decided since the domain first started.
     pub fn restarts(&self) -> u32 {
         self.restarts
+    }
+
+    /// The policy followed.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The domain was stopped at `now` because a domain it depends on
+    /// restarted: started again at once, unless its policy never restarts
+    /// it. Not its own failure, so it does not count toward giving up.
+    pub fn provider_restarted(&mut self, now: Instant) -> Next {
+        self.started = None;
+        if self.policy.restart == Restart::Never {
+            return Next::Down;
+        }
+        self.restarts += 1;
+        Next::RestartAt(now)
     }
 
     /// The domain's instance exited at `now`, as `exit` says: what next.
@@ -278,6 +305,26 @@ mod tests {
             t.exited(Exit::Status(1), later + ms(1)),
             Next::RestartAt(_)
         ));
+    }
+
+    #[test]
+    fn a_provider_restart_restarts_at_once_without_counting_toward_giving_up() {
+        let mut t = Tracker::new(policy(Restart::OnFailure));
+        let t0 = Instant::now();
+        for i in 0..10 {
+            t.started(t0 + ms(i));
+            assert_eq!(t.provider_restarted(t0 + ms(i)), Next::RestartAt(t0 + ms(i)));
+        }
+        assert_eq!(t.restarts(), 10);
+        t.started(t0 + ms(20));
+        assert_eq!(
+            t.exited(Exit::Status(1), t0 + ms(21)),
+            Next::RestartAt(t0 + ms(121))
+        );
+        assert_eq!(
+            Tracker::new(policy(Restart::Never)).provider_restarted(t0),
+            Next::Down
+        );
     }
 
     #[test]

@@ -13,17 +13,20 @@
 
 use std::path::Path;
 use std::process::{Child, Command};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lintel::Door;
+use lintel::stub::StubError;
 
-use crate::domain::{CONTROL_SHUTDOWN, DomainArgs};
+use crate::domain::{CONTROL_SHUTDOWN, DomainArgs, EXIT_JOIN_FAILED};
+use crate::exit::{describe, exit_code, signal_name};
 use crate::manifest::Manifest;
 use crate::names::NameServer;
 use crate::registry::Registry;
-use crate::status::{describe, exit_code, signal_name};
+use crate::restart::{Exit, GiveUp, Next, Policy, Restart, Tracker};
+use crate::status::{DomainStatus, STATUS_NAME, Supervision, SupervisionServer};
 
 /// The hidden subcommand that runs one domain.
 pub(crate) const DOMAIN_COMMAND: &str = "__lintel-domain";
@@ -53,16 +56,48 @@ pub enum BootError {
     Protocol { domain: String, got: usize },
 }
 
-struct Running {
+/// One domain as the supervisor runs it: its command line (the same for
+/// every instance), its restart record, and its current process.
+struct Domain {
     name: String,
-    child: Option<Child>,
-    control: Door,
+    args: DomainArgs,
+    tracker: Tracker,
+    phase: Phase,
+    /// The current process, with its control door.
+    process: Option<(Child, Door)>,
+    /// When the current process started.
+    started: Option<Instant>,
+    last_exit: Option<String>,
+}
+
+/// Where a domain is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Its process runs but has not reported ready.
+    Starting,
+    Running,
+    /// Asked to stop since `since`; started again once it has, when
+    /// `restart` (a domain it depends on restarted).
+    Stopping {
+        since: Instant,
+        restart: bool,
+    },
+    /// Waiting out its backoff: started again at this time.
+    Waiting(Instant),
+    /// Left down: its policy does not restart it after its last exit.
+    Down,
+    /// Too many restarts within the policy's period.
+    GivenUp,
 }
 
 /// Start the system `manifest` describes and supervise it until it ends.
 /// Returns the exit status for the process: the root driver's (0 when it
 /// returns `Ok`, 1 for `Err`, 128 + N if its domain died of signal N), 128 +
-/// N when stopped by signal N, 1 when boot failed or every domain died.
+/// N when stopped by signal N, 1 when boot failed, every domain is down, or
+/// a domain's policy stopped the system after too many restarts.
+///
+/// A domain that exits once the system is up is restarted as its
+/// [`Policy`](crate::restart::Policy) says; see the crate docs on restarts.
 ///
 /// Call it from the main thread, which must live until it returns: the
 /// domains are set to die with the thread that started them.
@@ -93,60 +128,38 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
     lintel::set_max_server_threads(SUPERVISOR_THREADS);
     let ns = NameServer::new(manifest);
     let socket = open_socket(manifest)?;
+    let table: Table = Arc::new(Mutex::new(Vec::new()));
+    ns.bind_system(STATUS_NAME, SupervisionServer::door(Published(table.clone())));
     start_listener(socket, ns.door_for_outside());
 
-    let mut domains: Vec<Running> = Vec::new();
-    for (i, d) in manifest.domains.iter().enumerate() {
+    let mut domains: Vec<Domain> = manifest
+        .domains
+        .iter()
+        .map(|d| Domain {
+            name: d.name.clone(),
+            args: domain_args(manifest, d),
+            tracker: Tracker::new(d.restart),
+            phase: Phase::Down,
+            process: None,
+            started: None,
+            last_exit: None,
+        })
+        .collect();
+    let mut sup = Supervisor {
+        sys,
+        exe: &exe,
+        ns: &ns,
+        table: &table,
+    };
+    for i in 0..domains.len() {
         if signal.load(SeqCst) != 0 {
             break;
         }
-        let args = DomainArgs {
-            system: sys.to_string(),
-            domain: d.name.clone(),
-            services: d.services.clone(),
-            max_threads: d.max_threads,
-            spin: d.spin,
-            max_message: d.max_message,
-            root: manifest.root.clone(),
-            supervisor: std::process::id(),
-            settings: d
-                .services
-                .iter()
-                .filter_map(|svc| Some((svc, manifest.settings.get(svc)?)))
-                .flat_map(|(svc, kv)| kv.iter().map(move |(k, v)| format!("{svc}:{k}={v}")))
-                .collect(),
-            base: manifest.dir.clone(),
-        };
-        let mut cmd = Command::new(&exe);
-        cmd.arg(DOMAIN_COMMAND).args(args.to_args());
-        let spawned = match lintel::boot::spawn(&mut cmd, &[ns.door_for_domain(i)]) {
-            Ok(s) => s,
-            Err(err) => {
-                stop_all(sys, &mut domains);
-                remove_socket(manifest);
-                return Err(BootError::Spawn {
-                    domain: d.name.clone(),
-                    err,
-                });
-            }
-        };
-        let pid = spawned.child.id();
-        let mut doors = spawned.doors;
-        domains.push(Running {
-            name: d.name.clone(),
-            child: Some(spawned.child),
-            control: doors.first().cloned().unwrap_or_else(|| Door::create(0, NOOP)),
-        });
-        if doors.len() != 2 {
+        if let Err(err) = sup.start(&mut domains, i) {
             stop_all(sys, &mut domains);
             remove_socket(manifest);
-            return Err(BootError::Protocol {
-                domain: d.name.clone(),
-                got: doors.len(),
-            });
+            return Err(err);
         }
-        ns.bind_as(i, &format!("domain/{}/stats", d.name), doors.remove(1));
-        eprintln!("{sys}: domain {} started (pid {pid})", d.name);
     }
 
     let root_domain = manifest
@@ -161,36 +174,22 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             eprintln!("{sys}: {} received, shutting down", signal_name(sig as i32));
             break 128 + sig as i32;
         }
-        let mut ended = None;
-        for (i, d) in domains.iter_mut().enumerate() {
-            let Some(child) = d.child.as_mut() else { continue };
-            let Ok(Some(st)) = child.try_wait() else { continue };
-            d.child = None;
-            let how = describe(st);
-            ns.domain_exited(i, &format!("exited: {how}"));
-            if !ready {
-                eprintln!(
-                    "{sys}: boot failed: domain {} exited during start-up: {how}",
-                    d.name
-                );
-                ended = Some(1);
-            } else if Some(i) == root_domain {
-                eprintln!("{sys}: domain {} (root) exited: {how}", d.name);
-                ended = Some(exit_code(st));
-            } else {
-                eprintln!("{sys}: domain {} exited: {how}", d.name);
-            }
-        }
-        if let Some(code) = ended {
+        if let Some(code) = sup.reap(&mut domains, ready, root_domain) {
             break code;
         }
-        if domains.iter().all(|d| d.child.is_none()) {
+        if domains
+            .iter()
+            .all(|d| matches!(d.phase, Phase::Down | Phase::GivenUp))
+        {
             eprintln!("{sys}: no domain is left running");
             break 1;
         }
         if !ready {
             if ns.all_ready() {
                 ready = true;
+                for d in &mut domains {
+                    d.phase = Phase::Running;
+                }
                 let n = domains.len();
                 eprintln!("{sys}: system ready: {n} domain{}", if n == 1 { "" } else { "s" });
                 ns.announce_ready();
@@ -202,12 +201,15 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
                 );
                 break 1;
             }
+        } else {
+            sup.advance(&mut domains);
         }
         if let Some(code) = ns.root_exit() {
             let root = manifest.root.as_deref().unwrap_or("root");
             eprintln!("{sys}: root service {root} returned (status {code}), shutting down");
             break code;
         }
+        sup.publish(&domains);
         std::thread::sleep(POLL);
     };
     stop_all(sys, &mut domains);
@@ -215,30 +217,339 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
     Ok(status)
 }
 
+/// What a domain's instances are started with.
+fn domain_args(manifest: &Manifest, d: &crate::manifest::DomainSpec) -> DomainArgs {
+    DomainArgs {
+        system: manifest.system.clone(),
+        domain: d.name.clone(),
+        services: d.services.clone(),
+        max_threads: d.max_threads,
+        spin: d.spin,
+        max_message: d.max_message,
+        root: manifest.root.clone(),
+        supervisor: std::process::id(),
+        settings: d
+            .services
+            .iter()
+            .filter_map(|svc| Some((svc, manifest.settings.get(svc)?)))
+            .flat_map(|(svc, kv)| kv.iter().map(move |(k, v)| format!("{svc}:{k}={v}")))
+            .collect(),
+        base: manifest.dir.clone(),
+    }
+}
+
+/// The supervisor's means: where the binary is, the name service, the
+/// published status.
+struct Supervisor<'a> {
+    sys: &'a str,
+    exe: &'a Path,
+    ns: &'a Arc<NameServer>,
+    table: &'a Table,
+}
+
+impl Supervisor<'_> {
+    /// Start an instance of domain `i`.
+    fn start(&mut self, domains: &mut [Domain], i: usize) -> Result<(), BootError> {
+        let d = &mut domains[i];
+        let mut cmd = Command::new(self.exe);
+        cmd.arg(DOMAIN_COMMAND).args(d.args.to_args());
+        let spawned =
+            lintel::boot::spawn(&mut cmd, &[self.ns.door_for_domain(i)]).map_err(|err| BootError::Spawn {
+                domain: d.name.clone(),
+                err,
+            })?;
+        let pid = spawned.child.id();
+        let mut doors = spawned.doors;
+        let control = doors.first().cloned().unwrap_or_else(|| Door::create(0, NOOP));
+        d.process = Some((spawned.child, control));
+        d.started = Some(Instant::now());
+        d.tracker.started(Instant::now());
+        d.phase = Phase::Starting;
+        if doors.len() != 2 {
+            return Err(BootError::Protocol {
+                domain: d.name.clone(),
+                got: doors.len(),
+            });
+        }
+        self.ns
+            .bind_as(i, &format!("domain/{}/stats", d.name), doors.remove(1));
+        eprintln!("{}: domain {} started (pid {pid})", self.sys, d.name);
+        Ok(())
+    }
+
+    /// Reap every domain that exited and decide what follows. Returns the
+    /// system's exit status if that ends it.
+    fn reap(&mut self, domains: &mut [Domain], ready: bool, root: Option<usize>) -> Option<i32> {
+        let sys = self.sys;
+        for i in 0..domains.len() {
+            let Some((child, _)) = domains[i].process.as_mut() else {
+                continue;
+            };
+            let Ok(Some(st)) = child.try_wait() else { continue };
+            let d = &mut domains[i];
+            d.process = None;
+            d.started = None;
+            let how = describe(st);
+            d.last_exit = Some(how.clone());
+            let name = d.name.clone();
+            if !ready {
+                self.ns.domain_exited(i, &format!("exited: {how}"), false);
+                eprintln!("{sys}: boot failed: domain {name} exited during start-up: {how}");
+                return Some(1);
+            }
+            if Some(i) == root {
+                self.ns.domain_exited(i, &format!("exited: {how}"), false);
+                eprintln!("{sys}: domain {name} (root) exited: {how}");
+                return Some(exit_code(st));
+            }
+            let now = Instant::now();
+            let next = match d.phase {
+                Phase::Stopping { restart: true, .. } => d.tracker.provider_restarted(now),
+                _ => d.tracker.exited(Exit::of(st), now),
+            };
+            let restarting = matches!(next, Next::RestartAt(_));
+            self.ns.domain_exited(i, &format!("exited: {how}"), restarting);
+            let policy = *d.tracker.policy();
+            match next {
+                Next::RestartAt(at) => {
+                    d.phase = Phase::Waiting(at);
+                    let wait = at.saturating_duration_since(now);
+                    eprintln!(
+                        "{sys}: domain {name} exited: {how}; restarting it in {} (restart {})",
+                        humantime::format_duration(round_ms(wait)),
+                        d.tracker.restarts()
+                    );
+                }
+                Next::Down => {
+                    d.phase = Phase::Down;
+                    eprintln!(
+                        "{sys}: domain {name} exited: {how}; left down (restart = {})",
+                        policy_word(&policy)
+                    );
+                }
+                Next::GiveUp(how_up) => {
+                    d.phase = Phase::GivenUp;
+                    let too_many = format!(
+                        "{} restarts within {}",
+                        policy.max_restarts,
+                        humantime::format_duration(policy.period)
+                    );
+                    match how_up {
+                        GiveUp::Leave => eprintln!(
+                            "{sys}: domain {name} exited: {how}; giving up after {too_many}: it stays down"
+                        ),
+                        GiveUp::Stop => {
+                            eprintln!(
+                                "{sys}: domain {name} exited: {how}; giving up after {too_many}: stopping the system"
+                            );
+                            return Some(1);
+                        }
+                    }
+                }
+            }
+            if restarting {
+                self.stop_dependents(domains, i);
+            }
+        }
+        None
+    }
+
+    /// Domain `i` restarts: the domains whose instance took its doors at
+    /// start-up hold doors of a dead instance, so they are stopped and
+    /// started again after it (as OTP's `rest_for_one` restarts the
+    /// children started after the one that died).
+    fn stop_dependents(&mut self, domains: &mut [Domain], i: usize) {
+        for dep in self.ns.dependents_of(i) {
+            let d = &domains[dep];
+            if !matches!(d.phase, Phase::Starting | Phase::Running)
+                || d.tracker.policy().restart == Restart::Never
+            {
+                continue;
+            }
+            eprintln!(
+                "{}: domain {} took doors of {} when it started: restarting it too",
+                self.sys, d.name, domains[i].name
+            );
+            let d = &mut domains[dep];
+            d.phase = Phase::Stopping {
+                since: Instant::now(),
+                restart: true,
+            };
+            if let Some((_, control)) = &d.process {
+                ask_to_stop(control.clone());
+            }
+        }
+    }
+
+    /// Move every domain on: started when its wait is over, ready when it
+    /// said so, killed when it took too long to stop.
+    fn advance(&mut self, domains: &mut [Domain]) {
+        let now = Instant::now();
+        for i in 0..domains.len() {
+            match domains[i].phase {
+                Phase::Waiting(at) if now >= at => {
+                    if let Err(e) = self.start(domains, i) {
+                        // Counted as an exit at start-up: the policy decides.
+                        let d = &mut domains[i];
+                        if let Some((mut child, _)) = d.process.take() {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                        }
+                        eprintln!("{}: {e}", self.sys);
+                        let next = d.tracker.exited(Exit::Status(EXIT_JOIN_FAILED), Instant::now());
+                        d.last_exit = Some(format!("not started: {e}"));
+                        d.phase = match next {
+                            Next::RestartAt(at) => Phase::Waiting(at),
+                            Next::Down => Phase::Down,
+                            Next::GiveUp(_) => Phase::GivenUp,
+                        };
+                        if !matches!(d.phase, Phase::Waiting(_)) {
+                            self.ns.domain_down(i);
+                        }
+                    }
+                }
+                Phase::Starting if self.ns.is_ready(i) => domains[i].phase = Phase::Running,
+                Phase::Stopping { since, .. } if now.duration_since(since) > STOP_TIMEOUT => {
+                    if let Some((child, _)) = domains[i].process.as_mut() {
+                        eprintln!(
+                            "{}: domain {} did not stop within {} s; killing it",
+                            self.sys,
+                            domains[i].name,
+                            STOP_TIMEOUT.as_secs()
+                        );
+                        let _ = child.kill();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Copy what `status` shows into the table its door reads.
+    fn publish(&self, domains: &[Domain]) {
+        let rows = domains
+            .iter()
+            .map(|d| Row {
+                domain: d.name.clone(),
+                pid: d.process.as_ref().map_or(0, |(c, _)| c.id()),
+                phase: d.phase,
+                started: d.started,
+                restarts: d.tracker.restarts(),
+                last_exit: d.last_exit.clone().unwrap_or_default(),
+                policy: *d.tracker.policy(),
+            })
+            .collect();
+        *self.table.lock().unwrap_or_else(|e| e.into_inner()) = rows;
+    }
+}
+
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
+}
+
+fn policy_word(p: &Policy) -> &'static str {
+    match p.restart {
+        Restart::Never => "never",
+        Restart::OnFailure => "on-failure",
+        Restart::Always => "always",
+    }
+}
+
+/// What the status door reports, as the supervisor's loop last saw it.
+type Table = Arc<Mutex<Vec<Row>>>;
+
+struct Row {
+    domain: String,
+    pid: u32,
+    phase: Phase,
+    started: Option<Instant>,
+    restarts: u32,
+    last_exit: String,
+    policy: Policy,
+}
+
+impl Row {
+    fn status(&self, now: Instant) -> DomainStatus {
+        let ms = |d: Duration| humantime::format_duration(round_ms(d)).to_string();
+        let (state, next) = match self.phase {
+            Phase::Starting | Phase::Running => (
+                if self.phase == Phase::Starting {
+                    "starting"
+                } else {
+                    "running"
+                },
+                match self.policy.restart {
+                    Restart::Never => "none: not restarted when it exits".to_string(),
+                    Restart::OnFailure => "restart if it fails".to_string(),
+                    Restart::Always => "restart when it exits".to_string(),
+                },
+            ),
+            Phase::Stopping { restart, .. } => (
+                "stopping",
+                if restart { "restart once stopped" } else { "none" }.to_string(),
+            ),
+            Phase::Waiting(at) => (
+                "restarting",
+                format!("start in {}", ms(at.saturating_duration_since(now))),
+            ),
+            Phase::Down => ("down", "none".to_string()),
+            Phase::GivenUp => ("given up", "none".to_string()),
+        };
+        DomainStatus {
+            domain: self.domain.clone(),
+            pid: self.pid,
+            state: state.to_string(),
+            uptime_ms: self
+                .started
+                .map_or(0, |s| now.saturating_duration_since(s).as_millis() as u64),
+            restarts: self.restarts,
+            last_exit: self.last_exit.clone(),
+            next,
+        }
+    }
+}
+
+/// The status door's implementation.
+struct Published(Table);
+
+impl Supervision for Published {
+    fn domains(&self) -> Result<Vec<DomainStatus>, StubError> {
+        let now = Instant::now();
+        let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(rows.iter().map(|r| r.status(now)).collect())
+    }
+}
+
 const NOOP: fn(lintel::Request<'_>, &mut lintel::Reply) -> Result<(), lintel::Fault> = |_, _| Ok(());
 
+/// Ask a domain to stop through its control door, from a thread of its
+/// own: a hung domain must not hang the supervisor.
+fn ask_to_stop(control: Door) {
+    let _ = std::thread::Builder::new()
+        .name("lintel-stop".into())
+        .spawn(move || control.call_bytes(CONTROL_SHUTDOWN));
+}
+
 /// Ask every running domain to stop, wait, then kill the rest.
-fn stop_all(sys: &str, domains: &mut [Running]) {
+fn stop_all(sys: &str, domains: &mut [Domain]) {
     for d in domains.iter() {
-        if d.child.is_some() {
-            let control = d.control.clone();
-            // A hung domain must not hang the shutdown: ask from a thread.
-            let _ = std::thread::Builder::new()
-                .name("lintel-stop".into())
-                .spawn(move || control.call_bytes(CONTROL_SHUTDOWN));
+        if let Some((_, control)) = &d.process {
+            ask_to_stop(control.clone());
         }
     }
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
         let mut left = 0;
         for d in domains.iter_mut() {
-            let Some(child) = d.child.as_mut() else { continue };
+            let Some((child, _)) = d.process.as_mut() else {
+                continue;
+            };
             match child.try_wait() {
                 Ok(Some(st)) => {
                     if !st.success() {
                         eprintln!("{sys}: domain {} exited while stopping: {}", d.name, describe(st));
                     }
-                    d.child = None;
+                    d.process = None;
                 }
                 _ => left += 1,
             }
@@ -252,7 +563,7 @@ fn stop_all(sys: &str, domains: &mut [Running]) {
         std::thread::sleep(POLL);
     }
     for d in domains.iter_mut() {
-        if let Some(mut child) = d.child.take() {
+        if let Some((mut child, _)) = d.process.take() {
             eprintln!(
                 "{sys}: domain {} did not stop within {} s; killing it",
                 d.name,

@@ -2,90 +2,12 @@
 //! per domain) and checks what a user sees: answers, messages, statuses,
 //! and that nothing is left running.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-const EXE: &str = env!("CARGO_BIN_EXE_lintel-system-testsys");
-
-/// A fresh folder for one test's manifest and socket, removed after it.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn scratch() -> Scratch {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lintel-system-t{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
-/// Write a manifest whose socket is in `dir`.
-fn manifest(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, format!("socket = \"{name}.sock\"\n{body}")).unwrap();
-    path
-}
-
-/// Run to completion (bounded: a hang fails the test instead of blocking it).
-fn run(args: &[&str], mode: &str) -> Output {
-    let child = Command::new(EXE)
-        .args(args)
-        .env("LINTEL_TESTSYS_MODE", mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-    });
-    let out = child.wait_with_output().unwrap();
-    let _ = tx.send(());
-    out
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn alive(pid: u32) -> bool {
-    // A zombie still has a /proc entry; its state is Z.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-fn pids_in(stderr: &str) -> Vec<u32> {
-    stderr
-        .lines()
-        .filter_map(|l| l.split("started (pid ").nth(1))
-        .map(|p| p.trim_end_matches(')').parse().unwrap())
-        .collect()
-}
+use common::*;
 
 const COLOCATED: &str = "root = \"driver\"\n[domain.all]\nservices = [\"driver\", \"greeter\", \"counter\"]\n\
     max_message = 65536\n";
@@ -107,7 +29,7 @@ fn manifest_errors_name_the_line() {
         (
             "[domain.a]\nservices = [\"counter\", \"kv\"]\n",
             ":3:24:",
-            "unknown service `kv` (registered: counter, greeter, bomb, driver)",
+            "unknown service `kv` (registered: counter, greeter, bomb, fragile, driver)",
         ),
         (
             "[domain.a]\nservices = [\"counter\"]\n[domain.b]\nservices = [\"greeter\", \"counter\"]\n",
@@ -206,13 +128,16 @@ fn a_crashed_domain_is_reported_and_the_rest_go_on() {
     let m = manifest(
         &dir,
         "crash",
-        &ISOLATED.replace("[domain.c]", "[domain.d]\nservices = [\"bomb\"]\n[domain.c]"),
+        &ISOLATED.replace(
+            "[domain.c]",
+            "[domain.d]\nservices = [\"bomb\"]\nrestart = \"never\"\n[domain.c]",
+        ),
     );
     let out = run(&["boot", m.to_str().unwrap()], "crash");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("crash: domain d exited: signal 6 (SIGABRT)"),
+        stderr.contains("crash: domain d exited: signal 6 (SIGABRT); left down (restart = never)"),
         "{stderr}"
     );
     assert!(
@@ -244,75 +169,6 @@ fn the_root_drivers_failure_is_the_exit_status() {
     assert_eq!(out.status.code(), Some(101), "{stderr}");
     assert!(stderr.contains("root service `driver` panicked"), "{stderr}");
     assert!(pids_in(&stderr).iter().all(|p| !alive(*p)));
-}
-
-/// A system with no root, running until signalled; its stderr as lines.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(m: &Path) -> Running {
-        let mut child = Command::new(EXE)
-            .args(["boot", m.to_str().unwrap()])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, lines) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        Running {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    fn wait_for(&mut self, what: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(100)) {
-                let hit = l.contains(what);
-                self.seen.push(l);
-                if hit {
-                    return;
-                }
-            }
-        }
-        let _ = self.child.kill();
-        panic!("no {what:?} in {:#?}", self.seen);
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        pids_in(&self.seen.join("\n"))
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
-
-    fn wait(mut self) -> (Option<i32>, Vec<String>) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                self.seen.extend(self.lines.try_iter());
-                return (st.code(), self.seen);
-            }
-            assert!(Instant::now() < deadline, "supervisor did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
 }
 
 const NO_ROOT: &str =
@@ -457,7 +313,14 @@ fn domains_die_with_a_killed_supervisor() {
 #[test]
 fn a_killed_domain_is_reported_with_its_signal() {
     let dir = scratch();
-    let m = manifest(&dir, "kill9", NO_ROOT);
+    let m = manifest(
+        &dir,
+        "kill9",
+        &NO_ROOT.replace(
+            "[\"greeter\", \"bomb\"]\n",
+            "[\"greeter\", \"bomb\"]\nrestart = \"never\"\n",
+        ),
+    );
     let mut sys = Running::start(&m);
     sys.wait_for("system ready");
     let pids = sys.pids();

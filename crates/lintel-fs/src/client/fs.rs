@@ -39,6 +39,12 @@ pub struct Fs {
     session: Arc<Mutex<Option<Arc<MappedSession>>>>,
 }
 
+impl From<Door> for Fs {
+    fn from(door: Door) -> Fs {
+        Fs::from_door(door)
+    }
+}
+
 impl Fs {
     /// The export behind `door` (a door the file service made with
     /// [`crate::Service::into_door`], here or in another domain).

@@ -6,6 +6,8 @@
 //!   `hello, NAME (#N)` counting greetings in `counter`; `w` says whether
 //!   its counter door is local.
 //! - `bomb`: aborts its domain when called.
+//! - `fragile`: fails to start while the file its `fail_if` setting names
+//!   exists, and takes its `start_ms` setting's milliseconds to start.
 //! - `driver` (root): runs the script `LINTEL_TESTSYS_MODE` names
 //!   (`script`, `crash`, `fail`, `panic`).
 
@@ -54,6 +56,19 @@ fn greeter(ctx: &Context) -> Result<Door, BoxError> {
 fn bomb(_: &Context) -> Result<Door, BoxError> {
     Ok(Door::create(0, |_: Request<'_>, _: &mut Reply| {
         std::process::abort()
+    }))
+}
+
+fn fragile(ctx: &Context) -> Result<Door, BoxError> {
+    if let Some(ms) = ctx.setting("start_ms") {
+        std::thread::sleep(Duration::from_millis(ms.parse()?));
+    }
+    if ctx.setting_path("fail_if").is_some_and(|p| p.exists()) {
+        return Err("the file `fail_if` names exists".into());
+    }
+    Ok(Door::create(0, |_: Request<'_>, reply: &mut Reply| {
+        reply.data.push(1);
+        Ok(())
     }))
 }
 
@@ -112,6 +127,7 @@ fn main() -> std::process::ExitCode {
     reg.service("counter", counter)
         .service("greeter", greeter)
         .service("bomb", bomb)
+        .service("fragile", fragile)
         .driver("driver", driver);
     lintel_system::main(reg)
 }

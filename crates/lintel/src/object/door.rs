@@ -518,6 +518,26 @@ impl Door {
         }
     }
 
+    /// Whether the domain serving the door is known to be gone: every call
+    /// on it fails with [`CallError::PeerDied`]. This process learns it
+    /// when a call fails so, or when its runtime sees the server's process
+    /// end (within milliseconds, without a call); a door served here is
+    /// never dead. What to do next is the holder's: a door found by name
+    /// can be looked up again, to find the server's new instance.
+    ///
+    /// ```
+    /// let d = lintel::Door::create(0, |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()));
+    /// assert!(!d.is_dead());
+    /// ```
+    pub fn is_dead(&self) -> bool {
+        match &self.base().0 {
+            Inner::Local(_) => false,
+            Inner::Remote(rd) => rd.conn.is_dead(),
+            Inner::Dead(_) => true,
+            Inner::Timed(_) => unreachable!("base() unwraps timeouts"),
+        }
+    }
+
     /// Pid of the process serving the door (this one if local).
     pub fn server_pid(&self) -> u32 {
         match &self.base().0 {
