@@ -13,4 +13,5 @@ pub mod markdown;
 pub mod payload;
 pub mod placement;
 pub mod plot;
+pub mod recovery;
 pub mod unix;

@@ -15,7 +15,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, bulk, door, fs, lrpc, markdown, placement, unix};
+use lintel_bench::{baseline, bulk, door, fs, lrpc, markdown, placement, recovery, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -26,6 +26,7 @@ const SUITES: &[(&str, Suite)] = &[
     (bulk::SUITE, bulk::run),
     (fs::SUITE, fs::run),
     (unix::SUITE, unix::run),
+    (recovery::SUITE, recovery::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -39,6 +40,7 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         bulk::ROLE => bulk::child(args),
         bulk::UDS_ROLE => bulk::uds_child(args),
         fs::ROLE => fs::child(args),
+        recovery::ROLE => recovery::child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }
@@ -73,6 +75,11 @@ struct Cli {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    // A domain of the recovery suite's system (its supervisor starts them
+    // from this binary).
+    if lintel_system::is_domain(&args) {
+        return lintel_system::run(&recovery::registry(), args);
+    }
     if args.get(1).map(String::as_str) == Some(CHILD_ARG) {
         return child_main(&args[2..]);
     }

@@ -421,6 +421,14 @@ pub fn suite_text(suite: &str) -> &'static str {
              scattered offsets (per call), and busybox `cat` in static mode (every call \
              trapped)."
         }
+        "recovery" => {
+            "A domain killed and restarted by its supervisor (policy: no backoff): \
+             `death_to_first_call` is from `kill(SIGKILL)` to the first call its new instance \
+             served, through `lintel_system::Named`, with the client's stages as fields (`dead`: \
+             its runtime saw the death; `found`: the lookup returned the new instance; `served`: \
+             the first call returned, each after the one before). `fork_exec` is the same binary \
+             started and waited for, doing nothing: the floor of any restart."
+        }
         _ => "",
     }
 }

@@ -194,6 +194,15 @@ pub fn main(registry: Registry) -> ExitCode {
     run(&registry, std::env::args_os())
 }
 
+/// Whether `args` (a program's, its name first) start one domain of a
+/// booted system. A program with a command line of its own that also boots
+/// a system hands such arguments to [`run`] before parsing its own: the
+/// supervisor starts each domain by re-executing the program.
+pub fn is_domain(args: &[impl AsRef<std::ffi::OsStr>]) -> bool {
+    args.get(1)
+        .is_some_and(|a| a.as_ref() == supervisor::DOMAIN_COMMAND)
+}
+
 /// [`main`] with explicit arguments (the first is the program name).
 pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {

@@ -415,25 +415,6 @@ impl NameServer {
         self.cv.notify_all();
     }
 
-    /// Domain `index` is down for good after all (its restarts were given
-    /// up on): lookups of its names fail at once.
-    pub fn domain_down(&self, index: usize) {
-        let mut st = self.lock();
-        let domain = &self.domains[index];
-        let names: Vec<String> = st
-            .restarting
-            .iter()
-            .filter(|(_, d)| *d == domain)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in names {
-            st.restarting.remove(&n);
-            st.gone.insert(n, domain.clone());
-        }
-        drop(st);
-        self.cv.notify_all();
-    }
-
     /// Whether domain `index`'s current instance has reported ready.
     pub fn is_ready(&self, index: usize) -> bool {
         self.lock().ready[index]
@@ -797,8 +778,8 @@ mod tests {
             matches!(&e, NameError::Restarting { domain, .. } if domain == "a"),
             "{e}"
         );
-        // Given up on: at once.
-        ns.domain_down(0);
+        // Down for good: at once.
+        ns.domain_exited(0, "exited: status 1", false);
         let e = b.lookup_within("kv", Duration::from_secs(10)).unwrap_err();
         assert!(
             matches!(&e, NameError::Gone { domain, .. } if domain == "a"),

@@ -7,7 +7,8 @@
 //! time, so no process outlives the supervisor (children also carry a
 //! parent-death signal in case the supervisor itself is killed).
 //!
-//! The supervisor polls its children every few milliseconds rather than
+//! The supervisor looks at its children at least every few milliseconds,
+//! and at once when one exits (it waits on their pidfds), rather than
 //! blocking in `wait`: it keeps every `Child` (and so every pid) owned by
 //! one thread until it is reaped, so it never signals a recycled pid.
 
@@ -67,6 +68,8 @@ struct Domain {
     process: Option<(Child, Door)>,
     /// When the current process started.
     started: Option<Instant>,
+    /// Readable once the current process has exited.
+    pidfd: Option<std::os::fd::OwnedFd>,
     last_exit: Option<String>,
 }
 
@@ -142,6 +145,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             phase: Phase::Down,
             process: None,
             started: None,
+            pidfd: None,
             last_exit: None,
         })
         .collect();
@@ -201,16 +205,16 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
                 );
                 break 1;
             }
-        } else {
-            sup.advance(&mut domains);
+        } else if let Some(code) = sup.advance(&mut domains) {
+            break code;
         }
         if let Some(code) = ns.root_exit() {
             let root = manifest.root.as_deref().unwrap_or("root");
             eprintln!("{sys}: root service {root} returned (status {code}), shutting down");
             break code;
         }
-        sup.publish(&domains);
-        std::thread::sleep(POLL);
+        sup.publish(&domains, root_domain);
+        wait_for_exit(&domains, POLL);
     };
     stop_all(sys, &mut domains);
     remove_socket(manifest);
@@ -261,6 +265,7 @@ impl Supervisor<'_> {
         let pid = spawned.child.id();
         let mut doors = spawned.doors;
         let control = doors.first().cloned().unwrap_or_else(|| Door::create(0, NOOP));
+        d.pidfd = lintel_sys::pidfd(pid).ok();
         d.process = Some((spawned.child, control));
         d.started = Some(Instant::now());
         d.tracker.started(Instant::now());
@@ -289,6 +294,7 @@ impl Supervisor<'_> {
             let d = &mut domains[i];
             d.process = None;
             d.started = None;
+            d.pidfd = None;
             let how = describe(st);
             d.last_exit = Some(how.clone());
             let name = d.name.clone();
@@ -302,54 +308,70 @@ impl Supervisor<'_> {
                 eprintln!("{sys}: domain {name} (root) exited: {how}");
                 return Some(exit_code(st));
             }
-            let now = Instant::now();
-            let next = match d.phase {
-                Phase::Stopping { restart: true, .. } => d.tracker.provider_restarted(now),
-                _ => d.tracker.exited(Exit::of(st), now),
-            };
-            let restarting = matches!(next, Next::RestartAt(_));
-            self.ns.domain_exited(i, &format!("exited: {how}"), restarting);
-            let policy = *d.tracker.policy();
-            match next {
-                Next::RestartAt(at) => {
-                    d.phase = Phase::Waiting(at);
-                    let wait = at.saturating_duration_since(now);
-                    eprintln!(
-                        "{sys}: domain {name} exited: {how}; restarting it in {} (restart {})",
-                        humantime::format_duration(round_ms(wait)),
-                        d.tracker.restarts()
-                    );
-                }
-                Next::Down => {
-                    d.phase = Phase::Down;
-                    eprintln!(
-                        "{sys}: domain {name} exited: {how}; left down (restart = {})",
-                        policy_word(&policy)
-                    );
-                }
-                Next::GiveUp(how_up) => {
-                    d.phase = Phase::GivenUp;
-                    let too_many = format!(
-                        "{} restarts within {}",
-                        policy.max_restarts,
-                        humantime::format_duration(policy.period)
-                    );
-                    match how_up {
-                        GiveUp::Leave => eprintln!(
+            let exit = Exit::of(st);
+            if let Some(code) = self.after_exit(domains, i, &how, exit) {
+                return Some(code);
+            }
+        }
+        None
+    }
+
+    /// Domain `i`'s instance ended (`how` says how, in words): decide what
+    /// follows, say it in one line, and stop the domains that depended on
+    /// the instance. Returns the system's exit status if that ends it.
+    fn after_exit(&mut self, domains: &mut [Domain], i: usize, how: &str, exit: Exit) -> Option<i32> {
+        let sys = self.sys;
+        let now = Instant::now();
+        let d = &mut domains[i];
+        let name = d.name.clone();
+        let next = match d.phase {
+            Phase::Stopping { restart: true, .. } => d.tracker.provider_restarted(now),
+            _ => d.tracker.exited(exit, now),
+        };
+        let restarting = matches!(next, Next::RestartAt(_));
+        self.ns.domain_exited(i, &format!("exited: {how}"), restarting);
+        let policy = *d.tracker.policy();
+        match next {
+            Next::RestartAt(at) => {
+                d.phase = Phase::Waiting(at);
+                let wait = at.saturating_duration_since(now);
+                eprintln!(
+                    "{sys}: domain {name} exited: {how}; restarting it in {} (restart {})",
+                    humantime::format_duration(round_ms(wait)),
+                    d.tracker.restarts()
+                );
+            }
+            Next::Down => {
+                d.phase = Phase::Down;
+                eprintln!(
+                    "{sys}: domain {name} exited: {how}; left down (restart = {})",
+                    policy_word(&policy)
+                );
+            }
+            Next::GiveUp(how_up) => {
+                d.phase = Phase::GivenUp;
+                let too_many = format!(
+                    "{} restarts within {}",
+                    policy.max_restarts,
+                    humantime::format_duration(policy.period)
+                );
+                match how_up {
+                    GiveUp::Leave => {
+                        eprintln!(
                             "{sys}: domain {name} exited: {how}; giving up after {too_many}: it stays down"
-                        ),
-                        GiveUp::Stop => {
-                            eprintln!(
-                                "{sys}: domain {name} exited: {how}; giving up after {too_many}: stopping the system"
-                            );
-                            return Some(1);
-                        }
+                        )
+                    }
+                    GiveUp::Stop => {
+                        eprintln!(
+                            "{sys}: domain {name} exited: {how}; giving up after {too_many}: stopping the system"
+                        );
+                        return Some(1);
                     }
                 }
             }
-            if restarting {
-                self.stop_dependents(domains, i);
-            }
+        }
+        if restarting {
+            self.stop_dependents(domains, i);
         }
         None
     }
@@ -382,29 +404,30 @@ impl Supervisor<'_> {
     }
 
     /// Move every domain on: started when its wait is over, ready when it
-    /// said so, killed when it took too long to stop.
-    fn advance(&mut self, domains: &mut [Domain]) {
+    /// said so, killed when it took too long to stop. Returns the system's
+    /// exit status if a failed start ends it.
+    fn advance(&mut self, domains: &mut [Domain]) -> Option<i32> {
         let now = Instant::now();
         for i in 0..domains.len() {
             match domains[i].phase {
                 Phase::Waiting(at) if now >= at => {
                     if let Err(e) = self.start(domains, i) {
-                        // Counted as an exit at start-up: the policy decides.
-                        let d = &mut domains[i];
-                        if let Some((mut child, _)) = d.process.take() {
+                        // It died before it joined (lintel reaps it): an
+                        // exit at start-up, which the policy decides on.
+                        if let Some((mut child, _)) = domains[i].process.take() {
                             let _ = child.kill();
                             let _ = child.wait();
                         }
-                        eprintln!("{}: {e}", self.sys);
-                        let next = d.tracker.exited(Exit::Status(EXIT_JOIN_FAILED), Instant::now());
-                        d.last_exit = Some(format!("not started: {e}"));
-                        d.phase = match next {
-                            Next::RestartAt(at) => Phase::Waiting(at),
-                            Next::Down => Phase::Down,
-                            Next::GiveUp(_) => Phase::GivenUp,
+                        domains[i].started = None;
+                        let why = match e {
+                            BootError::Spawn { err, .. } => err.to_string(),
+                            other => other.to_string(),
                         };
-                        if !matches!(d.phase, Phase::Waiting(_)) {
-                            self.ns.domain_down(i);
+                        let how = format!("before it joined ({why})");
+                        domains[i].last_exit = Some(how.clone());
+                        if let Some(code) = self.after_exit(domains, i, &how, Exit::Status(EXIT_JOIN_FAILED))
+                        {
+                            return Some(code);
                         }
                     }
                 }
@@ -423,13 +446,16 @@ impl Supervisor<'_> {
                 _ => {}
             }
         }
+        None
     }
 
     /// Copy what `status` shows into the table its door reads.
-    fn publish(&self, domains: &[Domain]) {
+    fn publish(&self, domains: &[Domain], root: Option<usize>) {
         let rows = domains
             .iter()
-            .map(|d| Row {
+            .enumerate()
+            .map(|(i, d)| Row {
+                root: Some(i) == root,
                 domain: d.name.clone(),
                 pid: d.process.as_ref().map_or(0, |(c, _)| c.id()),
                 phase: d.phase,
@@ -460,6 +486,8 @@ type Table = Arc<Mutex<Vec<Row>>>;
 
 struct Row {
     domain: String,
+    /// It hosts the root: its exit ends the system.
+    root: bool,
     pid: u32,
     phase: Phase,
     started: Option<Instant>,
@@ -479,6 +507,7 @@ impl Row {
                     "running"
                 },
                 match self.policy.restart {
+                    _ if self.root => "end the system when it exits".to_string(),
                     Restart::Never => "none: not restarted when it exits".to_string(),
                     Restart::OnFailure => "restart if it fails".to_string(),
                     Restart::Always => "restart when it exits".to_string(),
@@ -518,6 +547,22 @@ impl Supervision for Published {
         let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
         Ok(rows.iter().map(|r| r.status(now)).collect())
     }
+}
+
+/// Sleep until a domain's process exits, or `most` has passed.
+fn wait_for_exit(domains: &[Domain], most: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut fds: Vec<PollFd<'_>> = domains
+        .iter()
+        .filter_map(|d| d.pidfd.as_ref())
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    let timeout = Timespec {
+        tv_sec: 0,
+        tv_nsec: most.as_nanos() as i64,
+    };
+    // An error (EINTR from the signal handler) ends the wait early.
+    let _ = rustix::event::poll(&mut fds, Some(&timeout));
 }
 
 const NOOP: fn(lintel::Request<'_>, &mut lintel::Reply) -> Result<(), lintel::Fault> = |_, _| Ok(());

@@ -148,13 +148,15 @@ fn a_domain_that_fails_every_start_is_given_up_on_in_bounded_time() {
         let t0 = Instant::now();
         kill(f);
         let line = match give_up {
-            "leave" => "loop: domain f exited: status 3; giving up after 3 restarts within 1m: it stays down",
-            _ => "loop: domain f exited: status 3; giving up after 3 restarts within 1m: stopping the system",
+            "leave" => "; giving up after 3 restarts within 1m: it stays down",
+            _ => "; giving up after 3 restarts within 1m: stopping the system",
         };
         sys.wait_for(line);
         assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
         let exits = sys.seen.iter().filter(|l| l.contains("domain f exited")).count();
         assert_eq!(exits, 4, "the kill and three failed starts: {:#?}", sys.seen);
+        // Each try fails in the factory (the domain may die before the
+        // supervisor has its doors: "exited: before it joined").
         let starts_failed = sys
             .seen
             .iter()
@@ -164,7 +166,11 @@ fn a_domain_that_fails_every_start_is_given_up_on_in_bounded_time() {
         let expected = if give_up == "leave" {
             let f = until(&m, "f", |d| d["state"] == "given up");
             assert_eq!(f["pid"], 0);
-            assert_eq!(f["last_exit"], "status 3");
+            let last = f["last_exit"].as_str().unwrap();
+            assert!(
+                last == "status 3" || last.starts_with("before it joined"),
+                "{last}"
+            );
             assert_eq!(domain(&status(&m), "a")["state"], "running");
             let e = names(&m, "loop").lookup("fragile").unwrap_err();
             assert!(e.to_string().contains("is gone: its domain `f` exited"), "{e}");

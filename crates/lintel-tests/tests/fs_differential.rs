@@ -1257,6 +1257,39 @@ mod regressions {
         }
     }
 
+    /// A zeroed range is unwritten on the host, which `SEEK_DATA` reports
+    /// as a hole; filling a window read it into the host's page cache,
+    /// and from then on the kernel reported data there.
+    #[test]
+    fn filling_a_window_leaves_the_hosts_holes_holes() {
+        replay(&[
+            Open {
+                client: 0,
+                name: 0,
+                flags: 0o102,
+                mode: 0o644,
+                io: Mapped,
+            },
+            Allocate {
+                h: 0,
+                mode: 0x10,
+                at: 0,
+                len: 196_608,
+            },
+            WriteAt {
+                h: 0,
+                at: 0,
+                len: 1,
+                seed: 0,
+            },
+            Seek {
+                h: 0,
+                whence: 3,
+                delta: 65_536,
+            },
+        ]);
+    }
+
     /// `O_RDONLY|O_TRUNC` truncates, as on Linux (it was refused).
     #[test]
     fn a_read_only_open_truncates() {

@@ -17,22 +17,25 @@
 //! the manifest's root: when input ends, the system shuts down.
 #![forbid(unsafe_code)]
 
-mod services;
-
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Instant;
 
-use lintel_system::{BoxError, Context, Registry};
-use services::*;
+use kv_system::*;
+use lintel_system::{BoxError, Context, NameError, Named, Registry};
 
 fn registry() -> Registry {
     let mut reg = Registry::new();
     reg.service("clock", |_| Ok(ClockServer::door(TickClock::default())));
     reg.service("log", |_| Ok(LogServer::door(MemoryLog::default())));
+    // The store takes its clock, log and file service at start-up: when
+    // one of their domains restarts, the supervisor restarts the store's
+    // after it, and the store reads its journal back.
     reg.service("kv", |ctx| {
         let clock = ClockClient::from_door(ctx.lookup("clock")?);
         let log = LogClient::from_door(ctx.lookup("log")?);
-        Ok(KvServer::door(Store::new(clock, log)))
+        let fs = lintel_fs::Fs::from_door(ctx.lookup("fs")?);
+        let journal = Journal::open(&fs, ctx.setting("journal").unwrap_or("kv.journal"))?;
+        Ok(KvServer::door(Store::open(clock, log, journal)))
     });
     // The file service (`lintel-fs`), configured by the manifest's
     // `[service.fs]` table.
@@ -61,11 +64,13 @@ const HELP: &str = "commands:
   help            this list
   quit            end the system (so does the end of input)";
 
+/// The shell holds each service by its name: when a domain dies, the
+/// command in flight fails, and the next one finds the restarted domain.
 fn shell(ctx: &Context) -> Result<(), BoxError> {
-    let kv = KvClient::from_door(ctx.lookup("kv")?);
-    let clock = ClockClient::from_door(ctx.lookup("clock")?);
-    let log = LogClient::from_door(ctx.lookup("log")?);
-    let fs = lintel_fs::Fs::from_door(ctx.lookup("fs")?);
+    let kv = ctx.named::<KvClient>("kv")?;
+    let clock = ctx.named::<ClockClient>("clock")?;
+    let log = ctx.named::<LogClient>("log")?;
+    let fs = ctx.named::<lintel_fs::Fs>("fs")?;
     let interactive = std::io::stdin().is_terminal();
     let mut out = std::io::stdout().lock();
     if interactive {
@@ -88,76 +93,109 @@ fn shell(ctx: &Context) -> Result<(), BoxError> {
         }
         let mut words = line.trim().splitn(3, ' ');
         let (cmd, a, b) = (words.next().unwrap_or(""), words.next(), words.next());
-        let answer = match (cmd, a, b) {
-            ("", _, _) => continue,
-            ("quit" | "exit", _, _) => return Ok(()),
-            ("help", _, _) => HELP.to_string(),
-            ("put", Some(k), Some(v)) => kv.put(k, v.as_bytes()).map(|()| "ok".into()).unwrap_or_else(err),
-            ("get", Some(k), None) => {
-                let mut v = Vec::new();
-                kv.get(k, &mut v)
-                    .map(|()| format!("{k} = {}", String::from_utf8_lossy(&v)))
-                    .unwrap_or_else(err)
-            }
-            ("del", Some(k), None) => kv
-                .remove(k)
-                .map(|was| if was { "removed" } else { "no such key" }.to_string())
-                .unwrap_or_else(err),
-            ("keys", None, None) => kv.keys().map(|k| k.join(" ")).unwrap_or_else(err),
-            ("time", None, None) => clock.now().map(|t| format!("t={t}")).unwrap_or_else(err),
-            ("log", n, None) => match n.map_or(Ok(10), str::parse) {
-                Ok(n) => log.tail(n).map(|l| l.join("\n")).unwrap_or_else(err),
-                Err(_) => "usage: log [N]".into(),
-            },
-            ("ls", dir, None) => match fs.read_dir(dir.unwrap_or(".")) {
-                Ok(entries) => {
-                    let mut names: Vec<String> = entries
-                        .iter()
-                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
-                        .collect();
-                    names.sort();
-                    names.join("\n")
-                }
-                Err(e) => format!("error: {e}"),
-            },
-            ("cat", Some(path), None) => match fs.read(path) {
-                Ok(bytes) => String::from_utf8_lossy(&bytes).trim_end().to_string(),
-                Err(e) => format!("error: {e}"),
-            },
-            ("write", Some(path), Some(text)) => match fs.write(path, text.as_bytes()) {
-                Ok(()) => format!("wrote {} bytes", text.len()),
-                Err(e) => format!("error: {e}"),
-            },
-            ("rm", Some(path), None) => match fs.remove_file(path) {
-                Ok(()) => "removed".into(),
-                Err(e) => format!("error: {e}"),
-            },
-            ("where", None, None) => [
-                ("kv", kv.door()),
-                ("clock", clock.door()),
-                ("log", log.door()),
-                ("fs", fs.door()),
-            ]
-            .iter()
-            .map(|(name, d)| {
-                if d.is_local() {
-                    format!("{name}: this domain ({})", ctx.domain())
-                } else {
-                    format!("{name}: another domain (pid {})", d.server_pid())
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-            ("bench", n, None) => match n.map_or(Ok(10_000), str::parse::<u32>) {
-                Ok(n) => bench(&kv, n.max(1)),
-                Err(_) => "usage: bench [N]".into(),
-            },
-            _ => format!("unknown command or wrong arguments: {}\n{HELP}", line.trim()),
+        let answer = match serve(cmd, a, b, &kv, &clock, &log, &fs, ctx) {
+            Some(Ok(a)) => a,
+            Some(Err(e)) => format!("error: {e}"),
+            None if cmd.is_empty() => continue,
+            None if matches!(cmd, "quit" | "exit") => return Ok(()),
+            None => format!("unknown command or wrong arguments: {}\n{HELP}", line.trim()),
         };
         if !answer.is_empty() {
             writeln!(out, "{answer}")?;
         }
     }
+}
+
+/// One command's answer (`None`: not a command this knows); a service
+/// that cannot be reached is an error like any other.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    cmd: &str,
+    a: Option<&str>,
+    b: Option<&str>,
+    kv: &Named<KvClient>,
+    clock: &Named<ClockClient>,
+    log: &Named<LogClient>,
+    fs: &Named<lintel_fs::Fs>,
+    ctx: &Context,
+) -> Option<Result<String, NameError>> {
+    let answer = match (cmd, a, b) {
+        ("help", _, _) => Ok(HELP.to_string()),
+        ("put", Some(k), Some(v)) => kv
+            .get()
+            .map(|kv| kv.put(k, v.as_bytes()).map(|()| "ok".into()).unwrap_or_else(err)),
+        ("get", Some(k), None) => kv.get().map(|kv| {
+            let mut v = Vec::new();
+            kv.get(k, &mut v)
+                .map(|()| format!("{k} = {}", String::from_utf8_lossy(&v)))
+                .unwrap_or_else(err)
+        }),
+        ("del", Some(k), None) => kv.get().map(|kv| {
+            kv.remove(k)
+                .map(|was| if was { "removed" } else { "no such key" }.to_string())
+                .unwrap_or_else(err)
+        }),
+        ("keys", None, None) => kv
+            .get()
+            .map(|kv| kv.keys().map(|k| k.join(" ")).unwrap_or_else(err)),
+        ("time", None, None) => clock
+            .get()
+            .map(|c| c.now().map(|t| format!("t={t}")).unwrap_or_else(err)),
+        ("log", n, None) => match n.map_or(Ok(10), str::parse) {
+            Ok(n) => log
+                .get()
+                .map(|l| l.tail(n).map(|l| l.join("\n")).unwrap_or_else(err)),
+            Err(_) => Ok("usage: log [N]".into()),
+        },
+        ("ls", dir, None) => fs.get().map(|fs| match fs.read_dir(dir.unwrap_or(".")) {
+            Ok(entries) => {
+                let mut names: Vec<String> = entries
+                    .iter()
+                    .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                    .collect();
+                names.sort();
+                names.join("\n")
+            }
+            Err(e) => format!("error: {e}"),
+        }),
+        ("cat", Some(path), None) => fs.get().map(|fs| match fs.read(path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).trim_end().to_string(),
+            Err(e) => format!("error: {e}"),
+        }),
+        ("write", Some(path), Some(text)) => fs.get().map(|fs| match fs.write(path, text.as_bytes()) {
+            Ok(()) => format!("wrote {} bytes", text.len()),
+            Err(e) => format!("error: {e}"),
+        }),
+        ("rm", Some(path), None) => fs.get().map(|fs| match fs.remove_file(path) {
+            Ok(()) => "removed".into(),
+            Err(e) => format!("error: {e}"),
+        }),
+        ("where", None, None) => (|| {
+            let doors = [
+                ("kv", kv.get()?.into_door()),
+                ("clock", clock.get()?.into_door()),
+                ("log", log.get()?.into_door()),
+                ("fs", fs.get()?.door().clone()),
+            ];
+            Ok(doors
+                .iter()
+                .map(|(name, d)| {
+                    if d.is_local() {
+                        format!("{name}: this domain ({})", ctx.domain())
+                    } else {
+                        format!("{name}: another domain (pid {})", d.server_pid())
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n"))
+        })(),
+        ("bench", n, None) => match n.map_or(Ok(10_000), str::parse::<u32>) {
+            Ok(n) => kv.get().map(|kv| bench(&kv, n.max(1))),
+            Err(_) => Ok("usage: bench [N]".into()),
+        },
+        _ => return None,
+    };
+    Some(answer)
 }
 
 fn err(e: SysError) -> String {

@@ -33,7 +33,11 @@ fn an_unmodified_program_joins_the_systems_file_service() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout, "from the system\nhello.txt\nmade.txt\n8 made.txt\n");
+    // The store keeps its journal in the export too.
+    assert_eq!(
+        stdout,
+        "from the system\nhello.txt\nkv.journal\nmade.txt\n8 made.txt\n"
+    );
     assert_eq!(
         std::fs::read_to_string(files.join("made.txt")).unwrap(),
         "written\n"

@@ -7,10 +7,22 @@ const SCRIPT: &str = "put a 1\nput b hello world\nget a\nget b\nget zz\nkeys\nde
      cat hello.txt\nwrite scratch-PLACE.txt written through the file service\ncat scratch-PLACE.txt\n\
      cat ../Cargo.toml\nrm scratch-PLACE.txt\ncat scratch-PLACE.txt\n";
 
+/// The example's manifest `manifest` booted on a copy of its folder (the
+/// store keeps its journal in the exported `files/`), fed the script.
 fn run(manifest: &str) -> (String, String) {
-    let path = format!("{}/{manifest}", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir(dir.path().join("files")).unwrap();
+    std::fs::copy(
+        example.join("files/hello.txt"),
+        dir.path().join("files/hello.txt"),
+    )
+    .unwrap();
+    let path = dir.path().join(manifest);
+    std::fs::copy(example.join(manifest), &path).unwrap();
+    let path = path.to_str().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_kv-system"))
-        .args(["boot", &path])
+        .args(["boot", path])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -336,11 +336,39 @@ impl Node {
 }
 
 /// Copy `len` bytes of the host file `host` at `at` into the cache memfd
-/// at the same offset, in the kernel (`sendfile`: page cache to page
-/// cache, the memfd's pages allocated by its write path rather than by a
-/// fault apiece through a mapping, which costs several times more). Past
-/// the host's end the pages are allocated as zeros.
+/// at the same offset. Only the host's data is read: its holes (and
+/// unwritten extents, which Linux reports as holes) become zeroed pages,
+/// so filling a window does not make the host's page cache report data
+/// where the file has none (`SEEK_DATA`, and `cp`'s sparse copies, see
+/// what a native file would show). A file system that cannot say where
+/// its data lies is read whole.
 fn fill_from(memfd: &OwnedFd, host: &OwnedFd, at: u64, len: u64) -> Result<(), FsError> {
+    use rustix::fs::SeekFrom;
+    let end = at + len;
+    let mut pos = at;
+    while pos < end {
+        let data = match rustix::fs::seek(host, SeekFrom::Data(pos)) {
+            Ok(d) => d.clamp(pos, end),
+            // No data at or after `pos`.
+            Err(rustix::io::Errno::NXIO) => end,
+            Err(_) => return copy_from(memfd, host, pos, end - pos),
+        };
+        zero_range(memfd, pos, data)?;
+        if data == end {
+            break;
+        }
+        let hole = rustix::fs::seek(host, SeekFrom::Hole(data)).map_or(end, |h| h.clamp(data, end));
+        copy_from(memfd, host, data, hole.max(data + 1).min(end) - data)?;
+        pos = hole.max(data + 1);
+    }
+    Ok(())
+}
+
+/// Copy `len` bytes of the host at `at` into the memfd at the same offset,
+/// in the kernel (`sendfile`: page cache to page cache, the memfd's pages
+/// allocated by its write path rather than by a fault apiece through a
+/// mapping, which costs several times more). Past the host's end, zeros.
+fn copy_from(memfd: &OwnedFd, host: &OwnedFd, at: u64, len: u64) -> Result<(), FsError> {
     let mut done = 0u64;
     rustix::fs::seek(memfd, rustix::fs::SeekFrom::Start(at))?;
     while done < len {
@@ -352,20 +380,28 @@ fn fill_from(memfd: &OwnedFd, host: &OwnedFd, at: u64, len: u64) -> Result<(), F
             Err(e) => return Err(e.into()),
         }
     }
-    if done < len {
-        // Zero-filled pages where the host has nothing (a page may hold
-        // stale bytes past a truncation point: punch, then allocate).
+    zero_range(memfd, at + done, at + len)
+}
+
+/// Zeros in the memfd's `[from, to)`, its pages allocated (a page may hold
+/// stale bytes past a truncation point: punched, then allocated, so a
+/// client's touch finds a page rather than faulting to the pager).
+fn zero_range(memfd: &OwnedFd, from: u64, to: u64) -> Result<(), FsError> {
+    if from >= to {
+        return Ok(());
+    }
+    let first = from.next_multiple_of(PAGE).min(to);
+    if from < first {
+        rustix::io::pwrite(memfd, &vec![0u8; (first - from) as usize], from)?;
+    }
+    let last = (to / PAGE * PAGE).max(first);
+    if first < last {
         let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-        let tail = at + done;
-        let whole = tail.next_multiple_of(PAGE);
-        if tail < whole {
-            let zeros = vec![0u8; (whole - tail) as usize];
-            rustix::io::pwrite(memfd, &zeros, tail)?;
-        }
-        if whole < at + len {
-            rustix::fs::fallocate(memfd, flags, whole, at + len - whole)?;
-            rustix::fs::fallocate(memfd, FallocateFlags::KEEP_SIZE, whole, at + len - whole)?;
-        }
+        rustix::fs::fallocate(memfd, flags, first, last - first)?;
+        rustix::fs::fallocate(memfd, FallocateFlags::KEEP_SIZE, first, last - first)?;
+    }
+    if last < to {
+        rustix::io::pwrite(memfd, &vec![0u8; (to - last) as usize], last)?;
     }
     Ok(())
 }
