@@ -2,7 +2,9 @@
 //! executable, serves the name service they share, listens for tools, and
 //! watches the domains until the root driver returns, a signal arrives, or
 //! (with no root) every domain is gone. A domain that dies is reported by
-//! name and exit status; the others go on. Shutdown asks each domain to
+//! name and exit status, and restarted as its policy says (`restart`); the
+//! others go on, but for those that took its doors at start-up, which are
+//! stopped and started again after it. Shutdown asks each domain to
 //! stop through its control door, then kills whatever has not stopped in
 //! time, so no process outlives the supervisor (children also carry a
 //! parent-death signal in case the supervisor itself is killed).
@@ -79,12 +81,9 @@ enum Phase {
     /// Its process runs but has not reported ready.
     Starting,
     Running,
-    /// Asked to stop since `since`; started again once it has, when
-    /// `restart` (a domain it depends on restarted).
-    Stopping {
-        since: Instant,
-        restart: bool,
-    },
+    /// Asked to stop at this time, because a domain whose doors it took
+    /// at start-up restarted; started again once it has stopped.
+    Stopping(Instant),
     /// Waiting out its backoff: started again at this time.
     Waiting(Instant),
     /// Left down: its policy does not restart it after its last exit.
@@ -325,7 +324,7 @@ impl Supervisor<'_> {
         let d = &mut domains[i];
         let name = d.name.clone();
         let next = match d.phase {
-            Phase::Stopping { restart: true, .. } => d.tracker.provider_restarted(now),
+            Phase::Stopping(_) => d.tracker.provider_restarted(now),
             _ => d.tracker.exited(exit, now),
         };
         let restarting = matches!(next, Next::RestartAt(_));
@@ -393,10 +392,7 @@ impl Supervisor<'_> {
                 self.sys, d.name, domains[i].name
             );
             let d = &mut domains[dep];
-            d.phase = Phase::Stopping {
-                since: Instant::now(),
-                restart: true,
-            };
+            d.phase = Phase::Stopping(Instant::now());
             if let Some((_, control)) = &d.process {
                 ask_to_stop(control.clone());
             }
@@ -432,7 +428,7 @@ impl Supervisor<'_> {
                     }
                 }
                 Phase::Starting if self.ns.is_ready(i) => domains[i].phase = Phase::Running,
-                Phase::Stopping { since, .. } if now.duration_since(since) > STOP_TIMEOUT => {
+                Phase::Stopping(since) if now.duration_since(since) > STOP_TIMEOUT => {
                     if let Some((child, _)) = domains[i].process.as_mut() {
                         eprintln!(
                             "{}: domain {} did not stop within {} s; killing it",
@@ -513,10 +509,7 @@ impl Row {
                     Restart::Always => "restart when it exits".to_string(),
                 },
             ),
-            Phase::Stopping { restart, .. } => (
-                "stopping",
-                if restart { "restart once stopped" } else { "none" }.to_string(),
-            ),
+            Phase::Stopping(_) => ("stopping", "restart once stopped".to_string()),
             Phase::Waiting(at) => (
                 "restarting",
                 format!("start in {}", ms(at.saturating_duration_since(now))),
