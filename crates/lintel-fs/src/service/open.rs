@@ -321,6 +321,11 @@ impl OpenFile for Opened {
     }
 
     fn truncate(&self, len: u64) -> Result<(), FsError> {
+        // `truncate(2)` of a FIFO, socket or device (an open that stands
+        // for one, see `path_descriptor`): Linux's answer.
+        if !self.regular {
+            return Err(Errno::INVAL.into());
+        }
         let _as = self.creds.adopt(As::Effective)?;
         let _token = self.settle()?;
         rustix::fs::ftruncate(&self.fd, len)?;

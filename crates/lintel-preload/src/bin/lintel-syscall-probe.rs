@@ -420,6 +420,20 @@ impl Probe {
                 let r = unsafe { libc::mkdirat(dir, p.as_ptr(), n(3) as libc::mode_t) };
                 self.result(r as i64)
             }
+            // A regular file or a socket node: a FIFO would make a later
+            // open of its name wait for a writer.
+            "mknod" => {
+                let (dir, p) = (self.dir(a(1)), self.path(a(2)));
+                let kind = if a(4) == "sock" {
+                    libc::S_IFSOCK
+                } else {
+                    libc::S_IFREG
+                };
+                let mode = kind | (n(3) as libc::mode_t & 0o7777);
+                // SAFETY: a NUL-terminated path.
+                let r = unsafe { libc::mknodat(dir, p.as_ptr(), mode, 0) };
+                self.result(r as i64)
+            }
             "rmdir" => {
                 let p = self.path(a(1));
                 // SAFETY: a NUL-terminated path.

@@ -114,11 +114,8 @@ impl Emulation {
             libc::SYS_mmap => a[3] & libc::MAP_ANONYMOUS as u64 == 0 && fd(4),
             libc::SYS_sendfile => fd(0) || fd(1),
             libc::SYS_copy_file_range | libc::SYS_splice => fd(0) || fd(2),
-            // Calls that name one path and are not in `PathArg` (a symlink
-            // in their path is not followed out of the export), and
-            // `utimensat` of its descriptor (a null path).
-            libc::SYS_mknod => path(cwd, a[0]),
-            libc::SYS_mknodat | libc::SYS_utimensat => path(a[0], a[1]),
+            // `utimensat` of its descriptor (a null path: not in `PathArg`).
+            libc::SYS_utimensat => path(a[0], a[1]),
             libc::SYS_rename | libc::SYS_link => path(cwd, a[0]) || path(cwd, a[1]),
             libc::SYS_bind | libc::SYS_connect => self.child_socket_path(a[1], a[2]),
             libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {

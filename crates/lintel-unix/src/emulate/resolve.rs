@@ -119,6 +119,7 @@ impl PathArg {
             | libc::SYS_unlink
             | libc::SYS_rmdir
             | libc::SYS_mkdir
+            | libc::SYS_mknod
             | libc::SYS_lgetxattr
             | libc::SYS_llistxattr
             | libc::SYS_lsetxattr
@@ -129,7 +130,9 @@ impl PathArg {
             libc::SYS_statx => (Some(0), 1, nofollow(a[2])),
             libc::SYS_fchownat => (Some(0), 1, nofollow(a[4])),
             libc::SYS_utimensat if a[1] != 0 => (Some(0), 1, nofollow(a[3])),
-            libc::SYS_readlinkat | libc::SYS_unlinkat | libc::SYS_mkdirat => (Some(0), 1, false),
+            libc::SYS_readlinkat | libc::SYS_unlinkat | libc::SYS_mkdirat | libc::SYS_mknodat => {
+                (Some(0), 1, false)
+            }
             libc::SYS_symlink => (None, 1, false),
             libc::SYS_symlinkat => (Some(1), 2, false),
             _ => return None,
