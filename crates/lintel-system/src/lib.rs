@@ -150,33 +150,54 @@ enum Command {
     /// Check a manifest and print the placement, starting nothing.
     Check { manifest: PathBuf },
     /// Print the call statistics of every domain of a running system.
-    Stats {
-        /// The manifest the system was booted with (locates its socket).
-        #[arg(required_unless_present = "socket")]
-        manifest: Option<PathBuf>,
-        /// The supervisor's socket, instead of a manifest.
-        #[arg(long, conflicts_with = "manifest")]
-        socket: Option<PathBuf>,
-        /// One JSON object per domain per line instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
+    Stats(Tool),
     /// Print each domain of a running system: its process, state, uptime,
     /// restarts, last exit and what its restart policy does next.
-    Status {
-        /// The manifest the system was booted with (locates its socket).
-        #[arg(required_unless_present = "socket")]
-        manifest: Option<PathBuf>,
-        /// The supervisor's socket, instead of a manifest.
-        #[arg(long, conflicts_with = "manifest")]
-        socket: Option<PathBuf>,
-        /// One JSON object per domain per line instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Status(Tool),
     /// One domain of a booted system (started by `boot`).
     #[command(name = supervisor::DOMAIN_COMMAND, hide = true)]
     Domain(domain::DomainArgs),
+}
+
+/// A tool's arguments: which running system, and how to print.
+#[derive(clap::Args)]
+struct Tool {
+    /// The manifest the system was booted with (locates its socket).
+    #[arg(required_unless_present = "socket")]
+    manifest: Option<PathBuf>,
+    /// The supervisor's socket, instead of a manifest.
+    #[arg(long, conflicts_with = "manifest")]
+    socket: Option<PathBuf>,
+    /// One JSON object per domain per line instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Tool {
+    /// Run `print` on the system's socket and standard output; the exit
+    /// status, an error said as `name: ...`.
+    fn run<E: std::fmt::Display>(
+        self,
+        registry: &Registry,
+        name: &str,
+        print: impl FnOnce(&std::path::Path, bool, &mut std::io::StdoutLock<'_>) -> Result<(), E>,
+    ) -> ExitCode {
+        let socket = match (self.socket, self.manifest) {
+            (Some(s), _) => s,
+            (None, Some(path)) => match Manifest::load(&path, registry) {
+                Ok(m) => m.socket,
+                Err(e) => return refused(e),
+            },
+            (None, None) => unreachable!("clap requires one of them"),
+        };
+        match print(&socket, self.json, &mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// Run the command line of a program whose services are in `registry`;
@@ -255,58 +276,13 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
             }
             Err(e) => refused(e),
         },
-        Command::Status {
-            manifest,
-            socket,
-            json,
-        } => {
-            let socket = match socket_of(registry, socket, manifest) {
-                Ok(s) => s,
-                Err(e) => return refused(e),
-            };
-            match print_status(&socket, json, &mut std::io::stdout().lock()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("status: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Stats {
-            manifest,
-            socket,
-            json,
-        } => {
-            let socket = match socket_of(registry, socket, manifest) {
-                Ok(s) => s,
-                Err(e) => return refused(e),
-            };
-            let out = &mut std::io::stdout().lock();
-            let printed = match json {
-                true => print_stats_json(&socket, out),
-                false => print_stats(&socket, out),
-            };
-            match printed {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("stats: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-    }
-}
-
-/// The supervisor's socket: given, or the manifest's.
-fn socket_of(
-    registry: &Registry,
-    socket: Option<PathBuf>,
-    manifest: Option<PathBuf>,
-) -> Result<PathBuf, ManifestError> {
-    match (socket, manifest) {
-        (Some(s), _) => Ok(s),
-        (None, Some(path)) => Ok(Manifest::load(&path, registry)?.socket),
-        (None, None) => unreachable!("clap requires one of them"),
+        Command::Status(tool) => tool.run(registry, "status", |socket, json, out| {
+            print_status(socket, json, out)
+        }),
+        Command::Stats(tool) => tool.run(registry, "stats", |socket, json, out| match json {
+            true => print_stats_json(socket, out),
+            false => print_stats(socket, out),
+        }),
     }
 }
 

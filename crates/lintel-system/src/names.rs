@@ -264,6 +264,24 @@ impl Names {
     }
 }
 
+/// Why a tool could not reach a running system's name service.
+pub(crate) enum Unreachable {
+    /// Nothing answers at the socket.
+    Connect(lintel::BootError),
+    /// The supervisor offered no name-service door.
+    NoNameService,
+}
+
+/// The name service of the system whose supervisor listens at `socket`,
+/// as a tool sees it (look up and list only).
+pub(crate) fn from_outside(socket: &std::path::Path) -> Result<Names, Unreachable> {
+    let mut doors = lintel::boot::connect(socket, &[]).map_err(Unreachable::Connect)?;
+    match doors.len() {
+        1 => Ok(Names::new(doors.remove(0))),
+        _ => Err(Unreachable::NoNameService),
+    }
+}
+
 /// The name service's state, in the supervisor.
 pub(crate) struct NameServer {
     st: Mutex<State>,

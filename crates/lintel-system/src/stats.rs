@@ -16,7 +16,7 @@ use std::time::Duration;
 use lintel::stats::{BUCKET_NAMES, CallStats, PATH_NAMES, PATHS};
 use serde_json::{Value, json};
 
-use crate::names::{NameError, Names};
+use crate::names::{self, NameError, Unreachable};
 
 /// One domain's statistics, as the stats door returns them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,14 +95,13 @@ fn decode(domain: &str, pid: u32, b: &[u8]) -> Option<DomainStats> {
 /// }
 /// ```
 pub fn collect_stats(socket: &Path) -> Result<Vec<DomainStats>, StatsError> {
-    let mut doors = lintel::boot::connect(socket, &[]).map_err(|err| StatsError::Connect {
-        path: socket.display().to_string(),
-        err,
+    let names = names::from_outside(socket).map_err(|e| match e {
+        Unreachable::Connect(err) => StatsError::Connect {
+            path: socket.display().to_string(),
+            err,
+        },
+        Unreachable::NoNameService => StatsError::NoNameService,
     })?;
-    if doors.len() != 1 {
-        return Err(StatsError::NoNameService);
-    }
-    let names = Names::new(doors.remove(0));
     let mut out = Vec::new();
     for name in names.list("domain/")? {
         let Some(domain) = name

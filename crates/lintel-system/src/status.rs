@@ -11,7 +11,7 @@ use std::time::Duration;
 use lintel::stub::{StubError, Wire};
 use serde_json::json;
 
-use crate::names::{NameError, Names};
+use crate::names::{self, NameError, Unreachable};
 
 /// The name the supervisor binds its status door under.
 pub(crate) const STATUS_NAME: &str = "system/status";
@@ -84,14 +84,13 @@ pub enum StatusError {
 /// }
 /// ```
 pub fn collect_status(socket: &Path) -> Result<Vec<DomainStatus>, StatusError> {
-    let mut doors = lintel::boot::connect(socket, &[]).map_err(|err| StatusError::Connect {
-        path: socket.display().to_string(),
-        err,
+    let names = names::from_outside(socket).map_err(|e| match e {
+        Unreachable::Connect(err) => StatusError::Connect {
+            path: socket.display().to_string(),
+            err,
+        },
+        Unreachable::NoNameService => StatusError::NoNameService,
     })?;
-    if doors.len() != 1 {
-        return Err(StatusError::NoNameService);
-    }
-    let names = Names::new(doors.remove(0));
     let door = names.lookup_within(STATUS_NAME, Duration::from_secs(5))?;
     Ok(SupervisionClient::from_door(door).domains()?)
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use lintel::{CallError, Door};
 use lintel_system::{Named, Names};
+use lintel_tests::holdings::Holdings;
 
 fn kill(pid: u32) {
     let ok = Command::new("kill")
@@ -212,29 +213,6 @@ fn a_domain_killed_during_its_own_restart_is_restarted_again() {
     assert_eq!(sys.wait().0, Some(143));
 }
 
-/// What the supervisor holds: descriptors, threads, resident KiB, and
-/// zombie children.
-fn holdings(sup: u32) -> (usize, usize, u64, usize) {
-    let fds = std::fs::read_dir(format!("/proc/{sup}/fd")).unwrap().count();
-    let threads = std::fs::read_dir(format!("/proc/{sup}/task")).unwrap().count();
-    let status = std::fs::read_to_string(format!("/proc/{sup}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    let zombies = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
-        .filter(|s| {
-            let rest: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-            rest.first() == Some(&"Z") && rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(sup)
-        })
-        .count();
-    (fds, threads, rss, zombies)
-}
-
 #[test]
 fn restarts_under_load_leak_nothing_in_the_supervisor() {
     let dir = scratch();
@@ -289,7 +267,7 @@ fn restarts_under_load_leak_nothing_in_the_supervisor() {
             std::thread::sleep(Duration::from_millis(1));
         }
         if round == 5 {
-            first = Some(holdings(sup));
+            first = Some(Holdings::of(sup));
         }
     }
     stop.store(true, SeqCst);
@@ -300,21 +278,12 @@ fn restarts_under_load_leak_nothing_in_the_supervisor() {
         "{failed:#?}"
     );
     assert!(failed.len() <= 3 * rounds as usize * 2, "{} failed", failed.len());
-    let (fds0, threads0, rss0, _) = first.unwrap();
-    let (fds, threads, rss, zombies) = holdings(sup);
-    assert_eq!(zombies, 0, "the supervisor reaps every domain it restarts");
-    assert!(
-        fds <= fds0 + 2,
-        "descriptors: {fds0} after 5 restarts, {fds} after {rounds}"
-    );
-    assert!(
-        threads <= threads0 + 4,
-        "threads: {threads0} after 5 restarts, {threads} after {rounds}"
-    );
-    assert!(
-        rss <= rss0 + 4096,
-        "resident KiB: {rss0} after 5 restarts, {rss} after {rounds}"
-    );
+    let (before, after) = (first.unwrap(), Holdings::of(sup));
+    assert_eq!(after.zombies, 0, "the supervisor reaps every domain it restarts");
+    let seen = format!("after 5 restarts {before:?}, after {rounds} {after:?}");
+    assert!(after.fds <= before.fds + 2, "descriptors: {seen}");
+    assert!(after.threads <= before.threads + 4, "threads: {seen}");
+    assert!(after.rss_kib <= before.rss_kib + 4096, "resident memory: {seen}");
     sys.signal("-TERM");
     assert_eq!(sys.wait().0, Some(143));
 }

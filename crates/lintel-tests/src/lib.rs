@@ -10,6 +10,7 @@ use lintel::{CallError, Door, Reply};
 
 pub mod control;
 pub mod fs;
+pub mod holdings;
 pub mod layers;
 
 /// Methods of the peer's control door (first byte of the arguments).

@@ -15,6 +15,7 @@ use kv_system::{Kv, KvClient, SysError};
 use lintel::CallError;
 use lintel::stub::StubError;
 use lintel_system::{Named, Names};
+use lintel_tests::holdings::Holdings;
 
 const EXE: &str = env!("CARGO_BIN_EXE_kv-system");
 
@@ -197,21 +198,6 @@ fn the_shell_goes_on_after_each_domain_dies_and_the_store_keeps_its_data() {
     }
 }
 
-/// What the supervisor holds: descriptors, threads, and zombie children.
-fn holdings(sup: u32) -> (usize, usize, usize) {
-    let fds = std::fs::read_dir(format!("/proc/{sup}/fd")).unwrap().count();
-    let threads = std::fs::read_dir(format!("/proc/{sup}/task")).unwrap().count();
-    let zombies = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
-        .filter(|s| {
-            let rest: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-            rest.first() == Some(&"Z") && rest.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(sup)
-        })
-        .count();
-    (fds, threads, zombies)
-}
-
 /// Whether `e` is a call that failed because a server died under it (the
 /// store's own or one it called): the change may or may not have been
 /// made.
@@ -277,7 +263,7 @@ fn every_domain_killed_under_load_loses_no_acknowledged_write() {
                 }
             }
             if round == 0 {
-                baseline = Some(holdings(sup));
+                baseline = Some(Holdings::of(sup));
             }
         }
         stop.store(true, SeqCst);
@@ -294,17 +280,11 @@ fn every_domain_killed_under_load_loses_no_acknowledged_write() {
                 assert_eq!(v, n.to_le_bytes(), "{name}: {key}");
             }
         }
-        let (fds0, threads0, _) = baseline.unwrap();
-        let (fds, threads, zombies) = holdings(sup);
-        assert_eq!(zombies, 0, "{name}: unreaped domains");
-        assert!(
-            fds <= fds0 + 2,
-            "{name}: descriptors {fds0} after a round, {fds} after three"
-        );
-        assert!(
-            threads <= threads0 + 4,
-            "{name}: threads {threads0} after a round, {threads} after three"
-        );
+        let (before, after) = (baseline.unwrap(), Holdings::of(sup));
+        let seen = format!("{name}: after a round {before:?}, after three {after:?}");
+        assert_eq!(after.zombies, 0, "unreaped domains: {seen}");
+        assert!(after.fds <= before.fds + 2, "descriptors: {seen}");
+        assert!(after.threads <= before.threads + 4, "threads: {seen}");
         assert!(sys.end().success());
     }
 }
