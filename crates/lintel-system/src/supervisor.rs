@@ -66,13 +66,19 @@ struct Domain {
     args: DomainArgs,
     tracker: Tracker,
     phase: Phase,
-    /// The current process, with its control door.
-    process: Option<(Child, Door)>,
-    /// When the current process started.
-    started: Option<Instant>,
-    /// Readable once the current process has exited.
-    pidfd: Option<std::os::fd::OwnedFd>,
+    /// The current process, if one runs.
+    process: Option<Process>,
     last_exit: Option<String>,
+}
+
+/// One running instance of a domain.
+struct Process {
+    child: Child,
+    /// Its control door (asked to stop through it).
+    control: Door,
+    /// Readable once it has exited.
+    pidfd: Option<std::os::fd::OwnedFd>,
+    started: Instant,
 }
 
 /// Where a domain is in its life.
@@ -143,8 +149,6 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             tracker: Tracker::new(d.restart),
             phase: Phase::Down,
             process: None,
-            started: None,
-            pidfd: None,
             last_exit: None,
         })
         .collect();
@@ -264,10 +268,14 @@ impl Supervisor<'_> {
         let pid = spawned.child.id();
         let mut doors = spawned.doors;
         let control = doors.first().cloned().unwrap_or_else(|| Door::create(0, NOOP));
-        d.pidfd = lintel_sys::pidfd(pid).ok();
-        d.process = Some((spawned.child, control));
-        d.started = Some(Instant::now());
-        d.tracker.started(Instant::now());
+        let now = Instant::now();
+        d.process = Some(Process {
+            child: spawned.child,
+            control,
+            pidfd: lintel_sys::pidfd(pid).ok(),
+            started: now,
+        });
+        d.tracker.started(now);
         d.phase = Phase::Starting;
         if doors.len() != 2 {
             return Err(BootError::Protocol {
@@ -286,14 +294,12 @@ impl Supervisor<'_> {
     fn reap(&mut self, domains: &mut [Domain], ready: bool, root: Option<usize>) -> Option<i32> {
         let sys = self.sys;
         for i in 0..domains.len() {
-            let Some((child, _)) = domains[i].process.as_mut() else {
+            let Some(Process { child, .. }) = domains[i].process.as_mut() else {
                 continue;
             };
             let Ok(Some(st)) = child.try_wait() else { continue };
             let d = &mut domains[i];
             d.process = None;
-            d.started = None;
-            d.pidfd = None;
             let how = describe(st);
             d.last_exit = Some(how.clone());
             let name = d.name.clone();
@@ -393,8 +399,8 @@ impl Supervisor<'_> {
             );
             let d = &mut domains[dep];
             d.phase = Phase::Stopping(Instant::now());
-            if let Some((_, control)) = &d.process {
-                ask_to_stop(control.clone());
+            if let Some(p) = &d.process {
+                ask_to_stop(p.control.clone());
             }
         }
     }
@@ -410,11 +416,10 @@ impl Supervisor<'_> {
                     if let Err(e) = self.start(domains, i) {
                         // It died before it joined (lintel reaps it): an
                         // exit at start-up, which the policy decides on.
-                        if let Some((mut child, _)) = domains[i].process.take() {
-                            let _ = child.kill();
-                            let _ = child.wait();
+                        if let Some(mut p) = domains[i].process.take() {
+                            let _ = p.child.kill();
+                            let _ = p.child.wait();
                         }
-                        domains[i].started = None;
                         let why = match e {
                             BootError::Spawn { err, .. } => err.to_string(),
                             other => other.to_string(),
@@ -429,7 +434,7 @@ impl Supervisor<'_> {
                 }
                 Phase::Starting if self.ns.is_ready(i) => domains[i].phase = Phase::Running,
                 Phase::Stopping(since) if now.duration_since(since) > STOP_TIMEOUT => {
-                    if let Some((child, _)) = domains[i].process.as_mut() {
+                    if let Some(Process { child, .. }) = domains[i].process.as_mut() {
                         eprintln!(
                             "{}: domain {} did not stop within {} s; killing it",
                             self.sys,
@@ -453,9 +458,9 @@ impl Supervisor<'_> {
             .map(|(i, d)| Row {
                 root: Some(i) == root,
                 domain: d.name.clone(),
-                pid: d.process.as_ref().map_or(0, |(c, _)| c.id()),
+                pid: d.process.as_ref().map_or(0, |p| p.child.id()),
                 phase: d.phase,
-                started: d.started,
+                started: d.process.as_ref().map(|p| p.started),
                 restarts: d.tracker.restarts(),
                 last_exit: d.last_exit.clone().unwrap_or_default(),
                 policy: *d.tracker.policy(),
@@ -547,7 +552,7 @@ fn wait_for_exit(domains: &[Domain], most: Duration) {
     use rustix::event::{PollFd, PollFlags, Timespec};
     let mut fds: Vec<PollFd<'_>> = domains
         .iter()
-        .filter_map(|d| d.pidfd.as_ref())
+        .filter_map(|d| d.process.as_ref()?.pidfd.as_ref())
         .map(|fd| PollFd::new(fd, PollFlags::IN))
         .collect();
     let timeout = Timespec {
@@ -571,15 +576,15 @@ fn ask_to_stop(control: Door) {
 /// Ask every running domain to stop, wait, then kill the rest.
 fn stop_all(sys: &str, domains: &mut [Domain]) {
     for d in domains.iter() {
-        if let Some((_, control)) = &d.process {
-            ask_to_stop(control.clone());
+        if let Some(p) = &d.process {
+            ask_to_stop(p.control.clone());
         }
     }
     let deadline = Instant::now() + STOP_TIMEOUT;
     loop {
         let mut left = 0;
         for d in domains.iter_mut() {
-            let Some((child, _)) = d.process.as_mut() else {
+            let Some(Process { child, .. }) = d.process.as_mut() else {
                 continue;
             };
             match child.try_wait() {
@@ -601,7 +606,7 @@ fn stop_all(sys: &str, domains: &mut [Domain]) {
         std::thread::sleep(POLL);
     }
     for d in domains.iter_mut() {
-        if let Some((mut child, _)) = d.process.take() {
+        if let Some(Process { mut child, .. }) = d.process.take() {
             eprintln!(
                 "{sys}: domain {} did not stop within {} s; killing it",
                 d.name,

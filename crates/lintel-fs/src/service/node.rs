@@ -357,9 +357,10 @@ fn fill_from(memfd: &OwnedFd, host: &OwnedFd, at: u64, len: u64) -> Result<(), F
         if data == end {
             break;
         }
-        let hole = rustix::fs::seek(host, SeekFrom::Hole(data)).map_or(end, |h| h.clamp(data, end));
-        copy_from(memfd, host, data, hole.max(data + 1).min(end) - data)?;
-        pos = hole.max(data + 1);
+        // Past `data` (there is data there), within the range.
+        let hole = rustix::fs::seek(host, SeekFrom::Hole(data)).map_or(end, |h| h.clamp(data + 1, end));
+        copy_from(memfd, host, data, hole - data)?;
+        pos = hole;
     }
     Ok(())
 }
