@@ -18,7 +18,8 @@ pub enum Ctl {
     /// First message on every connection: the sender's pid (as it claims
     /// it; the kernel's word is taken where it matters) and [`VERSION`](crate::VERSION).
     Hello { pid: u32, version: u32 },
-    /// Carries the sender's call area (one memfd) for its calls to us.
+    /// Carries the sender's call area (a memfd) for its calls to us, and
+    /// the socket (`SOCK_DGRAM`) on which we send notices to its parked calls.
     Area,
     /// A request waits in `slot` of the sender's area and no thread is bound.
     Kick { slot: u32 },

@@ -7,9 +7,16 @@
 //! change here changes all of them at once.
 //!
 //! A call area is a sealed memfd created by the *calling* domain and mapped by
-//! the serving one. It holds [`SLOTS`] slots of [`SLOT_SIZE`] bytes; each
-//! client thread that calls over the connection leases one slot (an LRPC
-//! channel) and a server thread binds to it while calls keep coming.
+//! the serving one. It holds [`AREA_SLOTS`] slots of [`SLOT_SIZE`] bytes.
+//! The first [`SLOTS`] are leased by calling threads, one each, kept across
+//! calls (an LRPC channel), and a server thread binds to one while calls
+//! keep coming; the other [`ASYNC_SLOTS`] are taken by awaited calls, one
+//! per call in flight. An awaited call that stops spinning marks its slot
+//! [`PARKED`]; the server then sends the slot's index, as a datagram of 4
+//! bytes, on the notice socket that came with the area, and the caller's
+//! runtime wakes the task. A notice the server could not send (the
+//! caller's queue was full) is recorded in the area's first word,
+//! [`OFF_NOTICE_LOST`], so the caller looks at every parked slot.
 //!
 //! Slot layout (byte offsets). The first cache line is written by the
 //! client, the second by the server, so the two sides never write the same
@@ -18,7 +25,7 @@
 //! | off | field | writer |
 //! |-----|-------|--------|
 //! | 0   | `req_seq`: sequence of the posted request | client |
-//! | 4   | `client_state`: [`RUNNING`] or [`SLEEPING`] | client |
+//! | 4   | `client_state`: [`RUNNING`], [`SLEEPING`] or [`PARKED`] | client |
 //! | 8   | `grant`: door, as the server's grant index | client |
 //! | 12  | `flags`: [`FLAG_ALERT`] | client |
 //! | 16  | `in_len` | client |
@@ -57,19 +64,28 @@
 
 /// Version of this protocol, sent in [`control::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 pub mod control;
 pub mod descriptor;
 
-/// Slots per call area: concurrent calling threads per connection.
+/// Slots leased by calling threads: concurrent calling threads per connection.
 pub const SLOTS: usize = 64;
+/// Slots for awaited calls, after the threads' ones: awaited calls in
+/// flight per connection.
+pub const ASYNC_SLOTS: usize = 1024;
+/// Slots per call area.
+pub const AREA_SLOTS: usize = SLOTS + ASYNC_SLOTS;
 /// Bytes per slot.
 pub const SLOT_SIZE: usize = 8192;
-/// The first page is reserved (unused today) so slots are page-aligned.
+/// The first page holds the area's own words ([`OFF_NOTICE_LOST`]); the
+/// slots after it are page-aligned.
 pub const AREA_HEADER: usize = 4096;
 /// Size of a call area.
-pub const AREA_SIZE: usize = AREA_HEADER + SLOTS * SLOT_SIZE;
+pub const AREA_SIZE: usize = AREA_HEADER + AREA_SLOTS * SLOT_SIZE;
+/// Area word (u32) the server sets when a parked caller's notice could not
+/// be sent; the caller clears it and looks at every parked slot.
+pub const OFF_NOTICE_LOST: usize = 0;
 
 /// Largest argument or result of the vanilla path ("up to 5 KiB").
 pub const DATA_CAP: usize = 5 * 1024;
@@ -139,6 +155,9 @@ pub const UNBOUND: u32 = 0;
 pub const SPINNING: u32 = 1;
 pub const SLEEPING: u32 = 2;
 pub const BUSY: u32 = 3;
+/// `client_state`: an awaited call's task waits for the reply; the server
+/// sends the slot's index on the notice socket when it publishes it.
+pub const PARKED: u32 = 4;
 
 /// Request flag: the caller's shuttle was alerted when it called.
 pub const FLAG_ALERT: u32 = 1;

@@ -82,7 +82,12 @@ pub fn pids_in(stderr: &str) -> Vec<u32> {
     stderr
         .lines()
         .filter_map(|l| l.split("started (pid ").nth(1))
-        .map(|p| p.trim_end_matches(')').parse().unwrap())
+        // The digits alone: the domains write to the same stderr, and a
+        // line of theirs can land inside the supervisor's.
+        .map(|p| {
+            let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap_or_else(|_| panic!("no pid in {p:?}"))
+        })
         .collect()
 }
 
