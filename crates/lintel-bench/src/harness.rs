@@ -24,7 +24,7 @@ pub use clock::{clock_description, ticks, ticks_to_ns};
 pub use domain::{ChildDomain, serve_all_forever, serve_forever};
 pub use report::{CaseResult, P99_DEFINITION, Report, fmt_ns};
 pub use shm::SharedMem;
-pub use stats::{Stats, measure_batched, measure_single, median, percentile};
+pub use stats::{Stats, measure_batched, measure_batches, measure_single, median, percentile};
 pub use switches::voluntary_switches;
 
 /// Run-wide options handed to every suite.

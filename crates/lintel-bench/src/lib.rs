@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod awaited;
 pub mod baseline;
 pub mod bulk;
 pub mod door;

@@ -15,7 +15,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{baseline, bulk, door, fs, lrpc, markdown, placement, recovery, unix};
+use lintel_bench::{awaited, baseline, bulk, door, fs, lrpc, markdown, placement, recovery, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -27,6 +27,7 @@ const SUITES: &[(&str, Suite)] = &[
     (fs::SUITE, fs::run),
     (unix::SUITE, unix::run),
     (recovery::SUITE, recovery::run),
+    (awaited::SUITE, awaited::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -41,6 +42,8 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         bulk::UDS_ROLE => bulk::uds_child(args),
         fs::ROLE => fs::child(args),
         recovery::ROLE => recovery::child(args),
+        awaited::ROLE => awaited::child(args),
+        awaited::EVENTFD_ROLE => awaited::eventfd_child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

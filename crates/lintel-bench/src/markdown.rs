@@ -220,7 +220,7 @@ enum Versus {
 }
 
 /// The headline cases: (what it measures, case, comparison, target).
-const HEADLINE: [(&str, &str, Versus, &str); 11] = [
+const HEADLINE: [(&str, &str, Versus, &str); 14] = [
     (
         "null call, co-located",
         "door/null_colocated",
@@ -286,6 +286,24 @@ const HEADLINE: [(&str, &str, Versus, &str); 11] = [
         "recovery/death_to_first_call",
         Versus::Times("recovery/fork_exec"),
         "p99 ≤ 50 ms",
+    ),
+    (
+        "null call awaited by a task, answered while spinning",
+        "async/null_cross_spin",
+        Versus::Times("door/null_cross_fast"),
+        "≤ 1.3×",
+    ),
+    (
+        "null call awaited by a task, parked",
+        "async/null_cross_parked",
+        Versus::Times("baseline/tokio_eventfd_pingpong"),
+        "≤ 1.2×",
+    ),
+    (
+        "1,000 awaited calls in flight from one thread",
+        "async/throughput_1000",
+        Versus::Faster("async/blocking_1ms"),
+        "≥ 5× faster",
     ),
 ];
 
@@ -434,6 +452,16 @@ pub fn suite_text(suite: &str) -> &'static str {
              its runtime saw the death; `found`: the lookup returned the new instance; `served`: \
              the first call returned, each after the one before). `fork_exec` is the same binary \
              started and waited for, doing nothing: the floor of any restart."
+        }
+        "async" => {
+            "Door calls awaited by tasks on a single-threaded tokio runtime, served by a child \
+             domain: `null_cross_spin` (spinning on: answered within the spin window) against \
+             a thread's `door/null_cross_fast`; `null_cross_parked` (spinning off in both \
+             domains: every call parks its task and is woken through the reactor) against \
+             `baseline/tokio_eventfd_pingpong`, two tokio runtimes in two processes echoing an \
+             eventfd count; `throughput_1000`, 1,000 tasks each calling in a loop a handler that \
+             waits 1 ms, in ns per call over all of them, against `blocking_1ms`, one thread \
+             making the same calls one at a time."
         }
         _ => "",
     }

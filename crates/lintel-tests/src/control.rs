@@ -28,6 +28,8 @@ pub struct Counts {
 
 #[derive(Default)]
 struct State {
+    /// Calls inside `GATHER` now, and the most there at once.
+    gathered: (u64, u64),
     held: Vec<Door>,
     made: Vec<Door>,
     kept: Vec<Buffer>,
@@ -37,6 +39,7 @@ struct State {
 #[derive(Default)]
 pub struct Control {
     state: Mutex<State>,
+    gathering: std::sync::Condvar,
     pub counts: Arc<Counts>,
 }
 
@@ -225,6 +228,23 @@ impl Control {
             m::SLEPT_FULL => put(reply, c.slept_full.load(SeqCst)),
             m::ALERTED_COUNT => put(reply, c.alerted.load(SeqCst)),
             m::MAX_CONCURRENT => put(reply, c.max_active.load(SeqCst)),
+            m::GATHER => {
+                let n = u64_arg(arg);
+                let end = std::time::Instant::now() + Duration::from_secs(60);
+                let mut s = st.lock().unwrap();
+                s.gathered.0 += 1;
+                s.gathered.1 = s.gathered.1.max(s.gathered.0);
+                self.gathering.notify_all();
+                while s.gathered.1 < n && std::time::Instant::now() < end && !lintel::shuttle::alerted() {
+                    s = self
+                        .gathering
+                        .wait_timeout(s, Duration::from_millis(50))
+                        .unwrap()
+                        .0;
+                }
+                s.gathered.0 -= 1;
+                put(reply, (s.gathered.1 >= n) as u64);
+            }
             m::SECRET_CALLS => put(reply, c.secret.load(SeqCst)),
             m::POOL_SHORTAGES => put(reply, lintel::pool::stats().shortages),
             m::POOL_STATE => {

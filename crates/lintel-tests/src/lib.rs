@@ -77,6 +77,10 @@ pub mod m {
     /// The calling process as `lintel::caller` names it: its pid (u64; 0
     /// for none) and its connection (u64).
     pub const CALLER: u8 = 36;
+    /// Waits (alertably, up to 60 s) until as many calls as the argument
+    /// (u64 n) are inside `GATHER` at once; returns 1 if they were, 0 if
+    /// the wait ended first.
+    pub const GATHER: u8 = 37;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

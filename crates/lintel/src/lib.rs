@@ -103,6 +103,7 @@ mod sys;
 pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor};
 pub use api::tuning::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
 pub use api::{boot, introspect, pool};
+pub use client::AsyncCall;
 pub use context::attached::Attached;
 pub use context::error::{BootError, CallError, Fault};
 pub use context::settings::{max_message, set_max_message};

@@ -62,6 +62,14 @@ pub fn measure_batched(iters: u64, batch: u64, mut f: impl FnMut()) -> Stats {
     summarize(samples, batch)
 }
 
+/// Summarizes batches timed by the caller: each sample the mean per operation of one batch of
+/// `batch` operations (as [`measure_batched`] takes them, for loops it cannot run, such as
+/// awaited ones).
+pub fn measure_batches(samples: Vec<f64>, batch: u64) -> Stats {
+    assert!(!samples.is_empty(), "measure_batches needs at least one sample");
+    summarize(samples, batch)
+}
+
 /// Summarizes operations measured one at a time; `samples` are in nanoseconds (convert a
 /// millisecond measurement with `ms * 1e6`). Panics on an empty slice.
 pub fn measure_single(samples: &[f64]) -> Stats {

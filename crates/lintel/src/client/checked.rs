@@ -14,15 +14,13 @@ use crate::context::error::CallError;
 use crate::context::shuttle::{self};
 use crate::context::stats::{self, Path};
 use crate::object::buffer::{self, Buffer};
-use crate::object::conn::Conn;
 use crate::object::door::{Door, RemoteDoor, Reply, check_sizes};
 use crate::sys::umem::{ReplyHeader, RequestHeader, SyncWord};
 use crate::{context::deadline, object::transfer};
-use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use super::held::{begin, end_call};
-use super::lease::Lease;
+use super::lease::{At, Lease};
 use super::wait::{post, unanswered, wait_reply};
 
 /// Call a door served by another domain, every case: a first call, a
@@ -98,7 +96,7 @@ fn fast_checked(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) 
 
     let h = ReplyHeader::read(slot);
     if due != 0 || h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
-        let r = take_reply(lease, &rd.conn, seq, h, &[], reply, false);
+        let r = take_reply(&lease.at(), seq, h, &[], reply, false);
         let r = settled(due, r, reply);
         let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
         lease.counters.call(Path::Fast, data.len(), 0, result);
@@ -149,10 +147,49 @@ fn vanilla(
     }
     let due = deadline::current();
     let seq = lease.next_seq();
-    let index = lease.claim.index;
-    let in_call = shuttle::enter_call(shuttle, conn.id, index, seq, slot.sync(SyncWord::RepSeq));
+    let at = lease.at();
+    let in_call = shuttle::enter_call(shuttle, conn.id, at.index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
-    slot.set(OFF_GRANT, rd.grant);
+    let sent = match write_vanilla(&at, rd.grant, data, doors, buffers, seq, alerted, due) {
+        Ok(sent) => sent,
+        Err(e) => return counted(Err(e), reply),
+    };
+    let waited = post(slot, conn, at.index, seq, alerted, shuttle).and_then(|running| {
+        let r = wait_reply(lease, conn, seq, running, due);
+        drop(in_call);
+        r
+    });
+    if let Err(e) = waited {
+        return counted(Err(e.into()), reply);
+    }
+    let r = read_vanilla(&at, seq, due, data.len(), &sent, reply);
+    counted(r, reply)
+}
+
+/// What a vanilla request passed that the caller takes back if the server
+/// refuses the call before taking it: grants made for its doors, loans.
+#[derive(Default)]
+pub(super) struct Sent {
+    granted: Vec<u32>,
+    lent: Vec<u64>,
+}
+
+/// Write vanilla request `seq` on door `grant` into the slot: the header,
+/// the arguments (data region or bulk segment), doors and buffers. Nothing
+/// is posted yet.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_vanilla(
+    at: &At<'_>,
+    grant: u32,
+    data: &[u8],
+    doors: &[Door],
+    buffers: Vec<Buffer>,
+    seq: u32,
+    alerted: bool,
+    due: u64,
+) -> Result<Sent, CallError> {
+    let (conn, slot, index) = (at.conn, at.slot, at.index);
+    slot.set(OFF_GRANT, grant);
     let bufs_flag = if buffers.is_empty() { 0 } else { FLAG_BUFS };
     let due_flag = if due != 0 { FLAG_DEADLINE } else { 0 };
     slot.set(
@@ -160,18 +197,12 @@ fn vanilla(
         FLAG_VANILLA | bufs_flag | due_flag | if alerted { FLAG_ALERT } else { 0 },
     );
     slot.set(OFF_IN_LEN, data.len() as u32);
-    slot.set(OFF_CLIENT_CPU, lease.cpu.get());
+    slot.set(OFF_CLIENT_CPU, at.cpu);
     slot.set64(OFF_DEADLINE, due);
-    match write_args(lease, conn, index, data) {
-        Ok(generation) => slot.set(OFF_IN_SEG, generation),
-        Err(e) => return counted(Err(e), reply),
-    }
+    slot.set(OFF_IN_SEG, write_args(at, data)?);
     let granted = match doors.is_empty() {
         true => Vec::new(),
-        false => match transfer::send_doors(conn, doors, slot, true, index, seq) {
-            Ok(g) => g,
-            Err(e) => return counted(Err(e), reply),
-        },
+        false => transfer::send_doors(conn, doors, slot, true, index, seq)?,
     };
     slot.set(OFF_IN_DOORS, doors.len() as u32);
     let nbufs = buffers.len() as u32;
@@ -181,41 +212,46 @@ fn vanilla(
             Ok(l) => l,
             Err(e) => {
                 transfer::take_back(conn, &granted);
-                return counted(Err(e), reply);
+                return Err(e);
             }
         },
     };
     slot.set(OFF_IN_BUFS, nbufs);
-    let waited = post(slot, conn, index, seq, alerted, shuttle).and_then(|running| {
-        let r = wait_reply(lease, conn, seq, running, due);
-        drop(in_call);
-        r
-    });
-    if let Err(e) = waited {
-        return counted(Err(e.into()), reply);
+    Ok(Sent { granted, lent })
+}
+
+/// Read the reply to vanilla request `seq` (made under deadline `due`,
+/// with `in_len` bytes of arguments), which has landed.
+pub(super) fn read_vanilla(
+    at: &At<'_>,
+    seq: u32,
+    due: u64,
+    in_len: usize,
+    sent: &Sent,
+    reply: &mut Reply,
+) -> Result<(), CallError> {
+    let h = ReplyHeader::read(at.slot);
+    if h.status & ST_UNTAKEN != 0 && !sent.lent.is_empty() {
+        buffer::take_back(at.conn, &sent.lent);
     }
-    let h = ReplyHeader::read(slot);
-    if h.status & ST_UNTAKEN != 0 && !lent.is_empty() {
-        buffer::take_back(conn, &lent);
-    }
-    let r = take_reply(lease, conn, seq, h, &granted, reply, true);
+    let r = take_reply(at, seq, h, &sent.granted, reply, true);
     let r = if due == 0 { r } else { settled(due, r, reply) };
-    if data.len() > DATA_CAP {
-        lease.area.bulk[index as usize].lock().out.trim();
+    if in_len > DATA_CAP {
+        at.area.bulk[at.index as usize].lock().out.trim();
     }
-    counted(r, reply)
+    r
 }
 
 /// Put the arguments where the server reads them: the slot's data region,
 /// or (larger than it) the slot's bulk segment, sent to the server first
 /// if it is new. Returns the generation to name in the header (0: none).
-fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32, CallError> {
+fn write_args(at: &At<'_>, data: &[u8]) -> Result<u32, CallError> {
     if data.len() <= DATA_CAP {
-        lease.slot.write(OFF_DATA, data);
+        at.slot.write(OFF_DATA, data);
         return Ok(0);
     }
-    let mut bulk = lease.area.bulk[index as usize].lock();
-    conn.put_bulk(&mut bulk.out, true, index, data)
+    let mut bulk = at.area.bulk[at.index as usize].lock();
+    at.conn.put_bulk(&mut bulk.out, true, at.index, data)
 }
 
 /// Take a reply the fast path does not: an error status, a result in the
@@ -224,15 +260,14 @@ fn write_args(lease: &Lease, conn: &Conn, index: u32, data: &[u8]) -> Result<u32
 /// refused the call before taking them.
 #[cold]
 pub(super) fn take_reply(
-    lease: &Lease,
-    conn: &Arc<Conn>,
+    at: &At<'_>,
     seq: u32,
     h: ReplyHeader,
     granted: &[u32],
     reply: &mut Reply,
     vanilla: bool,
 ) -> Result<(), CallError> {
-    let slot = &lease.slot;
+    let (conn, slot, index) = (at.conn, at.slot, at.index);
     reply.clear();
     if h.status != ST_OK {
         let untaken = h.status & ST_UNTAKEN != 0;
@@ -256,17 +291,15 @@ pub(super) fn take_reply(
     }
     check_sizes("result", out_len, 0)?; // before anything is allocated for it
     if out_len > DATA_CAP {
-        take_bulk_reply(lease, conn, h, reply)?;
+        take_bulk_reply(at, h, reply)?;
     } else if out_len > 0 {
         reply.data.resize(out_len, 0);
         slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
     }
     if out_doors > 0 {
-        let index = lease.claim.index;
         transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;
     }
     if h.out_bufs > 0 {
-        let index = lease.claim.index;
         buffer::receive(
             conn,
             slot,
@@ -283,15 +316,10 @@ pub(super) fn take_reply(
 /// Copy a result larger than the data region out of the server's bulk
 /// segment for our slot, mapping the segment first if the reply names a
 /// new one.
-fn take_bulk_reply(
-    lease: &Lease,
-    conn: &Arc<Conn>,
-    h: ReplyHeader,
-    reply: &mut Reply,
-) -> Result<(), CallError> {
-    let index = lease.claim.index;
-    let mut bulk = lease.area.bulk[index as usize].lock();
-    let generation = ReplyHeader::segment(&lease.slot);
+fn take_bulk_reply(at: &At<'_>, h: ReplyHeader, reply: &mut Reply) -> Result<(), CallError> {
+    let (conn, index) = (at.conn, at.index);
+    let mut bulk = at.area.bulk[index as usize].lock();
+    let generation = ReplyHeader::segment(at.slot);
     if !bulk.inb.has(generation) {
         let fd = conn
             .take_segment(false, index, generation)

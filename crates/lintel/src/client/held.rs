@@ -103,21 +103,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     // Forget leases on dead connections so their areas can go.
     last::clear();
     let _ = LEASES.try_with(|l| l.0.borrow_mut().retain(|x| !x.conn.is_dead() || unheld(x)));
-    let area = {
-        let mut out = conn.out.lock();
-        match &*out {
-            Some(a) => a.clone(),
-            None => {
-                let (a, fd) = OutArea::create().map_err(|e| CallError::Local(e.to_string()))?;
-                if !conn.send(&Ctl::Area, &[fd.as_fd()]) {
-                    return Err(CallError::PeerDied);
-                }
-                let a = Arc::new(a);
-                *out = Some(a.clone());
-                a
-            }
-        }
-    };
+    let area = out_area(conn)?;
     let due = deadline::current();
     let claim = area.leases.take_or_wait(
         |i, seq| area.settled(i, seq),
@@ -149,6 +135,22 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     let held = LEASES.try_with(|l| l.0.borrow_mut().push(lease.clone())).is_ok();
     lease.held.set(held);
     Ok(lease)
+}
+
+/// This domain's call area on `conn`, made and sent to the peer (with the
+/// notice socket's other end) on the first call.
+pub(super) fn out_area(conn: &Arc<Conn>) -> Result<Arc<OutArea>, CallError> {
+    let mut out = conn.out.lock();
+    if let Some(a) = &*out {
+        return Ok(a.clone());
+    }
+    let (a, fd, notices) = OutArea::create().map_err(|e| CallError::Local(e.to_string()))?;
+    if !conn.send(&Ctl::Area, &[fd.as_fd(), notices.as_fd()]) {
+        return Err(CallError::PeerDied);
+    }
+    let a = Arc::new(a);
+    *out = Some(a.clone());
+    Ok(a)
 }
 
 /// The slot held the late reply to abandoned call `seq`: doors it carries

@@ -14,6 +14,18 @@ use crate::state::call_area::OutArea;
 use crate::state::lease::Claim;
 use crate::sys::umem::Slot;
 
+/// Where a call is made: a slot of this domain's call area on `conn`
+/// (leased by a thread, or taken by an awaited call).
+pub(super) struct At<'a> {
+    pub conn: &'a Arc<Conn>,
+    pub area: &'a OutArea,
+    pub slot: &'a Slot,
+    /// The slot's index in the area.
+    pub index: u32,
+    /// Where the caller runs ([`u32::MAX`]: unknown), for the server's spin.
+    pub cpu: u32,
+}
+
 /// One thread's lease of one slot.
 pub(super) struct Lease {
     pub(super) conn: Arc<Conn>,
@@ -37,6 +49,18 @@ impl Lease {
     #[inline]
     pub(super) fn next_seq(&self) -> u32 {
         self.area.leases.next_seq(&self.claim, SEQ_DEAD)
+    }
+
+    /// The leased slot, as the call paths name it.
+    #[inline]
+    pub(super) fn at(&self) -> At<'_> {
+        At {
+            conn: &self.conn,
+            area: &self.area,
+            slot: &self.slot,
+            index: self.claim.index,
+            cpu: self.cpu.get(),
+        }
     }
 }
 

@@ -17,6 +17,7 @@
 //! - `lease`, `held` and `last`: one lease of a slot, this thread's
 //!   leases, and the last call's, which the fast path borrows without a
 //!   count (the `unsafe` is in `last`).
+mod awaited;
 pub mod call;
 mod checked;
 #[allow(unsafe_code)] // the borrow of the last call's lease (see `last`)
@@ -27,5 +28,6 @@ mod last;
 mod lease;
 mod wait;
 
+pub use awaited::AsyncCall;
 pub(crate) use checked::{call_checked, call_with};
 pub(crate) use held::forget_thread_leases;

@@ -364,12 +364,12 @@ impl Home for Domain {
         crate::object::buffer::returned(conn.id, loans);
     }
 
-    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd) {
+    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd) {
         let mut inbound = self.inbound.lock();
         if conn.is_dead() || inbound.contains_key(&conn.id) {
             return; // one area per connection
         }
-        match InArea::map(fd.as_fd()) {
+        match InArea::map(fd.as_fd(), notices) {
             Ok(area) => {
                 inbound.insert(conn.id, Arc::new(area));
             }

@@ -40,8 +40,9 @@ pub(crate) trait Home: Send + Sync + 'static {
     fn settings(&'static self) -> &'static Settings;
     /// The peer is gone (or refused): tear `conn` down, once.
     fn conn_died(&self, conn: &Arc<Conn>);
-    /// The peer sent the call area for its calls to us.
-    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd);
+    /// The peer sent the call area for its calls to us, and the socket
+    /// for notices to its parked calls.
+    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd);
     /// The peer posted a call on `slot` and found no thread bound to it.
     fn kick(&'static self, conn: &Arc<Conn>, slot: u32);
     /// The caller of call `seq` on `slot` was alerted.
@@ -67,7 +68,7 @@ pub(crate) trait Home: Send + Sync + 'static {
 impl Parked {
     /// Park a batch; false (and the fds closed) if it is refused.
     fn park(&mut self, request: bool, slot: u32, seq: u32, fds: Vec<OwnedFd>) -> bool {
-        if slot as usize >= abi::SLOTS || fds.len() > abi::MAX_DOORS {
+        if slot as usize >= abi::AREA_SLOTS || fds.len() > abi::MAX_DOORS {
             return false;
         }
         // A newer batch for the same slot replaces a stale one.
@@ -132,7 +133,7 @@ pub(crate) struct Conn {
     answer_cv: Condvar,
     tickets_in: Mutex<Parked>,
     /// Bulk segments sent ahead of the call or reply that first uses them:
-    /// the newest per slot and direction, so at most `2 × SLOTS` fds.
+    /// the newest per slot and direction, at most [`MAX_SEGMENTS_IN`].
     segments_in: Mutex<HashMap<(bool, u32), (u32, OwnedFd)>>,
     /// Sealed snapshots' memfds sent ahead of the call or reply that
     /// passes them (bounded like tickets).
@@ -172,6 +173,12 @@ struct Parked {
 /// Most ticket fds parked per connection; beyond, new batches are refused
 /// and the calls they belong to fail with "door tickets missing".
 const MAX_PARKED_FDS: usize = 4 * abi::MAX_DOORS;
+
+/// Most bulk segments waiting for their first call per connection (two
+/// per thread slot, and as many again for awaited calls): a peer cannot
+/// make us hold more descriptors than this, and a call whose segment was
+/// refused fails with "bulk segment missing".
+const MAX_SEGMENTS_IN: usize = 4 * abi::SLOTS;
 /// How long a control request (mint or redeem a ticket) waits for the
 /// peer's answer before the transfer fails.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -533,12 +540,13 @@ impl Conn {
                 }
             }
             Ctl::Area => {
-                if fds.len() == 1 {
-                    home.call_area(self, fds.pop().expect("one fd"));
+                if fds.len() == 2 {
+                    let notices = fds.pop().expect("two fds");
+                    home.call_area(self, fds.pop().expect("two fds"), notices);
                 }
             }
             Ctl::Kick { slot } => {
-                if (slot as usize) < abi::SLOTS {
+                if (slot as usize) < abi::AREA_SLOTS {
                     home.kick(self, slot);
                 }
             }
@@ -580,9 +588,12 @@ impl Conn {
                 slot,
                 generation,
             } => {
-                if (slot as usize) < abi::SLOTS && fds.len() == 1 {
+                if (slot as usize) < abi::AREA_SLOTS && fds.len() == 1 {
                     let fd = fds.pop().expect("one fd");
-                    self.segments_in.lock().insert((request, slot), (generation, fd));
+                    let mut segments = self.segments_in.lock();
+                    if segments.len() < MAX_SEGMENTS_IN || segments.contains_key(&(request, slot)) {
+                        segments.insert((request, slot), (generation, fd));
+                    }
                 }
             }
             Ctl::Buffers { request, slot, seq } => {
@@ -665,7 +676,7 @@ pub(crate) mod alone {
                 conn.tear_down();
             }
         }
-        fn call_area(&self, _: &Arc<Conn>, _: OwnedFd) {}
+        fn call_area(&self, _: &Arc<Conn>, _: OwnedFd, _: OwnedFd) {}
         fn kick(&'static self, _: &Arc<Conn>, _: u32) {}
         fn alert(&self, _: &Arc<Conn>, _: u32, _: u32) {}
         fn loans_returned(&self, _: &Arc<Conn>, _: &[(u64, u32)]) {}
@@ -846,7 +857,7 @@ mod tests {
         assert!(p.park(true, 1, 1, fds(3)));
         assert!(p.park(true, 1, 2, fds(1)), "the stale batch goes");
         assert_eq!(p.fds, 1);
-        assert!(!p.park(true, abi::SLOTS as u32, 1, fds(1)), "no such slot");
+        assert!(!p.park(true, abi::AREA_SLOTS as u32, 1, fds(1)), "no such slot");
         assert!(
             !p.park(true, 2, 1, fds(abi::MAX_DOORS + 1)),
             "more than a call may carry"

@@ -1,13 +1,13 @@
 //! A peer's call area as the server sees it: mapped after its seals and
 //! size are checked, with the server's private state of each slot.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 use parking_lot::Mutex;
 
-use crate::abi::{AREA_SIZE, SLOTS};
+use crate::abi::{AREA_SIZE, AREA_SLOTS, OFF_NOTICE_LOST};
 use crate::context::shuttle::Shuttle;
 use crate::object::door::Door;
 use crate::state::bulk::SlotBulk;
@@ -79,17 +79,43 @@ pub(crate) struct InArea {
     /// Each slot's bulk segments: the caller's for arguments, ours for
     /// results (used by the thread serving the slot).
     pub(super) bulk: Vec<Mutex<SlotBulk>>,
+    /// The caller's socket for notices to its parked calls.
+    notices: OwnedFd,
+    /// One past the highest slot ever kicked: the slots beyond were never
+    /// used, and a caller's death need not touch their (untouched) pages.
+    used: AtomicU32,
 }
 
 impl InArea {
-    pub fn map(fd: BorrowedFd<'_>) -> Result<InArea, &'static str> {
+    /// Map the caller's area (after checking its seals and size), with
+    /// its notice socket (any descriptor: notices are sent without
+    /// blocking, so a peer's choice cannot stall a server thread).
+    pub fn map(fd: BorrowedFd<'_>, notices: OwnedFd) -> Result<InArea, &'static str> {
         sys::check_sealed_memfd(fd, AREA_SIZE)?;
         let map = Mapping::map(fd, AREA_SIZE).map_err(|_| "cannot map call area")?;
         Ok(InArea {
             map: Arc::new(map),
-            slots: (0..SLOTS).map(|_| SlotServer::new()).collect(),
-            bulk: (0..SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
+            slots: (0..AREA_SLOTS).map(|_| SlotServer::new()).collect(),
+            bulk: (0..AREA_SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
+            notices,
+            used: AtomicU32::new(0),
         })
+    }
+
+    /// The caller's task on `slot` is parked: tell it its reply is there.
+    /// Never blocks. When the caller's queue is full the notice is lost, so
+    /// the area's notice-lost word says so, and a second send rings again
+    /// in case the caller emptied the queue meanwhile (else the queued
+    /// notices wake it, and it reads the word after them).
+    #[cold]
+    pub(super) fn notify(&self, slot: u32) {
+        use rustix::net::{SendFlags, send};
+        let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+        let bytes = slot.to_le_bytes();
+        if send(&self.notices, &bytes, flags).is_err() {
+            self.map.u32(OFF_NOTICE_LOST).store(1, SeqCst);
+            let _ = send(&self.notices, &bytes, flags);
+        }
     }
 
     pub(super) fn slot(&self, i: u32) -> Slot {
@@ -98,6 +124,7 @@ impl InArea {
 
     /// Queue `slot` for a thread unless one has it already.
     pub fn claim_for_queue(&self, slot: u32) -> bool {
+        self.used.fetch_max(slot + 1, Relaxed);
         self.slots[slot as usize].binding.claim_for_queue()
     }
 
@@ -137,7 +164,8 @@ impl InArea {
     /// its own.
     pub fn caller_died(&self) {
         crate::sys::fence::heavy();
-        for (i, ss) in self.slots.iter().enumerate() {
+        let used = self.used.load(Relaxed) as usize;
+        for (i, ss) in self.slots.iter().enumerate().take(used) {
             ss.alerts.alerted_seq.store(ss.last_seq(), Relaxed);
             ss.alert_thread();
             ss.unbind.store(true, SeqCst);

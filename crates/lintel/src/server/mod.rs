@@ -286,7 +286,7 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
         ReplyHeader::write_inline_header(slot, len);
         bufs.reply_header = Some(len);
     }
-    publish_reply(slot, seq);
+    publish_reply(w, slot, seq);
     // The handler is done: leaving after the reply keeps this off the
     // caller's wait (its only effect is to let `unreferenced` run), as does
     // counting the call.
@@ -301,10 +301,13 @@ fn handle_late(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buff
     handle(w, ss, slot, seq, bufs)
 }
 
-/// Publish the reply written in `slot` and wake the caller if it sleeps.
+/// Publish the reply written in `slot` and wake the caller if it sleeps,
+/// or send its parked task a notice.
 #[inline]
-fn publish_reply(slot: &Slot, seq: u32) {
-    handshake::publish_reply::<Shared>(&handshake::Words::of(slot), seq);
+fn publish_reply(w: &Work, slot: &Slot, seq: u32) {
+    if handshake::publish_reply::<Shared>(&handshake::Words::of(slot), seq) {
+        w.area.notify(w.slot);
+    }
 }
 
 /// Whether the worker's door of the last call is the one `grant` names

@@ -118,7 +118,7 @@ pub(super) fn finish_slow(
         ss.pinned.lock().append(&mut bufs.reply.doors);
         ss.has_pinned.store(true, Relaxed);
     }
-    publish_reply(slot, seq);
+    publish_reply(w, slot, seq);
 }
 
 /// After a bulk call: give back our segment for the slot if it is too large

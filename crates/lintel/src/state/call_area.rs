@@ -1,6 +1,8 @@
 //! The call area a domain makes for its own calls over one connection: a
-//! sealed memfd of `SLOTS` slots, shared with the peer, whose slots its
-//! calling threads lease (`lease`, `client`). The peer's view of it is
+//! sealed memfd of `AREA_SLOTS` slots, shared with the peer, whose first
+//! slots its calling threads lease (`lease`, `client`) and whose others its
+//! awaited calls take (`calls`, with the tasks parked on them in `parked`
+//! and the notice socket that wakes them). The peer's view of it is
 //! `server::InArea`. A plain value over the mapping: the connection holds
 //! it, the caller's side uses it.
 
@@ -10,11 +12,15 @@ use std::sync::atomic::Ordering::*;
 
 use parking_lot::Mutex;
 
-use crate::abi::{AREA_SIZE, SEQ_DEAD, SLOTS};
+use crate::abi::{AREA_SIZE, AREA_SLOTS, OFF_NOTICE_LOST, SEQ_DEAD, SLOTS};
 use crate::state::bulk::SlotBulk;
+use crate::state::calls::CallSlots;
 use crate::state::lease::Leases;
+use crate::state::parked::Parked;
+use crate::sys::notices::Notices;
 use crate::sys::umem::{Slot, SyncWord};
 use crate::sys::{self, Mapping};
+use std::sync::atomic::AtomicU32;
 
 /// The call area this domain created for its calls over one connection.
 pub(crate) struct OutArea {
@@ -24,19 +30,35 @@ pub(crate) struct OutArea {
     /// Each slot's bulk segments: ours for arguments, the server's for
     /// results (used by the slot's lease owner only).
     pub bulk: Vec<Mutex<SlotBulk>>,
+    /// Which awaited call uses which of the other slots.
+    pub calls: CallSlots,
+    /// The tasks parked on them.
+    pub parked: Parked,
+    /// Where the server's notices to parked calls arrive.
+    pub notices: Notices,
 }
 
 impl OutArea {
-    /// A new area, and the sealed memfd to hand the peer.
-    pub fn create() -> std::io::Result<(OutArea, OwnedFd)> {
+    /// A new area, and what to hand the peer: the sealed memfd, and the
+    /// notice socket's other end.
+    pub fn create() -> std::io::Result<(OutArea, OwnedFd, OwnedFd)> {
         let fd = sys::sealed_memfd("lintel-calls", AREA_SIZE)?;
         let map = Arc::new(Mapping::map(fd.as_fd(), AREA_SIZE)?);
+        let (notices, theirs) = Notices::pair()?;
         let area = OutArea {
             map,
             leases: Leases::new(SLOTS),
-            bulk: (0..SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
+            bulk: (0..AREA_SLOTS).map(|_| Mutex::new(SlotBulk::default())).collect(),
+            calls: CallSlots::new(),
+            parked: Parked::new(),
+            notices,
         };
-        Ok((area, fd))
+        Ok((area, fd, theirs))
+    }
+
+    /// The area's word saying a notice was lost (see `abi`).
+    pub fn notice_lost(&self) -> &AtomicU32 {
+        self.map.u32(OFF_NOTICE_LOST)
     }
 
     pub fn slot(&self, i: u32) -> Slot {
@@ -50,13 +72,19 @@ impl OutArea {
         r == seq || r == SEQ_DEAD
     }
 
-    /// Wake every caller waiting in this area: the server died.
+    /// Wake every caller waiting in this area: the server died. (The
+    /// awaited calls' slots never taken are left untouched.)
     pub fn peer_died(&self) {
-        for i in 0..SLOTS as u32 {
+        let used = SLOTS as u32 + self.calls.used();
+        for i in 0..used {
             let s = self.slot(i);
             s.sync(SyncWord::RepSeq).store(SEQ_DEAD, SeqCst);
             sys::futex_wake(s.sync(SyncWord::RepSeq), u32::MAX);
         }
         self.leases.wake_all();
+        self.calls.wake_all();
+        let mut woken = Vec::new();
+        self.parked.all(&mut woken);
+        woken.into_iter().for_each(std::task::Waker::wake);
     }
 }

@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering::{self, *};
 use std::time::Duration;
 
-use crate::abi::{BUSY, RUNNING, SEQ_DEAD, SLEEPING, SPINNING, UNBOUND};
+use crate::abi::{BUSY, PARKED, RUNNING, SEQ_DEAD, SLEEPING, SPINNING, UNBOUND};
 
 /// A 32-bit word both sides read and write.
 pub(crate) trait Word {
@@ -185,13 +185,38 @@ pub(crate) fn sleep_for_reply<M: Mem>(w: &Words<'_, M::Word>, seq: u32, timeout:
 }
 
 /// Server: publish reply `seq` (written into the slot before), waking the
-/// client if it sleeps.
+/// client if it sleeps. True if the client's task is parked
+/// ([`park_for_reply`]): the caller must send it a notice.
 #[inline(always)]
-pub(crate) fn publish_reply<M: Mem>(w: &Words<'_, M::Word>, seq: u32) {
+pub(crate) fn publish_reply<M: Mem>(w: &Words<'_, M::Word>, seq: u32) -> bool {
     M::publish(w.rep, seq);
-    if w.client.load(Relaxed) == SLEEPING {
-        M::futex_wake(w.rep);
+    match w.client.load(Relaxed) {
+        SLEEPING => {
+            M::futex_wake(w.rep);
+            false
+        }
+        PARKED => true,
+        _ => false,
     }
+}
+
+/// Client of an awaited call: park the task waiting for reply `seq`:
+/// publish [`PARKED`], then look again. True if the reply (or the server's
+/// death) is there already; else the server, which publishes its reply
+/// before it looks at our word, sees [`PARKED`] and sends a notice. The
+/// word stays [`PARKED`] until [`unpark`].
+#[inline]
+pub(crate) fn park_for_reply<M: Mem>(w: &Words<'_, M::Word>, seq: u32) -> bool {
+    M::publish(w.client, PARKED);
+    let r = w.rep.load(Acquire);
+    r == seq || r == SEQ_DEAD
+}
+
+/// Client: the parked call is over (answered or abandoned); later replies
+/// on the slot need no notice.
+#[inline]
+pub(crate) fn unpark<M: Mem>(w: &Words<'_, M::Word>) {
+    w.client.store(RUNNING, Relaxed);
 }
 
 /// A request newer than `last` (0 is never one).
@@ -470,6 +495,38 @@ mod tests {
                 assert_ne!(call(&s, seq), Posted::Unbound, "the server stays bound");
                 assert_eq!(s.rep.load(SeqCst), seq);
             }
+            server.join().unwrap();
+        });
+    }
+
+    /// A parked call and the server's reply: the task is either answered
+    /// when it looks after parking, or sent a notice (here a futex word the
+    /// task waits on, as the runtime waits on the notice socket). A lost
+    /// notice shows as a deadlock.
+    #[test]
+    fn a_parked_call_is_never_left_without_its_notice() {
+        model(|| {
+            let s = Slot::new(SLEEPING);
+            let notices = Arc::new(FWord::new(0));
+            let server = {
+                let (s, notices) = (s.clone(), notices.clone());
+                loom::thread::spawn(move || {
+                    let r = next_request(&s, 0);
+                    if publish_reply::<Model>(&s.words(), r) {
+                        notices.store(1, SeqCst);
+                        Model::futex_wake(&notices);
+                    }
+                })
+            };
+            let w = s.words();
+            post::<Model>(&w, 1);
+            if !park_for_reply::<Model>(&w, 1) {
+                while notices.load(SeqCst) == 0 {
+                    Model::futex_wait(&notices, 0, Duration::ZERO);
+                }
+            }
+            unpark::<Model>(&w);
+            assert_eq!(s.rep.load(SeqCst), 1, "a notice comes only after the reply");
             server.join().unwrap();
         });
     }

@@ -1,6 +1,7 @@
 //! Layer 2, plain state machines.
 pub mod bulk;
 pub mod call_area;
+pub mod calls;
 pub mod claim;
 pub mod grants;
 pub mod handshake;
@@ -11,6 +12,7 @@ pub mod lease;
 #[allow(unsafe_code)]
 mod model;
 pub mod pace;
+pub mod parked;
 pub mod refs;
 pub mod running;
 pub mod sync;

@@ -4,6 +4,8 @@
 //! (`fence`), and bounded spinning (`spin`).
 
 pub mod fence;
+#[allow(unsafe_code)] // registering a descriptor with the runtime's reactor
+pub mod notices;
 pub mod spin;
 #[allow(unsafe_code)]
 pub mod umem;

@@ -1,0 +1,314 @@
+//! Suite `async`: door calls awaited by tasks (`Door::call_async`) on a single-threaded tokio
+//! runtime, served by a child domain (this binary re-executed as [`ROLE`]).
+//!
+//! - `null_cross_spin`: 0 bytes, spinning on (the default): a reply within the spin window;
+//!   compared to `door/null_cross_fast` (a thread's call, run earlier in the same run).
+//! - `null_cross_parked`: the same with spinning off in both domains, so every call parks its
+//!   task and is woken through the runtime's reactor by the server's notice; compared to
+//!   `baseline/tokio_eventfd_pingpong`, which this suite measures: two tokio runtimes in two
+//!   processes echoing an 8-byte eventfd count, each waiting on its eventfd in the reactor.
+//! - `throughput_1000`: 1,000 tasks on the one thread, each calling in a loop a door whose
+//!   handler waits 1 ms (a service waiting on something else: the case concurrency is for);
+//!   ns per call over all of them, compared to `blocking_1ms`, one thread making the same calls
+//!   one at a time. The child allows 1,100 server threads, so no call waits for a thread.
+//!
+//! The child role's doors are listed in [`Offer`].
+
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use lintel::{Door, Fault, Reply, Request};
+use tokio::io::unix::AsyncFd;
+
+use crate::baseline;
+use crate::harness::{
+    CaseResult, ChildProc, Config, Report, fd_arg, measure_batches, spawn_self, take_fd, ticks, ticks_to_ns,
+};
+
+pub const SUITE: &str = "async";
+/// The child role that serves the suite's doors.
+pub const ROLE: &str = "async";
+/// The child role of the eventfd baseline.
+pub const EVENTFD_ROLE: &str = "async-eventfd";
+/// The baseline case this suite measures (reported in suite `baseline`).
+pub const EVENTFD_CASE: &str = "tokio_eventfd_pingpong";
+/// How long the throughput cases' handler waits.
+const NAP: Duration = Duration::from_millis(1);
+/// Tasks in flight in `throughput_1000`.
+const TASKS: usize = 1000;
+
+/// The child's doors, in this order (each door's datum is its position).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Offer {
+    /// 0 bytes in, 0 out.
+    Null,
+    /// Waits [`NAP`], returns its arguments.
+    Nap,
+    /// One byte: 0 spinning off, 1 on.
+    Spin,
+}
+
+const OFFERS: [Offer; 3] = [Offer::Null, Offer::Nap, Offer::Spin];
+
+/// The child side: serve [`OFFERS`] until killed.
+pub fn child(args: &[String]) -> anyhow::Result<()> {
+    ensure!(args.is_empty(), "the async child takes no arguments");
+    let doors = OFFERS
+        .iter()
+        .map(|&offer| {
+            Door::create(
+                offer as u64,
+                move |req: Request<'_>, reply: &mut Reply| match offer {
+                    Offer::Null if req.data.is_empty() => Ok(()),
+                    Offer::Nap => {
+                        std::thread::sleep(NAP);
+                        reply.data.extend_from_slice(req.data);
+                        Ok(())
+                    }
+                    Offer::Spin if req.data.len() == 1 => {
+                        lintel::set_spin(req.data[0] == 1);
+                        Ok(())
+                    }
+                    _ => Err(Fault(1)),
+                },
+            )
+        })
+        .collect();
+    crate::harness::serve_all_forever(doors)
+}
+
+pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let mut cmd = spawn_self(cfg, ROLE, &[])?;
+    cmd.env("LINTEL_MAX_THREADS", "1100");
+    let spawned = lintel::boot::spawn(&mut cmd, &[]).context("starting the async child domain")?;
+    let mut child = spawned.child;
+    let doors = spawned.doors;
+    let result = cases(cfg, &doors, report);
+    drop(doors);
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()> {
+    ensure!(
+        doors.len() == OFFERS.len(),
+        "the async child offered {} doors",
+        doors.len()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (null, nap, spin) = (&doors[0], &doors[1], &doors[2]);
+
+    let stats = rt.block_on(null_calls(null, cfg.iters(200_000), 100))?;
+    let note = if lintel::spinning() {
+        "a reply within the spin window; target ≤ 1.3× door/null_cross_fast"
+    } else {
+        "LINTEL_SPIN=off in the environment, so this case did not spin"
+    };
+    report.push(
+        CaseResult::new(SUITE, "null_cross_spin", &stats)
+            .compare_to("door", "null_cross_fast")
+            .with_note(note),
+    );
+
+    let eventfd = eventfd_pingpong(cfg, cfg.iters(50_000), 10).context(EVENTFD_CASE)?;
+    report.push(eventfd);
+    let was = lintel::spinning();
+    lintel::set_spin(false);
+    spin.call_bytes(&[0])
+        .context("turning the child's spinning off")?;
+    let parked = rt.block_on(null_calls(null, cfg.iters(50_000), 10));
+    lintel::set_spin(was);
+    spin.call_bytes(&[1]).context("turning the child's spinning on")?;
+    report.push(
+        CaseResult::new(SUITE, "null_cross_parked", &parked?)
+            .compare_to(baseline::SUITE, EVENTFD_CASE)
+            .with_note("spinning off in both domains: every call parks its task; target ≤ 1.2×"),
+    );
+
+    let rounds = if cfg.quick { 3 } else { 7 };
+    let blocking = blocking_naps(nap, rounds, 100)?;
+    report.push(
+        CaseResult::new(SUITE, "blocking_1ms", &blocking)
+            .with_note("one thread calling, one call at a time, a handler that waits 1 ms; ns per call"),
+    );
+    let calls_per_task = if cfg.quick { 5 } else { 20 };
+    let many = rt.block_on(concurrent_naps(nap, rounds, calls_per_task))?;
+    let speedup = blocking.median_ns / many.median_ns;
+    report.push(
+        CaseResult::new(SUITE, "throughput_1000", &many)
+            .compare_to(SUITE, "blocking_1ms")
+            .with_field("calls_per_s", 1e9 / many.median_ns)
+            .with_note(format!(
+                "{TASKS} tasks on one thread, each making {calls_per_task} calls one after another \
+                 per round, to the handler of blocking_1ms; ns per call over all tasks; \
+                 {speedup:.0}× the calls per second of one blocking thread (target ≥ 5×)"
+            )),
+    );
+    Ok(())
+}
+
+/// `iters` awaited null calls in batches of `batch`, each batch timed as a whole.
+async fn null_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
+    let batches = iters.div_ceil(batch);
+    for _ in 0..(iters / 10).max(batch) {
+        check(door.call_async(&[], &[]).await?, 0)?;
+    }
+    let mut samples = Vec::with_capacity(batches as usize);
+    for _ in 0..batches {
+        let t0 = ticks();
+        for _ in 0..batch {
+            check(door.call_async(&[], &[]).await?, 0)?;
+        }
+        samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
+    }
+    Ok(measure_batches(samples, batch))
+}
+
+fn check(reply: Reply, len: usize) -> anyhow::Result<()> {
+    ensure!(
+        reply.data.len() == len && reply.doors.is_empty(),
+        "unexpected reply"
+    );
+    Ok(())
+}
+
+/// `rounds` rounds of `calls` blocking calls to the napping door: ns per call, per round.
+fn blocking_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<crate::harness::Stats> {
+    let mut reply = Reply::new();
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        for i in 0..calls {
+            let tag = (i as u64).to_le_bytes();
+            door.call(&tag, &[], &mut reply)?;
+            ensure!(reply.data == tag, "a napping call returned the wrong bytes");
+        }
+        samples.push(t0.elapsed().as_nanos() as f64 / calls as f64);
+    }
+    Ok(crate::harness::measure_single(&samples))
+}
+
+/// `rounds` rounds of [`TASKS`] tasks each making `calls` awaited calls to the napping door:
+/// ns per call over all tasks, per round.
+async fn concurrent_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<crate::harness::Stats> {
+    let mut samples = Vec::new();
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        let mut set = tokio::task::JoinSet::new();
+        for t in 0..TASKS {
+            let door = door.clone();
+            set.spawn(async move {
+                for i in 0..calls {
+                    let tag = ((t * calls + i) as u64).to_le_bytes();
+                    let reply = door.call_async(&tag, &[]).await?;
+                    ensure!(reply.data == tag, "a napping call returned the wrong bytes");
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(done) = set.join_next().await {
+            done.context("a calling task")??;
+        }
+        samples.push(t0.elapsed().as_nanos() as f64 / (TASKS * calls) as f64);
+    }
+    Ok(crate::harness::measure_single(&samples))
+}
+
+/// `baseline/tokio_eventfd_pingpong`: an 8-byte count written to the child's eventfd, echoed on
+/// ours; each side awaits its eventfd in its runtime's reactor.
+fn eventfd_pingpong(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<CaseResult> {
+    let to_child = lintel_sys::eventfd().context("eventfd")?;
+    let to_us = lintel_sys::eventfd().context("eventfd")?;
+    let args = vec![fd_arg(to_child.as_fd()), fd_arg(to_us.as_fd())];
+    let pass: Vec<BorrowedFd> = vec![to_child.as_fd(), to_us.as_fd()];
+    let child = ChildProc::spawn(spawn_self(cfg, EVENTFD_ROLE, &args)?, &pass)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let stats = rt.block_on(async {
+        let tx = to_child;
+        let rx = reactor(to_us)?;
+        let batches = iters.div_ceil(batch);
+        let mut n = 0u64;
+        for _ in 0..(iters / 10).max(batch) {
+            n += 1;
+            exchange(&tx, &rx, n).await?;
+        }
+        let mut samples = Vec::with_capacity(batches as usize);
+        for _ in 0..batches {
+            let t0 = ticks();
+            for _ in 0..batch {
+                n += 1;
+                exchange(&tx, &rx, n).await?;
+            }
+            samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
+        }
+        write_count(&tx, u64::MAX)?;
+        anyhow::Ok(measure_batches(samples, batch))
+    })?;
+    child.finish(Duration::from_secs(10))?;
+    Ok(CaseResult::new(baseline::SUITE, EVENTFD_CASE, &stats).with_note(
+        "two single-threaded tokio runtimes in two processes, 8 bytes (an eventfd count) each way, \
+         each side awaiting its eventfd through the reactor",
+    ))
+}
+
+/// The child side of the eventfd baseline: `__child async-eventfd RX TX`.
+pub fn eventfd_child(args: &[String]) -> anyhow::Result<()> {
+    let [rx, tx] = args else {
+        bail!("the eventfd child takes two descriptors");
+    };
+    let (rx, tx) = (take_fd(rx)?, take_fd(tx)?);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let rx = reactor(rx)?;
+        loop {
+            let n = read_count(&rx).await?;
+            if n == u64::MAX {
+                return Ok(());
+            }
+            write_count(&tx, n)?;
+        }
+    })
+}
+
+/// `fd`, non-blocking, registered with the current runtime's reactor.
+fn reactor(fd: OwnedFd) -> anyhow::Result<AsyncFd<OwnedFd>> {
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    // (Deprecated for types that might not own their descriptor; an `OwnedFd` does, for as
+    // long as the `AsyncFd` holds it.)
+    #[allow(deprecated)]
+    let afd = AsyncFd::new(fd)?;
+    Ok(afd)
+}
+
+async fn exchange(tx: &OwnedFd, rx: &AsyncFd<OwnedFd>, n: u64) -> anyhow::Result<()> {
+    write_count(tx, n)?;
+    let got = read_count(rx).await?;
+    ensure!(got == n, "the eventfd child echoed {got}, not {n}");
+    Ok(())
+}
+
+fn write_count(fd: &OwnedFd, n: u64) -> anyhow::Result<()> {
+    rustix::io::write(fd, &n.to_ne_bytes()).context("writing an eventfd")?;
+    Ok(())
+}
+
+async fn read_count(fd: &AsyncFd<OwnedFd>) -> anyhow::Result<u64> {
+    loop {
+        let mut ready = fd.readable().await?;
+        let mut buf = [0u8; 8];
+        match rustix::io::read(fd.get_ref(), &mut buf) {
+            Ok(_) => return Ok(u64::from_ne_bytes(buf)),
+            Err(rustix::io::Errno::AGAIN) => ready.clear_ready(),
+            Err(e) => return Err(e).context("reading an eventfd"),
+        }
+    }
+}

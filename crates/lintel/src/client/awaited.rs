@@ -1,0 +1,518 @@
+//! Calls awaited by tasks ([`Door::call_async`]): a slot per call in
+//! flight, a spin while the server runs, then the task parks and the
+//! runtime's thread runs other tasks until the server's notice comes.
+//!
+//! A call goes through these steps, each one `poll` of its future:
+//!
+//! 1. **Slot.** It takes one of the area's awaited-call slots
+//!    (`state::calls`), or waits for one (all [`crate::abi::ASYNC_SLOTS`] in
+//!    flight), woken when one comes back.
+//! 2. **Post.** It writes the request (inline up to 16 bytes without doors,
+//!    else as the vanilla path does) and posts it, as a thread's call does.
+//! 3. **Spin.** While the server runs on another CPU it polls the reply
+//!    word for up to the spin budget, so a prompt reply costs what a
+//!    thread's call does.
+//! 4. **Park.** It stores its waker (`state::parked`), marks the slot
+//!    [`crate::abi::PARKED`] and looks once more; the server, seeing the
+//!    mark after it publishes the reply, sends the slot's index on the
+//!    area's notice socket. That socket is registered with the runtime's
+//!    reactor under one waker per area, [`Pump`], which reads the notices
+//!    and wakes the tasks they name, then arms itself again: no task or
+//!    thread is set aside to wait on it.
+//! 5. **Reply.** It reads the reply as a thread's call does and gives the
+//!    slot back.
+//!
+//! Dropping the future (cancel safety), at each step: before the first
+//! poll or while waiting for a slot, nothing was sent. Once posted, the
+//! call is abandoned as a cancelled thread's is: the server is alerted,
+//! the slot drains until the late reply lands, and is taken again only
+//! then, so that reply never reaches a later call; doors in a reply that
+//! landed before the drop are received and let go. The call's effects on
+//! the server may or may not have happened, as with any cancelled call.
+//!
+//! A deadline in force when the future is made (a [`crate::deadline`]
+//! scope, or the door's [`Door::with_timeout`]) bounds the call as it
+//! bounds a thread's, waiting for a slot included: the task is woken by a
+//! timer of the runtime when it passes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::abi::control::Ctl;
+use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLOTS, SPINNING, ST_OK};
+use crate::context::deadline;
+use crate::context::error::CallError;
+use crate::object::buffer::Buffer;
+use crate::object::conn::Conn;
+use crate::object::door::{Door, Inner, RemoteDoor, Reply};
+use crate::object::transfer;
+use crate::state::call_area::OutArea;
+use crate::state::calls::Taken;
+use crate::state::handshake::{self, Posted, Shared, Words};
+use crate::sys;
+use crate::sys::spin::Spinner;
+use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
+
+use super::checked::{Sent, read_vanilla, settled, take_reply, write_vanilla};
+use super::held::out_area;
+use super::lease::At;
+use super::wait::kick;
+
+/// The future of an awaited call ([`Door::call_async`]).
+#[must_use = "a call is made only when its future is awaited"]
+pub struct AsyncCall<'a> {
+    door: &'a Door,
+    data: &'a [u8],
+    doors: &'a [Door],
+    buffers: Vec<Buffer>,
+    /// The deadline in force when the future was made (0: none).
+    due: u64,
+    /// The runtime's timer for `due`, made when the call first waits.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    step: Step,
+}
+
+enum Step {
+    Start,
+    /// Waiting for a slot of `area`.
+    Slot {
+        rd: Arc<RemoteDoor>,
+        area: Arc<OutArea>,
+        ticket: u64,
+    },
+    Posted(InFlight),
+    Done,
+}
+
+/// A posted call.
+struct InFlight {
+    conn: Arc<Conn>,
+    area: Arc<OutArea>,
+    slot: Slot,
+    /// Awaited-call index (the area's slot is [`SLOTS`] past it).
+    index: u32,
+    seq: u32,
+    /// The inline layout (else vanilla, with what it sent).
+    inline: bool,
+    sent: Sent,
+    parked: bool,
+}
+
+impl InFlight {
+    fn at(&self) -> At<'_> {
+        At {
+            conn: &self.conn,
+            area: &self.area,
+            slot: &self.slot,
+            index: SLOTS as u32 + self.index,
+            cpu: u32::MAX,
+        }
+    }
+
+    fn words(&self) -> Words<'_, std::sync::atomic::AtomicU32> {
+        Words::of(&self.slot)
+    }
+
+    /// The reply word says: answered (`Some(true)`), the server died
+    /// (`Some(false)`), or not yet.
+    fn landed(&self) -> Option<bool> {
+        match self.slot.sync(SyncWord::RepSeq).load(Acquire) {
+            r if r == self.seq => Some(true),
+            SEQ_DEAD => Some(false),
+            _ if self.conn.is_dead() => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The call is over: no notice needed, the slot free for another.
+    fn release(&self) {
+        if self.parked {
+            self.area.parked.unpark(self.index);
+        }
+        self.area.calls.give_back(self.index);
+    }
+}
+
+impl Door {
+    /// Call the door from a task: [`Door::call`] as a future, which parks
+    /// the task, not the thread, while the server works. Needs a tokio
+    /// runtime with I/O enabled. Up to [`crate::abi::ASYNC_SLOTS`] calls
+    /// per connection are in flight at once; more wait for a slot (without
+    /// blocking the thread). Dropping the future cancels the call
+    /// (see `client::awaited` for exactly what happens at each point).
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// use lintel::{Door, Reply, Request};
+    /// let echo = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     reply.data.extend_from_slice(req.data);
+    ///     Ok(())
+    /// });
+    /// let reply = echo.call_async(b"hi", &[]).await.unwrap();
+    /// assert_eq!(reply.data, b"hi");
+    /// # });
+    /// ```
+    pub fn call_async<'a>(&'a self, data: &'a [u8], doors: &'a [Door]) -> AsyncCall<'a> {
+        self.call_with_async(data, doors, Vec::new())
+    }
+
+    /// [`Door::call_async`], also passing `buffers` ([`Door::call_with`]).
+    pub fn call_with_async<'a>(
+        &'a self,
+        data: &'a [u8],
+        doors: &'a [Door],
+        buffers: Vec<Buffer>,
+    ) -> AsyncCall<'a> {
+        let (door, due) = match &self.0 {
+            Inner::Timed(t) => {
+                let at =
+                    sys::monotonic_ns().saturating_add(t.timeout.as_nanos().min(u64::MAX as u128) as u64);
+                (&t.door, deadline::earliest(deadline::current(), at))
+            }
+            _ => (self, deadline::current()),
+        };
+        AsyncCall {
+            door,
+            data,
+            doors,
+            buffers,
+            due,
+            timer: None,
+            step: Step::Start,
+        }
+    }
+}
+
+impl Future for AsyncCall<'_> {
+    type Output = Result<Reply, CallError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match &mut this.step {
+                Step::Start => match this.start() {
+                    Ok(Some(reply)) => return this.done(Ok(reply)),
+                    Ok(None) => continue,
+                    Err(e) => return this.done(Err(e)),
+                },
+                Step::Slot { rd, area, ticket } => {
+                    let settled = |i: u32, seq: u32| area.settled(SLOTS as u32 + i, seq);
+                    match area.calls.take(*ticket, cx.waker(), settled) {
+                        Taken::Slot { index, seq } => {
+                            let (rd, area) = (rd.clone(), area.clone());
+                            match this.post(rd, area, index, seq) {
+                                Ok(()) => continue,
+                                Err(e) => return this.done(Err(e)),
+                            }
+                        }
+                        Taken::Wait if rd.conn.is_dead() => return this.done(Err(CallError::PeerDied)),
+                        Taken::Wait => return this.wait_deadline(cx),
+                    }
+                }
+                Step::Posted(call) => {
+                    if let Some(answered) = call.landed() {
+                        return this.finish(answered);
+                    }
+                    // The waker first, then the mark (`state::parked`).
+                    call.area.parked.park(call.index, cx.waker());
+                    let first = !std::mem::replace(&mut call.parked, true);
+                    if first && handshake::park_for_reply::<Shared>(&call.words(), call.seq) {
+                        continue;
+                    }
+                    if !call.area.notices.armed() {
+                        arm(&call.area);
+                        if call.landed().is_some() {
+                            continue;
+                        }
+                    }
+                    return this.wait_deadline(cx);
+                }
+                Step::Done => return Poll::Ready(Err(CallError::Local("polled after it completed".into()))),
+            }
+        }
+    }
+}
+
+impl AsyncCall<'_> {
+    /// The first poll: a door served here is called now (its handler runs
+    /// on this task); one served elsewhere waits for a slot.
+    fn start(&mut self) -> Result<Option<Reply>, CallError> {
+        let rd = match &self.door.0 {
+            Inner::Remote(rd) => rd.clone(),
+            Inner::Dead(_) => return Err(CallError::PeerDied),
+            Inner::Local(_) | Inner::Timed(_) => {
+                let mut reply = Reply::new();
+                let buffers = std::mem::take(&mut self.buffers);
+                let run = || self.door.call_with(self.data, self.doors, buffers, &mut reply);
+                match self.due {
+                    0 => run()?,
+                    due => deadline::scoped(due, run)?,
+                }
+                return Ok(Some(reply));
+            }
+        };
+        if deadline::passed(self.due) {
+            return Err(CallError::TimedOut);
+        }
+        let area = out_area(&rd.conn)?;
+        let ticket = area.calls.ticket();
+        self.step = Step::Slot { rd, area, ticket };
+        Ok(None)
+    }
+
+    /// Write the request into awaited-call slot `index` and post it; spin
+    /// for the reply while the server runs elsewhere.
+    fn post(
+        &mut self,
+        rd: Arc<RemoteDoor>,
+        area: Arc<OutArea>,
+        index: u32,
+        seq: u32,
+    ) -> Result<(), CallError> {
+        let abs = SLOTS as u32 + index;
+        let slot = area.slot(abs);
+        let inline = self.data.len() <= INLINE
+            && self.doors.is_empty()
+            && self.buffers.is_empty()
+            && !rd.conn.settings.force_vanilla.load(Relaxed);
+        let mut call = InFlight {
+            conn: rd.conn.clone(),
+            area,
+            slot,
+            index,
+            seq,
+            inline,
+            sent: Sent::default(),
+            parked: false,
+        };
+        // A slot taken after an abandoned call may still be marked parked.
+        handshake::unpark::<Shared>(&call.words());
+        if inline {
+            RequestHeader::write_inline(&call.slot, rd.grant, 0, self.data, u32::MAX, self.due);
+        } else {
+            let buffers = std::mem::take(&mut self.buffers);
+            match write_vanilla(
+                &call.at(),
+                rd.grant,
+                self.data,
+                self.doors,
+                buffers,
+                seq,
+                false,
+                self.due,
+            ) {
+                Ok(sent) => call.sent = sent,
+                Err(e) => {
+                    call.release();
+                    return Err(e);
+                }
+            }
+        }
+        let running = match handshake::post::<Shared>(&call.words(), seq) {
+            Posted::Running => true,
+            Posted::Woken => false,
+            Posted::Unbound => {
+                if kick(&call.conn, abs).is_err() {
+                    // The slot stays ours: nothing more will land in it.
+                    return Err(CallError::PeerDied);
+                }
+                false
+            }
+        };
+        if running {
+            spin(&call);
+        }
+        self.step = Step::Posted(call);
+        Ok(())
+    }
+
+    /// The reply landed (`answered`) or the server died: read it, give the
+    /// slot back.
+    fn finish(&mut self, answered: bool) -> Poll<Result<Reply, CallError>> {
+        let Step::Posted(call) = std::mem::replace(&mut self.step, Step::Done) else {
+            unreachable!("finish runs on a posted call")
+        };
+        if !answered {
+            return self.done(Err(CallError::PeerDied));
+        }
+        let mut reply = Reply::new();
+        let at = call.at();
+        let r = if call.inline {
+            read_inline(&at, call.seq, self.due, &mut reply)
+        } else {
+            read_vanilla(&at, call.seq, self.due, self.data.len(), &call.sent, &mut reply)
+        };
+        call.release();
+        self.done(r.map(|()| reply))
+    }
+
+    fn done(&mut self, r: Result<Reply, CallError>) -> Poll<Result<Reply, CallError>> {
+        self.step = Step::Done;
+        Poll::Ready(r)
+    }
+
+    /// Pending, woken by the deadline's timer too if the call has one (or
+    /// ended with [`CallError::TimedOut`] if it passed).
+    fn wait_deadline(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reply, CallError>> {
+        if self.due == 0 {
+            return Poll::Pending;
+        }
+        let left = self.due.saturating_sub(sys::monotonic_ns());
+        let timer = self.timer.get_or_insert_with(|| {
+            let at = tokio::time::Instant::now() + std::time::Duration::from_nanos(left);
+            Box::pin(tokio::time::sleep_until(at))
+        });
+        if left == 0 || timer.as_mut().poll(cx).is_ready() {
+            self.abandon();
+            return self.done(Err(CallError::TimedOut));
+        }
+        Poll::Pending
+    }
+
+    /// Give up on the call in whatever step it is (see the module doc).
+    fn abandon(&mut self) {
+        match std::mem::replace(&mut self.step, Step::Done) {
+            Step::Slot { area, ticket, .. } => area.calls.stop_waiting(ticket),
+            Step::Posted(call) => abandon(call),
+            Step::Start | Step::Done => {}
+        }
+    }
+}
+
+impl Drop for AsyncCall<'_> {
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+/// Abandon posted `call`: if its reply has landed after all, let go of
+/// any doors it carries and give the slot back; else alert the server and
+/// leave the slot draining, marked parked so the late reply's notice tells
+/// tasks waiting for a slot to look.
+fn abandon(call: InFlight) {
+    if call.parked {
+        call.area.parked.unpark(call.index);
+    }
+    if !handshake::park_for_reply::<Shared>(&call.words(), call.seq) {
+        let abs = SLOTS as u32 + call.index;
+        call.conn.send(
+            &Ctl::Alert {
+                slot: abs,
+                seq: call.seq,
+            },
+            &[],
+        );
+        call.area.calls.abandon(call.index);
+        return;
+    }
+    if call.landed() == Some(true) {
+        let h = ReplyHeader::read(&call.slot);
+        let n = h.out_doors as usize;
+        if h.status == ST_OK && n > 0 {
+            let mut doors = Vec::new();
+            let abs = SLOTS as u32 + call.index;
+            let _ = transfer::receive_doors(
+                &call.conn,
+                &call.slot,
+                n.min(MAX_DOORS),
+                false,
+                abs,
+                call.seq,
+                &mut doors,
+            );
+        }
+    }
+    call.area.calls.give_back(call.index);
+}
+
+/// Read an inline call's reply (the fast path's layout).
+fn read_inline(at: &At<'_>, seq: u32, due: u64, reply: &mut Reply) -> Result<(), CallError> {
+    let h = ReplyHeader::read(at.slot);
+    if due != 0 || h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
+        let r = take_reply(at, seq, h, &[], reply, false);
+        return settled(due, r, reply);
+    }
+    reply.clear();
+    if h.out_len != 0 {
+        let bytes = at.slot.read_inline(OFF_OUT_INLINE);
+        reply.data.extend_from_slice(&bytes[..h.out_len as usize]);
+    }
+    Ok(())
+}
+
+/// Poll the reply word while the server runs on another CPU, up to the
+/// spin budget (spinning on).
+fn spin(call: &InFlight) {
+    let budget = call.conn.settings.spin_budget_ns();
+    if budget == 0 {
+        return;
+    }
+    let rep = call.slot.sync(SyncWord::RepSeq);
+    let me = sys::current_cpu();
+    let mut spinner = Spinner::new(budget);
+    loop {
+        let r = rep.load(Acquire);
+        if r == call.seq || r == SEQ_DEAD {
+            return;
+        }
+        let st = call.slot.get(Polled::ServerState);
+        let elsewhere = (st == BUSY || st == SPINNING) && call.slot.get(Polled::ServerCpu) != me;
+        if !(elsewhere && spinner.spin()) {
+            return;
+        }
+    }
+}
+
+/// The waker the area's notice socket is registered under: reads the
+/// notices and wakes the tasks they name, then registers itself again.
+struct Pump {
+    area: Weak<OutArea>,
+}
+
+impl Wake for Pump {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(area) = self.area.upgrade() {
+            pump(&area, &Waker::from(self.clone()));
+        }
+    }
+}
+
+/// Register the area's notice socket with the current runtime, under its
+/// [`Pump`] (reading what is queued already).
+fn arm(area: &Arc<OutArea>) {
+    let waker = Waker::from(Arc::new(Pump {
+        area: Arc::downgrade(area),
+    }));
+    pump(area, &waker);
+}
+
+/// Read the notices queued, wake the tasks they name (all parked tasks if
+/// a notice was lost), and register `waker` for the next ones.
+fn pump(area: &OutArea, waker: &Waker) {
+    let mut slots = Vec::new();
+    // An error: the reactor is gone (its runtime shut down); the next task
+    // to park registers the socket with its own. Every parked task looks.
+    let flooded = area.notices.drain_and_arm(waker, &mut slots).unwrap_or(true);
+    let mut woken = Vec::new();
+    if flooded || area.notice_lost().swap(0, SeqCst) != 0 {
+        area.parked.all(&mut woken);
+        area.calls.maybe_drained();
+    } else if !slots.is_empty() {
+        for s in &mut slots {
+            *s = s.wrapping_sub(SLOTS as u32);
+        }
+        area.parked.noticed(&slots, &mut woken);
+        if woken.len() < slots.len() {
+            area.calls.maybe_drained(); // an abandoned call's late reply
+        }
+    }
+    woken.into_iter().for_each(Waker::wake);
+}

@@ -1,0 +1,253 @@
+//! The slots of a call area that awaited calls take, one per call in
+//! flight ([`ASYNC_SLOTS`] of them, after the threads' leased ones): which
+//! are free, which drain an abandoned call's late reply, each slot's
+//! request sequence, and the tasks waiting for a slot.
+//!
+//! A thread keeps its slot across calls (LRPC's channel, `lease`); a task
+//! does not: it takes a slot for one call and gives it back. Free slots are
+//! taken last-in first-out, so a call reuses the slot whose server thread
+//! has just replied and may still be bound to it, spinning.
+//!
+//! A call abandoned in flight (its future dropped) leaves its slot
+//! draining: it is taken again only once the late reply has landed (or
+//! the server died), so that reply never reaches a later call.
+//!
+//! This is a plain value: the tests below run it on the host.
+
+use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::task::Waker;
+
+use parking_lot::Mutex;
+
+use crate::abi::{ASYNC_SLOTS, SEQ_DEAD};
+
+/// The awaited calls' slots of one call area. Indices are `0..ASYNC_SLOTS`
+/// here; the area's slot is [`crate::abi::SLOTS`] past them.
+pub(crate) struct CallSlots {
+    st: Mutex<State>,
+    /// Each slot's last request sequence; the next call continues it, so
+    /// the server tells a new request from the last one.
+    seqs: Box<[AtomicU32]>,
+    /// One past the highest slot ever taken: the ones beyond are untouched.
+    used: AtomicU32,
+}
+
+struct State {
+    free: Vec<u32>,
+    /// Abandoned calls' slots and sequences, until their replies land.
+    draining: Vec<(u32, u32)>,
+    /// Tasks waiting for a slot, by the ticket of their call.
+    waiting: Vec<(u64, Waker)>,
+    next_ticket: u64,
+}
+
+/// What [`CallSlots::take`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// A slot for the call, and the sequence of its request.
+    Slot { index: u32, seq: u32 },
+    /// None free: the task is woken when one may be.
+    Wait,
+}
+
+impl CallSlots {
+    pub fn new() -> CallSlots {
+        CallSlots {
+            st: Mutex::new(State {
+                free: (0..ASYNC_SLOTS as u32).rev().collect(),
+                draining: Vec::new(),
+                waiting: Vec::new(),
+                next_ticket: 1,
+            }),
+            seqs: (0..ASYNC_SLOTS).map(|_| AtomicU32::new(0)).collect(),
+            used: AtomicU32::new(0),
+        }
+    }
+
+    /// A ticket naming one call while it waits for a slot.
+    pub fn ticket(&self) -> u64 {
+        let mut st = self.st.lock();
+        st.next_ticket += 1;
+        st.next_ticket
+    }
+
+    /// A slot for call `ticket`: a free one, else a drained one whose late
+    /// reply has landed (`settled(index, seq)`); else the call waits and
+    /// `waker` is woken when a slot comes back.
+    pub fn take(&self, ticket: u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
+        let mut st = self.st.lock();
+        let index = match st.free.pop() {
+            Some(i) => Some(i),
+            None => {
+                let at = st.draining.iter().position(|&(i, seq)| settled(i, seq));
+                at.map(|at| st.draining.swap_remove(at).0)
+            }
+        };
+        let Some(index) = index else {
+            match st.waiting.iter_mut().find(|(t, _)| *t == ticket) {
+                Some((_, w)) => w.clone_from(waker),
+                None => st.waiting.push((ticket, waker.clone())),
+            }
+            return Taken::Wait;
+        };
+        st.waiting.retain(|(t, _)| *t != ticket);
+        drop(st);
+        self.used.fetch_max(index + 1, Relaxed);
+        let seq = next_seq(self.seqs[index as usize].load(Relaxed));
+        self.seqs[index as usize].store(seq, Relaxed);
+        Taken::Slot { index, seq }
+    }
+
+    /// Call `ticket` stopped waiting for a slot (its future was dropped).
+    pub fn stop_waiting(&self, ticket: u64) {
+        self.st.lock().waiting.retain(|(t, _)| *t != ticket);
+    }
+
+    /// The call on `index` is over and its reply read: the slot is free.
+    pub fn give_back(&self, index: u32) {
+        let mut st = self.st.lock();
+        st.free.push(index);
+        let woken = st.waiting.pop();
+        drop(st);
+        if let Some((_, w)) = woken {
+            w.wake();
+        }
+    }
+
+    /// The call on `index` was abandoned: the slot drains until the reply
+    /// to its request (the slot's last sequence) lands.
+    pub fn abandon(&self, index: u32) {
+        let seq = self.seqs[index as usize].load(Relaxed);
+        self.st.lock().draining.push((index, seq));
+    }
+
+    /// A late reply may have landed on a draining slot: wake a task that
+    /// waits for a slot, if one does, to look.
+    pub fn maybe_drained(&self) {
+        let mut st = self.st.lock();
+        if st.draining.is_empty() {
+            return;
+        }
+        let woken = st.waiting.pop();
+        drop(st);
+        if let Some((_, w)) = woken {
+            w.wake();
+        }
+    }
+
+    /// Wake every task waiting for a slot (the server died).
+    pub fn wake_all(&self) {
+        let woken = std::mem::take(&mut self.st.lock().waiting);
+        for (_, w) in woken {
+            w.wake();
+        }
+    }
+
+    /// One past the highest slot ever taken.
+    pub fn used(&self) -> u32 {
+        self.used.load(Relaxed)
+    }
+}
+
+/// The sequence after `seq`: never 0 (no request yet) or [`SEQ_DEAD`].
+fn next_seq(seq: u32) -> u32 {
+    match seq.wrapping_add(1) {
+        0 | SEQ_DEAD => 1,
+        n => n,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    fn slot(t: Taken) -> (u32, u32) {
+        match t {
+            Taken::Slot { index, seq } => (index, seq),
+            Taken::Wait => panic!("no slot"),
+        }
+    }
+
+    #[test]
+    fn the_slot_given_back_last_is_taken_first_and_sequences_continue() {
+        let s = CallSlots::new();
+        let (_, w) = waker();
+        let (a, sa) = slot(s.take(1, &w, |_, _| false));
+        let (b, _) = slot(s.take(2, &w, |_, _| false));
+        assert_eq!((a, b, sa), (0, 1, 1));
+        s.give_back(a);
+        assert_eq!(
+            slot(s.take(3, &w, |_, _| false)),
+            (a, 2),
+            "the same slot, the next sequence"
+        );
+        assert_eq!(s.used(), 2);
+    }
+
+    #[test]
+    fn a_drained_slot_is_taken_only_once_its_late_reply_landed() {
+        let s = CallSlots::new();
+        let (count, w) = waker();
+        let mut taken = Vec::new();
+        for t in 0..ASYNC_SLOTS as u64 {
+            taken.push(slot(s.take(t, &w, |_, _| false)));
+        }
+        let (index, seq) = taken[7];
+        s.abandon(index);
+        assert_eq!(
+            s.take(9_999, &w, |_, _| false),
+            Taken::Wait,
+            "its reply has not landed"
+        );
+        s.maybe_drained();
+        assert_eq!(count.0.load(SeqCst), 1, "the waiting task is told to look again");
+        let landed = |i: u32, sq: u32| i == index && sq == seq;
+        assert_eq!(slot(s.take(9_999, &w, landed)), (index, seq + 1));
+    }
+
+    #[test]
+    fn a_slot_given_back_wakes_one_waiting_task_and_a_dropped_wait_is_forgotten() {
+        let s = CallSlots::new();
+        let (_, w) = waker();
+        let mut taken = Vec::new();
+        for t in 0..ASYNC_SLOTS as u64 {
+            taken.push(slot(s.take(t, &w, |_, _| false)));
+        }
+        let (first, w1) = waker();
+        let (second, w2) = waker();
+        assert_eq!(s.take(10_000, &w1, |_, _| false), Taken::Wait);
+        assert_eq!(
+            s.take(10_000, &w1, |_, _| false),
+            Taken::Wait,
+            "a second poll waits once"
+        );
+        assert_eq!(s.take(10_001, &w2, |_, _| false), Taken::Wait);
+        s.stop_waiting(10_001);
+        s.give_back(taken[0].0);
+        s.give_back(taken[1].0);
+        assert_eq!(first.0.load(SeqCst), 1);
+        assert_eq!(second.0.load(SeqCst), 0, "a dropped call is not woken");
+    }
+
+    #[test]
+    fn sequences_skip_zero_and_the_dead_mark() {
+        assert_eq!(next_seq(SEQ_DEAD - 1), 1);
+        assert_eq!(next_seq(u32::MAX), 1);
+        assert_eq!(next_seq(5), 6);
+    }
+}
