@@ -35,6 +35,8 @@ pub const EVENTFD_ROLE: &str = "async-eventfd";
 pub const EVENTFD_CASE: &str = "tokio_eventfd_pingpong";
 /// How long the throughput cases' handler waits.
 const NAP: Duration = Duration::from_millis(1);
+/// The count that tells the eventfd child to exit (an eventfd holds at most `u64::MAX - 1`).
+const EVENTFD_STOP: u64 = u64::MAX - 1;
 /// Tasks in flight in `throughput_1000`.
 const TASKS: usize = 1000;
 
@@ -247,7 +249,7 @@ fn eventfd_pingpong(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<Case
             }
             samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
         }
-        write_count(&tx, u64::MAX)?;
+        write_count(&tx, EVENTFD_STOP)?;
         anyhow::Ok(measure_batches(samples, batch))
     })?;
     child.finish(Duration::from_secs(10))?;
@@ -270,7 +272,7 @@ pub fn eventfd_child(args: &[String]) -> anyhow::Result<()> {
         let rx = reactor(rx)?;
         loop {
             let n = read_count(&rx).await?;
-            if n == u64::MAX {
+            if n == EVENTFD_STOP {
                 return Ok(());
             }
             write_count(&tx, n)?;

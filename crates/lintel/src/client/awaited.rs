@@ -72,25 +72,25 @@ pub struct AsyncCall<'a> {
     due: u64,
     /// The runtime's timer for `due`, made when the call first waits.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    step: Step,
+    step: Step<'a>,
 }
 
-enum Step {
+enum Step<'a> {
     Start,
     /// Waiting for a slot of `area`.
     Slot {
-        rd: Arc<RemoteDoor>,
-        area: Arc<OutArea>,
+        rd: &'a RemoteDoor,
+        area: &'a Arc<OutArea>,
         ticket: u64,
     },
-    Posted(InFlight),
+    Posted(InFlight<'a>),
     Done,
 }
 
-/// A posted call.
-struct InFlight {
-    conn: Arc<Conn>,
-    area: Arc<OutArea>,
+/// A posted call (borrowing the connection and area from the door).
+struct InFlight<'a> {
+    conn: &'a Arc<Conn>,
+    area: &'a Arc<OutArea>,
     slot: Slot,
     /// Awaited-call index (the area's slot is [`SLOTS`] past it).
     index: u32,
@@ -101,11 +101,11 @@ struct InFlight {
     parked: bool,
 }
 
-impl InFlight {
+impl InFlight<'_> {
     fn at(&self) -> At<'_> {
         At {
-            conn: &self.conn,
-            area: &self.area,
+            conn: self.conn,
+            area: self.area,
             slot: &self.slot,
             index: SLOTS as u32 + self.index,
             cpu: u32::MAX,
@@ -200,15 +200,13 @@ impl Future for AsyncCall<'_> {
                     Err(e) => return this.done(Err(e)),
                 },
                 Step::Slot { rd, area, ticket } => {
+                    let (rd, area) = (*rd, *area);
                     let settled = |i: u32, seq: u32| area.settled(SLOTS as u32 + i, seq);
                     match area.calls.take(*ticket, cx.waker(), settled) {
-                        Taken::Slot { index, seq } => {
-                            let (rd, area) = (rd.clone(), area.clone());
-                            match this.post(rd, area, index, seq) {
-                                Ok(()) => continue,
-                                Err(e) => return this.done(Err(e)),
-                            }
-                        }
+                        Taken::Slot { index, seq } => match this.post(rd, area, index, seq) {
+                            Ok(()) => continue,
+                            Err(e) => return this.done(Err(e)),
+                        },
                         Taken::Wait if rd.conn.is_dead() => return this.done(Err(CallError::PeerDied)),
                         Taken::Wait => return this.wait_deadline(cx),
                     }
@@ -237,12 +235,13 @@ impl Future for AsyncCall<'_> {
     }
 }
 
-impl AsyncCall<'_> {
+impl<'a> AsyncCall<'a> {
     /// The first poll: a door served here is called now (its handler runs
     /// on this task); one served elsewhere waits for a slot.
     fn start(&mut self) -> Result<Option<Reply>, CallError> {
-        let rd = match &self.door.0 {
-            Inner::Remote(rd) => rd.clone(),
+        let door: &'a Door = self.door;
+        let rd: &'a RemoteDoor = match &door.0 {
+            Inner::Remote(rd) => rd,
             Inner::Dead(_) => return Err(CallError::PeerDied),
             Inner::Local(_) | Inner::Timed(_) => {
                 let mut reply = Reply::new();
@@ -258,7 +257,7 @@ impl AsyncCall<'_> {
         if deadline::passed(self.due) {
             return Err(CallError::TimedOut);
         }
-        let area = out_area(&rd.conn)?;
+        let area: &'a Arc<OutArea> = out_area(&rd.conn)?;
         let ticket = area.calls.ticket();
         self.step = Step::Slot { rd, area, ticket };
         Ok(None)
@@ -268,8 +267,8 @@ impl AsyncCall<'_> {
     /// for the reply while the server runs elsewhere.
     fn post(
         &mut self,
-        rd: Arc<RemoteDoor>,
-        area: Arc<OutArea>,
+        rd: &'a RemoteDoor,
+        area: &'a Arc<OutArea>,
         index: u32,
         seq: u32,
     ) -> Result<(), CallError> {
@@ -280,7 +279,7 @@ impl AsyncCall<'_> {
             && self.buffers.is_empty()
             && !rd.conn.settings.force_vanilla.load(Relaxed);
         let mut call = InFlight {
-            conn: rd.conn.clone(),
+            conn: &rd.conn,
             area,
             slot,
             index,
@@ -316,7 +315,7 @@ impl AsyncCall<'_> {
             Posted::Running => true,
             Posted::Woken => false,
             Posted::Unbound => {
-                if kick(&call.conn, abs).is_err() {
+                if kick(call.conn, abs).is_err() {
                     // The slot stays ours: nothing more will land in it.
                     return Err(CallError::PeerDied);
                 }
@@ -416,7 +415,7 @@ fn abandon(call: InFlight) {
             let mut doors = Vec::new();
             let abs = SLOTS as u32 + call.index;
             let _ = transfer::receive_doors(
-                &call.conn,
+                call.conn,
                 &call.slot,
                 n.min(MAX_DOORS),
                 false,

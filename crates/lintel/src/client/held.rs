@@ -103,7 +103,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
     // Forget leases on dead connections so their areas can go.
     last::clear();
     let _ = LEASES.try_with(|l| l.0.borrow_mut().retain(|x| !x.conn.is_dead() || unheld(x)));
-    let area = out_area(conn)?;
+    let area = out_area(conn)?.clone();
     let due = deadline::current();
     let claim = area.leases.take_or_wait(
         |i, seq| area.settled(i, seq),
@@ -139,18 +139,28 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
 
 /// This domain's call area on `conn`, made and sent to the peer (with the
 /// notice socket's other end) on the first call.
-pub(super) fn out_area(conn: &Arc<Conn>) -> Result<Arc<OutArea>, CallError> {
-    let mut out = conn.out.lock();
-    if let Some(a) = &*out {
-        return Ok(a.clone());
+#[inline]
+pub(super) fn out_area(conn: &Conn) -> Result<&Arc<OutArea>, CallError> {
+    match conn.out.get() {
+        Some(a) => Ok(a),
+        None => make_out_area(conn),
+    }
+}
+
+#[cold]
+fn make_out_area(conn: &Conn) -> Result<&Arc<OutArea>, CallError> {
+    let _made = conn.out_made.lock();
+    if let Some(a) = conn.out.get() {
+        return Ok(a);
+    }
+    if conn.is_dead() {
+        return Err(CallError::PeerDied);
     }
     let (a, fd, notices) = OutArea::create().map_err(|e| CallError::Local(e.to_string()))?;
     if !conn.send(&Ctl::Area, &[fd.as_fd(), notices.as_fd()]) {
         return Err(CallError::PeerDied);
     }
-    let a = Arc::new(a);
-    *out = Some(a.clone());
-    Ok(a)
+    Ok(conn.out.get_or_init(|| Arc::new(a)))
 }
 
 /// The slot held the late reply to abandoned call `seq`: doors it carries

@@ -124,7 +124,11 @@ pub(crate) struct Conn {
     pub sock: OwnedFd,
     pub dead: AtomicBool,
     recv: Mutex<Vec<u8>>,
-    pub out: Mutex<Option<Arc<OutArea>>>,
+    /// Our call area for calls to the peer, made on the first call.
+    pub out: std::sync::OnceLock<Arc<OutArea>>,
+    /// Held while the area is made and sent (and while the peer's death
+    /// reaches it), so it is sent once and never missed by the death.
+    pub out_made: Mutex<()>,
     grants: Mutex<Grants<Arc<DoorCore>>>,
     grants_gen: AtomicU64,
     /// Control requests in flight: `None` until answered. Answers to
@@ -193,7 +197,8 @@ impl Conn {
             sock,
             dead: AtomicBool::new(false),
             recv: Mutex::new(vec![0u8; control::MAX_CTL]),
-            out: Mutex::new(None),
+            out: std::sync::OnceLock::new(),
+            out_made: Mutex::new(()),
             grants: Mutex::new(Grants::default()),
             grants_gen: AtomicU64::new(0),
             answers: Mutex::new(HashMap::new()),
@@ -631,8 +636,11 @@ impl Conn {
     /// it held. Called once, by its home's `conn_died` (which alerts the
     /// peer's calls into us).
     pub fn tear_down(&self) {
-        if let Some(out) = self.out.lock().as_ref() {
-            out.peer_died();
+        {
+            let _made = self.out_made.lock();
+            if let Some(out) = self.out.get() {
+                out.peer_died();
+            }
         }
         {
             let _g = self.answers.lock();

@@ -6,7 +6,10 @@
 //! A thread keeps its slot across calls (LRPC's channel, `lease`); a task
 //! does not: it takes a slot for one call and gives it back. Free slots are
 //! taken last-in first-out, so a call reuses the slot whose server thread
-//! has just replied and may still be bound to it, spinning.
+//! has just replied and may still be bound to it, spinning. The slot given
+//! back last waits in one word (`hot`), so a task that calls again and
+//! again takes and gives back its slot with one exchange each, no lock;
+//! the others are in the locked list.
 //!
 //! A call abandoned in flight (its future dropped) leaves its slot
 //! draining: it is taken again only once the late reply has landed (or
@@ -14,7 +17,7 @@
 //!
 //! This is a plain value: the tests below run it on the host.
 
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::task::Waker;
 
 use parking_lot::Mutex;
@@ -30,6 +33,14 @@ pub(crate) struct CallSlots {
     seqs: Box<[AtomicU32]>,
     /// One past the highest slot ever taken: the ones beyond are untouched.
     used: AtomicU32,
+    /// The slot given back last, or [`NONE`].
+    hot: AtomicU32,
+    /// Tasks waiting for a slot (mirrors `State::waiting.len()`): a slot
+    /// given back while one waits goes to it, not to `hot`. With `hot`, a
+    /// store-then-look pair (both sequentially consistent): a slot given
+    /// back as a task starts to wait is seen by one of the two.
+    waiting: AtomicUsize,
+    next_ticket: AtomicU64,
 }
 
 struct State {
@@ -38,8 +49,10 @@ struct State {
     draining: Vec<(u32, u32)>,
     /// Tasks waiting for a slot, by the ticket of their call.
     waiting: Vec<(u64, Waker)>,
-    next_ticket: u64,
 }
+
+/// `hot` holds no slot.
+const NONE: u32 = u32::MAX;
 
 /// What [`CallSlots::take`] found.
 #[derive(Debug, PartialEq, Eq)]
@@ -57,24 +70,46 @@ impl CallSlots {
                 free: (0..ASYNC_SLOTS as u32).rev().collect(),
                 draining: Vec::new(),
                 waiting: Vec::new(),
-                next_ticket: 1,
             }),
             seqs: (0..ASYNC_SLOTS).map(|_| AtomicU32::new(0)).collect(),
             used: AtomicU32::new(0),
+            hot: AtomicU32::new(NONE),
+            waiting: AtomicUsize::new(0),
+            next_ticket: AtomicU64::new(1),
         }
     }
 
     /// A ticket naming one call while it waits for a slot.
     pub fn ticket(&self) -> u64 {
-        let mut st = self.st.lock();
-        st.next_ticket += 1;
-        st.next_ticket
+        self.next_ticket.fetch_add(1, Relaxed)
+    }
+
+    /// The sequence of the next request on `index`, a slot the caller
+    /// holds (taken, or kept by its thread since it gave it back).
+    #[inline]
+    pub fn next_seq(&self, index: u32) -> u32 {
+        let at = &self.seqs[index as usize % ASYNC_SLOTS];
+        let seq = next_seq(at.load(Relaxed));
+        at.store(seq, Relaxed);
+        seq
     }
 
     /// A slot for call `ticket`: a free one, else a drained one whose late
     /// reply has landed (`settled(index, seq)`); else the call waits and
     /// `waker` is woken when a slot comes back.
+    #[inline]
     pub fn take(&self, ticket: u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
+        match self.hot.swap(NONE, Acquire) {
+            NONE => self.take_listed(ticket, waker, settled),
+            index => Taken::Slot {
+                index,
+                seq: self.next_seq(index),
+            },
+        }
+    }
+
+    #[cold]
+    fn take_listed(&self, ticket: u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
         let mut st = self.st.lock();
         let index = match st.free.pop() {
             Some(i) => Some(i),
@@ -83,33 +118,82 @@ impl CallSlots {
                 at.map(|at| st.draining.swap_remove(at).0)
             }
         };
-        let Some(index) = index else {
+        let index = match index {
+            Some(index) => index,
+            None => match self.wait(&mut st, ticket, waker) {
+                Ok(index) => index,
+                Err(wait) => return wait,
+            },
+        };
+        if !st.waiting.is_empty() {
+            st.waiting.retain(|(t, _)| *t != ticket);
+            self.waiting.store(st.waiting.len(), Relaxed);
+        }
+        drop(st);
+        if index >= self.used.load(Relaxed) {
+            self.used.fetch_max(index + 1, Relaxed);
+        }
+        Taken::Slot {
+            index,
+            seq: self.next_seq(index),
+        }
+    }
+
+    /// No slot listed: call `ticket` waits, unless a slot was given back
+    /// to `hot` meanwhile (`Ok`, its index).
+    fn wait(&self, st: &mut State, ticket: u64, waker: &Waker) -> Result<u32, Taken> {
+        {
             match st.waiting.iter_mut().find(|(t, _)| *t == ticket) {
                 Some((_, w)) => w.clone_from(waker),
                 None => st.waiting.push((ticket, waker.clone())),
             }
-            return Taken::Wait;
-        };
-        st.waiting.retain(|(t, _)| *t != ticket);
-        drop(st);
-        self.used.fetch_max(index + 1, Relaxed);
-        let seq = next_seq(self.seqs[index as usize].load(Relaxed));
-        self.seqs[index as usize].store(seq, Relaxed);
-        Taken::Slot { index, seq }
+            self.waiting.store(st.waiting.len(), SeqCst);
+            // A slot given back meanwhile went to `hot` unless its giver saw
+            // us waiting (see `waiting`).
+            match self.hot.swap(NONE, SeqCst) {
+                NONE => Err(Taken::Wait),
+                index => Ok(index),
+            }
+        }
     }
 
     /// Call `ticket` stopped waiting for a slot (its future was dropped).
     pub fn stop_waiting(&self, ticket: u64) {
-        self.st.lock().waiting.retain(|(t, _)| *t != ticket);
+        let mut st = self.st.lock();
+        st.waiting.retain(|(t, _)| *t != ticket);
+        self.waiting.store(st.waiting.len(), Relaxed);
     }
 
     /// The call on `index` is over and its reply read: the slot is free.
+    #[inline]
     pub fn give_back(&self, index: u32) {
+        let older = self.hot.swap(index, SeqCst);
+        if older != NONE || self.waiting.load(SeqCst) != 0 {
+            self.list_hot(older);
+        }
+    }
+
+    /// `older` (a slot displaced from `hot`, or [`NONE`]) goes to the list,
+    /// and so does the slot in `hot` if a task waits: it is woken.
+    #[cold]
+    fn list_hot(&self, older: u32) {
         let mut st = self.st.lock();
-        st.free.push(index);
-        let woken = st.waiting.pop();
+        let mut listed = 0;
+        let hot = match st.waiting.is_empty() {
+            true => NONE,
+            false => self.hot.swap(NONE, SeqCst),
+        };
+        for index in [older, hot] {
+            if index != NONE {
+                st.free.push(index);
+                listed += 1;
+            }
+        }
+        let n = st.waiting.len();
+        let woken: Vec<_> = st.waiting.drain(n.saturating_sub(listed)..).collect();
+        self.waiting.store(st.waiting.len(), Relaxed);
         drop(st);
-        if let Some((_, w)) = woken {
+        for (_, w) in woken {
             w.wake();
         }
     }
@@ -129,15 +213,17 @@ impl CallSlots {
             return;
         }
         let woken = st.waiting.pop();
+        self.waiting.store(st.waiting.len(), Relaxed);
         drop(st);
         if let Some((_, w)) = woken {
             w.wake();
         }
     }
 
-    /// Wake every task waiting for a slot (the server died).
+    /// The server died: wake every task waiting for a slot.
     pub fn wake_all(&self) {
         let woken = std::mem::take(&mut self.st.lock().waiting);
+        self.waiting.store(0, Relaxed);
         for (_, w) in woken {
             w.wake();
         }

@@ -13,12 +13,12 @@
 //! socket for its own sake.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
-use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType, recv, socketpair};
+use rustix::net::{AddressFamily, SocketFlags, SocketType, socketpair};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -40,8 +40,10 @@ impl AsRawFd for Shared {
     }
 }
 
-/// Most notices read in one go: the rest stay queued and readable.
-const BATCH: usize = 4096;
+/// Notices read by one system call.
+const BATCH: usize = 64;
+/// Most batches read at once: the rest stay queued and readable.
+const ROUNDS: usize = 64;
 
 impl Notices {
     /// A new socket pair: our end, and the end to send the serving domain.
@@ -109,17 +111,54 @@ impl Notices {
         }
     }
 
-    /// Read up to a batch of queued notices into `out`; true if the queue
-    /// is empty now (or will give nothing more).
+    /// Read the queued notices into `out`, up to [`ROUNDS`] batches of
+    /// [`BATCH`] (one `recvmmsg` each); true if the queue was found empty.
+    /// A batch that comes back short is taken to have emptied it: a notice
+    /// that arrives after it makes the socket ready again (the reactor's
+    /// readiness is edge-triggered, and the runtime does not clear a
+    /// readiness newer than the one it reported), so the common case costs
+    /// one system call, not a second one to see it empty.
     fn read(&self, out: &mut Vec<u32>) -> bool {
-        let mut buf = [0u8; 4];
-        for _ in 0..BATCH {
-            match recv(self.fd.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
-                Ok((4, _)) => out.push(u32::from_le_bytes(buf)),
-                Ok((0, _)) => return true, // the peer's end is closed
-                Ok(_) => continue,         // not a notice: a hostile peer's bytes
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => return true, // empty
+        for _ in 0..ROUNDS {
+            let mut bufs = [[0u8; 4]; BATCH];
+            // SAFETY: all-zero bytes are a valid value of these plain C
+            // structs (null pointers, zero lengths).
+            let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            for ((m, v), b) in msgs.iter_mut().zip(iov.iter_mut()).zip(bufs.iter_mut()) {
+                v.iov_base = b.as_mut_ptr().cast();
+                v.iov_len = b.len();
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: `msgs` holds BATCH headers, each naming one iovec of
+            // `iov` that names 4 bytes of `bufs`; all of them outlive the
+            // call, and the kernel writes only within them.
+            let n = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    msgs.as_mut_ptr(),
+                    BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if n < 0 {
+                // Empty (or unreadable: nothing more will come), unless interrupted.
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return true;
+            }
+            let n = n as usize;
+            for (m, b) in msgs.iter().zip(&bufs).take(n) {
+                if m.msg_len == 4 {
+                    out.push(u32::from_le_bytes(*b)); // else not a notice: a hostile peer's bytes
+                }
+            }
+            if n < BATCH {
+                return true;
             }
         }
         false
