@@ -222,7 +222,7 @@ impl Future for AsyncCall<'_> {
                         continue;
                     }
                     if !call.area.notices.armed() {
-                        arm(&call.area);
+                        arm(call.area);
                         if call.landed().is_some() {
                             continue;
                         }
