@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lintel::{Buffer, Door, Fault, Loan, Reply, Request, Sealed};
+use lintel::{AsyncRequest, Buffer, Door, Fault, Loan, Reply, Request, Sealed};
 
 use crate::m;
 
@@ -52,6 +52,95 @@ impl Control {
     pub fn door(self: &Arc<Self>) -> Door {
         let me = self.clone();
         Door::create(0, move |req: Request<'_>, reply: &mut Reply| me.serve(req, reply))
+    }
+
+    /// A door on it served by an async handler on runtime `rt` (datum 0):
+    /// the same methods, those that wait or call awaiting instead of
+    /// blocking (the others run as they are, on the runtime's thread).
+    pub fn async_door(self: &Arc<Self>, rt: tokio::runtime::Handle) -> Door {
+        let me = self.clone();
+        Door::create_async_on(rt, 0, move |req: AsyncRequest| {
+            let me = me.clone();
+            async move { me.serve_async(req).await }
+        })
+    }
+
+    async fn serve_async(self: Arc<Self>, req: AsyncRequest) -> Result<Reply, Fault> {
+        let mut reply = Reply::new();
+        let (&method, arg) = req.data.split_first().ok_or(Fault(1))?;
+        let put = |reply: &mut Reply, v: u64| reply.data.extend_from_slice(&v.to_le_bytes());
+        let c = &self.counts;
+        match method {
+            m::SLEEP_ALERTABLE => {
+                let n = c.active.fetch_add(1, SeqCst) + 1;
+                c.max_active.fetch_max(n, SeqCst);
+                let alerted = tokio::select! {
+                    _ = req.alerted() => true,
+                    _ = tokio::time::sleep(Duration::from_millis(u64_arg(arg))) => false,
+                };
+                c.active.fetch_sub(1, SeqCst);
+                match alerted {
+                    true => c.alerted.fetch_add(1, SeqCst),
+                    false => c.slept_full.fetch_add(1, SeqCst),
+                };
+                put(&mut reply, alerted as u64);
+            }
+            m::SLEEP_PLAIN => tokio::time::sleep(Duration::from_millis(u64_arg(arg))).await,
+            m::ECHO_AFTER => {
+                let (ms, bytes) = arg.split_at(arg.len().min(8));
+                tokio::time::sleep(Duration::from_millis(u64_arg(ms))).await;
+                reply.data.extend_from_slice(bytes);
+            }
+            m::CALLER => {
+                let pid = req.caller.and_then(|c| c.pid()).unwrap_or(0) as u64;
+                put(&mut reply, pid);
+                put(&mut reply, req.caller.map_or(0, |c| c.connection()));
+            }
+            m::CALL_PASSED => {
+                let d = req.doors.first().ok_or(Fault(4))?;
+                match d.call_async(arg, &[]).await {
+                    Ok(r) => reply.data.extend_from_slice(&r.data),
+                    Err(e) => return Err(Fault(100 + error_code(&e))),
+                }
+            }
+            m::GATHER => {
+                let n = u64_arg(arg);
+                {
+                    let mut s = self.state.lock().unwrap();
+                    s.gathered.0 += 1;
+                    s.gathered.1 = s.gathered.1.max(s.gathered.0);
+                }
+                let end = std::time::Instant::now() + Duration::from_secs(60);
+                let all = loop {
+                    if self.state.lock().unwrap().gathered.1 >= n {
+                        break true;
+                    }
+                    if std::time::Instant::now() > end || req.is_alerted() {
+                        break false;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                };
+                self.state.lock().unwrap().gathered.0 -= 1;
+                put(&mut reply, all as u64);
+            }
+            m::CALL_HELD => {
+                let d = self.state.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                match d.call_async(arg, &[]).await {
+                    Ok(r) => reply.data.extend_from_slice(&r.data),
+                    Err(e) => return Err(Fault(100 + error_code(&e))),
+                }
+            }
+            _ => {
+                let r = Request {
+                    datum: req.datum,
+                    data: &req.data,
+                    doors: req.doors.into(),
+                    buffers: req.buffers.into(),
+                };
+                self.serve(r, &mut reply)?;
+            }
+        }
+        Ok(reply)
     }
 
     /// Doors to hold as if passed with `HOLD`.

@@ -1,10 +1,12 @@
-//! Door behaviour, written once and run wherever the server is: in this
-//! domain (the co-located path) and in a peer process (the fast path and,
-//! with `LINTEL_PATH=vanilla` or `LINTEL_SPIN=off` as CI runs this suite
-//! again, the vanilla path and the sleeping waits). Each check below is
-//! instantiated for both placements by `conformance!`; the same calls must
-//! give the same results, errors and effects. (Behaviours only one
-//! placement has, such as a server that dies or `unreferenced` across
+//! Door behaviour, written once and run wherever the server is and however
+//! it serves and is called: in this domain (the co-located path) or in a
+//! peer process (the fast path and, with `LINTEL_PATH=vanilla` or
+//! `LINTEL_SPIN=off` as CI runs this suite again, the vanilla path and the
+//! sleeping waits); served by a blocking handler or an async one (on a
+//! tokio runtime); called by a blocking thread or awaited by a task. Each
+//! check below is instantiated for all eight by `conformance!`; the same
+//! calls must give the same results, errors and effects. (Behaviours only
+//! one placement has, such as a server that dies or `unreferenced` across
 //! domains, are in `lifecycle.rs`.)
 
 use std::time::Duration;
@@ -13,30 +15,101 @@ use lintel::{Buffer, CallError, Door, Loan, Reply, Request, Sealed};
 use lintel_tests::control::Control;
 use lintel_tests::{m, Peer};
 
-/// The control door's server: here, or in a peer process.
-enum Server {
-    Here(Door),
-    Peer(Peer),
+#[derive(Clone, Copy, PartialEq)]
+enum Place {
+    Here,
+    Peer,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Serve {
+    Blocking,
+    Async,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Calls {
+    Blocking,
+    Awaited,
+}
+
+/// The control door's server and how this test calls it.
+struct Server {
+    ctl: Door,
+    place: Place,
+    serve: Serve,
+    _peer: Option<Peer>,
+    /// The runtime an async handler served here runs on.
+    _served_on: Option<tokio::runtime::Runtime>,
+    /// Calls are awaited on this runtime's thread (else they block).
+    awaited: Option<tokio::runtime::Runtime>,
 }
 
 impl Server {
-    fn here() -> Server {
-        Server::Here(Control::new().door())
-    }
-
-    fn peer() -> Server {
-        Server::Peer(Peer::start("plain"))
-    }
-
-    fn ctl(&self) -> &Door {
-        match self {
-            Server::Here(d) => d,
-            Server::Peer(p) => &p.ctl,
+    fn new(place: Place, serve: Serve, calls: Calls) -> Server {
+        let (mut peer, mut served_on) = (None, None);
+        let ctl = match (place, serve) {
+            (Place::Here, Serve::Blocking) => Control::new().door(),
+            (Place::Here, Serve::Async) => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let d = Control::new().async_door(rt.handle().clone());
+                served_on = Some(rt);
+                d
+            }
+            (Place::Peer, _) => {
+                let p = Peer::start(if serve == Serve::Async { "async" } else { "plain" });
+                let d = p.ctl.clone();
+                peer = Some(p);
+                d
+            }
+        };
+        let awaited = (calls == Calls::Awaited).then(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        });
+        Server {
+            ctl,
+            place,
+            serve,
+            _peer: peer,
+            _served_on: served_on,
+            awaited,
         }
     }
 
+    fn ctl(&self) -> &Door {
+        &self.ctl
+    }
+
     fn call(&self, method: u8, arg: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
-        lintel_tests::call(self.ctl(), method, arg, doors)
+        self.raw(&self.ctl, &[&[method][..], arg].concat(), doors)
+    }
+
+    /// A call of any door, made the way this server's calls are made.
+    fn raw(&self, door: &Door, data: &[u8], doors: &[Door]) -> Result<Reply, CallError> {
+        self.raw_with(door, data, doors, Vec::new())
+    }
+
+    fn raw_with(
+        &self,
+        door: &Door,
+        data: &[u8],
+        doors: &[Door],
+        bufs: Vec<Buffer>,
+    ) -> Result<Reply, CallError> {
+        match &self.awaited {
+            None => {
+                let mut reply = Reply::new();
+                door.call_with(data, doors, bufs, &mut reply).map(|()| reply)
+            }
+            Some(rt) => rt.block_on(door.call_with_async(data, doors, bufs)),
+        }
     }
 
     fn u64(&self, method: u8, arg: &[u8]) -> u64 {
@@ -52,11 +125,21 @@ impl Server {
 
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
-        mod colocated {
-            $( #[test] fn $name() { super::$name(&super::Server::here()) } )*
-        }
-        mod cross_process {
-            $( #[test] fn $name() { super::$name(&super::Server::peer()) } )*
+        conformance!(@ colocated, Here, Blocking, Blocking; $($name),*);
+        conformance!(@ cross_process, Peer, Blocking, Blocking; $($name),*);
+        conformance!(@ colocated_async_handler, Here, Async, Blocking; $($name),*);
+        conformance!(@ cross_process_async_handler, Peer, Async, Blocking; $($name),*);
+        conformance!(@ colocated_awaited, Here, Blocking, Awaited; $($name),*);
+        conformance!(@ cross_process_awaited, Peer, Blocking, Awaited; $($name),*);
+        conformance!(@ colocated_awaited_async_handler, Here, Async, Awaited; $($name),*);
+        conformance!(@ cross_process_awaited_async_handler, Peer, Async, Awaited; $($name),*);
+    };
+    (@ $module:ident, $place:ident, $serve:ident, $calls:ident; $($name:ident),*) => {
+        mod $module {
+            $( #[test] fn $name() {
+                let s = super::Server::new(super::Place::$place, super::Serve::$serve, super::Calls::$calls);
+                super::$name(&s)
+            } )*
         }
     };
 }
@@ -81,9 +164,9 @@ conformance!(
 /// large requests), from the connection the kernel named; a co-located
 /// call is this process's own and names no other.
 fn the_caller_is_the_process_the_kernel_names(s: &Server) {
-    let want = match s {
-        Server::Here(_) => 0,
-        Server::Peer(_) => u64::from(std::process::id()),
+    let want = match s.place {
+        Place::Here => 0,
+        Place::Peer => u64::from(std::process::id()),
     };
     let mut connections = Vec::new();
     for arg in [&[][..], &[7u8; 100_000][..]] {
@@ -131,14 +214,14 @@ fn errors_are_typed_and_the_server_lives_on(s: &Server) {
         CallError::Fault(9),
         "unknown method"
     );
-    let empty = s.ctl().call_bytes(b"").unwrap_err();
+    let empty = s.raw(s.ctl(), b"", &[]).unwrap_err();
     assert_eq!(empty, CallError::Fault(1), "no method byte");
     // Above the message limit: refused before anything is sent (the vector
     // is never touched, so its pages are never made).
     let max = lintel::max_message();
     let huge = vec![0u8; max + 1];
     assert_eq!(
-        s.ctl().call(&huge, &[], &mut Reply::new()).unwrap_err(),
+        s.raw(s.ctl(), &huge, &[]).unwrap_err(),
         CallError::TooLarge {
             what: "arguments",
             len: max + 1,
@@ -157,21 +240,21 @@ fn errors_are_typed_and_the_server_lives_on(s: &Server) {
 
 fn doors_made_by_the_server_carry_their_datum(s: &Server) {
     let d = s.door(m::MAKE_DOOR, 42);
-    let r = d.call_bytes(b"x").unwrap();
+    let r = s.raw(&d, b"x", &[]).unwrap().data;
     assert_eq!(r, [&42u64.to_le_bytes()[..], b"x"].concat());
     let many = s.call(m::MAKE_MANY, &5u64.to_le_bytes(), &[]).unwrap().doors;
     assert_eq!(many.len(), 5);
     for (i, d) in many.iter().enumerate() {
-        assert_eq!(d.call_bytes(b"").unwrap(), (i as u64).to_le_bytes());
+        assert_eq!(s.raw(d, b"", &[]).unwrap().data, (i as u64).to_le_bytes());
     }
 }
 
 fn revoked_doors_fail_every_later_call(s: &Server) {
     let d = s.door(m::MAKE_DOOR, 1);
-    assert!(d.call_bytes(b"").is_ok());
+    assert!(s.raw(&d, b"", &[]).is_ok());
     s.call(m::REVOKE_MADE, &0u64.to_le_bytes(), &[]).unwrap();
-    assert_eq!(d.call_bytes(b"").unwrap_err(), CallError::Revoked);
-    assert_eq!(d.clone().call_bytes(b"").unwrap_err(), CallError::Revoked);
+    assert_eq!(s.raw(&d, b"", &[]).unwrap_err(), CallError::Revoked);
+    assert_eq!(s.raw(&d.clone(), b"", &[]).unwrap_err(), CallError::Revoked);
 }
 
 fn doors_passed_in_come_back_as_the_same_door(s: &Server) {
@@ -199,7 +282,26 @@ fn a_third_partys_door_is_called_through(s: &Server) {
     assert_eq!(pid.data, (third.pid() as u64).to_le_bytes());
 }
 
+/// A blocking caller (and an awaited one whose blocking handler runs on
+/// its own thread) is alerted through its thread's shuttle; an awaited
+/// call is cancelled by dropping it, which alerts a server in another
+/// process and drops the future of an async handler served here.
 fn an_alert_cuts_the_servers_sleep_short(s: &Server) {
+    let on_this_thread = s.place == Place::Here && s.serve == Serve::Blocking;
+    if let (Some(rt), false) = (&s.awaited, on_this_thread) {
+        let sleep = [&[m::SLEEP_ALERTABLE][..], &20_000u64.to_le_bytes()].concat();
+        let cut = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(100), s.ctl().call_async(&sleep, &[])).await
+        });
+        assert!(cut.is_err(), "the call was still running when dropped");
+        if s.place == Place::Peer {
+            let alerted =
+                lintel_tests::eventually(Duration::from_secs(10), || s.u64(m::ALERTED_COUNT, b"") == 1);
+            assert!(alerted, "the server's sleep saw the alert");
+        }
+        assert_eq!(s.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
+        return;
+    }
     let me = lintel::shuttle::current();
     let alerter = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
@@ -218,13 +320,26 @@ fn deadlines_reach_the_handler_and_bound_the_call(s: &Server) {
     let late = lintel::deadline::within(Duration::ZERO, || s.call(m::ECHO, b"x", &[]));
     assert_eq!(late.unwrap_err(), CallError::TimedOut);
     let bounded = s.ctl().with_timeout(Duration::from_secs(60));
-    assert_eq!(
-        lintel_tests::call(&bounded, m::ECHO, b"ok", &[]).unwrap().data,
-        b"ok"
-    );
+    assert_eq!(s.raw(&bounded, &[m::ECHO, b'o', b'k'], &[]).unwrap().data, b"ok");
 }
 
+/// A thread's cancel ends its next call; an awaited call is cancelled by
+/// dropping its future, and the next one is not affected either way.
 fn cancel_ends_the_next_call(s: &Server) {
+    if let Some(rt) = &s.awaited {
+        let slow = [&[m::ECHO_AFTER][..], &50u64.to_le_bytes(), b"late"].concat();
+        let cut = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(1), s.ctl().call_async(&slow, &[])).await
+        });
+        if s.place == Place::Here && s.serve == Serve::Blocking {
+            // A blocking handler served here runs to its end on this thread.
+            assert_eq!(cut.unwrap().unwrap().data, b"late");
+        } else {
+            assert!(cut.is_err(), "the call was still running when dropped");
+        }
+        assert_eq!(s.call(m::ECHO, b"y", &[]).unwrap().data, b"y", "its own reply");
+        return;
+    }
     lintel::shuttle::current().cancel();
     assert_eq!(s.call(m::ECHO, b"x", &[]).unwrap_err(), CallError::Cancelled);
     lintel::shuttle::clear_alert();
@@ -283,10 +398,7 @@ fn buffers_pass_both_ways_and_may_be_kept(s: &Server) {
     };
     let sealed = |n: usize| Buffer::Sealed(Sealed::from_slice(&pattern(n)).unwrap());
     let call = |method: u8, arg: &[u8], bufs: Vec<Buffer>| {
-        let mut reply = Reply::new();
-        s.ctl()
-            .call_with(&[&[method][..], arg].concat(), &[], bufs, &mut reply)
-            .map(|()| reply)
+        s.raw_with(s.ctl(), &[&[method][..], arg].concat(), &[], bufs)
     };
     // Passed in: kind, length, contents.
     let r = call(

@@ -105,11 +105,12 @@ pub use api::tuning::{set_force_vanilla, set_max_server_threads, set_spin, spinn
 pub use api::{boot, introspect, pool};
 pub use client::AsyncCall;
 pub use context::attached::Attached;
+pub use context::caller::{Caller, caller};
 pub use context::error::{BootError, CallError, Fault};
 pub use context::settings::{max_message, set_max_message};
 pub use context::{deadline, shuttle, stats};
 pub use lintel_macros::interface;
+pub use object::async_handler::{Alerted, AsyncHandler, AsyncRequest, HandlerFuture};
 pub use object::buffer::{self, Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use object::door::{Door, Handler, Reply, Request};
-pub use server::{Caller, caller};
 pub use sys::{copy_bytes, copy_raw};

@@ -20,7 +20,19 @@ fn main() {
             counts.watched.fetch_add(1, SeqCst);
         }
     });
-    let ctl = control.door();
+    // The "async" role serves the control door with an async handler on a
+    // runtime of its own.
+    let rt = (role == "async").then(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    });
+    let ctl = match &rt {
+        Some(rt) => control.async_door(rt.handle().clone()),
+        None => control.door(),
+    };
     // A door never handed out: calls reaching it would mean a forged door.
     let counts = control.counts.clone();
     let secret = Door::create(0xdead, move |_: Request<'_>, _: &mut Reply| {
@@ -46,7 +58,7 @@ fn main() {
         control.hold(given);
     }
     // Serve until the parent goes away (death signal) or kills us.
-    let _keep = (ctl, secret);
+    let _keep = (ctl, secret, rt);
     loop {
         std::thread::park();
     }

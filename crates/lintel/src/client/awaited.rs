@@ -45,9 +45,10 @@ use crate::abi::control::Ctl;
 use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLOTS, SPINNING, ST_OK};
 use crate::context::deadline;
 use crate::context::error::CallError;
+use crate::object::async_handler::{AsyncRequest, CallAlert, CallFuture};
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
-use crate::object::door::{Door, Inner, RemoteDoor, Reply};
+use crate::object::door::{Door, Inner, RemoteDoor, Reply, check_sizes};
 use crate::object::transfer;
 use crate::state::call_area::OutArea;
 use crate::state::calls::Taken;
@@ -56,6 +57,7 @@ use crate::sys;
 use crate::sys::spin::Spinner;
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 
+use super::call::admit;
 use super::checked::{Sent, read_vanilla, settled, take_reply, write_vanilla};
 use super::held::out_area;
 use super::lease::At;
@@ -84,6 +86,8 @@ enum Step<'a> {
         ticket: u64,
     },
     Posted(InFlight<'a>),
+    /// A co-located door's async handler, run in this task.
+    Local(CallFuture),
     Done,
 }
 
@@ -171,9 +175,9 @@ impl Door {
             Inner::Timed(t) => {
                 let at =
                     sys::monotonic_ns().saturating_add(t.timeout.as_nanos().min(u64::MAX as u128) as u64);
-                (&t.door, deadline::earliest(deadline::current(), at))
+                (&t.door, deadline::earliest(deadline::current_or_task(), at))
             }
-            _ => (self, deadline::current()),
+            _ => (self, deadline::current_or_task()),
         };
         AsyncCall {
             door,
@@ -229,6 +233,13 @@ impl Future for AsyncCall<'_> {
                     }
                     return this.wait_deadline(cx);
                 }
+                Step::Local(fut) => match fut.as_mut().poll(cx) {
+                    Poll::Ready(r) => {
+                        let r = deadline::settle(this.due, r);
+                        return this.done(r);
+                    }
+                    Poll::Pending => return this.wait_deadline(cx),
+                },
                 Step::Done => return Poll::Ready(Err(CallError::Local("polled after it completed".into()))),
             }
         }
@@ -243,6 +254,22 @@ impl<'a> AsyncCall<'a> {
         let rd: &'a RemoteDoor = match &door.0 {
             Inner::Remote(rd) => rd,
             Inner::Dead(_) => return Err(CallError::PeerDied),
+            Inner::Local(core) if core.asynk.is_some() => {
+                let buffers = std::mem::take(&mut self.buffers);
+                admit(core, self.data, self.doors, &buffers)?;
+                let req = AsyncRequest {
+                    datum: core.datum,
+                    data: self.data.to_vec(),
+                    doors: self.doors.to_vec(),
+                    buffers,
+                    caller: crate::context::caller::caller(),
+                    alert: CallAlert::new(false),
+                    deadline: self.due,
+                };
+                let asynk = core.asynk.as_ref().expect("matched above");
+                self.step = Step::Local(asynk.serve(req));
+                return Ok(None);
+            }
             Inner::Local(_) | Inner::Timed(_) => {
                 let mut reply = Reply::new();
                 let buffers = std::mem::take(&mut self.buffers);
@@ -254,6 +281,8 @@ impl<'a> AsyncCall<'a> {
                 return Ok(Some(reply));
             }
         };
+        check_sizes("arguments", self.data.len(), self.doors.len())?;
+        crate::object::buffer::check_passable(&self.buffers)?;
         if deadline::passed(self.due) {
             return Err(CallError::TimedOut);
         }
@@ -377,7 +406,7 @@ impl<'a> AsyncCall<'a> {
         match std::mem::replace(&mut self.step, Step::Done) {
             Step::Slot { area, ticket, .. } => area.calls.stop_waiting(ticket),
             Step::Posted(call) => abandon(call),
-            Step::Start | Step::Done => {}
+            Step::Local(_) | Step::Start | Step::Done => {} // a co-located handler's future is dropped
         }
     }
 }

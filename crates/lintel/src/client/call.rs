@@ -195,7 +195,12 @@ fn call_colocated_slow(
 /// The checks a co-located call passes before its handler runs, as a call
 /// across domains does: sizes, buffers, revocation, deadline and cancel.
 #[inline]
-fn admit(core: &DoorCore, data: &[u8], doors: &[Door], buffers: &[Buffer]) -> Result<(), CallError> {
+pub(super) fn admit(
+    core: &DoorCore,
+    data: &[u8],
+    doors: &[Door],
+    buffers: &[Buffer],
+) -> Result<(), CallError> {
     check_sizes("arguments", data.len(), doors.len())?;
     crate::object::buffer::check_passable(buffers)?;
     if core.revoked() {

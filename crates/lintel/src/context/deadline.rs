@@ -68,10 +68,28 @@ thread_local! {
     static DEADLINE: Cell<u64> = const { Cell::new(0) };
 }
 
+tokio::task_local! {
+    /// The deadline of the call an async handler's task serves (its
+    /// threads change between polls, so a thread's deadline cannot carry it).
+    static TASK_DEADLINE: u64;
+}
+
 /// This thread's deadline, 0 for none.
 #[inline]
 pub(crate) fn current() -> u64 {
     DEADLINE.with(Cell::get)
+}
+
+/// The deadline a call made here now runs under: this thread's, or the
+/// task's if this runs in an async handler's task (the earlier of the two).
+pub(crate) fn current_or_task() -> u64 {
+    earliest(current(), TASK_DEADLINE.try_with(|d| *d).unwrap_or(0))
+}
+
+/// Run `f` (an async handler's future) with calls made from its task
+/// bounded by `at` (0: none).
+pub(crate) fn in_task<F: std::future::Future>(at: u64, f: F) -> impl std::future::Future<Output = F::Output> {
+    TASK_DEADLINE.scope(at, f)
 }
 
 /// Set this thread's deadline; returns the previous one.
@@ -102,9 +120,10 @@ pub fn until<R>(at: Instant, f: impl FnOnce() -> R) -> R {
 }
 
 /// Time left before this thread's deadline (the one its scope set, or the
-/// one of the call it serves); `None` if it has none. Zero once it passed.
+/// one of the call it serves, on a server thread or in an async handler's task);
+/// `None` if it has none. Zero once it passed.
 pub fn remaining() -> Option<Duration> {
-    let at = current();
+    let at = current_or_task();
     (at != 0).then(|| Duration::from_nanos(at.saturating_sub(sys::monotonic_ns())))
 }
 

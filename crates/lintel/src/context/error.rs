@@ -67,6 +67,11 @@ pub enum CallError {
     /// your own).
     #[error("cannot pass this buffer: {0}")]
     Unpassable(&'static str),
+    /// A blocking call, made on a thread of an async runtime, of a door
+    /// this domain serves with an async handler: it would block the
+    /// runtime its handler may need. Await it with `Door::call_async`.
+    #[error("a blocking call on a runtime's thread of a door served by an async handler: await it instead")]
+    WouldBlock,
     /// The local runtime could not do its part (e.g. out of descriptors).
     #[error("local failure: {0}")]
     Local(String),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::time::{Duration, Instant};
 
+use crate::context::task_alert::CallAlert;
 use crate::sys;
 
 pub(crate) struct Shuttle {
@@ -30,6 +31,9 @@ pub(crate) struct Shuttle {
     /// is in (or was last in), so a cancel can wake it. Written only when it
     /// changes, before `out_call`.
     waiting_on: AtomicUsize,
+    /// The call of an async handler this thread blocks on (a co-located
+    /// blocking call of such a door): alerts reach it too.
+    task: parking_lot::Mutex<Option<Arc<CallAlert>>>,
 }
 
 impl Shuttle {
@@ -119,6 +123,9 @@ impl Shuttle {
     /// call this thread is blocked in, if any.
     fn raised(&self) {
         sys::futex_wake(&self.alerted, u32::MAX);
+        if let Some(task) = self.task.lock().clone() {
+            task.alert();
+        }
         if let Some((slot, seq)) = call_of(self.out_call.load(SeqCst))
             && let Some(forward) = FORWARD.get()
         {
@@ -209,7 +216,25 @@ fn fresh() -> Arc<Shuttle> {
         out_conn: AtomicU64::new(0),
         cancelled: AtomicU32::new(0),
         waiting_on: AtomicUsize::new(0),
+        task: parking_lot::Mutex::new(None),
     })
+}
+
+/// Forward this thread's alerts to `task` (an async handler's call it
+/// blocks on) until the guard drops.
+pub(crate) fn forward_to(task: Arc<CallAlert>) -> impl Drop {
+    struct Forwarding(Arc<Shuttle>);
+    impl Drop for Forwarding {
+        fn drop(&mut self) {
+            self.0.task.lock().take();
+        }
+    }
+    let me = current_arc();
+    *me.task.lock() = Some(task.clone());
+    if me.is_alerted() {
+        task.alert();
+    }
+    Forwarding(me)
 }
 
 /// The thread's shuttle; a fresh one, which nobody can alert, for a call

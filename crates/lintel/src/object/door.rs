@@ -22,6 +22,7 @@ use crate::abi::MAX_DOORS;
 use crate::context::attached::Attached;
 use crate::context::error::{CallError, Fault};
 use crate::context::stats::{self, Path};
+use crate::object::async_handler::AsyncDoor;
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
 use crate::state::refs::{self, Refs, Runner};
@@ -149,6 +150,9 @@ pub(crate) type Runners = fn() -> &'static Running;
 pub(crate) struct DoorCore {
     pub datum: u64,
     pub handler: Box<dyn Handler>,
+    /// The async handler of a door made with [`Door::create_async`]
+    /// (`handler` is then its blocking face).
+    pub asynk: Option<Arc<AsyncDoor>>,
     on_unref: UnrefSink,
     runners: Runners,
     refs: Refs,
@@ -173,8 +177,21 @@ impl DoorCore {
         Arc::new(DoorCore {
             datum,
             handler,
+            asynk: None,
             on_unref,
             runners,
+            refs: Refs::new(),
+        })
+    }
+
+    /// A door served by `asynk`, with `handler` its blocking face.
+    pub fn new_async(datum: u64, handler: Box<dyn Handler>, asynk: Arc<AsyncDoor>) -> Arc<DoorCore> {
+        Arc::new(DoorCore {
+            datum,
+            handler,
+            asynk: Some(asynk),
+            on_unref: deliver_unreferenced,
+            runners: crate::state::running::workers,
             refs: Refs::new(),
         })
     }
@@ -287,6 +304,7 @@ impl Ran {
     pub fn checked(self, reply: &Reply) -> Result<(), CallError> {
         match self {
             Ran::Done => check_sizes("result", reply.data.len(), reply.doors.len()),
+            Ran::Fault(crate::object::async_handler::WOULD_BLOCK) => Err(CallError::WouldBlock),
             Ran::Fault(code) => Err(CallError::Fault(code)),
             Ran::Panicked => Err(CallError::Panicked),
         }
@@ -295,6 +313,25 @@ impl Ran {
 
 /// A remote call in progress on a door; ends on drop.
 pub(crate) struct ActiveCall<'a>(&'a Arc<DoorCore>);
+
+impl ActiveCall<'_> {
+    /// The same call, held by a value that may outlive the borrow (an
+    /// async handler's task).
+    pub fn owned(self) -> OwnedCall {
+        let core = self.0.clone();
+        std::mem::forget(self);
+        OwnedCall(core)
+    }
+}
+
+/// [`ActiveCall`], owning its door.
+pub(crate) struct OwnedCall(Arc<DoorCore>);
+
+impl Drop for OwnedCall {
+    fn drop(&mut self) {
+        self.0.refs.end_call(&self.0);
+    }
+}
 
 impl Drop for ActiveCall<'_> {
     fn drop(&mut self) {
@@ -389,6 +426,11 @@ extern "C" fn let_go(door: Inner) {
 }
 
 impl Door {
+    /// A door on `core`, served here.
+    pub(crate) fn local(core: Arc<DoorCore>) -> Door {
+        Door(Inner::Local(core))
+    }
+
     /// Create a door served by this domain; `datum` names the object.
     pub fn create(datum: u64, handler: impl Handler) -> Door {
         Door(Inner::Local(DoorCore::new(

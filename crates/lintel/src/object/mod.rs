@@ -1,4 +1,5 @@
 //! Layer 4, the objects.
+pub mod async_handler;
 #[allow(unsafe_code)] // views of loan and snapshot mappings
 pub mod buffer;
 pub mod conn;

@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use crate::abi::{AREA_SIZE, AREA_SLOTS, OFF_NOTICE_LOST};
 use crate::context::shuttle::Shuttle;
+use crate::object::async_handler::CallAlert;
 use crate::object::door::Door;
 use crate::state::bulk::SlotBulk;
 use crate::state::handshake::{self, AlertBox, Binding, Shared};
@@ -24,6 +25,9 @@ pub(super) struct SlotServer {
     /// was alerted (model-checked in `handshake`).
     alerts: AlertBox<AtomicU32>,
     pub(super) shuttle: Mutex<Option<Arc<Shuttle>>>,
+    /// The alert of the call an async handler's task serves on the slot
+    /// (`deferred`), from before its first poll until it replies.
+    pub(super) deferred: Mutex<Option<Arc<CallAlert>>>,
     /// Doors of the last reply, kept until the caller has read it (its next
     /// request on the slot shows that). A door the caller passed in and gets
     /// back travels as the caller's own grant: were our copy dropped now, our
@@ -43,6 +47,7 @@ impl SlotServer {
                 alerted_seq: AtomicU32::new(0),
             },
             shuttle: Mutex::new(None),
+            deferred: Mutex::new(None),
             pinned: Mutex::new(Vec::new()),
             has_pinned: AtomicBool::new(false),
         }
@@ -59,10 +64,14 @@ impl SlotServer {
         }
     }
 
-    /// Alert the thread serving the slot, if one is.
+    /// Alert the thread serving the slot, if one is, and the task of an
+    /// async handler serving it.
     fn alert_thread(&self) {
         if let Some(sh) = self.shuttle.lock().clone() {
             sh.alert();
+        }
+        if let Some(a) = self.deferred.lock().clone() {
+            a.alert();
         }
     }
 

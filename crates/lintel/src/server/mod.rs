@@ -10,12 +10,13 @@
 //!
 //! This file is the worker's loop and the fast handling of an inline
 //! request on the door served last (`handle`, inlined into the loop);
-//! `slow` takes every other request, `area` is a peer's call area as the
-//! server sees it, and `caller` publishes who made the call a handler runs
-//! ([`caller()`]).
+//! `slow` takes every other request, `deferred` hands a request to an
+//! async handler's task (the worker then lets go of the slot), and `area`
+//! is a peer's call area as the server sees it. Who made the call a
+//! handler runs is published in `context::caller`.
 
 mod area;
-mod caller;
+mod deferred;
 mod slow;
 
 use std::sync::Arc;
@@ -36,12 +37,11 @@ use crate::sys::spin::Spinner;
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self};
 
+use crate::context::caller::{Caller, serving_for};
 use area::SlotServer;
-use caller::serving_for;
 use slow::{Failure, finish_slow, handle_slow};
 
 pub(crate) use area::InArea;
-pub use caller::{Caller, caller};
 
 /// A slot with a request and no thread bound to it.
 #[derive(Clone)]
@@ -127,10 +127,15 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     ss.unbind.store(false, SeqCst);
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     pool.bound(w);
+    // A request handed to an async handler's task: its reply comes from the
+    // task, so this thread lets go of the slot at once (`deferred`).
+    let mut deferred = false;
     loop {
-        if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu) {
-            handle(w, ss, &slot, seq, bufs);
-            if !pool.has_queued() {
+        if !deferred
+            && let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu)
+        {
+            deferred = handle(w, ss, &slot, seq, bufs);
+            if !deferred && !pool.has_queued() {
                 continue;
             }
         }
@@ -145,7 +150,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
             // Another worker may have bound, replied and let go meanwhile.
             bufs.reply_header = None;
             slot.set(OFF_SERVER_STATE, BUSY);
-            handle_late(w, ss, &slot, r, bufs);
+            deferred = handle_late(w, ss, &slot, r, bufs);
             continue;
         }
         break;
@@ -246,14 +251,15 @@ fn publish(slot: &Slot, w: Polled, v: u32) {
 /// doors to let go, a door not served last, a revoked door. Then the point of
 /// no return: the handler runs and its reply is published. Inlined into the
 /// worker's loop, so a null call pays no call frame.
+/// True if the request went to an async handler's task (`deferred`).
 #[inline(always)]
-fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) -> bool {
     let req = RequestHeader::read(slot);
     ss.begin(seq, req.flags & FLAG_ALERT != 0, &bufs.shuttle);
     if w.conn.dead.load(SeqCst) {
         // The caller died before its call started: it never starts. (Read
         // after `begin` publishes the call: a death seen later alerts it.)
-        return;
+        return false;
     }
     let core = match &bufs.door {
         Some((grant, generation, core))
@@ -278,7 +284,8 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
         core.leave(&bufs.runner);
         bufs.counters.served(Path::Fast);
         let result = ran.checked(reply).map_err(Failure::taken);
-        return finish_slow(w, slot, seq, bufs, result, false);
+        finish_slow(w, slot, seq, bufs, result, false);
+        return false;
     }
     let len = reply.data.len() as u32;
     ReplyHeader::write_inline_data(slot, &reply.data);
@@ -292,12 +299,13 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     // counting the call.
     core.leave(&bufs.runner);
     bufs.counters.served(Path::Fast);
+    false
 }
 
 /// [`handle`] of a request found while letting go of the slot (rare: kept
 /// out of line so the worker's loop holds one copy of the fast path).
 #[inline(never)]
-fn handle_late(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+fn handle_late(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) -> bool {
     handle(w, ss, slot, seq, bufs)
 }
 

@@ -9,22 +9,25 @@ use crate::abi::{
     DATA_CAP, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE,
     OFF_OUT_LEN, OFF_OUT_SEG, OFF_STATUS, ST_OK, ST_UNTAKEN, payload_offset,
 };
+use crate::context::caller::Caller;
 use crate::context::error::CallError;
 use crate::context::stats::Path;
+use crate::object::async_handler::{AsyncRequest, CallAlert};
 use crate::object::buffer;
 use crate::object::conn::Conn;
-use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
+use crate::object::door::{ActiveCall, DoorCore, Reply, Request, check_sizes};
 use crate::sys::umem::{RequestHeader, Slot};
 use crate::{context::deadline, object::transfer};
 
-use super::{Buffers, Work, cache_hit, publish_reply};
+use super::{Buffers, Work, cache_hit, deferred, publish_reply};
 
 /// Everything the fast path does not do: doors, data in the data region,
 /// deadlines, a door not served last, pinned doors to let go. The header is
 /// read afresh (a caller that changes it meanwhile garbles only its own
 /// call): handed over, the fast path's copy would be kept in memory.
+/// True if the request went to an async handler's task, which replies.
 #[cold]
-pub(super) fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
+pub(super) fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) -> bool {
     let req = &RequestHeader::read(slot);
     let ss = &w.area.slots[w.slot as usize];
     if ss.has_pinned.load(Relaxed) {
@@ -38,7 +41,28 @@ pub(super) fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) {
     let restore = deadline::Restore(deadline::set(req.deadline));
     let result = run(w, slot, seq, bufs, req);
     drop(restore);
-    finish_slow(w, slot, seq, bufs, result, vanilla);
+    if bufs
+        .door
+        .as_ref()
+        .is_some_and(|(_, _, core)| core.asynk.is_some())
+    {
+        bufs.door = None; // the fast path never runs an async handler
+    }
+    match result {
+        Ok(Served::Later) => true,
+        r => {
+            finish_slow(w, slot, seq, bufs, r.map(drop), vanilla);
+            false
+        }
+    }
+}
+
+/// How a request that passed its checks was served.
+pub(super) enum Served {
+    /// The handler ran: its reply is in the worker's buffers.
+    Now,
+    /// An async handler's task replies when it ends.
+    Later,
 }
 
 /// Write the reply (or the failure) of a call the fast path did not finish,
@@ -49,16 +73,32 @@ pub(super) fn finish_slow(
     slot: &Slot,
     seq: u32,
     bufs: &mut Buffers,
-    mut result: Result<(), Failure>,
+    result: Result<(), Failure>,
     vanilla: bool,
 ) {
     bufs.reply_header = None;
-    if w.conn.is_dead() {
-        bufs.reply.clear();
-        drop(buffer::take_returns()); // its lender is gone too
-        return; // the caller is gone: the reply is discarded
+    if !write_reply(w, slot, seq, &mut bufs.reply, result, vanilla) {
+        return;
     }
-    let reply = &bufs.reply;
+    trim(w, bufs);
+    publish_with_doors(w, slot, seq, &mut bufs.reply);
+}
+
+/// Write `reply` (or the failure `result`) into the slot, unpublished;
+/// false if the caller is gone (the reply is dropped).
+pub(super) fn write_reply(
+    w: &Work,
+    slot: &Slot,
+    seq: u32,
+    reply: &mut Reply,
+    mut result: Result<(), Failure>,
+    vanilla: bool,
+) -> bool {
+    if w.conn.is_dead() {
+        reply.clear();
+        drop(buffer::take_returns()); // its lender is gone too
+        return false; // the caller is gone: the reply is discarded
+    }
     if result.is_ok() {
         let n = reply.data.len();
         if n > DATA_CAP {
@@ -79,8 +119,8 @@ pub(super) fn finish_slow(
         slot.set(OFF_OUT_DOORS, nd);
     }
     let mut nbufs = 0;
-    if result.is_ok() && !bufs.reply.buffers.is_empty() {
-        let out = std::mem::take(&mut bufs.reply.buffers);
+    if result.is_ok() && !reply.buffers.is_empty() {
+        let out = std::mem::take(&mut reply.buffers);
         nbufs = out.len() as u32;
         result = buffer::send(&w.conn, out, slot, false, w.slot, seq)
             .map(drop)
@@ -111,11 +151,16 @@ pub(super) fn finish_slow(
             slot.set(OFF_OUT_DOORS, len);
         }
     }
-    trim(w, bufs);
-    bufs.reply.buffers.clear(); // a failed call's: they go nowhere
-    if !bufs.reply.doors.is_empty() {
+    true
+}
+
+/// Publish the reply written in the slot, keeping the doors it passes
+/// until the caller has read it (see `SlotServer::pinned`).
+pub(super) fn publish_with_doors(w: &Work, slot: &Slot, seq: u32, reply: &mut Reply) {
+    reply.buffers.clear(); // a failed call's: they go nowhere
+    if !reply.doors.is_empty() {
         let ss = &w.area.slots[w.slot as usize];
-        ss.pinned.lock().append(&mut bufs.reply.doors);
+        ss.pinned.lock().append(&mut reply.doors);
         ss.has_pinned.store(true, Relaxed);
     }
     publish_reply(w, slot, seq);
@@ -138,7 +183,7 @@ fn trim(w: &Work, bufs: &mut Buffers) {
 /// Why a request failed, and whether the doors passed with it were left
 /// untouched (the caller then takes back the grants it made for them).
 pub(super) struct Failure {
-    error: CallError,
+    pub(super) error: CallError,
     untaken: bool,
 }
 
@@ -154,7 +199,7 @@ impl Failure {
 /// Copy the request out, check it, and run the handler. Sizes, the grant
 /// and revocation are checked before the passed doors are touched: a
 /// refused request leaves them to its caller.
-fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader) -> Result<(), Failure> {
+fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader) -> Result<Served, Failure> {
     let (grant, in_len, in_doors) = (req.grant, req.in_len as usize, req.in_doors as usize);
     let vanilla = req.flags & FLAG_VANILLA != 0;
     let checked = match deadline::passed(req.deadline) {
@@ -165,7 +210,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         n if n > MAX_BUFFERS => Err(CallError::BadMessage("too many buffers")),
         _ => Ok(c),
     });
-    let (core, _active) = match checked {
+    let (core, active) = match checked {
         Ok(c) => c,
         Err(error) => {
             if in_doors > 0 {
@@ -220,6 +265,23 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         Path::Vanilla
     };
     bufs.counters.served(path);
+    if let Some(asynk) = core.asynk.clone() {
+        let datum = core.datum;
+        let call = active.owned();
+        let req = AsyncRequest {
+            datum,
+            data: args[skip..].to_vec(),
+            doors,
+            buffers,
+            caller: Some(Caller {
+                connection: w.conn.id,
+                pid: w.conn.peer_pid(),
+            }),
+            alert: CallAlert::new(bufs.shuttle.is_alerted()),
+            deadline: req.deadline,
+        };
+        return deferred::dispatch(&asynk, w, seq, call, req, vanilla, &bufs.shuttle, &mut bufs.reply);
+    }
     let reply = &mut bufs.reply;
     reply.clear();
     let req = Request {
@@ -229,7 +291,9 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         buffers: buffers.into(),
     };
     let _serving = buffer::serving(w.conn.id);
-    core.invoke(req, reply).map_err(Failure::taken)
+    core.invoke(req, reply).map_err(Failure::taken)?;
+    drop(active);
+    Ok(Served::Now)
 }
 
 /// Copy arguments larger than the data region out of the caller's bulk

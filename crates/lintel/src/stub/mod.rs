@@ -723,6 +723,7 @@ impl Wire for CallError {
                 len.encode(w);
                 arena.encode(w);
             }
+            CallError::WouldBlock => w.bytes(&[13]),
         }
     }
     fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
@@ -750,6 +751,7 @@ impl Wire for CallError {
                 len: usize::decode(r)?,
                 arena: usize::decode(r)?,
             },
+            13 => CallError::WouldBlock,
             _ => return Err(WireError("invalid CallError tag")),
         })
     }

@@ -11,8 +11,8 @@
 /// costs a call nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caller {
-    pub(super) connection: u64,
-    pub(super) pid: u32,
+    pub(crate) connection: u64,
+    pub(crate) pid: u32,
 }
 
 impl Caller {
@@ -54,7 +54,7 @@ pub fn caller() -> Option<Caller> {
 }
 
 /// This thread serves `who`'s calls until the guard drops.
-pub(super) fn serving_for(who: Caller) -> impl Drop {
+pub(crate) fn serving_for(who: Caller) -> impl Drop {
     struct Serving;
     impl Drop for Serving {
         fn drop(&mut self) {

@@ -1,0 +1,203 @@
+//! Doors served by async handlers ([`Door::create_async`]): a handler is
+//! an `async fn` that runs as a task on the user's tokio runtime, and no
+//! server thread waits while it awaits.
+//!
+//! A request for such a door is handed over by value ([`AsyncRequest`]:
+//! its bytes, doors and buffers owned), so the task may outlive the server
+//! thread's turn. The serving side (`server::deferred`) polls the handler's
+//! future once on the server thread, inside the runtime: a handler that
+//! does not await is answered as a blocking one is, on the spot; one that
+//! awaits becomes a task of the runtime, which writes the reply into the
+//! slot and publishes it when the future ends, and the server thread goes
+//! back to its pool at once.
+//!
+//! Alerts reach the handler through [`AsyncRequest::alerted`] (a future)
+//! and [`AsyncRequest::is_alerted`]; the call's deadline bounds the calls
+//! its task makes (`deadline::in_task`) and is told by
+//! [`crate::deadline::remaining`]. A panic in the future fails the call with
+//! [`CallError::Panicked`], as a blocking handler's panic does.
+//!
+//! A co-located call awaited by a task ([`Door::call_async`]) runs the
+//! future in the caller's own task. A blocking co-located call
+//! ([`Door::call`]) from a thread outside any runtime blocks on it through
+//! the door's runtime; from a thread of a runtime it fails with
+//! [`CallError::WouldBlock`] instead of blocking that runtime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::context::caller::Caller;
+use crate::context::deadline;
+use crate::context::error::{CallError, Fault};
+pub use crate::context::task_alert::Alerted;
+pub(crate) use crate::context::task_alert::CallAlert;
+use crate::object::buffer::Buffer;
+use crate::object::door::{Door, DoorCore, Handler, Reply, Request, check_sizes};
+use crate::sys;
+
+/// A handler's future, boxed.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, Fault>> + Send + 'static>>;
+
+/// What serves a door created with [`Door::create_async`]: an `async` closure
+/// `|req: AsyncRequest| async move { … }` will do.
+pub trait AsyncHandler: Send + Sync + 'static {
+    /// Serve one call; the reply is the future's output.
+    fn call(&self, req: AsyncRequest) -> HandlerFuture;
+
+    /// Nobody else holds the door any more (as [`Handler::unreferenced`]).
+    fn unreferenced(&self, _datum: u64) {}
+}
+
+impl<F, Fut> AsyncHandler for F
+where
+    F: Fn(AsyncRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Reply, Fault>> + Send + 'static,
+{
+    fn call(&self, req: AsyncRequest) -> HandlerFuture {
+        Box::pin(self(req))
+    }
+}
+
+/// One call to an async handler, owned by its task.
+pub struct AsyncRequest {
+    /// The door's datum.
+    pub datum: u64,
+    /// The argument bytes.
+    pub data: Vec<u8>,
+    /// Doors passed with the call.
+    pub doors: Vec<Door>,
+    /// Buffers passed with the call.
+    pub buffers: Vec<Buffer>,
+    /// The process that made the call (`None`: this one).
+    pub caller: Option<Caller>,
+    pub(crate) alert: Arc<CallAlert>,
+    pub(crate) deadline: u64,
+}
+
+impl AsyncRequest {
+    /// Whether the caller was alerted (it cancelled the call, its deadline
+    /// passed, or it died).
+    pub fn is_alerted(&self) -> bool {
+        self.alert.is_set()
+    }
+
+    /// A future that ends when the caller is alerted, to race against the
+    /// handler's work (`tokio::select!`).
+    pub fn alerted(&self) -> Alerted {
+        Alerted(self.alert.clone())
+    }
+
+    /// Time left before the call's deadline, `None` if it has none.
+    pub fn remaining(&self) -> Option<Duration> {
+        (self.deadline != 0).then(|| Duration::from_nanos(self.deadline.saturating_sub(sys::monotonic_ns())))
+    }
+}
+
+/// A door's async handler and the runtime its tasks run on.
+pub(crate) struct AsyncDoor {
+    handler: Arc<dyn AsyncHandler>,
+    pub rt: tokio::runtime::Handle,
+}
+
+/// The future of one call: the handler's, under the call's deadline, with
+/// a panic turned into [`CallError::Panicked`] and the result's size checked.
+pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Result<Reply, CallError>> + Send + 'static>>;
+
+impl AsyncDoor {
+    /// The future serving `req`.
+    pub fn serve(&self, req: AsyncRequest) -> CallFuture {
+        let at = req.deadline;
+        let fut = self.handler.call(req);
+        Box::pin(deadline::in_task(at, Caught(fut)))
+    }
+
+    pub fn unreferenced(&self, datum: u64) {
+        self.handler.unreferenced(datum)
+    }
+}
+
+/// A handler's future whose panic ends the call, not the task.
+struct Caught(HandlerFuture);
+
+impl Future for Caught {
+    type Output = Result<Reply, CallError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.0.as_mut().poll(cx)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(Ok(reply))) => {
+                Poll::Ready(check_sizes("result", reply.data.len(), reply.doors.len()).map(|()| reply))
+            }
+            Ok(Poll::Ready(Err(Fault(code)))) => Poll::Ready(Err(CallError::Fault(code))),
+            Err(_) => Poll::Ready(Err(CallError::Panicked)),
+        }
+    }
+}
+
+/// The blocking face of an async door: a co-located [`Door::call`].
+struct Blocking(Arc<AsyncDoor>);
+
+impl Handler for Blocking {
+    fn invoke(&self, req: Request<'_>, reply: &mut Reply) -> Result<(), Fault> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Fault(WOULD_BLOCK));
+        }
+        let req = AsyncRequest {
+            datum: req.datum,
+            data: req.data.to_vec(),
+            doors: req.doors.into_vec(),
+            buffers: req.buffers.into_vec(),
+            caller: crate::context::caller::caller(),
+            alert: CallAlert::new(crate::context::shuttle::alerted()),
+            deadline: deadline::current(),
+        };
+        // The calling thread's alerts reach the handler while it runs.
+        let _forward = crate::context::shuttle::forward_to(req.alert.clone());
+        // A panic goes on up to the caller's `invoke`, which reports it.
+        let at = req.deadline;
+        let fut = deadline::in_task(at, self.0.handler.call(req));
+        *reply = self.0.rt.block_on(fut)?;
+        Ok(())
+    }
+
+    fn unreferenced(&self, datum: u64) {
+        self.0.unreferenced(datum)
+    }
+}
+
+/// The fault code a blocking co-located call of an async door made on a
+/// runtime's thread stands for ([`CallError::WouldBlock`]).
+pub(crate) const WOULD_BLOCK: u32 = u32::MAX;
+
+impl Door {
+    /// Create a door served by this domain with an async handler, whose
+    /// calls run as tasks on the current tokio runtime (panics outside one,
+    /// as `tokio::spawn` does; see [`Door::create_async_on`]).
+    ///
+    /// ```
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// use lintel::{AsyncRequest, Door, Reply};
+    /// let echo = Door::create_async(0, |req: AsyncRequest| async move {
+    ///     tokio::task::yield_now().await; // no server thread waits here
+    ///     Ok(Reply { data: req.data, ..Reply::default() })
+    /// });
+    /// assert_eq!(echo.call_async(b"hi", &[]).await.unwrap().data, b"hi");
+    /// # });
+    /// ```
+    pub fn create_async(datum: u64, handler: impl AsyncHandler) -> Door {
+        Door::create_async_on(tokio::runtime::Handle::current(), datum, handler)
+    }
+
+    /// [`Door::create_async`] on the runtime `rt`.
+    pub fn create_async_on(rt: tokio::runtime::Handle, datum: u64, handler: impl AsyncHandler) -> Door {
+        let door = Arc::new(AsyncDoor {
+            handler: Arc::new(handler),
+            rt,
+        });
+        Door::local(DoorCore::new_async(datum, Box::new(Blocking(door.clone())), door))
+    }
+}
