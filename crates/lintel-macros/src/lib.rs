@@ -84,6 +84,16 @@ use proc_macro::TokenStream;
 ///   `KvServer::serve(imp) -> KvClient`.
 /// - `KvClient::INTERFACE`, `KvServer::INTERFACE` (the trait's name) and
 ///   `KvServer::METHODS` (each method's name and number).
+/// - For async code, three more: `KvAsync`, the trait with each method
+///   returning a `Send` future of its result (implement it with `async
+///   fn`s); `KvAsyncServer<I: KvAsync>`, which serves one through a door
+///   with an async handler (`lintel::Door::create_async`: each call a task
+///   of a tokio runtime, no server thread waiting while it awaits;
+///   `new`, `from_arc`, `into_door`, `into_door_on(handle)`, `door`,
+///   `serve`); and `KvAsyncClient`, whose methods are `async fn`s that
+///   await the call (`lintel::Door::call_async`). Either client calls
+///   either server, co-located or across processes; `KvAsyncClient` is
+///   `From<KvClient>` and `From<Door>`.
 ///
 /// # Methods
 ///

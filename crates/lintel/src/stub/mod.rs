@@ -988,6 +988,22 @@ impl Call {
     }
 }
 
+impl Call {
+    /// [`Call::send`], awaited ([`Door::call_async`]).
+    pub async fn send_async(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
+        let s = self.s.as_mut().expect("scratch present until drop");
+        self.m.check_items(s.longest)?;
+        let buffers = std::mem::take(&mut s.buffers);
+        s.reply = door
+            .call_with_async(&s.args, &s.doors, buffers)
+            .await
+            .map_err(|e| self.m.error(e))?;
+        s.doors.clear();
+        let buffers = std::mem::take(&mut s.reply.buffers);
+        Ok(Reader::with_buffers(&s.reply.data, &s.reply.doors, buffers))
+    }
+}
+
 impl Drop for Call {
     fn drop(&mut self) {
         if let Some(s) = self.s.take() {
