@@ -2,6 +2,7 @@
 //! same registry runs in every domain (the binary re-executes itself), so a
 //! manifest can place any service anywhere without a code change.
 
+use std::future::Future;
 use std::time::Duration;
 
 use lintel::Door;
@@ -79,6 +80,50 @@ impl Registry {
         self.add(name, Kind::Driver(Box::new(run)))
     }
 
+    /// Register a service built by an async factory, whose door is
+    /// typically served by async handlers (`FooAsyncServer::door(imp)`,
+    /// `lintel::Door::create_async`): the factory runs on the domain's
+    /// tokio runtime ([`Context::runtime`]), where those handlers' tasks
+    /// then run too.
+    ///
+    /// ```
+    /// use lintel::{AsyncRequest, Door, Reply};
+    /// use lintel_system::Registry;
+    /// let mut reg = Registry::new();
+    /// reg.async_service("echo", |_ctx| async move {
+    ///     Ok(Door::create_async(0, |req: AsyncRequest| async move {
+    ///         Ok(Reply { data: req.data, ..Reply::default() })
+    ///     }))
+    /// });
+    /// ```
+    ///
+    /// Panics as [`Registry::service`] does.
+    pub fn async_service<F>(
+        &mut self,
+        name: &str,
+        factory: impl Fn(Context) -> F + Send + Sync + 'static,
+    ) -> &mut Registry
+    where
+        F: Future<Output = Result<Door, BoxError>> + Send + 'static,
+    {
+        self.service(name, move |ctx| ctx.runtime().block_on(factory(ctx.clone())))
+    }
+
+    /// Register a driver written as an async function: it runs on the
+    /// domain's tokio runtime ([`Context::runtime`]).
+    ///
+    /// Panics as [`Registry::service`] does.
+    pub fn async_driver<F>(
+        &mut self,
+        name: &str,
+        run: impl Fn(Context) -> F + Send + Sync + 'static,
+    ) -> &mut Registry
+    where
+        F: Future<Output = Result<(), BoxError>> + Send + 'static,
+    {
+        self.driver(name, move |ctx| ctx.runtime().block_on(run(ctx.clone())))
+    }
+
     /// Registered names, in registration order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|(n, _)| n.as_str())
@@ -111,6 +156,7 @@ pub(crate) fn valid_service_name(s: &str) -> bool {
 
 /// What a service's factory (or a driver) is given: where it runs, and the
 /// name service.
+#[derive(Clone)]
 pub struct Context {
     pub(crate) system: String,
     pub(crate) domain: String,
@@ -123,6 +169,24 @@ pub struct Context {
 impl Context {
     /// How long [`Context::lookup`] waits for a service to be bound.
     pub const LOOKUP_WAIT: Duration = Duration::from_secs(10);
+
+    /// The domain's tokio runtime, made on first use (multi-threaded, a
+    /// worker per CPU): async services and drivers run on it, and a
+    /// blocking factory may serve async handlers on it
+    /// (`lintel::Door::create_async_on(ctx.runtime(), …)`).
+    pub fn runtime(&self) -> lintel::RuntimeHandle {
+        static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+        RUNTIME
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .thread_name("lintel-async")
+                    .enable_all()
+                    .build()
+                    .expect("the domain's tokio runtime")
+            })
+            .handle()
+            .clone()
+    }
 
     /// The system's name (from the manifest).
     pub fn system(&self) -> &str {

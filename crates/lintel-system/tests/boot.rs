@@ -29,7 +29,7 @@ fn manifest_errors_name_the_line() {
         (
             "[domain.a]\nservices = [\"counter\", \"kv\"]\n",
             ":3:24:",
-            "unknown service `kv` (registered: counter, greeter, bomb, fragile, driver)",
+            "unknown service `kv` (registered: counter, greeter, bomb, fragile, driver, tally, async-driver)",
         ),
         (
             "[domain.a]\nservices = [\"counter\"]\n[domain.b]\nservices = [\"greeter\", \"counter\"]\n",
@@ -118,6 +118,43 @@ fn colocated_and_isolated_give_the_same_answers() {
                 .collect::<Vec<_>>()
                 .join("\n"),
         );
+    }
+    assert_eq!(answers[0], answers[1]);
+}
+
+/// Async services and drivers: an async driver awaits a hundred calls at
+/// once of an async service, and a call of a blocking one, with the same
+/// answers whether they share a domain or not.
+#[test]
+fn async_services_and_drivers_answer_in_every_placement() {
+    let dir = scratch();
+    let mut answers = Vec::new();
+    for (name, body) in [
+        (
+            "aco",
+            "root = \"async-driver\"\n[domain.all]\nservices = [\"async-driver\", \"tally\", \"greeter\", \"counter\"]\n",
+        ),
+        (
+            "aiso",
+            "root = \"async-driver\"\n[domain.a]\nservices = [\"tally\"]\n[domain.b]\nservices = [\"greeter\", \"counter\"]\n\
+             [domain.c]\nservices = [\"async-driver\"]\n",
+        ),
+    ] {
+        let m = manifest(&dir, name, body);
+        let out = run(&["boot", m.to_str().unwrap()], "script");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        assert!(stdout.contains("tally after 100 -> 100"), "{stdout}");
+        assert!(stdout.contains("greet carol -> hello, carol (#1)"), "{stdout}");
+        answers.push(
+            stdout
+                .lines()
+                .filter(|l| !l.starts_with("local:"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let local = stdout.contains("local: async-driver->tally true");
+        assert_eq!(local, name == "aco", "{stdout}");
     }
     assert_eq!(answers[0], answers[1]);
 }

@@ -1,5 +1,5 @@
-//! A tiny system for lintel-system's tests: three services on raw doors and a
-//! driver, placed by whatever manifest the test writes.
+//! A tiny system for lintel-system's tests: services on raw doors (one async) and
+//! two drivers, placed by whatever manifest the test writes.
 //!
 //! - `counter`: adds the 8-byte little-endian argument, returns the total.
 //! - `greeter`: looks up `counter` when built; `g NAME` returns
@@ -10,11 +10,15 @@
 //!   exists, and takes its `start_ms` setting's milliseconds to start.
 //! - `driver` (root): runs the script `LINTEL_TESTSYS_MODE` names
 //!   (`script`, `crash`, `fail`, `panic`).
+//! - `tally` (async): adds the 8-byte argument after a 1 ms timer, returns
+//!   the total, served by an async handler on its domain's runtime.
+//! - `async-driver` (root, async): calls `tally` and `greeter` with awaited
+//!   calls, many at once, and prints what they return.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lintel::{Door, Fault, Reply, Request};
+use lintel::{AsyncRequest, Door, Fault, Reply, Request};
 use lintel_system::{BoxError, Context, Registry};
 
 fn counter(_: &Context) -> Result<Door, BoxError> {
@@ -122,12 +126,51 @@ fn driver(ctx: &Context) -> Result<(), BoxError> {
     Ok(())
 }
 
+async fn tally(_: Context) -> Result<Door, BoxError> {
+    let total = std::sync::Arc::new(AtomicU64::new(0));
+    Ok(Door::create_async(0, move |req: AsyncRequest| {
+        let total = total.clone();
+        async move {
+            let n: [u8; 8] = req.data.as_slice().try_into().map_err(|_| Fault(1))?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            let t = total.fetch_add(u64::from_le_bytes(n), Ordering::SeqCst) + u64::from_le_bytes(n);
+            Ok(Reply {
+                data: t.to_le_bytes().to_vec(),
+                ..Reply::default()
+            })
+        }
+    }))
+}
+
+async fn async_driver(ctx: Context) -> Result<(), BoxError> {
+    let tally = ctx.lookup("tally")?;
+    let greeter = ctx.lookup("greeter")?;
+    // A hundred awaited calls at once.
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let tally = tally.clone();
+        calls.spawn(async move { tally.call_async(&1u64.to_le_bytes(), &[]).await });
+    }
+    let mut highest = 0;
+    while let Some(r) = calls.join_next().await {
+        let r = r??;
+        highest = highest.max(u64::from_le_bytes(r.data.as_slice().try_into()?));
+    }
+    println!("tally after 100 -> {highest}");
+    let r = greeter.call_async(b"gcarol", &[]).await?;
+    println!("greet carol -> {}", String::from_utf8_lossy(&r.data));
+    println!("local: async-driver->tally {}", tally.is_local());
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let mut reg = Registry::new();
     reg.service("counter", counter)
         .service("greeter", greeter)
         .service("bomb", bomb)
         .service("fragile", fragile)
-        .driver("driver", driver);
+        .driver("driver", driver)
+        .async_service("tally", tally)
+        .async_driver("async-driver", async_driver);
     lintel_system::main(reg)
 }
