@@ -1,6 +1,6 @@
-//! kv-system: a key-value store, a clock, a log, a file service and a
-//! shell, each a lintel service registered by name in this one binary. Where each runs is the
-//! manifest's choice:
+//! kv-system: a key-value store, a clock, a log (served by async handlers),
+//! a file service and a shell, each a lintel service registered by name in
+//! this one binary. Where each runs is the manifest's choice:
 //!
 //! ```text
 //! echo 'put a 1
@@ -26,7 +26,10 @@ use lintel_system::{BoxError, Context, NameError, Named, Registry};
 fn registry() -> Registry {
     let mut reg = Registry::new();
     reg.service("clock", |_| Ok(ClockServer::door(TickClock::default())));
-    reg.service("log", |_| Ok(LogServer::door(MemoryLog::default())));
+    // The log is served by async handlers on its domain's tokio runtime.
+    reg.async_service("log", |_| async {
+        Ok(LogAsyncServer::door(MemoryLog::default()))
+    });
     // The store takes its clock, log and file service at start-up: when
     // one of their domains restarts, the supervisor restarts the store's
     // after it, and the store reads its journal back.
