@@ -7,10 +7,14 @@
 //!   task and is woken through the runtime's reactor by the server's notice; compared to
 //!   `baseline/tokio_eventfd_pingpong`, which this suite measures: two tokio runtimes in two
 //!   processes echoing an 8-byte eventfd count, each waiting on its eventfd in the reactor.
+//! - `echo8_cross`: 8 bytes echoed, spinning on; compared to `baseline/tarpc_uds`, the same
+//!   echo with tarpc (bincode over a Unix socket), both sides single-threaded tokio runtimes.
+//! - `null_cross_async_handler`: a null call to an async handler that returns without
+//!   awaiting (the server thread polls it once and replies); compared to `door/null_cross_fast`.
 //! - `throughput_1000`: 1,000 tasks on the one thread, each calling in a loop a door whose
-//!   handler waits 1 ms (a service waiting on something else: the case concurrency is for);
-//!   ns per call over all of them, compared to `blocking_1ms`, one thread making the same calls
-//!   one at a time. The child allows 1,100 server threads, so no call waits for a thread.
+//!   async handler waits 1 ms on a timer (a service waiting on something else: the case
+//!   concurrency is for); ns per call over all of them, compared to `blocking_1ms`, one thread
+//!   making the same calls one at a time. No server thread waits during the timer.
 //!
 //! The child role's doors are listed in [`Offer`].
 
@@ -18,7 +22,7 @@ use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use lintel::{Door, Fault, Reply, Request};
+use lintel::{AsyncRequest, Door, Fault, Reply, Request};
 use tokio::io::unix::AsyncFd;
 
 use crate::baseline;
@@ -45,26 +49,60 @@ const TASKS: usize = 1000;
 enum Offer {
     /// 0 bytes in, 0 out.
     Null,
-    /// Waits [`NAP`], returns its arguments.
+    /// Returns its arguments.
+    Echo,
+    /// 0 bytes in, 0 out, an async handler that does not await.
+    AsyncNull,
+    /// An async handler: waits [`NAP`] on a timer, returns its arguments.
     Nap,
     /// One byte: 0 spinning off, 1 on.
     Spin,
 }
 
-const OFFERS: [Offer; 3] = [Offer::Null, Offer::Nap, Offer::Spin];
+const OFFERS: [Offer; 5] = [
+    Offer::Null,
+    Offer::Echo,
+    Offer::AsyncNull,
+    Offer::Nap,
+    Offer::Spin,
+];
 
-/// The child side: serve [`OFFERS`] until killed.
+/// The child side: serve [`OFFERS`] until killed, the async ones on a runtime of its own.
 pub fn child(args: &[String]) -> anyhow::Result<()> {
     ensure!(args.is_empty(), "the async child takes no arguments");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let doors = OFFERS
         .iter()
-        .map(|&offer| {
-            Door::create(
+        .map(|&offer| match offer {
+            Offer::AsyncNull => Door::create_async_on(
+                rt.handle().clone(),
+                offer as u64,
+                |req: AsyncRequest| async move {
+                    match req.data.is_empty() {
+                        true => Ok(Reply::default()),
+                        false => Err(Fault(1)),
+                    }
+                },
+            ),
+            Offer::Nap => Door::create_async_on(
+                rt.handle().clone(),
+                offer as u64,
+                |req: AsyncRequest| async move {
+                    tokio::time::sleep(NAP).await;
+                    Ok(Reply {
+                        data: req.data,
+                        ..Reply::default()
+                    })
+                },
+            ),
+            _ => Door::create(
                 offer as u64,
                 move |req: Request<'_>, reply: &mut Reply| match offer {
                     Offer::Null if req.data.is_empty() => Ok(()),
-                    Offer::Nap => {
-                        std::thread::sleep(NAP);
+                    Offer::Echo => {
                         reply.data.extend_from_slice(req.data);
                         Ok(())
                     }
@@ -74,15 +112,16 @@ pub fn child(args: &[String]) -> anyhow::Result<()> {
                     }
                     _ => Err(Fault(1)),
                 },
-            )
+            ),
         })
         .collect();
-    crate::harness::serve_all_forever(doors)
+    let served = crate::harness::serve_all_forever(doors);
+    drop(rt);
+    served
 }
 
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let mut cmd = spawn_self(cfg, ROLE, &[])?;
-    cmd.env("LINTEL_MAX_THREADS", "1100");
     let spawned = lintel::boot::spawn(&mut cmd, &[]).context("starting the async child domain")?;
     let mut child = spawned.child;
     let doors = spawned.doors;
@@ -102,7 +141,7 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (null, nap, spin) = (&doors[0], &doors[1], &doors[2]);
+    let (null, echo, async_null, nap, spin) = (&doors[0], &doors[1], &doors[2], &doors[3], &doors[4]);
 
     let stats = rt.block_on(null_calls(null, cfg.iters(200_000), 100))?;
     let note = if lintel::spinning() {
@@ -114,6 +153,28 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
         CaseResult::new(SUITE, "null_cross_spin", &stats)
             .compare_to("door", "null_cross_fast")
             .with_note(note),
+    );
+
+    let stats = rt.block_on(echo8_calls(echo, cfg.iters(200_000), 100))?;
+    let lintel_echo = stats.median_ns;
+    report.push(CaseResult::new(SUITE, "echo8_cross", &stats).with_note("8 bytes echoed, spinning on"));
+    let tarpc = tarpc_uds(cfg, cfg.iters(50_000), 10).context(TARPC_CASE)?;
+    let faster = tarpc.median_ns / lintel_echo;
+    report.push(
+        CaseResult::new(baseline::SUITE, TARPC_CASE, &tarpc)
+            .compare_to(SUITE, "echo8_cross")
+            .with_note(format!(
+                "tarpc {TARPC_VERSION}: an 8-byte echo (a u64) with bincode over a Unix socketpair, \
+                 both sides single-threaded tokio runtimes in two processes; async/echo8_cross is \
+                 {faster:.0}× faster (target ≥ 30×)"
+            )),
+    );
+
+    let stats = rt.block_on(null_calls(async_null, cfg.iters(200_000), 100))?;
+    report.push(
+        CaseResult::new(SUITE, "null_cross_async_handler", &stats)
+            .compare_to("door", "null_cross_fast")
+            .with_note("an async handler that returns without awaiting: polled once by the server thread"),
     );
 
     let eventfd = eventfd_pingpong(cfg, cfg.iters(50_000), 10).context(EVENTFD_CASE)?;
@@ -134,8 +195,9 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
     let rounds = if cfg.quick { 3 } else { 7 };
     let blocking = blocking_naps(nap, rounds, 100)?;
     report.push(
-        CaseResult::new(SUITE, "blocking_1ms", &blocking)
-            .with_note("one thread calling, one call at a time, a handler that waits 1 ms; ns per call"),
+        CaseResult::new(SUITE, "blocking_1ms", &blocking).with_note(
+            "one thread calling, one call at a time, an async handler that waits 1 ms; ns per call",
+        ),
     );
     let calls_per_task = if cfg.quick { 5 } else { 20 };
     let many = rt.block_on(concurrent_naps(nap, rounds, calls_per_task))?;
@@ -150,6 +212,32 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
                  {speedup:.0}× the calls per second of one blocking thread (target ≥ 5×)"
             )),
     );
+    Ok(())
+}
+
+/// `iters` awaited 8-byte echoes in batches of `batch`, each batch timed as a whole.
+async fn echo8_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
+    let batches = iters.div_ceil(batch);
+    let mut n = 0u64;
+    for _ in 0..(iters / 10).max(batch) {
+        n += 1;
+        echo8(door, n).await?;
+    }
+    let mut samples = Vec::with_capacity(batches as usize);
+    for _ in 0..batches {
+        let t0 = ticks();
+        for _ in 0..batch {
+            n += 1;
+            echo8(door, n).await?;
+        }
+        samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
+    }
+    Ok(measure_batches(samples, batch))
+}
+
+async fn echo8(door: &Door, n: u64) -> anyhow::Result<()> {
+    let r = door.call_async(&n.to_le_bytes(), &[]).await?;
+    ensure!(r.data == n.to_le_bytes(), "an echo returned other bytes");
     Ok(())
 }
 
@@ -218,6 +306,114 @@ async fn concurrent_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Re
         samples.push(t0.elapsed().as_nanos() as f64 / (TASKS * calls) as f64);
     }
     Ok(crate::harness::measure_single(&samples))
+}
+
+/// tarpc's version, as the baseline's note names it.
+const TARPC_VERSION: &str = "0.38";
+/// The tarpc baseline's case (reported in suite `baseline`).
+pub const TARPC_CASE: &str = "tarpc_uds";
+/// The child role of the tarpc baseline.
+pub const TARPC_ROLE: &str = "async-tarpc";
+
+#[tarpc::service]
+trait Echo {
+    async fn echo(n: u64) -> u64;
+}
+
+#[derive(Clone)]
+struct EchoServer;
+
+impl Echo for EchoServer {
+    async fn echo(self, _: tarpc::context::Context, n: u64) -> u64 {
+        n
+    }
+}
+
+type TarpcTransport<Item, SinkItem> = tarpc::serde_transport::Transport<
+    tokio::net::UnixStream,
+    Item,
+    SinkItem,
+    tarpc::tokio_serde::formats::Bincode<Item, SinkItem>,
+>;
+
+/// A tarpc transport (bincode in length-delimited frames) over `sock`.
+fn tarpc_transport<Item, SinkItem>(
+    sock: std::os::unix::net::UnixStream,
+) -> anyhow::Result<TarpcTransport<Item, SinkItem>>
+where
+    Item: for<'de> serde::Deserialize<'de>,
+    SinkItem: serde::Serialize,
+{
+    sock.set_nonblocking(true)?;
+    let stream = tokio::net::UnixStream::from_std(sock)?;
+    let framed =
+        tarpc::tokio_util::codec::length_delimited::LengthDelimitedCodec::builder().new_framed(stream);
+    Ok(tarpc::serde_transport::new(
+        framed,
+        tarpc::tokio_serde::formats::Bincode::default(),
+    ))
+}
+
+/// `baseline/tarpc_uds`: tarpc's echo over a socketpair to a child serving it.
+fn tarpc_uds(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
+    let (mine, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair")?;
+    let theirs = OwnedFd::from(theirs);
+    let args = vec![fd_arg(theirs.as_fd())];
+    let child = ChildProc::spawn(spawn_self(cfg, TARPC_ROLE, &args)?, &[theirs.as_fd()])?;
+    drop(theirs);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let stats = rt.block_on(async {
+        let client = EchoClient::new(tarpc::client::Config::default(), tarpc_transport(mine)?).spawn();
+        let batches = iters.div_ceil(batch);
+        let mut n = 0u64;
+        for _ in 0..(iters / 10).max(batch) {
+            n += 1;
+            tarpc_echo(&client, n).await?;
+        }
+        let mut samples = Vec::with_capacity(batches as usize);
+        for _ in 0..batches {
+            let t0 = ticks();
+            for _ in 0..batch {
+                n += 1;
+                tarpc_echo(&client, n).await?;
+            }
+            samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
+        }
+        anyhow::Ok(measure_batches(samples, batch))
+    })?;
+    drop(rt); // the connection closes: the child's server ends
+    child.finish(Duration::from_secs(10))?;
+    Ok(stats)
+}
+
+async fn tarpc_echo(client: &EchoClient, n: u64) -> anyhow::Result<()> {
+    let got = client.echo(tarpc::context::current(), n).await?;
+    ensure!(got == n, "tarpc echoed {got}, not {n}");
+    Ok(())
+}
+
+/// The child side of the tarpc baseline: `__child async-tarpc FD`, serving until the parent
+/// closes the socket.
+pub fn tarpc_child(args: &[String]) -> anyhow::Result<()> {
+    let [fd] = args else {
+        bail!("the tarpc child takes one descriptor");
+    };
+    let sock = std::os::unix::net::UnixStream::from(take_fd(fd)?);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        use futures::StreamExt;
+        use tarpc::server::Channel;
+        let transport = tarpc_transport(sock)?;
+        tarpc::server::BaseChannel::with_defaults(transport)
+            .execute(EchoServer.serve())
+            .for_each(|answer| answer)
+            .await;
+        anyhow::Ok(())
+    })
 }
 
 /// `baseline/tokio_eventfd_pingpong`: an 8-byte count written to the child's eventfd, echoed on

@@ -44,6 +44,7 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         recovery::ROLE => recovery::child(args),
         awaited::ROLE => awaited::child(args),
         awaited::EVENTFD_ROLE => awaited::eventfd_child(args),
+        awaited::TARPC_ROLE => awaited::tarpc_child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

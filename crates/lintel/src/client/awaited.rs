@@ -95,7 +95,7 @@ enum Step<'a> {
 struct InFlight<'a> {
     conn: &'a Arc<Conn>,
     area: &'a Arc<OutArea>,
-    slot: Slot,
+    slot: &'a Slot,
     /// Awaited-call index (the area's slot is [`SLOTS`] past it).
     index: u32,
     seq: u32,
@@ -110,14 +110,14 @@ impl InFlight<'_> {
         At {
             conn: self.conn,
             area: self.area,
-            slot: &self.slot,
+            slot: self.slot,
             index: SLOTS as u32 + self.index,
             cpu: u32::MAX,
         }
     }
 
     fn words(&self) -> Words<'_, std::sync::atomic::AtomicU32> {
-        Words::of(&self.slot)
+        Words::of(self.slot)
     }
 
     /// The reply word says: answered (`Some(true)`), the server died
@@ -206,7 +206,7 @@ impl Future for AsyncCall<'_> {
                 Step::Slot { rd, area, ticket } => {
                     let (rd, area) = (*rd, *area);
                     let settled = |i: u32, seq: u32| area.settled(SLOTS as u32 + i, seq);
-                    match area.calls.take(*ticket, cx.waker(), settled) {
+                    match area.calls.take(ticket, cx.waker(), settled) {
                         Taken::Slot { index, seq } => match this.post(rd, area, index, seq) {
                             Ok(()) => continue,
                             Err(e) => return this.done(Err(e)),
@@ -287,8 +287,7 @@ impl<'a> AsyncCall<'a> {
             return Err(CallError::TimedOut);
         }
         let area: &'a Arc<OutArea> = out_area(&rd.conn)?;
-        let ticket = area.calls.ticket();
-        self.step = Step::Slot { rd, area, ticket };
+        self.step = Step::Slot { rd, area, ticket: 0 };
         Ok(None)
     }
 
@@ -302,7 +301,7 @@ impl<'a> AsyncCall<'a> {
         seq: u32,
     ) -> Result<(), CallError> {
         let abs = SLOTS as u32 + index;
-        let slot = area.slot(abs);
+        let slot = area.async_slot(index);
         let inline = self.data.len() <= INLINE
             && self.doors.is_empty()
             && self.buffers.is_empty()
@@ -320,7 +319,7 @@ impl<'a> AsyncCall<'a> {
         // A slot taken after an abandoned call may still be marked parked.
         handshake::unpark::<Shared>(&call.words());
         if inline {
-            RequestHeader::write_inline(&call.slot, rd.grant, 0, self.data, u32::MAX, self.due);
+            RequestHeader::write_inline(call.slot, rd.grant, 0, self.data, u32::MAX, self.due);
         } else {
             let buffers = std::mem::take(&mut self.buffers);
             match write_vanilla(
@@ -404,9 +403,9 @@ impl<'a> AsyncCall<'a> {
     /// Give up on the call in whatever step it is (see the module doc).
     fn abandon(&mut self) {
         match std::mem::replace(&mut self.step, Step::Done) {
-            Step::Slot { area, ticket, .. } => area.calls.stop_waiting(ticket),
+            Step::Slot { area, ticket, .. } if ticket != 0 => area.calls.stop_waiting(ticket),
             Step::Posted(call) => abandon(call),
-            Step::Local(_) | Step::Start | Step::Done => {} // a co-located handler's future is dropped
+            Step::Slot { .. } | Step::Local(_) | Step::Start | Step::Done => {} // a co-located handler's future is dropped
         }
     }
 }
@@ -438,7 +437,7 @@ fn abandon(call: InFlight) {
         return;
     }
     if call.landed() == Some(true) {
-        let h = ReplyHeader::read(&call.slot);
+        let h = ReplyHeader::read(call.slot);
         let n = h.out_doors as usize;
         if h.status == ST_OK && n > 0 {
             let mut doors = Vec::new();
@@ -474,12 +473,24 @@ fn read_inline(at: &At<'_>, seq: u32, due: u64, reply: &mut Reply) -> Result<(),
 
 /// Poll the reply word while the server runs on another CPU, up to the
 /// spin budget (spinning on).
+/// Polls of the reply word before the spin that watches the server.
+const HOT_SPINS: u32 = 16;
+
 fn spin(call: &InFlight) {
     let budget = call.conn.settings.spin_budget_ns();
     if budget == 0 {
         return;
     }
     let rep = call.slot.sync(SyncWord::RepSeq);
+    // A prompt reply lands within a few hundred nanoseconds: poll for it
+    // alone first, with nothing else on the way.
+    for _ in 0..HOT_SPINS {
+        let r = rep.load(Acquire);
+        if r == call.seq || r == SEQ_DEAD {
+            return;
+        }
+        std::hint::spin_loop();
+    }
     let me = sys::current_cpu();
     let mut spinner = Spinner::new(budget);
     loop {

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering::*;
 
 use parking_lot::Mutex;
 
-use crate::abi::{AREA_SIZE, AREA_SLOTS, OFF_NOTICE_LOST, SEQ_DEAD, SLOTS};
+use crate::abi::{AREA_SIZE, AREA_SLOTS, ASYNC_SLOTS, OFF_NOTICE_LOST, SEQ_DEAD, SLOTS};
 use crate::state::bulk::SlotBulk;
 use crate::state::calls::CallSlots;
 use crate::state::lease::Leases;
@@ -36,6 +36,9 @@ pub(crate) struct OutArea {
     pub parked: Parked,
     /// Where the server's notices to parked calls arrive.
     pub notices: Notices,
+    /// The awaited calls' slots, each made on first use and lent to the
+    /// calls that take it (so a call takes no reference count of its own).
+    async_slots: Box<[std::sync::OnceLock<Slot>]>,
 }
 
 impl OutArea {
@@ -52,6 +55,7 @@ impl OutArea {
             calls: CallSlots::new(),
             parked: Parked::new(),
             notices,
+            async_slots: (0..ASYNC_SLOTS).map(|_| std::sync::OnceLock::new()).collect(),
         };
         Ok((area, fd, theirs))
     }
@@ -63,6 +67,13 @@ impl OutArea {
 
     pub fn slot(&self, i: u32) -> Slot {
         Slot::of_area(&self.map, i)
+    }
+
+    /// Awaited-call slot `index` (the area's slot [`SLOTS`] past it).
+    #[inline]
+    pub fn async_slot(&self, index: u32) -> &Slot {
+        let cell = &self.async_slots[index as usize % ASYNC_SLOTS];
+        cell.get_or_init(|| self.slot(SLOTS as u32 + index % ASYNC_SLOTS as u32))
     }
 
     /// Whether the late reply to abandoned call `seq` has landed in slot

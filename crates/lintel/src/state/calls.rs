@@ -79,11 +79,6 @@ impl CallSlots {
         }
     }
 
-    /// A ticket naming one call while it waits for a slot.
-    pub fn ticket(&self) -> u64 {
-        self.next_ticket.fetch_add(1, Relaxed)
-    }
-
     /// The sequence of the next request on `index`, a slot the caller
     /// holds (taken, or kept by its thread since it gave it back).
     #[inline]
@@ -94,11 +89,12 @@ impl CallSlots {
         seq
     }
 
-    /// A slot for call `ticket`: a free one, else a drained one whose late
-    /// reply has landed (`settled(index, seq)`); else the call waits and
-    /// `waker` is woken when a slot comes back.
+    /// A slot for a call: a free one, else a drained one whose late reply
+    /// has landed (`settled(index, seq)`); else the call waits and `waker`
+    /// is woken when a slot comes back. `ticket` names the call while it
+    /// waits (0: not yet; one is given the first time it waits).
     #[inline]
-    pub fn take(&self, ticket: u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
+    pub fn take(&self, ticket: &mut u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
         match self.hot.swap(NONE, Acquire) {
             NONE => self.take_listed(ticket, waker, settled),
             index => Taken::Slot {
@@ -109,7 +105,7 @@ impl CallSlots {
     }
 
     #[cold]
-    fn take_listed(&self, ticket: u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
+    fn take_listed(&self, ticket: &mut u64, waker: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
         let mut st = self.st.lock();
         let index = match st.free.pop() {
             Some(i) => Some(i),
@@ -126,6 +122,7 @@ impl CallSlots {
             },
         };
         if !st.waiting.is_empty() {
+            let ticket = *ticket;
             st.waiting.retain(|(t, _)| *t != ticket);
             self.waiting.store(st.waiting.len(), Relaxed);
         }
@@ -141,7 +138,11 @@ impl CallSlots {
 
     /// No slot listed: call `ticket` waits, unless a slot was given back
     /// to `hot` meanwhile (`Ok`, its index).
-    fn wait(&self, st: &mut State, ticket: u64, waker: &Waker) -> Result<u32, Taken> {
+    fn wait(&self, st: &mut State, ticket: &mut u64, waker: &Waker) -> Result<u32, Taken> {
+        if *ticket == 0 {
+            *ticket = self.next_ticket.fetch_add(1, Relaxed);
+        }
+        let ticket = *ticket;
         {
             match st.waiting.iter_mut().find(|(t, _)| *t == ticket) {
                 Some((_, w)) => w.clone_from(waker),
@@ -262,6 +263,12 @@ mod tests {
         (c.clone(), Waker::from(c))
     }
 
+    /// `take` for the call whose ticket is `t`.
+    fn take_as(s: &CallSlots, t: u64, w: &Waker, settled: impl Fn(u32, u32) -> bool) -> Taken {
+        let mut t = t;
+        s.take(&mut t, w, settled)
+    }
+
     fn slot(t: Taken) -> (u32, u32) {
         match t {
             Taken::Slot { index, seq } => (index, seq),
@@ -273,12 +280,12 @@ mod tests {
     fn the_slot_given_back_last_is_taken_first_and_sequences_continue() {
         let s = CallSlots::new();
         let (_, w) = waker();
-        let (a, sa) = slot(s.take(1, &w, |_, _| false));
-        let (b, _) = slot(s.take(2, &w, |_, _| false));
+        let (a, sa) = slot(take_as(&s, 1, &w, |_, _| false));
+        let (b, _) = slot(take_as(&s, 2, &w, |_, _| false));
         assert_eq!((a, b, sa), (0, 1, 1));
         s.give_back(a);
         assert_eq!(
-            slot(s.take(3, &w, |_, _| false)),
+            slot(take_as(&s, 3, &w, |_, _| false)),
             (a, 2),
             "the same slot, the next sequence"
         );
@@ -291,19 +298,19 @@ mod tests {
         let (count, w) = waker();
         let mut taken = Vec::new();
         for t in 0..ASYNC_SLOTS as u64 {
-            taken.push(slot(s.take(t, &w, |_, _| false)));
+            taken.push(slot(take_as(&s, t, &w, |_, _| false)));
         }
         let (index, seq) = taken[7];
         s.abandon(index);
         assert_eq!(
-            s.take(9_999, &w, |_, _| false),
+            take_as(&s, 9_999, &w, |_, _| false),
             Taken::Wait,
             "its reply has not landed"
         );
         s.maybe_drained();
         assert_eq!(count.0.load(SeqCst), 1, "the waiting task is told to look again");
         let landed = |i: u32, sq: u32| i == index && sq == seq;
-        assert_eq!(slot(s.take(9_999, &w, landed)), (index, seq + 1));
+        assert_eq!(slot(take_as(&s, 9_999, &w, landed)), (index, seq + 1));
     }
 
     #[test]
@@ -312,17 +319,17 @@ mod tests {
         let (_, w) = waker();
         let mut taken = Vec::new();
         for t in 0..ASYNC_SLOTS as u64 {
-            taken.push(slot(s.take(t, &w, |_, _| false)));
+            taken.push(slot(take_as(&s, t, &w, |_, _| false)));
         }
         let (first, w1) = waker();
         let (second, w2) = waker();
-        assert_eq!(s.take(10_000, &w1, |_, _| false), Taken::Wait);
+        assert_eq!(take_as(&s, 10_000, &w1, |_, _| false), Taken::Wait);
         assert_eq!(
-            s.take(10_000, &w1, |_, _| false),
+            take_as(&s, 10_000, &w1, |_, _| false),
             Taken::Wait,
             "a second poll waits once"
         );
-        assert_eq!(s.take(10_001, &w2, |_, _| false), Taken::Wait);
+        assert_eq!(take_as(&s, 10_001, &w2, |_, _| false), Taken::Wait);
         s.stop_waiting(10_001);
         s.give_back(taken[0].0);
         s.give_back(taken[1].0);
