@@ -444,7 +444,7 @@ fn abandon(call: InFlight) {
             let abs = SLOTS as u32 + call.index;
             let _ = transfer::receive_doors(
                 call.conn,
-                &call.slot,
+                call.slot,
                 n.min(MAX_DOORS),
                 false,
                 abs,
