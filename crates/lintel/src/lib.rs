@@ -46,28 +46,35 @@
 //! 1. `sys/`, the machine: system calls and mappings (the `lintel-sys`
 //!    crate, re-exported), `umem` (memory a
 //!    peer can write, read word by word and copied out), `fence`
-//!    (asymmetric fences between a process's threads), `spin`.
+//!    (asymmetric fences between a process's threads), `spin`, `notices`
+//!    (a call area's notice socket, registered with the async runtime's
+//!    reactor).
 //! 2. `state/`, plain state machines, each with host tests that need no
 //!    process: `claim` and `lease` (which thread uses which slot), `refs`
 //!    and `running` (a served door's holders and calls, and when
 //!    `unreferenced` is due), `handshake` (post, sleep, wake, bind, alert),
 //!    `grants` (a peer's door numbers), `call_area` and `bulk` (a domain's
-//!    slots and their segments), `workers` (the server-thread pool's
+//!    slots and their segments), `calls` and `parked` (the slots awaited
+//!    calls take, and the tasks parked on them), `workers` (the server-thread pool's
 //!    policy), `pace`, `unref`, `leaked`; `sync` is the seam through which
 //!    `model` compiles the same files over loom and model-checks them.
 //! 3. `context/`, a call's context as values: [`deadline`], [`shuttle`]
-//!    (alerts and cancel), `error`, `settings`, [`stats`], [`Attached`].
-//! 4. `object/`: `door`, [`buffer`] (loans and sealed snapshots), `conn`
+//!    (alerts and cancel), `task_alert` (the alert of a call an async
+//!    handler's task serves), `caller` ([`caller()`]), `error`,
+//!    `settings`, [`stats`], [`Attached`].
+//! 4. `object/`: `door`, `async_handler` (doors served by `async fn`s),
+//!    [`buffer`] (loans and sealed snapshots), `conn`
 //!    (a connection) and `transfer` (doors in transit). Door, buffer and
 //!    connection name each other's types, the one cycle, kept inside this
 //!    folder; a connection reaches its domain only through `conn::Home`, so
 //!    connections are tested on the host with a stand-in.
 //! 5. `client/` (the caller's side: `call` picks co-located or channel;
 //!    the fast path is `client/fast.rs`, entered at `fast::call`, its chain
-//!    drawn at the top of the file) and `server/` (the server's side: the
-//!    worker's loop and the fast handling in `mod.rs`, the rest in `slow`,
-//!    the peer's call area in `area`, the caller in `caller`). The two do
-//!    not name each other.
+//!    drawn at the top of the file; `awaited` is the call a task awaits)
+//!    and `server/` (the server's side: the worker's loop and the fast
+//!    handling in `mod.rs`, the rest in `slow`, requests handed to async
+//!    handlers' tasks in `deferred`, the peer's call area in `area`). The
+//!    two do not name each other.
 //! 6. `domain/`: the process's connections, the call areas its peers made,
 //!    tickets, the watcher thread, and the `Home` of every connection.
 //! 7. `api/` ([`boot`], [`pool`], [`introspect`], the settings' setters,
@@ -76,12 +83,13 @@
 //!    down. `lib.rs` holds this map and the re-exports.
 //!
 //! `unsafe` is denied at the root and allowed in named modules only:
-//! `sys::umem`,
+//! `sys::umem`, `sys::notices` (registering a descriptor with the reactor),
 //! `state::leaked`, `client::last` and the call of it in `client::fast`,
 //! `context::shuttle`'s `raw`, `object::buffer`'s mapping views, and tests
 //! that fork.
 //!
-//! The public API: [`Door`], [`buffer`], [`boot`], [`stub`], [`shuttle`],
+//! The public API: [`Door`] (with [`Door::call_async`] and
+//! [`Door::create_async`]), [`buffer`], [`boot`], [`stub`], [`shuttle`],
 //! [`deadline`], [`stats`], [`pool`] and [`introspect`].
 #![deny(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]

@@ -22,13 +22,18 @@
 //! 5. **Reply.** It reads the reply as a thread's call does and gives the
 //!    slot back.
 //!
+//! A door served here does not go through a slot: an async handler's
+//! future runs in the calling task (no thread switch), a blocking handler
+//! runs on the spot as for a thread's call.
+//!
 //! Dropping the future (cancel safety), at each step: before the first
-//! poll or while waiting for a slot, nothing was sent. Once posted, the
-//! call is abandoned as a cancelled thread's is: the server is alerted,
-//! the slot drains until the late reply lands, and is taken again only
-//! then, so that reply never reaches a later call; doors in a reply that
-//! landed before the drop are received and let go. The call's effects on
-//! the server may or may not have happened, as with any cancelled call.
+//! poll or while waiting for a slot, nothing was sent. A co-located async
+//! handler's future is dropped with it (it runs in no other task). Once
+//! posted, the call is abandoned as a cancelled thread's is: the server is
+//! alerted, the slot drains until the late reply lands, and is taken again
+//! only then, so that reply never reaches a later call; doors in a reply
+//! that landed before the drop are received and let go. The call's effects
+//! on the server may or may not have happened, as with any cancelled call.
 //!
 //! A deadline in force when the future is made (a [`crate::deadline`]
 //! scope, or the door's [`Door::with_timeout`]) bounds the call as it
