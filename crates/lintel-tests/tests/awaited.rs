@@ -402,3 +402,25 @@ fn dropping_calls_at_random_loses_no_slot_and_misdelivers_no_reply() {
         .await
     });
 }
+
+/// The runtime whose reactor a connection's notices are registered with
+/// can go away: calls from the next runtime are still woken.
+#[test]
+fn calls_from_a_second_runtime_are_woken_after_the_first_is_gone() {
+    let p = Peer::start("plain");
+    let slow = request(m::ECHO_AFTER, &[&20u64.to_le_bytes()[..], b"one"].concat());
+    for round in 0..3 {
+        let rt = runtime();
+        let r = rt.block_on(p.ctl.call_async(&slow, &[]));
+        assert_eq!(r.unwrap().data, b"one", "runtime {round}");
+        drop(rt);
+    }
+    // And from a multi-threaded runtime after them.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt.block_on(async { p.ctl.call_async(&slow, &[]).await });
+    assert_eq!(r.unwrap().data, b"one");
+}
