@@ -2,7 +2,8 @@
 //! runtime, served by a child domain (this binary re-executed as [`ROLE`]).
 //!
 //! - `null_cross_spin`: 0 bytes, spinning on (the default): a reply within the spin window;
-//!   compared to `door/null_cross_fast` (a thread's call, run earlier in the same run).
+//!   measured in ten rounds alternating with a thread's null calls to the same door
+//!   (`thread_null_paired`, the fast path), and compared to them.
 //! - `null_cross_parked`: the same with spinning off in both domains, so every call parks its
 //!   task and is woken through the runtime's reactor by the server's notice; compared to
 //!   `baseline/tokio_eventfd_pingpong`, which this suite measures: two tokio runtimes in two
@@ -27,7 +28,8 @@ use tokio::io::unix::AsyncFd;
 
 use crate::baseline;
 use crate::harness::{
-    CaseResult, ChildProc, Config, Report, fd_arg, measure_batches, spawn_self, take_fd, ticks, ticks_to_ns,
+    CaseResult, ChildProc, Config, Report, Stats, fd_arg, measure_batches, spawn_self, take_fd, ticks,
+    ticks_to_ns,
 };
 
 pub const SUITE: &str = "async";
@@ -143,15 +145,38 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
         .build()?;
     let (null, echo, async_null, nap, spin) = (&doors[0], &doors[1], &doors[2], &doors[3], &doors[4]);
 
-    let stats = rt.block_on(null_calls(null, cfg.iters(200_000), 100))?;
-    let note = if lintel::spinning() {
-        "a reply within the spin window; target ≤ 1.3× door/null_cross_fast"
-    } else {
-        "LINTEL_SPIN=off in the environment, so this case did not spin"
-    };
+    // Measured in rounds alternating with a thread's null calls to the same
+    // door (as `door/null_cross_fast` alternates with the spin baseline):
+    // both see the same phases of a shared machine.
+    let iters = cfg.iters(200_000);
+    let per_round = iters.div_ceil(PAIRED_ROUNDS);
+    let (mut threads, mut tasks, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..PAIRED_ROUNDS {
+        let t = thread_nulls(null, per_round, 100)?;
+        let a = rt.block_on(null_calls(null, per_round, 100))?;
+        ratios.push(a.median_ns / t.median_ns);
+        threads.push(t);
+        tasks.push(a);
+    }
+    let (threads, tasks) = (Stats::pooled(&threads), Stats::pooled(&tasks));
     report.push(
-        CaseResult::new(SUITE, "null_cross_spin", &stats)
-            .compare_to("door", "null_cross_fast")
+        CaseResult::new(SUITE, "thread_null_paired", &threads).with_note(format!(
+            "a thread's null calls (Door::call, the fast path) to the child, in {PAIRED_ROUNDS} rounds \
+             alternating with null_cross_spin; the samples of all rounds pooled"
+        )),
+    );
+    let rounds: Vec<String> = ratios.iter().map(|r| format!("{r:.2}×")).collect();
+    let mut note = format!(
+        "a reply within the spin window; target ≤ 1.3× a thread's call (thread_null_paired, measured \
+         in alternating rounds; door/null_cross_fast is the same call measured earlier); per round: {}",
+        rounds.join(", ")
+    );
+    if !lintel::spinning() {
+        note = format!("LINTEL_SPIN=off in the environment, so this case did not spin; {note}");
+    }
+    report.push(
+        CaseResult::new(SUITE, "null_cross_spin", &tasks)
+            .compare_to(SUITE, "thread_null_paired")
             .with_note(note),
     );
 
@@ -213,6 +238,25 @@ fn cases(cfg: &Config, doors: &[Door], report: &mut Report) -> anyhow::Result<()
             )),
     );
     Ok(())
+}
+
+/// Rounds in which `null_cross_spin` alternates with a thread's calls.
+const PAIRED_ROUNDS: u64 = 10;
+
+/// `iters` blocking null calls from this thread in batches of `batch`.
+fn thread_nulls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let mut failed = None;
+    let stats = crate::harness::measure_batched(iters, batch, || {
+        if let Err(e) = door.call(&[], &[], &mut reply) {
+            failed.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failed {
+        bail!("a thread's null call failed: {e}");
+    }
+    ensure!(reply.data.is_empty(), "a null call returned bytes");
+    Ok(stats)
 }
 
 /// `iters` awaited 8-byte echoes in batches of `batch`, each batch timed as a whole.

@@ -290,7 +290,7 @@ const HEADLINE: [(&str, &str, Versus, &str); 14] = [
     (
         "null call awaited by a task, answered while spinning",
         "async/null_cross_spin",
-        Versus::Times("door/null_cross_fast"),
+        Versus::Times("async/thread_null_paired"),
         "≤ 1.3×",
     ),
     (
@@ -456,7 +456,8 @@ pub fn suite_text(suite: &str) -> &'static str {
         "async" => {
             "Door calls awaited by tasks on a single-threaded tokio runtime, served by a child \
              domain: `null_cross_spin` (spinning on: answered within the spin window) against \
-             a thread's `door/null_cross_fast`; `null_cross_parked` (spinning off in both \
+             `thread_null_paired`, a thread's null calls to the same door in rounds alternating \
+             with it; `null_cross_parked` (spinning off in both \
              domains: every call parks its task and is woken through the reactor) against \
              `baseline/tokio_eventfd_pingpong`, two tokio runtimes in two processes echoing an \
              eventfd count; `throughput_1000`, 1,000 tasks each calling in a loop a handler that \
