@@ -220,7 +220,7 @@ enum Versus {
 }
 
 /// The headline cases: (what it measures, case, comparison, target).
-const HEADLINE: [(&str, &str, Versus, &str); 14] = [
+const HEADLINE: [(&str, &str, Versus, &str); 15] = [
     (
         "null call, co-located",
         "door/null_colocated",
@@ -298,6 +298,12 @@ const HEADLINE: [(&str, &str, Versus, &str); 14] = [
         "async/null_cross_parked",
         Versus::Times("baseline/tokio_eventfd_pingpong"),
         "≤ 1.2×",
+    ),
+    (
+        "8-byte echo awaited by a task",
+        "async/echo8_cross",
+        Versus::Faster("baseline/tarpc_uds"),
+        "≥ 30× faster",
     ),
     (
         "1,000 awaited calls in flight from one thread",
