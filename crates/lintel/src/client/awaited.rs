@@ -26,14 +26,7 @@
 //! future runs in the calling task (no thread switch), a blocking handler
 //! runs on the spot as for a thread's call.
 //!
-//! Dropping the future (cancel safety), at each step: before the first
-//! poll or while waiting for a slot, nothing was sent. A co-located async
-//! handler's future is dropped with it (it runs in no other task). Once
-//! posted, the call is abandoned as a cancelled thread's is: the server is
-//! alerted, the slot drains until the late reply lands, and is taken again
-//! only then, so that reply never reaches a later call; doors in a reply
-//! that landed before the drop are received and let go. The call's effects
-//! on the server may or may not have happened, as with any cancelled call.
+//! What dropping the future does at each step is [`AsyncCall`]'s doc.
 //!
 //! A deadline in force when the future is made (a [`crate::deadline`]
 //! scope, or the door's [`Door::with_timeout`]) bounds the call as it
@@ -69,6 +62,25 @@ use super::lease::At;
 use super::wait::kick;
 
 /// The future of an awaited call ([`Door::call_async`]).
+///
+/// # Cancel safety
+///
+/// Dropping it (or a `tokio::time::timeout` around it expiring) cancels
+/// the call. What that means depends on how far the call got:
+///
+/// - Before its first poll, or while it waits for a slot (all of the
+///   connection's 1,024 in flight): nothing was sent; nothing happens.
+/// - A door served in this domain by an async handler: the handler's
+///   future runs inside this one and is dropped with it, at whatever await
+///   it had reached.
+/// - Posted to another domain: the server is alerted (the handler sees
+///   `shuttle::alerted()`, or [`crate::AsyncRequest::alerted`] ends, and
+///   the calls it makes are alerted in turn); the slot is left draining
+///   until the late reply lands, and is taken by no other call until then,
+///   so that reply never reaches a later call; doors in a reply that
+///   landed before the drop are received and let go.
+/// - In every case the call may or may not have had its effects on the
+///   server, as with any cancelled or timed-out call: it is never retried.
 #[must_use = "a call is made only when its future is awaited"]
 pub struct AsyncCall<'a> {
     door: &'a Door,
@@ -151,7 +163,7 @@ impl Door {
     /// runtime with I/O enabled. Up to [`crate::abi::ASYNC_SLOTS`] calls
     /// per connection are in flight at once; more wait for a slot (without
     /// blocking the thread). Dropping the future cancels the call
-    /// (see `client::awaited` for exactly what happens at each point).
+    /// (see [`AsyncCall`] for exactly what happens at each point).
     ///
     /// ```
     /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
