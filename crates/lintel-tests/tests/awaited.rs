@@ -424,3 +424,50 @@ fn calls_from_a_second_runtime_are_woken_after_the_first_is_gone() {
     let r = rt.block_on(async { p.ctl.call_async(&slow, &[]).await });
     assert_eq!(r.unwrap().data, b"one");
 }
+
+/// Awaited calls are counted in the domain's statistics as a thread's are:
+/// by path, failures apart. Counted in a process of its own (this test
+/// binary again, running only `counting_child`), where no other test calls.
+#[test]
+fn awaited_calls_are_counted_by_path() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "counting_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LINTEL_COUNTING_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("1 passed"), "the child ran its test: {text}");
+}
+
+#[test]
+#[ignore = "run by awaited_calls_are_counted_by_path in a process of its own"]
+fn counting_child() {
+    use lintel::stats::Path;
+    if std::env::var_os("LINTEL_COUNTING_CHILD").is_none() {
+        return;
+    }
+    let p = Peer::start("plain");
+    let before = lintel::stats::snapshot();
+    runtime().block_on(async {
+        for _ in 0..10 {
+            call(&p.ctl, m::ECHO, b"small").await.unwrap();
+        }
+        call(&p.ctl, m::ECHO, &[7u8; 100]).await.unwrap();
+        assert!(call(&p.ctl, 200, b"").await.is_err());
+    });
+    let d = lintel::stats::snapshot().since(&before);
+    assert_eq!(d.calls[Path::Fast as usize], 11, "{d:?}");
+    assert_eq!(d.failed[Path::Fast as usize], 1, "{d:?}");
+    assert_eq!(d.calls[Path::Vanilla as usize], 1, "{d:?}");
+}

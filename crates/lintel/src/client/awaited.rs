@@ -43,6 +43,7 @@ use crate::abi::control::Ctl;
 use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLOTS, SPINNING, ST_OK};
 use crate::context::deadline;
 use crate::context::error::CallError;
+use crate::context::stats::{self, Path};
 use crate::object::async_handler::{AsyncRequest, CallAlert, CallFuture};
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
@@ -91,6 +92,9 @@ pub struct AsyncCall<'a> {
     due: u64,
     /// The runtime's timer for `due`, made when the call first waits.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The path the call took, counted in this thread's statistics when it
+    /// ends (`None`: counted already, or not begun).
+    path: Option<Path>,
     step: Step<'a>,
 }
 
@@ -203,6 +207,7 @@ impl Door {
             buffers,
             due,
             timer: None,
+            path: None,
             step: Step::Start,
         }
     }
@@ -284,6 +289,7 @@ impl<'a> AsyncCall<'a> {
                     deadline: self.due,
                 };
                 let asynk = core.asynk.as_ref().expect("matched above");
+                self.path = Some(Path::Colocated);
                 self.step = Step::Local(asynk.serve(req));
                 return Ok(None);
             }
@@ -304,6 +310,8 @@ impl<'a> AsyncCall<'a> {
             return Err(CallError::TimedOut);
         }
         let area: &'a Arc<OutArea> = out_area(&rd.conn)?;
+        let small = self.data.len() <= INLINE && self.doors.is_empty() && self.buffers.is_empty();
+        self.path = Some(if small { Path::Fast } else { Path::Vanilla });
         self.step = Step::Slot { rd, area, ticket: 0 };
         Ok(None)
     }
@@ -396,6 +404,10 @@ impl<'a> AsyncCall<'a> {
 
     fn done(&mut self, r: Result<Reply, CallError>) -> Poll<Result<Reply, CallError>> {
         self.step = Step::Done;
+        if let Some(path) = self.path.take() {
+            let result = r.as_ref().ok().map(|reply| (reply.data.len(), reply.doors.len()));
+            stats::call(path, self.data.len(), self.doors.len(), result);
+        }
         Poll::Ready(r)
     }
 
