@@ -17,7 +17,7 @@
 //!   concurrency is for); ns per call over all of them, compared to `blocking_1ms`, one thread
 //!   making the same calls one at a time. No server thread waits during the timer.
 //!
-//! The child role's doors are listed in [`Offer`].
+//! The child role's doors are listed in `Offer`.
 
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ const OFFERS: [Offer; 5] = [
     Offer::Spin,
 ];
 
-/// The child side: serve [`OFFERS`] until killed, the async ones on a runtime of its own.
+/// The child side: serve `OFFERS` until killed, the async ones on a runtime of its own.
 pub fn child(args: &[String]) -> anyhow::Result<()> {
     ensure!(args.is_empty(), "the async child takes no arguments");
     let rt = tokio::runtime::Builder::new_multi_thread()
