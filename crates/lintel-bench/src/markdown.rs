@@ -513,7 +513,11 @@ pub fn suite_table(suite: &str, lines: &[&Line]) -> String {
             .reference
             .as_deref()
             .map_or(String::new(), |r| format!("`{}`", short_ref(r, suite)));
-        let ratio = l.ratio.map_or(String::new(), |r| format!("{r:.2}×"));
+        // A ratio far below one reads better turned over.
+        let ratio = l.ratio.map_or(String::new(), |r| match r {
+            r if r > 0.0 && r < 0.1 => format!("{:.1}× faster", 1.0 / r),
+            r => format!("{r:.2}×"),
+        });
         let also: Vec<String> = l
             .fields
             .iter()
@@ -703,7 +707,7 @@ mod tests {
         let bulk: Vec<&Line> = lines.iter().filter(|l| l.suite == "bulk").collect();
         let table = suite_table("bulk", &bulk);
         assert!(
-            table.contains("| `echo_4k_colocated` | 123.8 ns | 320.0 ns | 2000 × 1 | `echo_4k` | 0.03× | bytes 4096, gb_per_s 33.1 |"),
+            table.contains("| `echo_4k_colocated` | 123.8 ns | 320.0 ns | 2000 × 1 | `echo_4k` | 32.3× faster | bytes 4096, gb_per_s 33.1 |"),
             "{table}"
         );
         assert!(!table.contains("Notes:"), "{table}");
