@@ -22,6 +22,26 @@ async fn call(door: &Door, method: u8, arg: &[u8]) -> Result<Reply, CallError> {
     door.call_async(&request(method, arg), &[]).await
 }
 
+/// `n` calls of `GATHER n` made at once from tasks of this thread: how many
+/// saw all `n` inside the server together.
+async fn gather(door: &Door, n: u64) -> u64 {
+    let set = tokio::task::LocalSet::new();
+    set.run_until(async {
+        let calls: Vec<_> = (0..n)
+            .map(|_| {
+                let door = door.clone();
+                tokio::task::spawn_local(async move { call(&door, m::GATHER, &n.to_le_bytes()).await })
+            })
+            .collect();
+        let mut all = 0;
+        for c in calls {
+            all += u64::from_le_bytes(c.await.unwrap().unwrap().data[..8].try_into().unwrap());
+        }
+        all
+    })
+    .await
+}
+
 #[test]
 fn awaited_calls_answer_as_blocking_ones_on_every_path() {
     let p = Peer::start("plain");
@@ -49,23 +69,7 @@ fn a_thousand_calls_are_in_flight_at_once_from_one_thread() {
     let p = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "1100")], &[]);
     const N: u64 = 1000;
     let rt = runtime();
-    let gathered = rt.block_on(async {
-        let set = tokio::task::LocalSet::new();
-        set.run_until(async {
-            let calls: Vec<_> = (0..N)
-                .map(|_| {
-                    let door = p.ctl.clone();
-                    tokio::task::spawn_local(async move { call(&door, m::GATHER, &N.to_le_bytes()).await })
-                })
-                .collect();
-            let mut all = 0;
-            for c in calls {
-                all += u64::from_le_bytes(c.await.unwrap().unwrap().data[..8].try_into().unwrap());
-            }
-            all
-        })
-        .await
-    });
+    let gathered = rt.block_on(gather(&p.ctl, N));
     assert_eq!(gathered, N, "every call saw all {N} inside the server at once");
 }
 
@@ -180,7 +184,7 @@ mod async_handlers {
     use lintel::{AsyncHandler, AsyncRequest, CallError, Door, HandlerFuture, Reply};
     use lintel_tests::{m, Peer};
 
-    use super::{call, runtime};
+    use super::{gather, runtime};
 
     #[test]
     fn a_handler_that_awaits_holds_no_server_thread() {
@@ -189,25 +193,7 @@ mod async_handlers {
         let p = Peer::start_with("async", &[("LINTEL_MAX_THREADS", "2")], &[]);
         const N: u64 = 50;
         let rt = runtime();
-        let gathered = rt.block_on(async {
-            let set = tokio::task::LocalSet::new();
-            set.run_until(async {
-                let calls: Vec<_> = (0..N)
-                    .map(|_| {
-                        let door = p.ctl.clone();
-                        tokio::task::spawn_local(
-                            async move { call(&door, m::GATHER, &N.to_le_bytes()).await },
-                        )
-                    })
-                    .collect();
-                let mut all = 0;
-                for c in calls {
-                    all += u64::from_le_bytes(c.await.unwrap().unwrap().data[..8].try_into().unwrap());
-                }
-                all
-            })
-            .await
-        });
+        let gathered = rt.block_on(gather(&p.ctl, N));
         assert_eq!(gathered, N, "all {N} calls were inside the handler at once");
     }
 
@@ -385,21 +371,10 @@ fn dropping_calls_at_random_loses_no_slot_and_misdelivers_no_reply() {
                 done > 0 && dropped > 0,
                 "seed {seed:x}: both ends happened ({done} done, {dropped} dropped)"
             );
-            // Every slot comes back: a thousand calls in flight at once.
-            const N: u64 = 1000;
-            let calls: Vec<_> = (0..N)
-                .map(|_| {
-                    let door = p.ctl.clone();
-                    tokio::task::spawn_local(async move { call(&door, m::GATHER, &N.to_le_bytes()).await })
-                })
-                .collect();
-            let mut all = 0;
-            for c in calls {
-                all += u64::from_le_bytes(c.await.unwrap().unwrap().data[..8].try_into().unwrap());
-            }
-            assert_eq!(all, N, "seed {seed:x}: slots were lost");
         })
-        .await
+        .await;
+        // Every slot comes back: a thousand calls in flight at once.
+        assert_eq!(gather(&p.ctl, 1000).await, 1000, "seed {seed:x}: slots were lost");
     });
 }
 
