@@ -164,7 +164,14 @@ fn connect(socket: &Path) -> anyhow::Result<Names> {
     let start = Instant::now();
     loop {
         match lintel::boot::connect(socket, &[]) {
-            Ok(mut doors) if !doors.is_empty() => return Ok(Names::new(doors.remove(0))),
+            Ok(mut doors) if !doors.is_empty() => {
+                let names = Names::new(doors.remove(0));
+                // A domain killed before the system is ready fails the boot.
+                names
+                    .await_ready(TIMEOUT)
+                    .context("waiting for the system to be ready")?;
+                return Ok(names);
+            }
             _ if start.elapsed() < TIMEOUT => std::thread::sleep(Duration::from_millis(10)),
             Ok(_) => bail!("the supervisor offered no name service"),
             Err(e) => bail!("cannot reach the system at {}: {e}", socket.display()),

@@ -2,7 +2,8 @@
 //! supervisor. Every domain gets its own door to it at boot (each door knows
 //! which domain holds it, so a domain can bind only the services placed in
 //! it and names under `domain/<its name>/`); tools that connect from
-//! outside get a door that can only look up and list.
+//! outside get a door that can only look up, list and wait for the system
+//! to be ready.
 //!
 //! A lookup of a name not bound yet waits (bounded) instead of failing, so
 //! services can start in any order. A door bound by a domain that exits is
@@ -252,8 +253,11 @@ impl Names {
         self.client.ready().map_err(|r| r.into_error("", 0))
     }
 
-    /// Wait until the supervisor has seen every domain ready.
-    pub(crate) fn await_ready(&self, wait: Duration) -> Result<(), NameError> {
+    /// Wait (up to `wait`) until the supervisor has seen every domain
+    /// ready: until then, a domain that dies is a failed boot, not a crash
+    /// to recover from. A client connected from outside the system waits
+    /// here before it relies on restarts.
+    pub fn await_ready(&self, wait: Duration) -> Result<(), NameError> {
         let ms = millis(wait);
         self.client.await_ready(ms).map_err(|r| r.into_error("", ms))
     }
@@ -610,7 +614,7 @@ impl View {
         match self.caller {
             Caller::Domain(d) => Ok(d),
             Caller::Outside => Err(Refusal::Refused(
-                "this door may only look up and list names".into(),
+                "this door may only look up and list names and wait for readiness".into(),
             )),
         }
     }
@@ -657,8 +661,8 @@ impl NameService for View {
         Ok(())
     }
 
+    /// (Allowed from outside too: it changes nothing.)
     fn await_ready(&self, wait_ms: u32) -> Result<(), Refusal> {
-        self.domain()?;
         self.ns.await_ready(Duration::from_millis(wait_ms as u64))
     }
 
@@ -818,6 +822,10 @@ mod tests {
         );
         assert!(matches!(a.bind(&long, echo()), Err(NameError::Refused(_))));
         assert!(matches!(outside.ready(), Err(NameError::Refused(m)) if m.contains("only look up")));
+        assert!(
+            matches!(outside.await_ready(Duration::ZERO), Err(NameError::Refused(m)) if m.contains("not ready")),
+            "a tool outside may wait for readiness"
+        );
         // No manifest root: no domain may end the system.
         assert!(matches!(a.exit(0), Err(NameError::Refused(m)) if m.contains("root")));
         assert_eq!(ns.root_exit(), None);

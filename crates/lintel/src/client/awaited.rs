@@ -40,7 +40,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::abi::control::Ctl;
-use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLOTS, SPINNING, ST_OK};
+use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLEEPING, SLOTS, SPINNING, ST_OK};
 use crate::context::deadline;
 use crate::context::error::CallError;
 use crate::context::stats::{self, Path};
@@ -122,6 +122,8 @@ struct InFlight<'a> {
     seq: u32,
     /// The inline layout (else vanilla, with what it sent).
     inline: bool,
+    /// Where the calling thread runs (for the server's spin, and ours).
+    cpu: u32,
     sent: Sent,
     parked: bool,
 }
@@ -133,7 +135,7 @@ impl InFlight<'_> {
             area: self.area,
             slot: self.slot,
             index: SLOTS as u32 + self.index,
-            cpu: u32::MAX,
+            cpu: self.cpu,
         }
     }
 
@@ -338,13 +340,14 @@ impl<'a> AsyncCall<'a> {
             index,
             seq,
             inline,
+            cpu: this_cpu(),
             sent: Sent::default(),
             parked: false,
         };
         // A slot taken after an abandoned call may still be marked parked.
         handshake::unpark::<Shared>(&call.words());
         if inline {
-            RequestHeader::write_inline(call.slot, rd.grant, 0, self.data, u32::MAX, self.due);
+            RequestHeader::write_inline(call.slot, rd.grant, 0, self.data, call.cpu, self.due);
         } else {
             let buffers = std::mem::take(&mut self.buffers);
             match write_vanilla(
@@ -364,19 +367,15 @@ impl<'a> AsyncCall<'a> {
                 }
             }
         }
-        let running = match handshake::post::<Shared>(&call.words(), seq) {
-            Posted::Running => true,
-            Posted::Woken => false,
+        match handshake::post::<Shared>(&call.words(), seq) {
+            Posted::Running => spin(&call, false),
+            Posted::Woken => spin(&call, true),
             Posted::Unbound => {
                 if kick(call.conn, abs).is_err() {
                     // The slot stays ours: nothing more will land in it.
                     return Err(CallError::PeerDied);
                 }
-                false
             }
-        };
-        if running {
-            spin(&call);
         }
         self.step = Step::Posted(call);
         Ok(())
@@ -505,7 +504,35 @@ fn read_inline(at: &At<'_>, seq: u32, due: u64, reply: &mut Reply) -> Result<(),
 /// Polls of the reply word before the spin that watches the server.
 const HOT_SPINS: u32 = 16;
 
-fn spin(call: &InFlight) {
+thread_local! {
+    /// Where this thread ran when last looked up, and calls since.
+    static CPU: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
+}
+
+/// Where the calling thread runs, looked up on every 64th call: the server
+/// spins for our next call only while we run elsewhere (and steps off our
+/// CPU when it finds itself there), as for a thread's call, which
+/// publishes where it ran the same way. (A lookup costs more than the rest
+/// of a prompt call's bookkeeping.)
+fn this_cpu() -> u32 {
+    CPU.with(|c| {
+        let (cpu, n) = c.get();
+        let cpu = if n.is_multiple_of(64) {
+            sys::current_cpu()
+        } else {
+            cpu
+        };
+        c.set((cpu, n.wrapping_add(1)));
+        cpu
+    })
+}
+
+/// `woke`: the post woke the server, which may still show [`SLEEPING`]
+/// while it gets a CPU; it is spun for too. (A parked call's wake-up, through
+/// the reactor, is slower than a thread's futex wake: a server that slept
+/// through it would be found asleep by every call after, each parking in
+/// turn, unless one spins it awake.)
+fn spin(call: &InFlight, woke: bool) {
     let budget = call.conn.settings.spin_budget_ns();
     if budget == 0 {
         return;
@@ -520,7 +547,7 @@ fn spin(call: &InFlight) {
         }
         std::hint::spin_loop();
     }
-    let me = sys::current_cpu();
+    let me = call.cpu;
     let mut spinner = Spinner::new(budget);
     loop {
         let r = rep.load(Acquire);
@@ -528,7 +555,8 @@ fn spin(call: &InFlight) {
             return;
         }
         let st = call.slot.get(Polled::ServerState);
-        let elsewhere = (st == BUSY || st == SPINNING) && call.slot.get(Polled::ServerCpu) != me;
+        let running = st == BUSY || st == SPINNING || (woke && st == SLEEPING);
+        let elsewhere = running && call.slot.get(Polled::ServerCpu) != me;
         if !(elsewhere && spinner.spin()) {
             return;
         }
