@@ -243,10 +243,16 @@ impl Future for AsyncCall<'_> {
                     if let Some(answered) = call.landed() {
                         return this.finish(answered);
                     }
-                    // The waker first, then the mark (`state::parked`).
+                    // The waker first, then the mark (`state::parked`); a
+                    // call polled again looks once more after storing its
+                    // waker (a notice drained meanwhile woke the one before).
                     call.area.parked.park(call.index, cx.waker());
                     let first = !std::mem::replace(&mut call.parked, true);
-                    if first && handshake::park_for_reply::<Shared>(&call.words(), call.seq) {
+                    let landed = match first {
+                        true => handshake::park_for_reply::<Shared>(&call.words(), call.seq),
+                        false => call.landed().is_some(),
+                    };
+                    if landed {
                         continue;
                     }
                     if !call.area.notices.armed() {
