@@ -21,7 +21,15 @@ use crate::object::door::{OwnedCall, Reply};
 use crate::context::shuttle::Shuttle;
 
 use super::Work;
-use super::slow::{Failure, Served, publish_with_doors, write_reply};
+use super::reply::{Failure, publish_with_doors, write_reply};
+
+/// How a request that passed its checks was served.
+pub(super) enum Served {
+    /// The handler ran: its reply is in the worker's buffers.
+    Now,
+    /// An async handler's task replies when it ends.
+    Later,
+}
 
 /// Serve `req` (call `seq` on `w`'s slot) with `asynk`; a reply made on
 /// the spot goes to `out`. `shuttle` is the server thread's.

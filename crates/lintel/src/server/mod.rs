@@ -11,12 +11,14 @@
 //! This file is the worker's loop and the fast handling of an inline
 //! request on the door served last (`handle`, inlined into the loop);
 //! `slow` takes every other request, `deferred` hands a request to an
-//! async handler's task (the worker then lets go of the slot), and `area`
+//! async handler's task (the worker then lets go of the slot), `reply`
+//! writes and publishes the replies of both, and `area`
 //! is a peer's call area as the server sees it. Who made the call a
 //! handler runs is published in `context::caller`.
 
 mod area;
 mod deferred;
+mod reply;
 mod slow;
 
 use std::sync::Arc;
@@ -39,7 +41,8 @@ use crate::sys::{self};
 
 use crate::context::caller::{Caller, serving_for};
 use area::SlotServer;
-use slow::{Failure, finish_slow, handle_slow};
+use reply::Failure;
+use slow::{finish_slow, handle_slow};
 
 pub(crate) use area::InArea;
 
