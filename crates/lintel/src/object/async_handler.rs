@@ -192,7 +192,10 @@ impl Door {
         Door::create_async_on(tokio::runtime::Handle::current(), datum, handler)
     }
 
-    /// [`Door::create_async`] on the runtime `rt`.
+    /// [`Door::create_async`] on the runtime `rt`. Its calls run as tasks
+    /// of `rt`: a multi-threaded runtime runs them on its own threads; a
+    /// current-thread runtime only while some thread drives it (in its
+    /// `block_on`), as for any task spawned on it.
     pub fn create_async_on(rt: tokio::runtime::Handle, datum: u64, handler: impl AsyncHandler) -> Door {
         let door = Arc::new(AsyncDoor {
             handler: Arc::new(handler),
