@@ -44,5 +44,5 @@ for placement in colocated isolated; do
     echo quit; } | "$bin/kv-system" boot "$manifest"
   echo
 done
-echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, file service, programs, recovery (JSON lines in bench.jsonl, charts in target/plots)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs unix recovery
+echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, file service, programs, recovery, async calls (JSON lines in bench.jsonl, charts in target/plots)"
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs unix recovery async
