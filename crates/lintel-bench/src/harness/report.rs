@@ -233,6 +233,8 @@ impl Report {
             format!("{suite}/{case}")
         };
         match self.ratio(c) {
+            // A ratio far below one reads better turned over.
+            Some(r) if r > 0.0 && r < 0.1 => format!("{:.1}× faster than {name}", 1.0 / r),
             Some(r) => format!("{r:.2}× {name}"),
             None => format!("? ({name} not measured)"),
         }
