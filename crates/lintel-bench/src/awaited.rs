@@ -259,24 +259,35 @@ fn thread_nulls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
     Ok(stats)
 }
 
-/// `iters` awaited 8-byte echoes in batches of `batch`, each batch timed as a whole.
-async fn echo8_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
-    let batches = iters.div_ceil(batch);
+/// [`crate::harness::measure_batched`] for awaited operations: `op(n)` (`n` counting from 1)
+/// `iters` times in batches of `batch`, each batch timed as a whole, after a warm-up of a
+/// tenth as many (at least one batch).
+async fn measure_awaited<F, Fut>(iters: u64, batch: u64, mut op: F) -> anyhow::Result<Stats>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let mut n = 0u64;
     for _ in 0..(iters / 10).max(batch) {
         n += 1;
-        echo8(door, n).await?;
+        op(n).await?;
     }
+    let batches = iters.div_ceil(batch);
     let mut samples = Vec::with_capacity(batches as usize);
     for _ in 0..batches {
         let t0 = ticks();
         for _ in 0..batch {
             n += 1;
-            echo8(door, n).await?;
+            op(n).await?;
         }
         samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
     }
     Ok(measure_batches(samples, batch))
+}
+
+/// `iters` awaited 8-byte echoes in batches of `batch`.
+async fn echo8_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    measure_awaited(iters, batch, |n| echo8(door, n)).await
 }
 
 async fn echo8(door: &Door, n: u64) -> anyhow::Result<()> {
@@ -285,21 +296,12 @@ async fn echo8(door: &Door, n: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `iters` awaited null calls in batches of `batch`, each batch timed as a whole.
-async fn null_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
-    let batches = iters.div_ceil(batch);
-    for _ in 0..(iters / 10).max(batch) {
-        check(door.call_async(&[], &[]).await?, 0)?;
-    }
-    let mut samples = Vec::with_capacity(batches as usize);
-    for _ in 0..batches {
-        let t0 = ticks();
-        for _ in 0..batch {
-            check(door.call_async(&[], &[]).await?, 0)?;
-        }
-        samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
-    }
-    Ok(measure_batches(samples, batch))
+/// `iters` awaited null calls in batches of `batch`.
+async fn null_calls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    measure_awaited(iters, batch, |_| async {
+        check(door.call_async(&[], &[]).await?, 0)
+    })
+    .await
 }
 
 fn check(reply: Reply, len: usize) -> anyhow::Result<()> {
@@ -311,7 +313,7 @@ fn check(reply: Reply, len: usize) -> anyhow::Result<()> {
 }
 
 /// `rounds` rounds of `calls` blocking calls to the napping door: ns per call, per round.
-fn blocking_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<crate::harness::Stats> {
+fn blocking_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
     let mut samples = Vec::new();
     for _ in 0..rounds {
@@ -328,7 +330,7 @@ fn blocking_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<cra
 
 /// `rounds` rounds of [`TASKS`] tasks each making `calls` awaited calls to the napping door:
 /// ns per call over all tasks, per round.
-async fn concurrent_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<crate::harness::Stats> {
+async fn concurrent_naps(door: &Door, rounds: usize, calls: usize) -> anyhow::Result<Stats> {
     let mut samples = Vec::new();
     for _ in 0..rounds {
         let t0 = Instant::now();
@@ -399,7 +401,7 @@ where
 }
 
 /// `baseline/tarpc_uds`: tarpc's echo over a socketpair to a child serving it.
-fn tarpc_uds(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<crate::harness::Stats> {
+fn tarpc_uds(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let (mine, theirs) = std::os::unix::net::UnixStream::pair().context("socketpair")?;
     let theirs = OwnedFd::from(theirs);
     let args = vec![fd_arg(theirs.as_fd())];
@@ -410,22 +412,7 @@ fn tarpc_uds(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<crate::harn
         .build()?;
     let stats = rt.block_on(async {
         let client = EchoClient::new(tarpc::client::Config::default(), tarpc_transport(mine)?).spawn();
-        let batches = iters.div_ceil(batch);
-        let mut n = 0u64;
-        for _ in 0..(iters / 10).max(batch) {
-            n += 1;
-            tarpc_echo(&client, n).await?;
-        }
-        let mut samples = Vec::with_capacity(batches as usize);
-        for _ in 0..batches {
-            let t0 = ticks();
-            for _ in 0..batch {
-                n += 1;
-                tarpc_echo(&client, n).await?;
-            }
-            samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
-        }
-        anyhow::Ok(measure_batches(samples, batch))
+        measure_awaited(iters, batch, |n| tarpc_echo(&client, n)).await
     })?;
     drop(rt); // the connection closes: the child's server ends
     child.finish(Duration::from_secs(10))?;
@@ -474,23 +461,9 @@ fn eventfd_pingpong(cfg: &Config, iters: u64, batch: u64) -> anyhow::Result<Case
     let stats = rt.block_on(async {
         let tx = to_child;
         let rx = reactor(to_us)?;
-        let batches = iters.div_ceil(batch);
-        let mut n = 0u64;
-        for _ in 0..(iters / 10).max(batch) {
-            n += 1;
-            exchange(&tx, &rx, n).await?;
-        }
-        let mut samples = Vec::with_capacity(batches as usize);
-        for _ in 0..batches {
-            let t0 = ticks();
-            for _ in 0..batch {
-                n += 1;
-                exchange(&tx, &rx, n).await?;
-            }
-            samples.push(ticks_to_ns(ticks().wrapping_sub(t0)) / batch as f64);
-        }
+        let stats = measure_awaited(iters, batch, |n| exchange(&tx, &rx, n)).await?;
         write_count(&tx, EVENTFD_STOP)?;
-        anyhow::Ok(measure_batches(samples, batch))
+        anyhow::Ok(stats)
     })?;
     child.finish(Duration::from_secs(10))?;
     Ok(CaseResult::new(baseline::SUITE, EVENTFD_CASE, &stats).with_note(

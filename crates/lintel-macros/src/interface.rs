@@ -866,17 +866,17 @@ fn client_method(
             Self::#remote(self, #(#args),*)
         }
     };
-    let remote = quote_spanned! {ms=>
-        #[doc(hidden)]
-        #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
-        fn #remote(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
-            let mut __call = #st::Call::new(Self::#method);
+    // The marshalled call, the same for the blocking client (`send`) and
+    // the awaited one (`send_async(..).await`).
+    let marshalled = |send: TokenStream| {
+        quote_spanned! {ms=>
+            let mut __call = #st::Call::new(#client::#method);
             {
                 let mut __w = __call.writer();
                 #(#enc)*
             }
-            let __reply = __call.send(&self.door).and_then(|__r| {
-                #st::decode_reply(&Self::#method, __r, |__r| {
+            let __reply = #send.and_then(|__r| {
+                #st::decode_reply(&#client::#method, __r, |__r| {
                     let __v = #st::decode_result::<#ok, #e>(__r)?;
                     #(#dec)*
                     ::core::result::Result::Ok(__v)
@@ -890,28 +890,19 @@ fn client_method(
             }
         }
     };
+    let blocking = marshalled(quote_spanned!(ms=> __call.send(&self.door)));
+    let awaiting = marshalled(quote_spanned!(ms=> __call.send_async(&self.door).await));
+    let remote = quote_spanned! {ms=>
+        #[doc(hidden)]
+        #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
+        fn #remote(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
+            #blocking
+        }
+    };
     let awaited = quote_spanned! {ms=>
         #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
         pub async fn #name(&self, #(#decl),*) -> ::core::result::Result<#ok, #e> {
-            let mut __call = #st::Call::new(#client::#method);
-            {
-                let mut __w = __call.writer();
-                #(#enc)*
-            }
-            let __reply = match __call.send_async(&self.door).await {
-                ::core::result::Result::Ok(__r) => #st::decode_reply(&#client::#method, __r, |__r| {
-                    let __v = #st::decode_result::<#ok, #e>(__r)?;
-                    #(#dec)*
-                    ::core::result::Result::Ok(__v)
-                }),
-                ::core::result::Result::Err(e) => ::core::result::Result::Err(e),
-            };
-            match __reply {
-                ::core::result::Result::Ok(v) => v,
-                ::core::result::Result::Err(e) => {
-                    ::core::result::Result::Err(<#e as ::core::convert::From<#st::StubError>>::from(e))
-                }
-            }
+            #awaiting
         }
     };
     (client_method, remote, awaited)

@@ -111,15 +111,18 @@ fn colocated_and_isolated_give_the_same_answers() {
         assert_eq!(pids.len(), if local == "true" { 1 } else { 3 }, "{stderr}");
         assert!(pids.iter().all(|p| !alive(*p)), "a domain outlived the system");
         assert!(!dir.join(format!("{name}.sock")).exists(), "socket removed");
-        answers.push(
-            stdout
-                .lines()
-                .filter(|l| !l.starts_with("local:"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
+        answers.push(answers_of(&stdout));
     }
     assert_eq!(answers[0], answers[1]);
+}
+
+/// A driver's answers, less the lines that say where services run.
+fn answers_of(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with("local:"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Async services and drivers: an async driver awaits a hundred calls at
@@ -146,13 +149,7 @@ fn async_services_and_drivers_answer_in_every_placement() {
         assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
         assert!(stdout.contains("tally after 100 -> 100"), "{stdout}");
         assert!(stdout.contains("greet carol -> hello, carol (#1)"), "{stdout}");
-        answers.push(
-            stdout
-                .lines()
-                .filter(|l| !l.starts_with("local:"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
+        answers.push(answers_of(&stdout));
         let local = stdout.contains("local: async-driver->tally true");
         assert_eq!(local, name == "aco", "{stdout}");
     }

@@ -26,6 +26,23 @@ pub struct Counts {
     pub watched: AtomicU64,
 }
 
+impl Counts {
+    /// A `SLEEP_ALERTABLE` call starts: counted active.
+    fn sleep_starts(&self) {
+        let n = self.active.fetch_add(1, SeqCst) + 1;
+        self.max_active.fetch_max(n, SeqCst);
+    }
+
+    /// It ends, `alerted` or having slept in full.
+    fn sleep_ends(&self, alerted: bool) {
+        self.active.fetch_sub(1, SeqCst);
+        match alerted {
+            true => self.alerted.fetch_add(1, SeqCst),
+            false => self.slept_full.fetch_add(1, SeqCst),
+        };
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Calls inside `GATHER` now, and the most there at once.
@@ -72,17 +89,12 @@ impl Control {
         let c = &self.counts;
         match method {
             m::SLEEP_ALERTABLE => {
-                let n = c.active.fetch_add(1, SeqCst) + 1;
-                c.max_active.fetch_max(n, SeqCst);
+                c.sleep_starts();
                 let alerted = tokio::select! {
                     _ = req.alerted() => true,
                     _ = tokio::time::sleep(Duration::from_millis(u64_arg(arg))) => false,
                 };
-                c.active.fetch_sub(1, SeqCst);
-                match alerted {
-                    true => c.alerted.fetch_add(1, SeqCst),
-                    false => c.slept_full.fetch_add(1, SeqCst),
-                };
+                c.sleep_ends(alerted);
                 put(&mut reply, alerted as u64);
             }
             m::SLEEP_PLAIN => tokio::time::sleep(Duration::from_millis(u64_arg(arg))).await,
@@ -292,15 +304,10 @@ impl Control {
                 return self.serve(req, reply);
             }
             m::SLEEP_ALERTABLE => {
-                let n = c.active.fetch_add(1, SeqCst) + 1;
-                c.max_active.fetch_max(n, SeqCst);
-                let r = lintel::shuttle::sleep_alertable(Duration::from_millis(u64_arg(arg)));
-                c.active.fetch_sub(1, SeqCst);
-                match r {
-                    Err(_) => c.alerted.fetch_add(1, SeqCst),
-                    Ok(()) => c.slept_full.fetch_add(1, SeqCst),
-                };
-                put(reply, r.is_err() as u64);
+                c.sleep_starts();
+                let alerted = lintel::shuttle::sleep_alertable(Duration::from_millis(u64_arg(arg))).is_err();
+                c.sleep_ends(alerted);
+                put(reply, alerted as u64);
             }
             m::SLEEP_PLAIN => std::thread::sleep(Duration::from_millis(u64_arg(arg))),
             m::REMAINING_MS => put(

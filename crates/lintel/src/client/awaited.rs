@@ -40,27 +40,25 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::abi::control::Ctl;
-use crate::abi::{BUSY, INLINE, MAX_DOORS, OFF_OUT_INLINE, SEQ_DEAD, SLEEPING, SLOTS, SPINNING, ST_OK};
+use crate::abi::{INLINE, OFF_OUT_INLINE, SEQ_DEAD, SLOTS, ST_OK};
 use crate::context::deadline;
 use crate::context::error::CallError;
 use crate::context::stats::{self, Path};
-use crate::object::async_handler::{AsyncRequest, CallAlert, CallFuture};
+use crate::object::async_handler::{AsyncRequest, CallFuture};
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
 use crate::object::door::{Door, Inner, RemoteDoor, Reply, check_sizes};
-use crate::object::transfer;
 use crate::state::call_area::OutArea;
 use crate::state::calls::Taken;
 use crate::state::handshake::{self, Posted, Shared, Words};
 use crate::sys;
-use crate::sys::spin::Spinner;
-use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
+use crate::sys::umem::{ReplyHeader, RequestHeader, Slot, SyncWord};
 
 use super::call::admit;
 use super::checked::{Sent, read_vanilla, settled, take_reply, write_vanilla};
-use super::held::out_area;
+use super::held::{out_area, release_late_doors};
 use super::lease::At;
-use super::wait::kick;
+use super::wait::{HOT_SPINS, kick, spin_while_served};
 
 /// The future of an awaited call ([`Door::call_async`]).
 ///
@@ -287,15 +285,13 @@ impl<'a> AsyncCall<'a> {
             Inner::Local(core) if core.asynk.is_some() => {
                 let buffers = std::mem::take(&mut self.buffers);
                 admit(core, self.data, self.doors, &buffers)?;
-                let req = AsyncRequest {
-                    datum: core.datum,
-                    data: self.data.to_vec(),
-                    doors: self.doors.to_vec(),
+                let req = AsyncRequest::new(
+                    core.datum,
+                    self.data.to_vec(),
+                    self.doors.to_vec(),
                     buffers,
-                    caller: crate::context::caller::caller(),
-                    alert: CallAlert::new(false),
-                    deadline: self.due,
-                };
+                    self.due,
+                );
                 let asynk = core.asynk.as_ref().expect("matched above");
                 self.path = Some(Path::Colocated);
                 self.step = Step::Local(asynk.serve(req));
@@ -318,8 +314,13 @@ impl<'a> AsyncCall<'a> {
             return Err(CallError::TimedOut);
         }
         let area: &'a Arc<OutArea> = out_area(&rd.conn)?;
-        let small = self.data.len() <= INLINE && self.doors.is_empty() && self.buffers.is_empty();
-        self.path = Some(if small { Path::Fast } else { Path::Vanilla });
+        // The inline layout (the fast path's) for what a thread's call
+        // would send that way; else the vanilla path's.
+        let inline = self.data.len() <= INLINE
+            && self.doors.is_empty()
+            && self.buffers.is_empty()
+            && !rd.conn.settings.force_vanilla.load(Relaxed);
+        self.path = Some(if inline { Path::Fast } else { Path::Vanilla });
         self.step = Step::Slot { rd, area, ticket: 0 };
         Ok(None)
     }
@@ -335,10 +336,7 @@ impl<'a> AsyncCall<'a> {
     ) -> Result<(), CallError> {
         let abs = SLOTS as u32 + index;
         let slot = area.async_slot(index);
-        let inline = self.data.len() <= INLINE
-            && self.doors.is_empty()
-            && self.buffers.is_empty()
-            && !rd.conn.settings.force_vanilla.load(Relaxed);
+        let inline = self.path == Some(Path::Fast);
         let mut call = InFlight {
             conn: &rd.conn,
             area,
@@ -470,23 +468,7 @@ fn abandon(call: InFlight) {
         call.area.calls.abandon(call.index);
         return;
     }
-    if call.landed() == Some(true) {
-        let h = ReplyHeader::read(call.slot);
-        let n = h.out_doors as usize;
-        if h.status == ST_OK && n > 0 {
-            let mut doors = Vec::new();
-            let abs = SLOTS as u32 + call.index;
-            let _ = transfer::receive_doors(
-                call.conn,
-                call.slot,
-                n.min(MAX_DOORS),
-                false,
-                abs,
-                call.seq,
-                &mut doors,
-            );
-        }
-    }
+    release_late_doors(&call.at(), call.seq);
     call.area.calls.give_back(call.index);
 }
 
@@ -504,11 +486,6 @@ fn read_inline(at: &At<'_>, seq: u32, due: u64, reply: &mut Reply) -> Result<(),
     }
     Ok(())
 }
-
-/// Poll the reply word while the server runs on another CPU, up to the
-/// spin budget (spinning on).
-/// Polls of the reply word before the spin that watches the server.
-const HOT_SPINS: u32 = 16;
 
 thread_local! {
     /// Where this thread ran when last looked up, and calls since.
@@ -533,9 +510,10 @@ fn this_cpu() -> u32 {
     })
 }
 
-/// `woke`: the post woke the server, which may still show [`SLEEPING`]
-/// while it gets a CPU; it is spun for too. (A parked call's wake-up, through
-/// the reactor, is slower than a thread's futex wake: a server that slept
+/// Poll the reply word while the server runs on another CPU, up to the
+/// spin budget (spinning on). `woke`: the post woke the server, which is
+/// spun for while it wakes too. (A parked call's wake-up, through the
+/// reactor, is slower than a thread's futex wake: a server that slept
 /// through it would be found asleep by every call after, each parking in
 /// turn, unless one spins it awake.)
 fn spin(call: &InFlight, woke: bool) {
@@ -544,29 +522,16 @@ fn spin(call: &InFlight, woke: bool) {
         return;
     }
     let rep = call.slot.sync(SyncWord::RepSeq);
+    let landed = || matches!(rep.load(Acquire), r if r == call.seq || r == SEQ_DEAD);
     // A prompt reply lands within a few hundred nanoseconds: poll for it
     // alone first, with nothing else on the way.
     for _ in 0..HOT_SPINS {
-        let r = rep.load(Acquire);
-        if r == call.seq || r == SEQ_DEAD {
+        if landed() {
             return;
         }
         std::hint::spin_loop();
     }
-    let me = call.cpu;
-    let mut spinner = Spinner::new(budget);
-    loop {
-        let r = rep.load(Acquire);
-        if r == call.seq || r == SEQ_DEAD {
-            return;
-        }
-        let st = call.slot.get(Polled::ServerState);
-        let running = st == BUSY || st == SPINNING || (woke && st == SLEEPING);
-        let elsewhere = running && call.slot.get(Polled::ServerCpu) != me;
-        if !(elsewhere && spinner.spin()) {
-            return;
-        }
-    }
+    spin_while_served(call.slot, call.cpu, budget, woke, landed);
 }
 
 /// The waker the area's notice socket is registered under: reads the

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use super::last;
-use super::lease::Lease;
+use super::lease::{At, Lease};
 
 thread_local! {
     /// Every lease this thread holds.
@@ -130,7 +130,7 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         held: Cell::new(false),
     });
     if let Some(seq) = lease.claim.drained {
-        release_late_doors(&lease, seq);
+        release_late_doors(&lease.at(), seq);
     }
     let held = LEASES.try_with(|l| l.0.borrow_mut().push(lease.clone())).is_ok();
     lease.held.set(held);
@@ -167,15 +167,21 @@ fn make_out_area(conn: &Conn) -> Result<&Arc<OutArea>, CallError> {
 /// were granted to us, so take them and let them go (their releases reach
 /// the server), rather than leave them held until the connection dies.
 #[cold]
-fn release_late_doors(lease: &Lease, seq: u32) {
-    let slot = &lease.slot;
-    let landed = slot.sync(SyncWord::RepSeq).load(Acquire) == seq;
-    let h = ReplyHeader::read(slot);
+pub(super) fn release_late_doors(at: &At<'_>, seq: u32) {
+    let landed = at.slot.sync(SyncWord::RepSeq).load(Acquire) == seq;
+    let h = ReplyHeader::read(at.slot);
     let n = h.out_doors as usize;
     if landed && h.status == ST_OK && n > 0 {
         let mut doors = Vec::new();
-        let index = lease.claim.index;
-        let _ = transfer::receive_doors(&lease.conn, slot, n.min(MAX_DOORS), false, index, seq, &mut doors);
+        let _ = transfer::receive_doors(
+            at.conn,
+            at.slot,
+            n.min(MAX_DOORS),
+            false,
+            at.index,
+            seq,
+            &mut doors,
+        );
     }
 }
 

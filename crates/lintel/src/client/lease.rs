@@ -5,7 +5,6 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use crate::abi::SEQ_DEAD;
 use crate::context::settings::Settings;
 use crate::context::shuttle::Shuttle;
 use crate::context::stats::Counters;
@@ -48,7 +47,7 @@ pub(super) struct Lease {
 impl Lease {
     #[inline]
     pub(super) fn next_seq(&self) -> u32 {
-        self.area.leases.next_seq(&self.claim, SEQ_DEAD)
+        self.area.leases.next_seq(&self.claim)
     }
 
     /// The leased slot, as the call paths name it.

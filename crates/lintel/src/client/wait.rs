@@ -4,7 +4,7 @@
 //! is alerted and the slot drains until the late reply has landed.
 
 use crate::abi::control::Ctl;
-use crate::abi::{BUSY, SEQ_DEAD, SPINNING};
+use crate::abi::{BUSY, SEQ_DEAD, SLEEPING, SPINNING};
 use crate::context::error::CallError;
 use crate::context::shuttle::Shuttle;
 use crate::context::stats::Path;
@@ -135,7 +135,7 @@ fn note_cpu(lease: &Lease) {
 }
 
 /// Polls of the reply word before the full wait; a few hundred ns.
-const HOT_SPINS: u32 = 16;
+pub(super) const HOT_SPINS: u32 = 16;
 /// Longest single futex sleep: a lost wake-up costs at most this.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 
@@ -166,22 +166,39 @@ pub(super) fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) ->
 #[cold]
 #[inline(never)]
 fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, budget: u64) -> Option<Result<(), Unanswered>> {
-    let slot = &lease.slot;
-    let rep = slot.sync(SyncWord::RepSeq);
-    let mut spinner = Spinner::new(budget);
+    let rep = lease.slot.sync(SyncWord::RepSeq);
     // Where we run: the server spins for our next call only while we run
     // elsewhere. Published with the next request, not now, so as not to
     // take the request's cache line back while the server reads it.
     let me = sys::current_cpu();
     lease.cpu.set(me);
+    let mut out = None;
+    spin_while_served(&lease.slot, me, budget, false, || {
+        out = outcome(lease, conn, seq, rep);
+        out.is_some()
+    });
+    out
+}
+
+/// Spin, up to `budget` ns, while the server of `slot` runs on a CPU other
+/// than ours (`me`), or, if our post `woke` it, while it is still waking,
+/// until `done` says the wait is over; true if it did.
+pub(super) fn spin_while_served(
+    slot: &Slot,
+    me: u32,
+    budget: u64,
+    woke: bool,
+    mut done: impl FnMut() -> bool,
+) -> bool {
+    let mut spinner = Spinner::new(budget);
     loop {
-        if let Some(r) = outcome(lease, conn, seq, rep) {
-            return Some(r);
+        if done() {
+            return true;
         }
         let st = slot.get(Polled::ServerState);
-        let server_elsewhere = (st == BUSY || st == SPINNING) && slot.get(Polled::ServerCpu) != me;
-        if !(server_elsewhere && spinner.spin()) {
-            return None;
+        let running = st == BUSY || st == SPINNING || (woke && st == SLEEPING);
+        if !(running && slot.get(Polled::ServerCpu) != me && spinner.spin()) {
+            return false;
         }
     }
 }

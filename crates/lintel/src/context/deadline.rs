@@ -123,7 +123,11 @@ pub fn until<R>(at: Instant, f: impl FnOnce() -> R) -> R {
 /// one of the call it serves, on a server thread or in an async handler's task);
 /// `None` if it has none. Zero once it passed.
 pub fn remaining() -> Option<Duration> {
-    let at = current_or_task();
+    left(current_or_task())
+}
+
+/// Time left before deadline `at` (0: none, `None`); zero once it passed.
+pub(crate) fn left(at: u64) -> Option<Duration> {
     (at != 0).then(|| Duration::from_nanos(at.saturating_sub(sys::monotonic_ns())))
 }
 

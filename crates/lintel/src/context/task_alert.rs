@@ -12,7 +12,6 @@ use std::task::{Context, Poll, Waker};
 use parking_lot::Mutex;
 
 /// The alert of one call served by a task: a flag and the task to wake.
-#[derive(Default)]
 pub(crate) struct CallAlert {
     set: AtomicBool,
     waker: Mutex<Option<Waker>>,

@@ -36,7 +36,6 @@ pub use crate::context::task_alert::Alerted;
 pub(crate) use crate::context::task_alert::CallAlert;
 use crate::object::buffer::Buffer;
 use crate::object::door::{Door, DoorCore, Handler, Reply, Request, check_sizes};
-use crate::sys;
 
 /// A handler's future, boxed.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Reply, Fault>> + Send + 'static>>;
@@ -78,6 +77,28 @@ pub struct AsyncRequest {
 }
 
 impl AsyncRequest {
+    /// A request whose caller is this thread's (`context::caller`: the
+    /// process a server thread serves, `None` for this one), made under
+    /// deadline `deadline`, not alerted yet: whoever hands it over passes
+    /// on alerts that came before (`deferred`, `shuttle::forward_to`).
+    pub(crate) fn new(
+        datum: u64,
+        data: Vec<u8>,
+        doors: Vec<Door>,
+        buffers: Vec<Buffer>,
+        deadline: u64,
+    ) -> Self {
+        AsyncRequest {
+            datum,
+            data,
+            doors,
+            buffers,
+            caller: crate::context::caller::caller(),
+            alert: CallAlert::new(false),
+            deadline,
+        }
+    }
+
     /// Whether the caller was alerted (it cancelled the call, its deadline
     /// passed, or it died).
     pub fn is_alerted(&self) -> bool {
@@ -92,13 +113,13 @@ impl AsyncRequest {
 
     /// Time left before the call's deadline, `None` if it has none.
     pub fn remaining(&self) -> Option<Duration> {
-        (self.deadline != 0).then(|| Duration::from_nanos(self.deadline.saturating_sub(sys::monotonic_ns())))
+        deadline::left(self.deadline)
     }
 }
 
 /// A door's async handler and the runtime its tasks run on.
 pub(crate) struct AsyncDoor {
-    handler: Arc<dyn AsyncHandler>,
+    handler: Box<dyn AsyncHandler>,
     pub rt: tokio::runtime::Handle,
 }
 
@@ -145,16 +166,15 @@ impl Handler for Blocking {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(Fault(WOULD_BLOCK));
         }
-        let req = AsyncRequest {
-            datum: req.datum,
-            data: req.data.to_vec(),
-            doors: req.doors.into_vec(),
-            buffers: req.buffers.into_vec(),
-            caller: crate::context::caller::caller(),
-            alert: CallAlert::new(crate::context::shuttle::alerted()),
-            deadline: deadline::current(),
-        };
-        // The calling thread's alerts reach the handler while it runs.
+        let req = AsyncRequest::new(
+            req.datum,
+            req.data.to_vec(),
+            req.doors.into_vec(),
+            req.buffers.into_vec(),
+            deadline::current(),
+        );
+        // The calling thread's alerts (one already set too) reach the
+        // handler while it runs.
         let _forward = crate::context::shuttle::forward_to(req.alert.clone());
         // A panic goes on up to the caller's `invoke`, which reports it.
         let at = req.deadline;
@@ -198,7 +218,7 @@ impl Door {
     /// `block_on`), as for any task spawned on it.
     pub fn create_async_on(rt: tokio::runtime::Handle, datum: u64, handler: impl AsyncHandler) -> Door {
         let door = Arc::new(AsyncDoor {
-            handler: Arc::new(handler),
+            handler: Box::new(handler),
             rt,
         });
         Door::local(DoorCore::new_async(datum, Box::new(Blocking(door.clone())), door))

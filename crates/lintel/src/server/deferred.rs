@@ -95,11 +95,7 @@ fn finish(w: &Work, seq: u32, alert: &Arc<CallAlert>, r: Result<Reply, CallError
         Ok(reply) => (reply, Ok(())),
         Err(e) => (Reply::new(), Err(Failure::taken(e))),
     };
-    if !write_reply(w, &slot, seq, &mut reply, result, vanilla) {
-        return;
+    if write_reply(w, &slot, seq, &mut reply, result, vanilla) {
+        publish_with_doors(w, &slot, seq, &mut reply);
     }
-    if reply.data.len() > crate::abi::DATA_CAP {
-        w.area.bulk[w.slot as usize].lock().out.trim();
-    }
-    publish_with_doors(w, &slot, seq, &mut reply);
 }

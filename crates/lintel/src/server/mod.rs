@@ -130,33 +130,30 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     ss.unbind.store(false, SeqCst);
     *ss.shuttle.lock() = Some(bufs.shuttle.clone());
     pool.bound(w);
-    // A request handed to an async handler's task: its reply comes from the
-    // task, so this thread lets go of the slot at once (`deferred`).
-    let mut deferred = false;
-    loop {
-        if !deferred
-            && let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu)
+    // A request handed to an async handler's task (`handle` is true) gets
+    // its reply from the task: this thread lets go of the slot at once.
+    'serve: loop {
+        if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu)
+            && !handle(w, ss, &slot, seq, bufs)
+            && !pool.has_queued()
         {
-            deferred = handle(w, ss, &slot, seq, bufs);
-            if !deferred && !pool.has_queued() {
-                continue;
-            }
+            continue;
         }
         // Let go: publish UNBOUND, then look once more, so a client that
         // posted meanwhile either is served here or saw UNBOUND and kicked.
-        ss.binding.unbind();
-        let pending = handshake::let_go::<Shared>(&handshake::Words::of(&slot), ss.last_seq());
-        if let Some(r) = pending
-            && !w.conn.is_dead()
-            && ss.binding.rebind()
-        {
+        loop {
+            ss.binding.unbind();
+            let pending = handshake::let_go::<Shared>(&handshake::Words::of(&slot), ss.last_seq());
+            let Some(r) = pending.filter(|_| !w.conn.is_dead() && ss.binding.rebind()) else {
+                break 'serve;
+            };
             // Another worker may have bound, replied and let go meanwhile.
             bufs.reply_header = None;
             slot.set(OFF_SERVER_STATE, BUSY);
-            deferred = handle_late(w, ss, &slot, r, bufs);
-            continue;
+            if !handle_late(w, ss, &slot, r, bufs) {
+                continue 'serve;
+            }
         }
-        break;
     }
     if std::mem::take(&mut bufs.spinner) {
         pool.give_up_spinning();
@@ -254,6 +251,7 @@ fn publish(slot: &Slot, w: Polled, v: u32) {
 /// doors to let go, a door not served last, a revoked door. Then the point of
 /// no return: the handler runs and its reply is published. Inlined into the
 /// worker's loop, so a null call pays no call frame.
+///
 /// True if the request went to an async handler's task (`deferred`).
 #[inline(always)]
 fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) -> bool {

@@ -54,6 +54,9 @@ pub(super) fn write_reply(
                 Ok(generation) => slot.set(OFF_OUT_SEG, generation),
                 Err(e) => result = Err(Failure::taken(e)),
             }
+            // Given back if it is too large to keep (the caller has its
+            // own mapping of it).
+            w.area.bulk[w.slot as usize].lock().out.trim();
         } else {
             slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
         }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use crate::abi::{DATA_CAP, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, payload_offset};
-use crate::context::caller::Caller;
 use crate::context::error::CallError;
 use crate::context::stats::Path;
-use crate::object::async_handler::{AsyncRequest, CallAlert};
+use crate::object::async_handler::AsyncRequest;
 use crate::object::buffer;
 use crate::object::conn::Conn;
 use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
@@ -24,6 +23,7 @@ use super::{Buffers, Work, cache_hit};
 /// deadlines, a door not served last, pinned doors to let go. The header is
 /// read afresh (a caller that changes it meanwhile garbles only its own
 /// call): handed over, the fast path's copy would be kept in memory.
+///
 /// True if the request went to an async handler's task, which replies.
 #[cold]
 pub(super) fn handle_slow(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers) -> bool {
@@ -71,16 +71,13 @@ pub(super) fn finish_slow(
     if !write_reply(w, slot, seq, &mut bufs.reply, result, vanilla) {
         return;
     }
-    trim(w, bufs);
+    trim(bufs);
     publish_with_doors(w, slot, seq, &mut bufs.reply);
 }
 
-/// After a bulk call: give back our segment for the slot if it is too large
-/// to keep, and the worker's buffers likewise.
-fn trim(w: &Work, bufs: &mut Buffers) {
-    if bufs.reply.data.len() > DATA_CAP {
-        w.area.bulk[w.slot as usize].lock().out.trim();
-    }
+/// After a bulk call: give back the worker's buffers if they are too
+/// large to keep (the slot's segment is trimmed by `write_reply`).
+fn trim(bufs: &mut Buffers) {
     if !crate::state::bulk::kept_buffer(bufs.args.capacity()) {
         bufs.args = Vec::with_capacity(DATA_CAP);
     }
@@ -159,20 +156,8 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     };
     bufs.counters.served(path);
     if let Some(asynk) = core.asynk.clone() {
-        let datum = core.datum;
+        let req = AsyncRequest::new(core.datum, args[skip..].to_vec(), doors, buffers, req.deadline);
         let call = active.owned();
-        let req = AsyncRequest {
-            datum,
-            data: args[skip..].to_vec(),
-            doors,
-            buffers,
-            caller: Some(Caller {
-                connection: w.conn.id,
-                pid: w.conn.peer_pid(),
-            }),
-            alert: CallAlert::new(bufs.shuttle.is_alerted()),
-            deadline: req.deadline,
-        };
         return deferred::dispatch(&asynk, w, seq, call, req, vanilla, &bufs.shuttle, &mut bufs.reply);
     }
     let reply = &mut bufs.reply;

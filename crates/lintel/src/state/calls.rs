@@ -20,9 +20,10 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::task::Waker;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use crate::abi::{ASYNC_SLOTS, SEQ_DEAD};
+use crate::abi::ASYNC_SLOTS;
+use crate::state::handshake::seq_after;
 
 /// The awaited calls' slots of one call area. Indices are `0..ASYNC_SLOTS`
 /// here; the area's slot is [`crate::abi::SLOTS`] past them.
@@ -84,7 +85,7 @@ impl CallSlots {
     #[inline]
     pub fn next_seq(&self, index: u32) -> u32 {
         let at = &self.seqs[index as usize % ASYNC_SLOTS];
-        let seq = next_seq(at.load(Relaxed));
+        let seq = seq_after(at.load(Relaxed));
         at.store(seq, Relaxed);
         seq
     }
@@ -143,18 +144,16 @@ impl CallSlots {
             *ticket = self.next_ticket.fetch_add(1, Relaxed);
         }
         let ticket = *ticket;
-        {
-            match st.waiting.iter_mut().find(|(t, _)| *t == ticket) {
-                Some((_, w)) => w.clone_from(waker),
-                None => st.waiting.push((ticket, waker.clone())),
-            }
-            self.waiting.store(st.waiting.len(), SeqCst);
-            // A slot given back meanwhile went to `hot` unless its giver saw
-            // us waiting (see `waiting`).
-            match self.hot.swap(NONE, SeqCst) {
-                NONE => Err(Taken::Wait),
-                index => Ok(index),
-            }
+        match st.waiting.iter_mut().find(|(t, _)| *t == ticket) {
+            Some((_, w)) => w.clone_from(waker),
+            None => st.waiting.push((ticket, waker.clone())),
+        }
+        self.waiting.store(st.waiting.len(), SeqCst);
+        // A slot given back meanwhile went to `hot` unless its giver saw us
+        // waiting (see `waiting`).
+        match self.hot.swap(NONE, SeqCst) {
+            NONE => Err(Taken::Wait),
+            index => Ok(index),
         }
     }
 
@@ -190,8 +189,14 @@ impl CallSlots {
                 listed += 1;
             }
         }
-        let n = st.waiting.len();
-        let woken: Vec<_> = st.waiting.drain(n.saturating_sub(listed)..).collect();
+        self.wake_waiting(st, listed);
+    }
+
+    /// Wake up to `n` of the tasks waiting for a slot (the latest first),
+    /// outside the lock.
+    fn wake_waiting(&self, mut st: MutexGuard<'_, State>, n: usize) {
+        let from = st.waiting.len().saturating_sub(n);
+        let woken: Vec<_> = st.waiting.drain(from..).collect();
         self.waiting.store(st.waiting.len(), Relaxed);
         drop(st);
         for (_, w) in woken {
@@ -209,25 +214,15 @@ impl CallSlots {
     /// A late reply may have landed on a draining slot: wake a task that
     /// waits for a slot, if one does, to look.
     pub fn maybe_drained(&self) {
-        let mut st = self.st.lock();
-        if st.draining.is_empty() {
-            return;
-        }
-        let woken = st.waiting.pop();
-        self.waiting.store(st.waiting.len(), Relaxed);
-        drop(st);
-        if let Some((_, w)) = woken {
-            w.wake();
+        let st = self.st.lock();
+        if !st.draining.is_empty() {
+            self.wake_waiting(st, 1);
         }
     }
 
     /// The server died: wake every task waiting for a slot.
     pub fn wake_all(&self) {
-        let woken = std::mem::take(&mut self.st.lock().waiting);
-        self.waiting.store(0, Relaxed);
-        for (_, w) in woken {
-            w.wake();
-        }
+        self.wake_waiting(self.st.lock(), usize::MAX);
     }
 
     /// One past the highest slot ever taken.
@@ -236,31 +231,17 @@ impl CallSlots {
     }
 }
 
-/// The sequence after `seq`: never 0 (no request yet) or [`SEQ_DEAD`].
-fn next_seq(seq: u32) -> u32 {
-    match seq.wrapping_add(1) {
-        0 | SEQ_DEAD => 1,
-        n => n,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use std::task::Wake;
+    use crate::state::counting_waker::counting_waker as waker;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
-
-    fn waker() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
+    /// Every slot taken (by tickets `0..ASYNC_SLOTS`): their indices and
+    /// sequences.
+    fn take_all(s: &CallSlots, w: &Waker) -> Vec<(u32, u32)> {
+        (0..ASYNC_SLOTS as u64)
+            .map(|t| slot(take_as(s, t, w, |_, _| false)))
+            .collect()
     }
 
     /// `take` for the call whose ticket is `t`.
@@ -296,10 +277,7 @@ mod tests {
     fn a_drained_slot_is_taken_only_once_its_late_reply_landed() {
         let s = CallSlots::new();
         let (count, w) = waker();
-        let mut taken = Vec::new();
-        for t in 0..ASYNC_SLOTS as u64 {
-            taken.push(slot(take_as(&s, t, &w, |_, _| false)));
-        }
+        let taken = take_all(&s, &w);
         let (index, seq) = taken[7];
         s.abandon(index);
         assert_eq!(
@@ -308,7 +286,7 @@ mod tests {
             "its reply has not landed"
         );
         s.maybe_drained();
-        assert_eq!(count.0.load(SeqCst), 1, "the waiting task is told to look again");
+        assert_eq!(count.get(), 1, "the waiting task is told to look again");
         let landed = |i: u32, sq: u32| i == index && sq == seq;
         assert_eq!(slot(take_as(&s, 9_999, &w, landed)), (index, seq + 1));
     }
@@ -317,10 +295,7 @@ mod tests {
     fn a_slot_given_back_wakes_one_waiting_task_and_a_dropped_wait_is_forgotten() {
         let s = CallSlots::new();
         let (_, w) = waker();
-        let mut taken = Vec::new();
-        for t in 0..ASYNC_SLOTS as u64 {
-            taken.push(slot(take_as(&s, t, &w, |_, _| false)));
-        }
+        let taken = take_all(&s, &w);
         let (first, w1) = waker();
         let (second, w2) = waker();
         assert_eq!(take_as(&s, 10_000, &w1, |_, _| false), Taken::Wait);
@@ -333,14 +308,7 @@ mod tests {
         s.stop_waiting(10_001);
         s.give_back(taken[0].0);
         s.give_back(taken[1].0);
-        assert_eq!(first.0.load(SeqCst), 1);
-        assert_eq!(second.0.load(SeqCst), 0, "a dropped call is not woken");
-    }
-
-    #[test]
-    fn sequences_skip_zero_and_the_dead_mark() {
-        assert_eq!(next_seq(SEQ_DEAD - 1), 1);
-        assert_eq!(next_seq(u32::MAX), 1);
-        assert_eq!(next_seq(5), 6);
+        assert_eq!(first.get(), 1);
+        assert_eq!(second.get(), 0, "a dropped call is not woken");
     }
 }

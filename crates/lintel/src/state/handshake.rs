@@ -219,6 +219,16 @@ pub(crate) fn unpark<M: Mem>(w: &Words<'_, M::Word>) {
     w.client.store(RUNNING, Relaxed);
 }
 
+/// The request sequence after `seq`: never 0 (no request yet) or
+/// [`SEQ_DEAD`] (the watcher's mark of a dead server).
+#[inline(always)]
+pub(crate) const fn seq_after(seq: u32) -> u32 {
+    match seq.wrapping_add(1) {
+        0 | SEQ_DEAD => 1,
+        n => n,
+    }
+}
+
 /// A request newer than `last` (0 is never one).
 #[inline(always)]
 pub(crate) fn fresh(r: u32, last: u32) -> bool {
@@ -475,6 +485,13 @@ mod tests {
                 return r;
             }
         }
+    }
+
+    #[test]
+    fn sequences_skip_zero_and_the_dead_mark() {
+        assert_eq!(seq_after(SEQ_DEAD - 1), 1);
+        assert_eq!(seq_after(u32::MAX), 1);
+        assert_eq!(seq_after(5), 6);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::abi::SLOTS;
 pub(crate) use crate::state::claim::Claim;
 use crate::state::claim::{Found, Ownership};
+use crate::state::handshake::seq_after;
 
 /// A slot index as an index of the arrays: always in range, so the
 /// compiler leaves out the bounds check (an index is below [`SLOTS`] anyway).
@@ -177,15 +178,12 @@ impl Leases {
         }
     }
 
-    /// The next request sequence on the slot (never 0 or `skip`). Only the
+    /// The next request sequence on the slot ([`seq_after`]). Only the
     /// owner, in a call, calls this.
     #[inline]
-    pub fn next_seq(&self, c: &Claim, skip: u32) -> u32 {
+    pub fn next_seq(&self, c: &Claim) -> u32 {
         let s = &self.seqs[at(c.index)];
-        let mut n = s.load(Relaxed).wrapping_add(1);
-        if n == 0 || n == skip {
-            n = 1;
-        }
+        let n = seq_after(s.load(Relaxed));
         s.store(n, Relaxed);
         n
     }
@@ -240,26 +238,26 @@ mod tests {
     fn sequences_continue_across_owners_and_skip_the_reserved_values() {
         let l = Leases::new(1);
         let a = l.take(|_, _| true).unwrap();
-        assert_eq!(l.next_seq(&a, u32::MAX), 1);
-        assert_eq!(l.next_seq(&a, u32::MAX), 2);
+        assert_eq!(l.next_seq(&a), 1);
+        assert_eq!(l.next_seq(&a), 2);
         l.end(&a);
         let b = l.take(|_, _| true).unwrap();
-        assert_eq!(l.next_seq(&b, u32::MAX), 3, "the new owner continues");
+        assert_eq!(l.next_seq(&b), 3, "the new owner continues");
         l.seqs[0].store(u32::MAX - 1, Relaxed);
-        assert_eq!(l.next_seq(&b, u32::MAX), 1, "skips the dead marker and 0");
+        assert_eq!(l.next_seq(&b), 1, "skips the dead marker and 0");
     }
 
     #[test]
     fn an_abandoned_slot_is_taken_again_only_once_its_late_reply_landed() {
         let l = Leases::new(1);
         let a = l.take(|_, _| true).unwrap();
-        let seq = l.next_seq(&a, u32::MAX);
+        let seq = l.next_seq(&a);
         l.abandon(&a);
         assert!(!l.begin(&a), "the abandoning owner's lease is void");
         assert!(l.take(|_, _| false).is_none(), "the late reply has not landed");
         let b = l.take(|i, s| i == 0 && s == seq).unwrap();
         assert_eq!(b.drained, Some(seq), "the new owner learns what drained");
-        assert_eq!(l.next_seq(&b, u32::MAX), seq + 1);
+        assert_eq!(l.next_seq(&b), seq + 1);
         l.release(&a);
         assert!(l.take(|_, _| true).is_none(), "b holds it");
     }

@@ -3,6 +3,8 @@ pub mod bulk;
 pub mod call_area;
 pub mod calls;
 pub mod claim;
+#[cfg(test)]
+mod counting_waker;
 pub mod grants;
 pub mod handshake;
 #[allow(unsafe_code)]

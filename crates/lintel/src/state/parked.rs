@@ -70,29 +70,19 @@ impl Parked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::task::Wake;
-
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, SeqCst);
-        }
-    }
+    use crate::state::counting_waker::counting_waker;
 
     #[test]
     fn a_notice_wakes_the_task_parked_on_its_slot_once() {
         let p = Parked::new();
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        let w = Waker::from(c.clone());
+        let (c, w) = counting_waker();
         p.park(3, &w);
         p.park(3, &w);
         let mut woken = Vec::new();
         p.noticed(&[3, 3, 7, u32::MAX], &mut woken);
         assert_eq!(woken.len(), 1, "one waker, however many notices name it");
         woken.into_iter().for_each(Waker::wake);
-        assert_eq!(c.0.load(SeqCst), 1);
+        assert_eq!(c.get(), 1);
         let mut woken = Vec::new();
         p.noticed(&[3], &mut woken);
         assert!(woken.is_empty(), "woken once: it parks again to be woken again");
@@ -101,7 +91,7 @@ mod tests {
     #[test]
     fn an_unparked_call_is_not_woken_and_all_wakes_every_parked_one() {
         let p = Parked::new();
-        let w = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let (_, w) = counting_waker();
         for i in [1, 2, 3] {
             p.park(i, &w);
         }
