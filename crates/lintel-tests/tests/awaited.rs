@@ -402,7 +402,9 @@ fn calls_from_a_second_runtime_are_woken_after_the_first_is_gone() {
 
 /// Awaited calls are counted in the domain's statistics as a thread's are:
 /// by path, failures apart. Counted in a process of its own (this test
-/// binary again, running only `counting_child`), where no other test calls.
+/// binary again, running only `counting_child`), where no other test calls,
+/// on the default paths whatever this run forces (`LINTEL_PATH=vanilla`
+/// sends every call the vanilla way, and the counts say so).
 #[test]
 fn awaited_calls_are_counted_by_path() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -414,6 +416,7 @@ fn awaited_calls_are_counted_by_path() {
             "--test-threads=1",
         ])
         .env("LINTEL_COUNTING_CHILD", "1")
+        .env_remove("LINTEL_PATH")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
