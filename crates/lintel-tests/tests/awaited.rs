@@ -267,6 +267,41 @@ mod async_handlers {
         });
     }
 
+    /// A blocking call of an async door served here, from a thread outside
+    /// the runtime, ends at its deadline with `TimedOut`, and the handler
+    /// sees the alert; a relayed fault reaches the caller as the error it
+    /// stands for.
+    #[test]
+    fn a_blocking_call_of_an_async_door_here_ends_at_its_deadline() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let door = Door::create_async_on(rt.handle().clone(), 0, move |req: AsyncRequest| {
+            let tx = tx.clone();
+            async move {
+                if req.data == b"dead" {
+                    return Err(lintel::Fault::relay(&CallError::PeerDied));
+                }
+                let woke = tokio::time::timeout(Duration::from_secs(30), req.alerted())
+                    .await
+                    .is_ok();
+                let _ = tx.send(woke);
+                Ok(Reply::default())
+            }
+        });
+        let t = std::time::Instant::now();
+        let r = door.with_timeout(Duration::from_millis(100)).call_bytes(b"wait");
+        assert_eq!(r.unwrap_err(), CallError::TimedOut);
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        // Its future was dropped at the deadline: nothing more is sent, or
+        // (had it seen the alert first) it was woken by the alert.
+        assert!(!matches!(rx.recv_timeout(Duration::from_millis(200)), Ok(false)));
+        assert_eq!(door.call_bytes(b"dead").unwrap_err(), CallError::PeerDied);
+    }
+
     #[test]
     fn a_panicking_async_handler_fails_its_call_and_the_server_lives_on() {
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -87,7 +87,8 @@ impl CallError {
             CallError::Panicked => (abi::ST_PANICKED, 0),
             CallError::Fault(c) => (abi::ST_FAULT, *c),
             CallError::TimedOut => (abi::ST_TIMED_OUT, 0),
-            _ => (abi::ST_BAD_MESSAGE, 0),
+            // The rest travel as the reserved fault codes that stand for them.
+            other => (abi::ST_FAULT, Fault::relay(other).0),
         }
     }
 
@@ -102,7 +103,7 @@ impl CallError {
                 max: detail as usize,
             },
             abi::ST_PANICKED => CallError::Panicked,
-            abi::ST_FAULT => CallError::Fault(detail),
+            abi::ST_FAULT => Fault(detail).into(),
             abi::ST_TIMED_OUT => CallError::TimedOut,
             abi::ST_BAD_MESSAGE => CallError::BadMessage("the server refused the request"),
             _ => CallError::BadMessage("unknown reply status"),
@@ -111,9 +112,91 @@ impl CallError {
 }
 
 /// A handler's failure, returned to the caller as [`CallError::Fault`].
+///
+/// Codes from [`Fault::RESERVED`] up stand for the transport's own errors:
+/// a handler that forwards calls elsewhere (a proxy) fails its caller with
+/// the error its own call met, made with [`Fault::relay`], and the caller
+/// sees that [`CallError`] itself, as if it had called the far door.
+///
+/// ```
+/// use lintel::{CallError, Fault};
+/// assert_eq!(CallError::from(Fault::relay(&CallError::PeerDied)), CallError::PeerDied);
+/// assert_eq!(CallError::from(Fault(7)), CallError::Fault(7));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("handler fault {0}")]
 pub struct Fault(pub u32);
+
+/// The reserved codes, in order from [`Fault::RESERVED`].
+const RELAYED: [CallError; 8] = [
+    CallError::PeerDied,
+    CallError::Revoked,
+    CallError::TimedOut,
+    CallError::Cancelled,
+    CallError::BadDoor,
+    CallError::Panicked,
+    CallError::TooManyDoors {
+        len: 0,
+        max: abi::MAX_DOORS,
+    },
+    CallError::BadMessage("the far side refused the request"),
+];
+/// A relayed [`CallError::TooLarge`] (the far side's limit is not told).
+const RELAYED_TOO_LARGE: u32 = Fault::RESERVED + 0x80;
+/// A relayed failure of the far side's runtime ([`CallError::Local`] and
+/// the errors of a loan: what crosses is that it failed there).
+const RELAYED_LOCAL: u32 = Fault::RESERVED + 0x81;
+/// A relayed [`CallError::WouldBlock`] (also the code the blocking face of
+/// an async door fails with).
+pub(crate) const WOULD_BLOCK: u32 = u32::MAX;
+
+impl Fault {
+    /// The first reserved code: a handler's own codes are below it.
+    pub const RESERVED: u32 = 0xFFFF_FF00;
+
+    /// The fault that reaches this handler's caller as `err`: how a
+    /// handler that forwards the call passes on what happened to it.
+    /// A [`CallError::Fault`] passes unchanged.
+    pub fn relay(err: &CallError) -> Fault {
+        match err {
+            CallError::Fault(c) => Fault(*c),
+            CallError::TooLarge { .. } => Fault(RELAYED_TOO_LARGE),
+            CallError::WouldBlock => Fault(WOULD_BLOCK),
+            CallError::Local(_) | CallError::NoLoanSpace { .. } | CallError::Unpassable(_) => {
+                Fault(RELAYED_LOCAL)
+            }
+            other => {
+                let tag = std::mem::discriminant(other);
+                let at = RELAYED.iter().position(|e| std::mem::discriminant(e) == tag);
+                Fault(Fault::RESERVED + at.expect("every other error is listed") as u32)
+            }
+        }
+    }
+}
+
+/// The reserved code of a relayed [`CallError::TimedOut`].
+pub(crate) fn relayed_timed_out() -> u32 {
+    Fault::relay(&CallError::TimedOut).0
+}
+
+impl From<Fault> for CallError {
+    fn from(Fault(code): Fault) -> CallError {
+        match code {
+            c if c < Fault::RESERVED => CallError::Fault(c),
+            WOULD_BLOCK => CallError::WouldBlock,
+            RELAYED_TOO_LARGE => CallError::TooLarge {
+                what: "result",
+                len: 0,
+                max: 0,
+            },
+            RELAYED_LOCAL => CallError::Local("the far side failed the call".into()),
+            c => RELAYED
+                .get((c - Fault::RESERVED) as usize)
+                .cloned()
+                .unwrap_or(CallError::Fault(c)),
+        }
+    }
+}
 
 /// Why starting or joining a domain failed.
 #[derive(Debug, thiserror::Error)]

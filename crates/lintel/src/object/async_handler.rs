@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use crate::context::caller::Caller;
 use crate::context::deadline;
-use crate::context::error::{CallError, Fault};
+use crate::context::error::{CallError, Fault, WOULD_BLOCK};
 pub use crate::context::task_alert::Alerted;
 pub(crate) use crate::context::task_alert::CallAlert;
 use crate::object::buffer::Buffer;
@@ -48,6 +48,12 @@ pub trait AsyncHandler: Send + Sync + 'static {
 
     /// Nobody else holds the door any more (as [`Handler::unreferenced`]).
     fn unreferenced(&self, _datum: u64) {}
+
+    /// The object behind the door, for [`Door::served_by`] (as
+    /// [`Handler::as_any`]).
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
+    }
 }
 
 impl<F, Fut> AsyncHandler for F
@@ -152,8 +158,33 @@ impl Future for Caught {
             Ok(Poll::Ready(Ok(reply))) => {
                 Poll::Ready(check_sizes("result", reply.data.len(), reply.doors.len()).map(|()| reply))
             }
-            Ok(Poll::Ready(Err(Fault(code)))) => Poll::Ready(Err(CallError::Fault(code))),
+            Ok(Poll::Ready(Err(fault))) => Poll::Ready(Err(fault.into())),
             Err(_) => Poll::Ready(Err(CallError::Panicked)),
+        }
+    }
+}
+
+/// Run `fut` on this thread until it ends, or until the deadline `at`
+/// passes (`None`; 0: none). Its wakes unpark this thread; it runs in the
+/// runtime's context, whose own threads drive its timers and IO.
+fn block_until<F: Future>(fut: F, at: u64) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark()
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        match deadline::left(at) {
+            None => std::thread::park(),
+            Some(d) if d.is_zero() => return None,
+            Some(d) => std::thread::park_timeout(d),
         }
     }
 }
@@ -178,19 +209,29 @@ impl Handler for Blocking {
         let _forward = crate::context::shuttle::forward_to(req.alert.clone());
         // A panic goes on up to the caller's `invoke`, which reports it.
         let at = req.deadline;
+        let alert = req.alert.clone();
         let fut = deadline::in_task(at, self.0.handler.call(req));
-        *reply = self.0.rt.block_on(fut)?;
+        let _runtime = self.0.rt.enter();
+        match block_until(fut, at) {
+            Some(r) => *reply = r?,
+            None => {
+                // The deadline passed: the handler is alerted and its
+                // future dropped, as when an awaited call's is.
+                alert.alert();
+                return Err(Fault(crate::context::error::relayed_timed_out()));
+            }
+        }
         Ok(())
     }
 
     fn unreferenced(&self, datum: u64) {
         self.0.unreferenced(datum)
     }
-}
 
-/// The fault code a blocking co-located call of an async door made on a
-/// runtime's thread stands for ([`CallError::WouldBlock`]).
-pub(crate) const WOULD_BLOCK: u32 = u32::MAX;
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.0.handler.as_any()
+    }
+}
 
 impl Door {
     /// Create a door served by this domain with an async handler, whose

@@ -304,8 +304,7 @@ impl Ran {
     pub fn checked(self, reply: &Reply) -> Result<(), CallError> {
         match self {
             Ran::Done => check_sizes("result", reply.data.len(), reply.doors.len()),
-            Ran::Fault(crate::object::async_handler::WOULD_BLOCK) => Err(CallError::WouldBlock),
-            Ran::Fault(code) => Err(CallError::Fault(code)),
+            Ran::Fault(code) => Err(Fault(code).into()),
             Ran::Panicked => Err(CallError::Panicked),
         }
     }
@@ -400,6 +399,22 @@ fn deliver_unreferenced(core: Arc<DoorCore>) {
 /// ```
 #[derive(Clone)]
 pub struct Door(pub(crate) Inner);
+
+/// A hold on a door of this domain counted as another domain's
+/// ([`Door::hold_for_far_holder`]); let go when dropped.
+pub struct FarHold(Arc<DoorCore>);
+
+impl Drop for FarHold {
+    fn drop(&mut self) {
+        self.0.drop_holder();
+    }
+}
+
+impl std::fmt::Debug for FarHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FarHold(datum={})", self.0.datum)
+    }
+}
 
 /// A handle lets go of its door in one call that cannot unwind (`let_go`):
 /// a list of doors then drops with a loop the compiler inlines, with no
@@ -534,6 +549,66 @@ impl Door {
         Some(r)
     }
 
+    /// The object serving this door and the door's datum, if this domain
+    /// serves it with a handler whose `as_any` ([`Handler::as_any`],
+    /// [`crate::AsyncHandler::as_any`]) is a `T`; not a call. How a
+    /// forwarder knows a door that comes back to it as one of its own.
+    ///
+    /// ```
+    /// use lintel::{Door, Fault, Handler, Reply, Request};
+    /// struct Mine(u32);
+    /// impl Handler for Mine {
+    ///     fn invoke(&self, _: Request<'_>, _: &mut Reply) -> Result<(), Fault> {
+    ///         Ok(())
+    ///     }
+    ///     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+    ///         Some(self)
+    ///     }
+    /// }
+    /// let d = Door::create(9, Mine(4));
+    /// assert_eq!(d.served_by::<Mine>().map(|(m, datum)| (m.0, datum)), Some((4, 9)));
+    /// assert!(d.served_by::<u8>().is_none());
+    /// ```
+    pub fn served_by<T: std::any::Any>(&self) -> Option<(&T, u64)> {
+        match &self.base().0 {
+            Inner::Local(core) => Some((core.handler.as_any()?.downcast_ref::<T>()?, core.datum)),
+            _ => None,
+        }
+    }
+
+    /// Count a holder outside this domain for as long as the value lives:
+    /// how a forwarder that hands this domain's door to holders it cannot
+    /// see (a network proxy's far side) keeps its `unreferenced` true.
+    /// When the last such hold and every other domain's hold are gone, the
+    /// server hears `unreferenced`, as when a domain lets go. `None` for a
+    /// door served elsewhere: a handle on it is already its domain's hold.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// let heard = Arc::new(AtomicU32::new(0));
+    /// let h = heard.clone();
+    /// let d = lintel::Door::create_with_unref(
+    ///     0,
+    ///     |_: lintel::Request<'_>, _: &mut lintel::Reply| Ok(()),
+    ///     move |_| { h.fetch_add(1, Ordering::SeqCst); },
+    /// );
+    /// let hold = d.hold_for_far_holder().unwrap();
+    /// drop(hold); // the far holder let go: unreferenced is queued
+    /// # let t = std::time::Instant::now();
+    /// # while heard.load(Ordering::SeqCst) == 0 && t.elapsed().as_secs() < 10 { std::thread::yield_now(); }
+    /// assert_eq!(heard.load(Ordering::SeqCst), 1);
+    /// ```
+    pub fn hold_for_far_holder(&self) -> Option<FarHold> {
+        match &self.base().0 {
+            Inner::Local(core) => {
+                core.add_holder();
+                Some(FarHold(core.clone()))
+            }
+            _ => None,
+        }
+    }
+
     /// Revoke the door: every later call fails with [`CallError::Revoked`]
     /// in every holder. Only the serving domain can revoke.
     pub fn revoke(&self) -> Result<(), CallError> {
@@ -549,6 +624,14 @@ impl Door {
     /// Whether this domain serves the door.
     pub fn is_local(&self) -> bool {
         matches!(self.base().0, Inner::Local(_))
+    }
+
+    /// Whether this domain serves the door with a blocking handler: a call
+    /// runs it on the calling thread, awaited or not. A forwarder serving
+    /// calls on a runtime's thread hands such calls to a thread that may
+    /// block.
+    pub fn is_local_blocking(&self) -> bool {
+        matches!(&self.base().0, Inner::Local(core) if core.asynk.is_none())
     }
 
     /// Whether two identifiers name the same door.

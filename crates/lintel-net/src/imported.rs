@@ -1,0 +1,151 @@
+//! A door of the far side, served here: its handler hands each call to the
+//! proxy's thread, which makes it on the link ([`forward`]).
+//!
+//! The call carries the time left before the caller's deadline. When the
+//! caller is alerted (it cancelled, its deadline passed, or it died), the
+//! handler lets go of the reply's channel; the forwarding task sees that,
+//! drops its RPC promise, and the RPC system sends `Finish`, which cancels
+//! the far side's call and alerts its server thread.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use lintel::{AsyncHandler, AsyncRequest, CallError, Door, Fault, HandlerFuture, Reply};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
+
+use crate::crossing::Crossing;
+use crate::exported::{buffer_bytes, read_buffers, read_doors, write_buffers};
+use crate::lintel_capnp::{door, outcome};
+use crate::outcome::{from_rpc, read_failure};
+use crate::proxy::Cmd;
+
+/// A call for the far side, on its way to the proxy's thread.
+pub(crate) struct Outbound {
+    pub key: u64,
+    pub data: Vec<u8>,
+    pub doors: Vec<Door>,
+    pub buffers: Vec<Vec<u8>>,
+    pub timeout: Option<Duration>,
+    pub reply: oneshot::Sender<Result<Reply, CallError>>,
+}
+
+/// The handler of an imported door. It lives as long as the door does
+/// anywhere (handles here, holds of other domains); when it goes, the
+/// proxy lets go of the capability. (`unreferenced` would not do: a door
+/// only ever held in the proxy's own domain never hears it.)
+pub(crate) struct Import {
+    pub proxy: u64,
+    key: u64,
+    cmds: UnboundedSender<Cmd>,
+}
+
+impl Import {
+    pub fn new(proxy: u64, key: u64, cmds: UnboundedSender<Cmd>) -> Import {
+        Import { proxy, key, cmds }
+    }
+}
+
+impl Drop for Import {
+    fn drop(&mut self) {
+        let _ = self.cmds.send(Cmd::Release(self.key));
+    }
+}
+
+impl AsyncHandler for Import {
+    fn call(&self, req: AsyncRequest) -> HandlerFuture {
+        let alerted = req.alerted();
+        let timeout = req.remaining();
+        let (tx, rx) = oneshot::channel();
+        let sent = buffer_bytes(&req.buffers).and_then(|buffers| {
+            self.cmds
+                .send(Cmd::Call(Outbound {
+                    key: req.datum,
+                    data: req.data,
+                    doors: req.doors,
+                    buffers,
+                    timeout,
+                    reply: tx,
+                }))
+                .map_err(|_| CallError::PeerDied)
+        });
+        Box::pin(async move {
+            sent.map_err(|e| Fault::relay(&e))?;
+            tokio::select! {
+                r = rx => match r {
+                    Ok(r) => r.map_err(|e| Fault::relay(&e)),
+                    // The proxy's thread ended with the call.
+                    Err(_) => Err(Fault::relay(&CallError::PeerDied)),
+                },
+                () = alerted => Err(Fault::relay(&CallError::Cancelled)),
+            }
+        })
+    }
+
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self)
+    }
+}
+
+/// Make `call` on the link, on the proxy's thread, and answer it; give up
+/// (cancelling it on the far side) if its caller lets go first.
+pub(crate) async fn forward(crossing: Rc<Crossing>, cap: Option<door::Client>, call: Outbound) {
+    let Outbound {
+        key: _,
+        data,
+        doors,
+        buffers,
+        timeout,
+        mut reply,
+    } = call;
+    let Some(cap) = cap else {
+        // Released: only a caller that raced its own last drop gets here.
+        let _ = reply.send(Err(CallError::Revoked));
+        return;
+    };
+    let mut req = cap.call_request();
+    {
+        let mut p = req.get();
+        p.set_data(&data);
+        let mut list = p.reborrow().init_doors(doors.len() as u32);
+        for (i, d) in doors.into_iter().enumerate() {
+            list.set(i as u32, crossing.to_cap(d).client.hook);
+        }
+        write_buffers(
+            p.reborrow().init_buffers(buffers.len() as u32),
+            buffers.iter().map(|b| &b[..]),
+        );
+        p.set_timeout_ns(timeout.map_or(0, |t| (t.as_nanos() as u64).max(1)));
+    }
+    let answer = req.send().promise;
+    let result = tokio::select! {
+        r = answer => r,
+        () = reply.closed() => return,
+    };
+    let out = match result {
+        Err(e) => Err(from_rpc(&e)),
+        Ok(resp) => read_outcome(&crossing, &resp),
+    };
+    let _ = reply.send(out);
+}
+
+type Response = capnp::capability::Response<crate::lintel_capnp::door::call_results::Owned>;
+
+fn read_outcome(crossing: &Rc<Crossing>, resp: &Response) -> Result<Reply, CallError> {
+    let bad = |_: capnp::Error| CallError::BadMessage("the far side sent a malformed reply");
+    let outcome = resp.get().map_err(bad)?.get_outcome().map_err(bad)?;
+    match outcome
+        .which()
+        .map_err(|_| CallError::BadMessage("the far side sent an unknown outcome"))?
+    {
+        outcome::Reply(r) => {
+            let r = r.map_err(bad)?;
+            Ok(Reply {
+                data: r.get_data().map_err(bad)?.to_vec(),
+                doors: read_doors(crossing, r.get_doors().map_err(bad)?).map_err(bad)?,
+                buffers: read_buffers(r.get_buffers().map_err(bad)?).map_err(bad)?,
+            })
+        }
+        outcome::Failure(f) => Err(read_failure(f.map_err(bad)?)),
+    }
+}

@@ -1,0 +1,50 @@
+//! A "host" of the network tests: a proxy listening at the address given
+//! (`lintel-net-host ADDR`), exporting the control door of a peer domain
+//! it starts (`ctl`, served in another process, as a proxy's exports
+//! usually are) and one it serves itself (`local`). It prints
+//! `listening ADDR peer PID` and serves until its standard input closes.
+//!
+//! `LINTEL_NET_KEEPALIVE_MS` sets the keepalive; `LINTEL_NET_TLS=DIR` makes
+//! the link TLS with `DIR/host.pem`, `DIR/host.key` and `DIR/ca.pem`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::time::Duration;
+
+use lintel_net::{LinkOptions, Proxy, Tls};
+use lintel_tests::control::Control;
+use lintel_tests::Peer;
+
+fn main() {
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:0".into());
+    let peer = Peer::start("plain");
+    let local = Control::new();
+    let mut opts = match std::env::var_os("LINTEL_NET_TLS") {
+        Some(dir) => {
+            let dir = std::path::PathBuf::from(dir);
+            let tls = Tls::from_pem_files(&dir.join("host.pem"), &dir.join("host.key"), &dir.join("ca.pem"))
+                .expect("the host's certificates");
+            LinkOptions::tls(tls)
+        }
+        None => LinkOptions::plain(),
+    };
+    if let Some(ms) = std::env::var("LINTEL_NET_KEEPALIVE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts = opts.keepalive(Duration::from_millis(ms));
+    }
+    let exports = BTreeMap::from([
+        ("ctl".to_string(), peer.ctl.clone()),
+        ("local".to_string(), local.door()),
+    ]);
+    let proxy = Proxy::start().expect("a proxy");
+    let listener = proxy
+        .listen(addr.parse().expect("an address"), opts, exports)
+        .expect("listen");
+    println!("listening {} peer {}", listener.addr(), peer.pid());
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop((listener, proxy, peer));
+}
