@@ -262,7 +262,7 @@ fn thread_nulls(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
 /// [`crate::harness::measure_batched`] for awaited operations: `op(n)` (`n` counting from 1)
 /// `iters` times in batches of `batch`, each batch timed as a whole, after a warm-up of a
 /// tenth as many (at least one batch).
-async fn measure_awaited<F, Fut>(iters: u64, batch: u64, mut op: F) -> anyhow::Result<Stats>
+pub(crate) async fn measure_awaited<F, Fut>(iters: u64, batch: u64, mut op: F) -> anyhow::Result<Stats>
 where
     F: FnMut(u64) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,

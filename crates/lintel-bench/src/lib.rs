@@ -11,6 +11,7 @@ pub mod fs;
 pub mod harness;
 pub mod lrpc;
 pub mod markdown;
+pub mod net;
 pub mod payload;
 pub mod placement;
 pub mod plot;

@@ -15,7 +15,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{awaited, baseline, bulk, door, fs, lrpc, markdown, placement, recovery, unix};
+use lintel_bench::{awaited, baseline, bulk, door, fs, lrpc, markdown, net, placement, recovery, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -28,6 +28,7 @@ const SUITES: &[(&str, Suite)] = &[
     (unix::SUITE, unix::run),
     (recovery::SUITE, recovery::run),
     (awaited::SUITE, awaited::run),
+    (net::SUITE, net::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -45,6 +46,8 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         awaited::ROLE => awaited::child(args),
         awaited::EVENTFD_ROLE => awaited::eventfd_child(args),
         awaited::TARPC_ROLE => awaited::tarpc_child(args),
+        net::HOST_ROLE => net::host_child(args),
+        net::ECHO_ROLE => net::echo_child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

@@ -1,0 +1,326 @@
+//! Suite `net`: doors across machines through lintel's proxies (`lintel-net`), against the
+//! RPC engine they ride on, on loopback TCP.
+//!
+//! A child process (this binary as [`HOST_ROLE`]) is the far "host": a proxy exporting an
+//! echo door served in its own domain by an async handler (`echo`: what runs where the raw
+//! server runs, so the two differ by the proxies alone), the same echo served by a domain of
+//! its own (`echo_domain`, a grandchild, [`ECHO_ROLE`]: the usual placement, paying a lintel
+//! call between domains on the far side), and, on a second port, the same echo served by raw
+//! `capnp-rpc` with the same schema and no lintel at all. This process is the near side: its
+//! proxy imports the doors, and a thread calls them as any door (`Door::call`); the baseline
+//! calls the raw server from a single-threaded tokio runtime, awaiting each call.
+//!
+//! - `null`, `echo_1k`, `echo_64k`, `echo_1m`: bytes echoed by `echo`; each compared to
+//!   `baseline/capnp_rpc_*` of the same size, measured in the same rounds, interleaved. What
+//!   lintel adds per call: on the near side, the hand-off from the calling thread to the
+//!   proxy's thread and back, and a copy of the bytes each way.
+//! - `null_domain`, `echo_64k_domain`: the same through `echo_domain`, compared to `null` and
+//!   `echo_64k`: the price of serving the door in a domain apart from the proxy's.
+//! - `throughput_64`: 64 threads calling `echo` with 1 KiB at once; ns per call over all of
+//!   them, compared to `echo_1k` from one thread.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::rc::Rc;
+use std::time::Instant;
+
+use anyhow::{Context as _, ensure};
+use capnp_rpc::rpc_twoparty_capnp::Side;
+use capnp_rpc::{RpcSystem, twoparty};
+use futures::AsyncReadExt as _;
+use lintel::{Door, Reply, Request};
+use lintel_net::lintel_capnp::door;
+use lintel_net::{LinkOptions, Proxy};
+
+use crate::baseline;
+use crate::harness::{CaseResult, ChildDomain, Config, Report, Stats, measure_batched, spawn_self};
+
+pub const SUITE: &str = "net";
+/// The far host's child role.
+pub const HOST_ROLE: &str = "net-host";
+/// The far host's echo domain.
+pub const ECHO_ROLE: &str = "net-echo";
+/// The callers of `throughput_64`.
+const THREADS: usize = 64;
+
+/// Sizes echoed: case name, baseline case name, bytes, full-mode iterations per round.
+const SIZES: [(&str, &str, usize, u64); 4] = [
+    ("null", "capnp_rpc_null", 0, 4_000),
+    ("echo_1k", "capnp_rpc_echo_1k", 1 << 10, 4_000),
+    ("echo_64k", "capnp_rpc_echo_64k", 64 << 10, 1_000),
+    ("echo_1m", "capnp_rpc_echo_1m", 1 << 20, 100),
+];
+/// The cases through the far host's separate domain: case, bytes, full-mode iterations per
+/// round, the case through the proxy's domain compared to.
+const DOMAIN_SIZES: [(&str, usize, u64, &str); 2] = [
+    ("null_domain", 0, 4_000, "null"),
+    ("echo_64k_domain", 64 << 10, 1_000, "echo_64k"),
+];
+/// Interleaved rounds of each size.
+const ROUNDS: usize = 10;
+
+/// The echo domain: serves an echo door until killed.
+pub fn echo_child(_: &[String]) -> anyhow::Result<()> {
+    crate::harness::serve_forever(Door::create(0, |r: Request<'_>, out: &mut Reply| {
+        out.data.extend_from_slice(r.data);
+        Ok(())
+    }))
+}
+
+/// The far host: prints `LINTEL_PORT RAW_PORT`, then serves until its parent dies.
+pub fn host_child(_: &[String]) -> anyhow::Result<()> {
+    let domain = ChildDomain::spawn(&Config::default(), ECHO_ROLE)?;
+    // The runtime an async door names; its calls through the proxy run in the proxy's task.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()?;
+    let echo = Door::create_async_on(rt.handle().clone(), 0, |req: lintel::AsyncRequest| async move {
+        Ok(Reply {
+            data: req.data,
+            ..Reply::default()
+        })
+    });
+    let proxy = Proxy::start()?;
+    let exports = BTreeMap::from([
+        ("echo".to_string(), echo),
+        ("echo_domain".to_string(), domain.door()),
+    ]);
+    let listener = proxy.listen("127.0.0.1:0".parse()?, LinkOptions::plain(), exports)?;
+    let raw = std::net::TcpListener::bind("127.0.0.1:0")?;
+    println!("{} {}", listener.addr().port(), raw.local_addr()?.port());
+    serve_raw(raw)
+}
+
+/// The baseline's server: the echo with `capnp-rpc` alone.
+struct RawEcho;
+
+impl door::Server for RawEcho {
+    async fn call(
+        self: capnp::capability::Rc<Self>,
+        params: door::CallParams,
+        mut results: door::CallResults,
+    ) -> Result<(), capnp::Error> {
+        let data = params.get()?.get_data()?;
+        results.get().init_outcome().init_reply().set_data(data);
+        Ok(())
+    }
+}
+
+fn serve_raw(listener: std::net::TcpListener) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let echo: door::Client = capnp_rpc::new_client(RawEcho);
+        loop {
+            let (tcp, _) = listener.accept().await?;
+            tcp.set_nodelay(true)?;
+            let (r, w) = tokio_util::compat::TokioAsyncReadCompatExt::compat(tcp).split();
+            let network = twoparty::VatNetwork::new(
+                futures::io::BufReader::new(r),
+                futures::io::BufWriter::new(w),
+                Side::Server,
+                raw_limits(),
+            );
+            tokio::task::spawn_local(RpcSystem::new(Box::new(network), Some(echo.clone().client)));
+        }
+    })
+}
+
+/// The same message limit the proxies use (256 MiB).
+fn raw_limits() -> capnp::message::ReaderOptions {
+    let mut o = capnp::message::ReaderOptions::new();
+    o.traversal_limit_in_words(Some((256 << 20) / 8 + 1024));
+    o
+}
+
+/// The baseline's client: a connection to the raw echo, driven by a current-thread runtime.
+struct RawClient {
+    rt: tokio::runtime::Runtime,
+    local: tokio::task::LocalSet,
+    echo: door::Client,
+}
+
+impl RawClient {
+    fn connect(addr: SocketAddr) -> anyhow::Result<RawClient> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let local = tokio::task::LocalSet::new();
+        let echo = local.block_on(&rt, async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            let (r, w) = tokio_util::compat::TokioAsyncReadCompatExt::compat(tcp).split();
+            let network = twoparty::VatNetwork::new(
+                futures::io::BufReader::new(r),
+                futures::io::BufWriter::new(w),
+                Side::Client,
+                raw_limits(),
+            );
+            let mut rpc = RpcSystem::new(Box::new(network), None);
+            let echo: door::Client = rpc.bootstrap(Side::Server);
+            tokio::task::spawn_local(rpc);
+            anyhow::Ok(echo)
+        })?;
+        Ok(RawClient { rt, local, echo })
+    }
+
+    /// `iters` echoes of `data` in batches of `batch`.
+    fn measure(&self, data: &Rc<Vec<u8>>, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+        self.local.block_on(&self.rt, async {
+            crate::awaited::measure_awaited(iters, batch, |_| {
+                let data = data.clone();
+                let echo = self.echo.clone();
+                async move {
+                    let mut req = echo.call_request();
+                    req.get().set_data(&data);
+                    let resp = req.send().promise.await?;
+                    let outcome = resp.get()?.get_outcome()?;
+                    let lintel_net::lintel_capnp::outcome::Which::Reply(r) = outcome.which()? else {
+                        anyhow::bail!("the raw echo failed");
+                    };
+                    ensure!(
+                        r?.get_data()?.len() == data.len(),
+                        "the raw echo returned other bytes"
+                    );
+                    Ok(())
+                }
+            })
+            .await
+        })
+    }
+}
+
+/// `iters` echoes of `data` through `door`, in batches of `batch`.
+fn lintel_echoes(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let mut failed = None;
+    let stats = measure_batched(iters, batch, || {
+        if let Err(e) = door.call(data, &[], &mut reply) {
+            failed.get_or_insert(e);
+        } else if reply.data.len() != data.len() {
+            failed.get_or_insert(lintel::CallError::BadMessage("the echo returned other bytes"));
+        }
+    });
+    match failed {
+        Some(e) => Err(e).context("a proxied echo"),
+        None => Ok(stats),
+    }
+}
+
+pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let mut cmd = spawn_self(cfg, HOST_ROLE, &[])?;
+    cmd.stdout(Stdio::piped());
+    let mut host = cmd.spawn().context("starting the far host")?;
+    let mut line = String::new();
+    BufReader::new(host.stdout.take().context("the host's output")?).read_line(&mut line)?;
+    let ports: Vec<u16> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    ensure!(ports.len() == 2, "the host printed {line:?}");
+    let result = measure(cfg, report, ports[0], ports[1]);
+    let _ = host.kill();
+    let _ = host.wait();
+    result
+}
+
+fn measure(cfg: &Config, report: &mut Report, lintel_port: u16, raw_port: u16) -> anyhow::Result<()> {
+    let proxy = Proxy::start()?;
+    let remote = proxy.connect(
+        SocketAddr::from(([127, 0, 0, 1], lintel_port)),
+        LinkOptions::plain(),
+        BTreeMap::<String, Door>::new(),
+    )?;
+    let echo = remote.lookup("echo")?;
+    let raw = RawClient::connect(SocketAddr::from(([127, 0, 0, 1], raw_port)))?;
+    for (case, base, len, full) in SIZES {
+        let data = Rc::new((0..len).map(|i| i as u8).collect::<Vec<u8>>());
+        let iters = (cfg.iters(full) / ROUNDS as u64).max(2);
+        let batch = (iters / 10).clamp(1, 100);
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            ours.push(lintel_echoes(&echo, &data, iters, batch)?);
+            theirs.push(raw.measure(&data, iters, batch)?);
+        }
+        let (ours, theirs) = (Stats::pooled(&ours), Stats::pooled(&theirs));
+        report.push(CaseResult::new(baseline::SUITE, base, &theirs).with_note(format!(
+            "capnp-rpc {} alone, same schema, {len} bytes echoed on loopback TCP, awaited from a \
+                 current-thread tokio runtime",
+            CAPNP_RPC_VERSION
+        )));
+        report.push(
+            CaseResult::new(SUITE, case, &ours)
+                .compare_to(baseline::SUITE, base)
+                .with_note(format!(
+                    "{len} bytes echoed through two lintel proxies on loopback TCP (plain), the door \
+                     served in the far proxy's domain by an async handler; {ROUNDS} rounds \
+                     interleaved with the baseline"
+                )),
+        );
+    }
+    let echo_domain = remote.lookup("echo_domain")?;
+    for (case, len, full, compared) in DOMAIN_SIZES {
+        let data = (0..len).map(|i| i as u8).collect::<Vec<u8>>();
+        let iters = (cfg.iters(full) / ROUNDS as u64).max(2);
+        let batch = (iters / 10).clamp(1, 100);
+        let rounds = (0..ROUNDS)
+            .map(|_| lintel_echoes(&echo_domain, &data, iters, batch))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        report.push(
+            CaseResult::new(SUITE, case, &Stats::pooled(&rounds))
+                .compare_to(SUITE, compared)
+                .with_note(format!(
+                    "{len} bytes echoed through the proxies by a door served in a domain of the far                      host apart from its proxy's (a lintel call between domains there)"
+                )),
+        );
+    }
+    let one = report
+        .lookup(SUITE, "echo_1k")
+        .map(|r| r.median_ns)
+        .context("echo_1k measured")?;
+    let per_thread = (cfg.iters(2_000) / THREADS as u64).max(2);
+    let data = vec![7u8; 1 << 10];
+    let mut samples = Vec::new();
+    for _ in 0..ROUNDS / 2 {
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let (echo, data) = (echo.clone(), &data);
+                    s.spawn(move || {
+                        let mut reply = Reply::new();
+                        for _ in 0..per_thread {
+                            echo.call(data, &[], &mut reply)?;
+                        }
+                        anyhow::Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a calling thread"))
+        })?;
+        samples.push(t0.elapsed().as_nanos() as f64 / (THREADS as u64 * per_thread) as f64);
+    }
+    let stats = crate::harness::measure_single(&samples);
+    let speedup = one / stats.median_ns;
+    report.push(
+        CaseResult::new(SUITE, "throughput_64", &stats)
+            .compare_to(SUITE, "echo_1k")
+            .with_field("speedup_vs_one_caller", speedup)
+            .with_note(format!(
+                "{THREADS} threads each making {per_thread} 1 KiB echoes through the proxies at once: ns \
+                 per call over all; {speedup:.1}× the calls per second of one caller"
+            )),
+    );
+    Ok(())
+}
+
+/// capnp-rpc's version, as the baseline's notes name it.
+const CAPNP_RPC_VERSION: &str = "0.27";
