@@ -47,6 +47,10 @@ struct Failure {
     tooManyDoors @8;
     badMessage @9;
     local @10;
+    # The door's server was gone before the call came: nothing ran, so
+    # the caller may try the service's new instance (a lintel caller sees
+    # `peerDied`).
+    gone @11;
   }
 }
 

@@ -16,7 +16,7 @@ use lintel::{Buffer, CallError, Door, FarHold, Reply, Sealed};
 
 use crate::crossing::Crossing;
 use crate::lintel_capnp::{door, link, outcome};
-use crate::outcome::write_failure;
+use crate::outcome::{write_failure, write_gone};
 
 /// A lintel door served on links. A door of this domain is held for the
 /// far side as another domain's hold would be, so that its server hears
@@ -43,6 +43,11 @@ impl door::Server for DoorServer {
         params: door::CallParams,
         mut results: door::CallResults,
     ) -> Result<(), capnp::Error> {
+        if self.door.is_dead() {
+            // Known dead before the call: it reaches no server, and says so.
+            write_gone(results.get().init_outcome().init_failure());
+            return Ok(());
+        }
         let p = params.get()?;
         let data = p.get_data()?;
         let doors = read_doors(&self.crossing, p.get_doors()?)?;
@@ -164,8 +169,8 @@ fn write_outcome(crossing: &Rc<Crossing>, r: Result<Reply, CallError>, out: outc
     write_buffers(r.init_buffers(bytes.len() as u32), bytes.iter().map(|b| &b[..]));
 }
 
-/// The doors a link exports, by name. Looked up when the far side asks,
-/// on the proxy's thread: keep `lookup` quick.
+/// The doors a link exports, by name. Looked up when the far side asks, on
+/// a thread that may block (a name service's lookup may wait).
 pub trait Exports: Send + Sync + 'static {
     /// The door exported as `name`, if any.
     fn lookup(&self, name: &str) -> Option<Door>;
@@ -203,8 +208,15 @@ impl link::Server for LinkServer {
         params: link::LookupParams,
         mut results: link::LookupResults,
     ) -> capnp::Result<()> {
-        let name = params.get()?.get_name()?.to_str()?;
-        let Some(door) = self.exports.lookup(name) else {
+        let name = params.get()?.get_name()?.to_str()?.to_owned();
+        // A lookup may wait (a name service, a service restarting): off
+        // the proxy's thread.
+        let exports = self.exports.clone();
+        let asked = name.clone();
+        let found = tokio::task::spawn_blocking(move || exports.lookup(&asked))
+            .await
+            .map_err(|e| capnp::Error::failed(format!("looking up {name:?}: {e}")))?;
+        let Some(door) = found else {
             return Err(capnp::Error::failed(format!("no door is exported as {name:?}")));
         };
         results.get().set_door(self.crossing.to_cap(door));

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use crate::crossing::Crossing;
 use crate::exported::{buffer_bytes, read_buffers, read_doors, write_buffers};
 use crate::lintel_capnp::{door, outcome};
-use crate::outcome::{from_rpc, read_failure};
+use crate::outcome::{from_rpc, read_failure, undelivered};
 use crate::proxy::Cmd;
 
 /// A call for the far side, on its way to the proxy's thread.
@@ -69,17 +69,7 @@ impl AsyncHandler for Import {
                 }))
                 .map_err(|_| CallError::PeerDied)
         });
-        Box::pin(async move {
-            sent.map_err(|e| Fault::relay(&e))?;
-            tokio::select! {
-                r = rx => match r {
-                    Ok(r) => r.map_err(|e| Fault::relay(&e)),
-                    // The proxy's thread ended with the call.
-                    Err(_) => Err(Fault::relay(&CallError::PeerDied)),
-                },
-                () = alerted => Err(Fault::relay(&CallError::Cancelled)),
-            }
-        })
+        await_reply(sent, rx, alerted)
     }
 
     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
@@ -87,51 +77,97 @@ impl AsyncHandler for Import {
     }
 }
 
+/// The future of a call handed to the proxy's thread (`sent`): its reply,
+/// or the caller's alert, which lets go of the reply's channel (and so
+/// cancels the far call).
+pub(crate) fn await_reply(
+    sent: Result<(), CallError>,
+    rx: oneshot::Receiver<Result<Reply, CallError>>,
+    alerted: lintel::Alerted,
+) -> HandlerFuture {
+    Box::pin(async move {
+        sent.map_err(|e| Fault::relay(&e))?;
+        tokio::select! {
+            r = rx => match r {
+                Ok(r) => r.map_err(|e| Fault::relay(&e)),
+                // The proxy's thread ended with the call.
+                Err(_) => Err(Fault::relay(&CallError::PeerDied)),
+            },
+            () = alerted => Err(Fault::relay(&CallError::Cancelled)),
+        }
+    })
+}
+
 /// Make `call` on the link, on the proxy's thread, and answer it; give up
 /// (cancelling it on the far side) if its caller lets go first.
-pub(crate) async fn forward(crossing: Rc<Crossing>, cap: Option<door::Client>, call: Outbound) {
-    let Outbound {
-        key: _,
-        data,
-        doors,
-        buffers,
-        timeout,
-        mut reply,
-    } = call;
+pub(crate) async fn forward(crossing: Rc<Crossing>, cap: Option<door::Client>, mut call: Outbound) {
     let Some(cap) = cap else {
         // Released: only a caller that raced its own last drop gets here.
-        let _ = reply.send(Err(CallError::Revoked));
+        let _ = call.reply.send(Err(CallError::Revoked));
         return;
     };
+    if let Some(answer) = call_on(&crossing, &cap, &mut call).await {
+        let _ = call.reply.send(answer.result);
+    }
+}
+
+/// A call's answer from the far side.
+pub(crate) struct Answer {
+    pub result: Result<Reply, CallError>,
+    /// It reached no server: the far door's server was gone before it.
+    pub undelivered: bool,
+}
+
+/// Make `call` on `cap` (it keeps its bytes, doors and buffers, for a
+/// call that reached no server to be made again); `None` if its caller
+/// let go first, which cancels it on the far side.
+pub(crate) async fn call_on(
+    crossing: &Rc<Crossing>,
+    cap: &door::Client,
+    call: &mut Outbound,
+) -> Option<Answer> {
     let mut req = cap.call_request();
     {
         let mut p = req.get();
-        p.set_data(&data);
-        let mut list = p.reborrow().init_doors(doors.len() as u32);
-        for (i, d) in doors.into_iter().enumerate() {
-            list.set(i as u32, crossing.to_cap(d).client.hook);
+        p.set_data(&call.data);
+        let mut list = p.reborrow().init_doors(call.doors.len() as u32);
+        for (i, d) in call.doors.iter().enumerate() {
+            list.set(i as u32, crossing.to_cap(d.clone()).client.hook);
         }
         write_buffers(
-            p.reborrow().init_buffers(buffers.len() as u32),
-            buffers.iter().map(|b| &b[..]),
+            p.reborrow().init_buffers(call.buffers.len() as u32),
+            call.buffers.iter().map(|b| &b[..]),
         );
-        p.set_timeout_ns(timeout.map_or(0, |t| (t.as_nanos() as u64).max(1)));
+        p.set_timeout_ns(call.timeout.map_or(0, |t| (t.as_nanos() as u64).max(1)));
     }
     let answer = req.send().promise;
     let result = tokio::select! {
         r = answer => r,
-        () = reply.closed() => return,
+        () = call.reply.closed() => return None,
     };
-    let out = match result {
-        Err(e) => Err(from_rpc(&e)),
-        Ok(resp) => read_outcome(&crossing, &resp),
-    };
-    let _ = reply.send(out);
+    Some(match result {
+        Err(e) => Answer {
+            result: Err(from_rpc(&e)),
+            undelivered: false,
+        },
+        Ok(resp) => read_outcome(crossing, &resp),
+    })
 }
 
 type Response = capnp::capability::Response<crate::lintel_capnp::door::call_results::Owned>;
 
-fn read_outcome(crossing: &Rc<Crossing>, resp: &Response) -> Result<Reply, CallError> {
+fn read_outcome(crossing: &Rc<Crossing>, resp: &Response) -> Answer {
+    let undelivered = resp
+        .get()
+        .and_then(|r| r.get_outcome())
+        .is_ok_and(|o| matches!(o.which(), Ok(outcome::Failure(Ok(f))) if undelivered(f)));
+    Answer {
+        result: read_result(crossing, resp),
+        undelivered,
+    }
+}
+
+fn read_result(crossing: &Rc<Crossing>, resp: &Response) -> Result<Reply, CallError> {
     let bad = |_: capnp::Error| CallError::BadMessage("the far side sent a malformed reply");
     let outcome = resp.get().map_err(bad)?.get_outcome().map_err(bad)?;
     match outcome

@@ -33,6 +33,7 @@ mod error;
 mod exported;
 mod imported;
 mod link;
+mod named;
 /// The code the Cap'n Proto compiler generates from `schema/lintel.capnp`
 /// (`tests/schema.rs` checks it is current).
 #[allow(clippy::all, missing_docs, unused_qualifications)]
@@ -45,5 +46,6 @@ mod tls;
 pub use error::NetError;
 pub use exported::Exports;
 pub use link::{LinkOptions, Security};
+pub use named::Endpoint;
 pub use proxy::{Listener, Proxy, Remote};
 pub use tls::Tls;

@@ -90,6 +90,33 @@ pub(crate) struct Link {
     pub peer: SocketAddr,
     /// A second handle on the socket, to shut it down.
     socket: Rc<std::net::TcpStream>,
+    /// Set when the connection has ended, with waiters told.
+    pub ended: Rc<Ended>,
+}
+
+/// Whether a link's connection has ended, and who waits to hear it.
+#[derive(Default)]
+pub(crate) struct Ended {
+    done: std::cell::Cell<bool>,
+    notify: tokio::sync::Notify,
+}
+
+impl Ended {
+    pub fn is_done(&self) -> bool {
+        self.done.get()
+    }
+
+    /// Wait until the connection has ended.
+    pub async fn wait(&self) {
+        while !self.done.get() {
+            self.notify.notified().await;
+        }
+    }
+
+    fn set(&self) {
+        self.done.set(true);
+        self.notify.notify_waiters();
+    }
 }
 
 impl Link {
@@ -173,6 +200,8 @@ pub(crate) async fn establish(
         _ => Side::Server,
     });
     let closer = socket.clone();
+    let ended = Rc::new(Ended::default());
+    let end = ended.clone();
     tokio::task::spawn_local(async move {
         match rpc.await {
             Ok(()) => tracing::info!(%peer, "link closed"),
@@ -180,9 +209,15 @@ pub(crate) async fn establish(
         }
         // However it ended, nothing more goes through this socket.
         let _ = closer.shutdown(std::net::Shutdown::Both);
+        end.set();
     });
     tokio::task::spawn_local(keepalive(far.clone(), opts.keepalive, socket.clone(), peer));
-    Ok(Link { far, peer, socket })
+    Ok(Link {
+        far,
+        peer,
+        socket,
+        ended,
+    })
 }
 
 /// Ping the far end until the link ends; cut it when an answer is late.

@@ -1491,6 +1491,7 @@ pub mod failure {
         TooManyDoors = 8,
         BadMessage = 9,
         Local = 10,
+        Gone = 11,
     }
 
     impl ::capnp::introspect::Introspect for Kind {
@@ -1514,6 +1515,7 @@ pub mod failure {
                 8 => ::core::result::Result::Ok(Self::TooManyDoors),
                 9 => ::core::result::Result::Ok(Self::BadMessage),
                 10 => ::core::result::Result::Ok(Self::Local),
+                11 => ::core::result::Result::Ok(Self::Gone),
                 n => ::core::result::Result::Err(::capnp::NotInSchema(n)),
             }
         }
@@ -1526,7 +1528,7 @@ pub mod failure {
         const TYPE_ID: u64 = 0x9fd8_1304_36d6_3247u64;
     }
     mod kind {
-    pub(crate) static ENCODED_NODE: [::capnp::Word; 69] = [
+    pub(crate) static ENCODED_NODE: [::capnp::Word; 73] = [
         ::capnp::word(0, 0, 0, 0, 5, 0, 6, 0),
         ::capnp::word(71, 50, 214, 54, 4, 19, 216, 159),
         ::capnp::word(21, 0, 0, 0, 2, 0, 0, 0),
@@ -1536,7 +1538,7 @@ pub mod failure {
         ::capnp::word(21, 0, 0, 0, 210, 0, 0, 0),
         ::capnp::word(33, 0, 0, 0, 7, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(29, 0, 0, 0, 15, 1, 0, 0),
+        ::capnp::word(29, 0, 0, 0, 39, 1, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(108, 105, 110, 116, 101, 108, 46, 99),
@@ -1544,39 +1546,42 @@ pub mod failure {
         ::capnp::word(108, 117, 114, 101, 46, 75, 105, 110),
         ::capnp::word(100, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 1, 0, 1, 0),
-        ::capnp::word(44, 0, 0, 0, 1, 0, 2, 0),
+        ::capnp::word(48, 0, 0, 0, 1, 0, 2, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(125, 0, 0, 0, 50, 0, 0, 0),
+        ::capnp::word(137, 0, 0, 0, 50, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(1, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(117, 0, 0, 0, 74, 0, 0, 0),
+        ::capnp::word(129, 0, 0, 0, 74, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(2, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(113, 0, 0, 0, 66, 0, 0, 0),
+        ::capnp::word(125, 0, 0, 0, 66, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(3, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(105, 0, 0, 0, 74, 0, 0, 0),
+        ::capnp::word(117, 0, 0, 0, 74, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(4, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(101, 0, 0, 0, 82, 0, 0, 0),
+        ::capnp::word(113, 0, 0, 0, 82, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(5, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(97, 0, 0, 0, 66, 0, 0, 0),
+        ::capnp::word(109, 0, 0, 0, 66, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(6, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(89, 0, 0, 0, 74, 0, 0, 0),
+        ::capnp::word(101, 0, 0, 0, 74, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(7, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(85, 0, 0, 0, 74, 0, 0, 0),
+        ::capnp::word(97, 0, 0, 0, 74, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(8, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(81, 0, 0, 0, 106, 0, 0, 0),
+        ::capnp::word(93, 0, 0, 0, 106, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(9, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(77, 0, 0, 0, 90, 0, 0, 0),
+        ::capnp::word(89, 0, 0, 0, 90, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(10, 0, 0, 0, 0, 0, 0, 0),
-        ::capnp::word(73, 0, 0, 0, 50, 0, 0, 0),
+        ::capnp::word(85, 0, 0, 0, 50, 0, 0, 0),
+        ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
+        ::capnp::word(11, 0, 0, 0, 0, 0, 0, 0),
+        ::capnp::word(77, 0, 0, 0, 42, 0, 0, 0),
         ::capnp::word(0, 0, 0, 0, 0, 0, 0, 0),
         ::capnp::word(102, 97, 117, 108, 116, 0, 0, 0),
         ::capnp::word(112, 101, 101, 114, 68, 105, 101, 100),
@@ -1596,6 +1601,7 @@ pub mod failure {
         ::capnp::word(98, 97, 100, 77, 101, 115, 115, 97),
         ::capnp::word(103, 101, 0, 0, 0, 0, 0, 0),
         ::capnp::word(108, 111, 99, 97, 108, 0, 0, 0),
+        ::capnp::word(103, 111, 110, 101, 0, 0, 0, 0),
     ];
     pub(crate) fn get_annotation_types(child_index: Option<u16>, index: u32) -> ::capnp::introspect::Type {
         ::capnp::introspect::panic_invalid_annotation_indices(child_index, index)

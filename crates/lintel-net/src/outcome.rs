@@ -29,6 +29,19 @@ pub(crate) fn write_failure(err: &CallError, mut f: failure::Builder<'_>) {
     f.set_message(err.to_string());
 }
 
+/// Whether a `Failure` says the call never reached a server (its door's
+/// server was gone before it came).
+pub(crate) fn undelivered(f: failure::Reader<'_>) -> bool {
+    matches!(f.get_kind(), Ok(Kind::Gone))
+}
+
+/// Write the failure of a call that reached no server: its door's server
+/// was gone before it came.
+pub(crate) fn write_gone(mut f: failure::Builder<'_>) {
+    f.set_kind(Kind::Gone);
+    f.set_message("the door's server was gone before the call");
+}
+
 /// The error a `Failure` stands for (any value a peer sent).
 pub(crate) fn read_failure(f: failure::Reader<'_>) -> CallError {
     let code = f.get_code();
@@ -54,6 +67,7 @@ pub(crate) fn read_failure(f: failure::Reader<'_>) -> CallError {
             "the far side failed the call: {}",
             f.get_message().ok().and_then(|m| m.to_str().ok()).unwrap_or("")
         )),
+        Ok(Kind::Gone) => CallError::PeerDied,
         Err(_) => CallError::BadMessage("the far side sent an unknown failure"),
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use capnp_rpc::rpc_twoparty_capnp::Side;
-use lintel::Door;
+use lintel::{CallError, Door};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::crossing::Crossing;
@@ -23,6 +23,7 @@ use crate::error::NetError;
 use crate::exported::Exports;
 use crate::imported::{Outbound, forward};
 use crate::link::{Link, LinkOptions, establish};
+use crate::named::{Endpoint, NamedImport, NamedLink, call_named, keep_accepting, keep_connected};
 
 /// What the proxy's thread is asked to do.
 pub(crate) enum Cmd {
@@ -52,6 +53,22 @@ pub(crate) enum Cmd {
     },
     Cut(u64),
     ImportsHeld(oneshot::Sender<usize>),
+    Link {
+        name: String,
+        endpoint: Endpoint,
+        opts: LinkOptions,
+        exports: Arc<dyn Exports>,
+        reply: oneshot::Sender<Result<Option<SocketAddr>, NetError>>,
+    },
+    CallNamed {
+        link: String,
+        service: String,
+        call: Outbound,
+    },
+    LinkUp {
+        name: String,
+        reply: oneshot::Sender<Option<bool>>,
+    },
     Stop,
 }
 
@@ -79,6 +96,7 @@ static PROXIES: AtomicU64 = AtomicU64::new(1);
 /// ```
 pub struct Proxy {
     cmds: mpsc::UnboundedSender<Cmd>,
+    rt: tokio::runtime::Handle,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -92,6 +110,7 @@ impl Proxy {
             .build()
             .map_err(NetError::io("the proxy's runtime"))?;
         let own = cmds.clone();
+        let handle = rt.handle().clone();
         let thread = std::thread::Builder::new()
             .name("lintel-net".into())
             .spawn(move || {
@@ -102,6 +121,7 @@ impl Proxy {
             .map_err(NetError::io("the proxy's thread"))?;
         Ok(Proxy {
             cmds,
+            rt: handle,
             thread: Some(thread),
         })
     }
@@ -151,6 +171,48 @@ impl Proxy {
             addr,
             rx,
             cmds: self.cmds.clone(),
+        })
+    }
+
+    /// Run link `name`, kept up for as long as the proxy runs: connecting
+    /// (again after each loss), or accepting (the newest connection
+    /// current); see [`Proxy::import`]. Returns where a listening link
+    /// listens.
+    pub fn link(
+        &self,
+        name: &str,
+        endpoint: Endpoint,
+        opts: LinkOptions,
+        exports: impl Exports,
+    ) -> Result<Option<SocketAddr>, NetError> {
+        let exports: Arc<dyn Exports> = Arc::new(exports);
+        self.ask(|reply| Cmd::Link {
+            name: name.to_owned(),
+            endpoint,
+            opts,
+            exports,
+            reply,
+        })?
+    }
+
+    /// A door for what link `link`'s far side exports as `service`, by
+    /// name: it follows the far side across restarts and reconnections
+    /// (see the `named` module's rules: a failed call is never retried,
+    /// the next call finds the new instance).
+    pub fn import(&self, link: &str, service: &str) -> Door {
+        let handler = NamedImport {
+            link: link.to_owned(),
+            service: service.to_owned(),
+            cmds: self.cmds.clone(),
+        };
+        Door::create_async_on(self.rt.clone(), 0, handler)
+    }
+
+    /// Whether link `name` is up now; `None` if there is no such link.
+    pub fn link_up(&self, name: &str) -> Result<Option<bool>, NetError> {
+        self.ask(|reply| Cmd::LinkUp {
+            name: name.to_owned(),
+            reply,
         })
     }
 
@@ -243,6 +305,7 @@ impl Listener {
 /// The proxy's thread: commands in, tasks out.
 async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, crossing: Rc<Crossing>) {
     let links: Rc<RefCell<HashMap<u64, Link>>> = Rc::default();
+    let mut named: HashMap<String, Rc<NamedLink>> = HashMap::new();
     let mut next_link = 1u64;
     while let Some(cmd) = rx.recv().await {
         match cmd {
@@ -353,8 +416,65 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, crossing: Rc<Crossing>) {
             Cmd::ImportsHeld(reply) => {
                 let _ = reply.send(crossing.imports_held());
             }
+            Cmd::Link {
+                name,
+                endpoint,
+                opts,
+                exports,
+                reply,
+            } => {
+                if named.contains_key(&name) {
+                    let _ = reply.send(Err(NetError::LinkDown(format!("link {name} runs already"))));
+                    continue;
+                }
+                let link = NamedLink::new(&name);
+                let r = match endpoint {
+                    Endpoint::Connect(addr) => {
+                        tokio::task::spawn_local(keep_connected(
+                            crossing.clone(),
+                            link.clone(),
+                            addr,
+                            opts,
+                            exports,
+                        ));
+                        Ok(None)
+                    }
+                    Endpoint::Listen(addr) => match tokio::net::TcpListener::bind(addr).await {
+                        Ok(listener) => {
+                            let at = listener.local_addr().map_err(NetError::io("listening address"));
+                            tokio::task::spawn_local(keep_accepting(
+                                crossing.clone(),
+                                link.clone(),
+                                listener,
+                                opts,
+                                exports,
+                            ));
+                            at.map(Some)
+                        }
+                        Err(e) => Err(NetError::io(format!("listen at {addr}"))(e)),
+                    },
+                };
+                if r.is_ok() {
+                    named.insert(name, link);
+                }
+                let _ = reply.send(r);
+            }
+            Cmd::CallNamed { link, service, call } => match named.get(&link) {
+                Some(l) => {
+                    tokio::task::spawn_local(call_named(crossing.clone(), l.clone(), service, call));
+                }
+                None => {
+                    let _ = call.reply.send(Err(CallError::BadDoor));
+                }
+            },
+            Cmd::LinkUp { name, reply } => {
+                let _ = reply.send(named.get(&name).map(|l| l.is_up()));
+            }
             Cmd::Stop => break,
         }
+    }
+    for l in named.values() {
+        l.stop();
     }
     for l in links.borrow().values() {
         l.cut();

@@ -49,6 +49,9 @@ pub(crate) struct DomainArgs {
     /// The manifest's directory.
     #[arg(long)]
     pub base: std::path::PathBuf,
+    /// The links this domain runs, one JSON `LinkSpec` each.
+    #[arg(long = "link")]
+    pub links: Vec<String>,
 }
 
 impl DomainArgs {
@@ -87,6 +90,10 @@ impl DomainArgs {
         }
         v.push("--base".into());
         v.push(self.base.display().to_string());
+        for l in &self.links {
+            v.push("--link".into());
+            v.push(l.clone());
+        }
         v
     }
 }
@@ -214,6 +221,19 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
         }
         doors
     });
+    let links: Vec<crate::link::LinkSpec> = match args.links.iter().map(|l| serde_json::from_str(l)).collect()
+    {
+        Ok(l) => l,
+        Err(e) => fail(
+            &tag,
+            &format!("a link the supervisor gave is malformed: {e}"),
+            EXIT_START_FAILED,
+        ),
+    };
+    let _proxy = match crate::link::start(&names, &links) {
+        Ok(p) => p,
+        Err(e) => fail(&tag, &e, EXIT_START_FAILED),
+    };
     serving.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Err(e) = names.ready() {
         fail(&tag, &format!("cannot report ready: {e}"), EXIT_JOIN_FAILED);

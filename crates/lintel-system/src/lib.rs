@@ -109,6 +109,7 @@
 
 mod domain;
 mod exit;
+mod link;
 mod manifest;
 mod named;
 mod names;
@@ -124,6 +125,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub use link::{LinkSpec, TlsFiles};
 pub use manifest::{DomainSpec, MAX_THREADS_LIMIT, Manifest, ManifestError, Problem};
 pub use named::Named;
 pub use names::{MAX_NAME, NameError, Names};

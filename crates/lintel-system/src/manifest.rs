@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::link::{LinkSpec, TlsFiles};
 use crate::registry::{Kind, Registry};
 use crate::restart::{GiveUp, Policy, Restart};
 
@@ -64,6 +65,19 @@ pub struct DomainSpec {
     /// unless the manifest says otherwise; the root's domain is never
     /// restarted: its end is the system's).
     pub restart: Policy,
+    /// Links to other systems this domain runs (`[link.NAME]`; a link that
+    /// names no domain runs in one of its own, `link-NAME`, with no
+    /// services).
+    pub links: Vec<LinkSpec>,
+}
+
+impl DomainSpec {
+    /// The names this domain binds: its services and its links' imports.
+    pub fn binds(&self) -> impl Iterator<Item = &String> {
+        self.services
+            .iter()
+            .chain(self.links.iter().flat_map(|l| l.import.iter()))
+    }
 }
 
 /// The manifest file's text, or an error naming it.
@@ -190,6 +204,32 @@ struct RawManifest {
     domain: HashMap<Spanned<String>, RawDomain>,
     #[serde(default)]
     service: HashMap<Spanned<String>, HashMap<Spanned<String>, Spanned<toml::Value>>>,
+    #[serde(default)]
+    link: HashMap<Spanned<String>, RawLink>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    listen: Option<Spanned<String>>,
+    connect: Option<Spanned<String>>,
+    #[serde(default)]
+    export: Vec<Spanned<String>>,
+    #[serde(default)]
+    import: Vec<Spanned<String>>,
+    domain: Option<Spanned<String>>,
+    keepalive: Option<Spanned<String>>,
+    plain: Option<Spanned<bool>>,
+    tls: Option<Spanned<RawTls>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: Spanned<String>,
+    key: Spanned<String>,
+    ca: Spanned<String>,
+    server_name: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -381,6 +421,7 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
             spin: d.spin.as_ref().map(|s| s.get_ref().0),
             max_message,
             restart,
+            links: Vec::new(),
         });
     }
 
@@ -405,6 +446,8 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
     });
 
     let socket = socket_of(raw, path, &system, diag);
+    let dir = manifest_dir(path);
+    links_of(raw, &dir, &placed, &mut domains, diag);
 
     let mut settings = BTreeMap::new();
     let mut raw_settings: Vec<_> = raw.service.iter().collect();
@@ -435,14 +478,6 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         }
         settings.insert(svc.get_ref().clone(), values);
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let dir = std::path::absolute(if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    })
-    .unwrap_or_else(|_| dir.to_path_buf());
-
     Manifest {
         system,
         root,
@@ -450,6 +485,207 @@ fn check(raw: &RawManifest, path: &Path, registry: &Registry, diag: &mut Diag<'_
         domains,
         settings,
         dir,
+    }
+}
+
+/// The manifest's directory, absolute.
+fn manifest_dir(path: &Path) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::path::absolute(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// Shortest and longest keepalive a link may have.
+const KEEPALIVE_RANGE: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(3600));
+
+/// Check the `[link.NAME]` tables and give each to the domain that runs it.
+fn links_of(
+    raw: &RawManifest,
+    dir: &Path,
+    placed: &HashMap<&str, (&str, Range<usize>)>,
+    domains: &mut Vec<DomainSpec>,
+    diag: &mut Diag<'_>,
+) {
+    let mut raw_links: Vec<_> = raw.link.iter().collect();
+    raw_links.sort_by_key(|(k, _)| k.span().start);
+    let mut imported: HashMap<String, String> = HashMap::new();
+    for (key, l) in raw_links {
+        let name = key.get_ref();
+        if !valid_name(name) {
+            diag.at(
+                Some(key.span()),
+                format!("link name `{name}` must be 1-64 letters, digits, `-` or `_`"),
+            );
+        }
+        let (listen, addr) = match (&l.listen, &l.connect) {
+            (Some(a), None) => (true, Some(a)),
+            (None, Some(a)) => (false, Some(a)),
+            (Some(_), Some(c)) => {
+                diag.at(
+                    Some(c.span()),
+                    format!("link `{name}` has both `listen` and `connect`: an end does one"),
+                );
+                (false, None)
+            }
+            (None, None) => {
+                diag.at(
+                    Some(key.span()),
+                    format!(
+                        "link `{name}` needs `listen = \"ADDRESS:PORT\"` or `connect = \"ADDRESS:PORT\"`"
+                    ),
+                );
+                (false, None)
+            }
+        };
+        let addr = addr.and_then(|a| match a.get_ref().parse::<std::net::SocketAddr>() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                diag.at(
+                    Some(a.span()),
+                    format!(
+                        "`{}` is not an address: write an IP address and port, such as \"127.0.0.1:7700\"",
+                        a.get_ref()
+                    ),
+                );
+                None
+            }
+        });
+        let resolve = |p: &Spanned<String>, diag: &mut Diag<'_>| {
+            let full = dir.join(p.get_ref());
+            if !full.is_file() {
+                diag.at(
+                    Some(p.span()),
+                    format!(
+                        "`{}` is not a file (paths are relative to the manifest)",
+                        p.get_ref()
+                    ),
+                );
+            }
+            full
+        };
+        let tls = match (&l.tls, l.plain.as_ref().map(|p| (*p.get_ref(), p.span()))) {
+            (Some(t), Some((true, span))) => {
+                diag.at(
+                    Some(span.start.min(t.span().start)..span.end),
+                    format!("link `{name}` is both TLS and plain: choose one"),
+                );
+                None
+            }
+            (Some(t), _) => {
+                let t = t.get_ref();
+                if !listen && t.server_name.is_none() {
+                    diag.at(
+                        Some(t.cert.span()),
+                        format!("link `{name}` connects: its `tls` needs `server_name`, the name the listener's certificate carries"),
+                    );
+                }
+                Some(TlsFiles {
+                    cert: resolve(&t.cert, diag),
+                    key: resolve(&t.key, diag),
+                    ca: resolve(&t.ca, diag),
+                    server_name: t.server_name.as_ref().map(|n| n.get_ref().clone()),
+                })
+            }
+            (None, Some((true, _))) => None,
+            (None, _) => {
+                diag.at(
+                    Some(key.span()),
+                    format!(
+                        "link `{name}` is neither TLS nor plain: give `[link.{name}.tls]` with `cert`, `key` and `ca`, or `plain = true` (unencrypted: loopback and tests)"
+                    ),
+                );
+                None
+            }
+        };
+        let mut keepalive = Duration::from_secs(1);
+        if let Some(k) = &l.keepalive {
+            match humantime::parse_duration(k.get_ref()) {
+                Ok(t) if (KEEPALIVE_RANGE.0..=KEEPALIVE_RANGE.1).contains(&t) => keepalive = t,
+                Ok(_) => diag.at(
+                    Some(k.span()),
+                    format!("keepalive = \"{}\" is out of range (10ms to 1h)", k.get_ref()),
+                ),
+                Err(e) => diag.at(
+                    Some(k.span()),
+                    format!(
+                        "keepalive = \"{}\" is not a duration ({e}); write for example \"500ms\" or \"2s\"",
+                        k.get_ref()
+                    ),
+                ),
+            }
+        }
+        for e in &l.export {
+            if !placed.contains_key(e.get_ref().as_str()) {
+                diag.at(
+                    Some(e.span()),
+                    format!(
+                        "link `{name}` exports `{}`, which no domain of this system places",
+                        e.get_ref()
+                    ),
+                );
+            }
+        }
+        for i in &l.import {
+            let svc = i.get_ref();
+            if let Some((domain, _)) = placed.get(svc.as_str()) {
+                diag.at(
+                    Some(i.span()),
+                    format!("link `{name}` imports `{svc}`, which domain `{domain}` places here: a name is served in one place"),
+                );
+            } else if let Some(other) = imported.insert(svc.clone(), name.clone()) {
+                diag.at(
+                    Some(i.span()),
+                    format!("`{svc}` is imported twice: by link `{other}` and by link `{name}`"),
+                );
+            }
+        }
+        let (Some(addr), true) = (addr, valid_name(name)) else {
+            continue;
+        };
+        let spec = LinkSpec {
+            name: name.clone(),
+            listen,
+            addr,
+            export: l.export.iter().map(|e| e.get_ref().clone()).collect(),
+            import: l.import.iter().map(|i| i.get_ref().clone()).collect(),
+            keepalive_ms: keepalive.as_millis() as u64,
+            tls,
+        };
+        match &l.domain {
+            Some(d) => match domains.iter_mut().find(|x| &x.name == d.get_ref()) {
+                Some(domain) => domain.links.push(spec),
+                None => diag.at(
+                    Some(d.span()),
+                    format!(
+                        "link `{name}` runs in domain `{}`, which the manifest does not list",
+                        d.get_ref()
+                    ),
+                ),
+            },
+            None => {
+                let own = format!("link-{name}");
+                if domains.iter().any(|x| x.name == own) {
+                    diag.at(
+                        Some(key.span()),
+                        format!("link `{name}` would run in a domain `{own}` of its own, but a domain has that name: set `domain`"),
+                    );
+                    continue;
+                }
+                domains.push(DomainSpec {
+                    name: own,
+                    services: Vec::new(),
+                    max_threads: None,
+                    spin: None,
+                    max_message: None,
+                    restart: Policy::default(),
+                    links: vec![spec],
+                });
+            }
+        }
     }
 }
 
@@ -654,6 +890,82 @@ mod tests {
     /// The report of a manifest that must be refused.
     fn refused(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn links_are_placed_in_their_domains_with_their_imports_owned_there() {
+        let m = parse(
+            "[domain.a]\nservices = [\"clock\"]\n\
+             [link.far]\nconnect = \"10.0.0.2:7700\"\nimport = [\"kv\"]\nexport = [\"clock\"]\nplain = true\nkeepalive = \"250ms\"\n\
+             [link.near]\nlisten = \"0.0.0.0:7701\"\ndomain = \"a\"\nplain = true\n",
+        )
+        .unwrap();
+        let names: Vec<_> = m.domains.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["a", "link-far"]);
+        let far = &m.domains[1].links[0];
+        assert_eq!(
+            (far.listen, far.addr.to_string(), far.keepalive_ms),
+            (false, "10.0.0.2:7700".into(), 250)
+        );
+        assert_eq!(far.import, ["kv"]);
+        assert!(m.domains[1].binds().any(|n| n == "kv"));
+        assert_eq!(m.domains[0].links[0].name, "near");
+        assert!(m.domains[0].links[0].listen);
+    }
+
+    #[test]
+    fn malformed_links_are_refused_with_their_lines() {
+        let d = "[domain.a]\nservices = [\"clock\"]\n";
+        let cases = [
+            ("[link.x]\nplain = true\n", "3:7: link `x` needs `listen"),
+            (
+                "[link.x]\nlisten = \"1.2.3.4:5\"\nconnect = \"1.2.3.4:5\"\nplain = true\n",
+                "5:11: link `x` has both",
+            ),
+            (
+                "[link.x]\nconnect = \"somewhere\"\nplain = true\n",
+                "4:11: `somewhere` is not an address",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\n",
+                "3:7: link `x` is neither TLS nor plain",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nplain = true\nimport = [\"clock\"]\n",
+                "6:11: link `x` imports `clock`, which domain `a` places here",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nplain = true\nexport = [\"kv\"]\n",
+                "6:11: link `x` exports `kv`, which no domain",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nplain = true\nkeepalive = \"forever\"\n",
+                "6:13: keepalive = \"forever\" is not a duration",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nplain = true\ndomain = \"b\"\n",
+                "6:10: link `x` runs in domain `b`",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\n[link.x.tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\nca = \"ca.pem\"\n",
+                "needs `server_name`",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nimport = [\"kv\"]\nplain = true\n[link.y]\nconnect = \"1.2.3.4:6\"\nimport = [\"kv\"]\nplain = true\n",
+                "9:11: `kv` is imported twice",
+            ),
+            (
+                "[link.x]\nconnect = \"1.2.3.4:5\"\nplain = true\nspeed = 3\n",
+                "unknown field `speed`",
+            ),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .map(|(link, want)| (link, want, refused(&format!("{d}{link}"))))
+            .filter(|(_, want, got)| !got.contains(*want))
+            .map(|(link, _, got)| format!("{link:?}: {got}"))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]

@@ -333,7 +333,7 @@ impl NameServer {
             .domains
             .iter()
             .enumerate()
-            .flat_map(|(i, d)| d.services.iter().map(move |s| (s.clone(), i)))
+            .flat_map(|(i, d)| d.binds().map(move |s| (s.clone(), i)))
             .collect();
         let root_domain = manifest
             .root
@@ -698,6 +698,7 @@ mod tests {
                     spin: None,
                     max_message: None,
                     restart: Default::default(),
+                    links: Vec::new(),
                 },
                 crate::DomainSpec {
                     name: "b".into(),
@@ -706,6 +707,7 @@ mod tests {
                     spin: None,
                     max_message: None,
                     restart: Default::default(),
+                    links: Vec::new(),
                 },
             ],
         }

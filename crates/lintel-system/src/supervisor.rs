@@ -242,6 +242,11 @@ fn domain_args(manifest: &Manifest, d: &crate::manifest::DomainSpec) -> DomainAr
             .flat_map(|(svc, kv)| kv.iter().map(move |(k, v)| format!("{svc}:{k}={v}")))
             .collect(),
         base: manifest.dir.clone(),
+        links: d
+            .links
+            .iter()
+            .map(|l| serde_json::to_string(l).expect("a link spec serializes"))
+            .collect(),
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lintel::{CallError, Door, Reply, Request};
-use lintel_net::{LinkOptions, NetError, Proxy, Remote, Tls};
+use lintel_net::{Endpoint, LinkOptions, NetError, Proxy, Remote, Tls};
 use lintel_tests::{bin_path, call, m, Peer};
 
 /// A host process; killed when dropped.
@@ -25,10 +25,12 @@ struct Host {
 
 impl Host {
     fn start(env: &[(&str, &str)]) -> Host {
+        Host::start_at("127.0.0.1:0", env)
+    }
+
+    fn start_at(addr: &str, env: &[(&str, &str)]) -> Host {
         let mut cmd = Command::new(bin_path("lintel-net-host"));
-        cmd.arg("127.0.0.1:0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+        cmd.arg(addr).stdin(Stdio::piped()).stdout(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -262,6 +264,43 @@ fn a_blocking_door_in_the_proxy_s_own_domain_holds_up_nothing() {
     eventually(Duration::from_secs(10), "the handler alerted", || {
         u64_of(&call(&local, m::ALERTED_COUNT, &[], &[]).unwrap()) == 1
     });
+}
+
+/// An import by name over a named link follows the far side: the host
+/// killed, the call in flight fails with `PeerDied` (never retried), and
+/// once a new host listens at the same address the link reconnects and
+/// the same door calls the new instance.
+#[test]
+fn an_import_by_name_finds_the_far_service_again_after_a_restart() {
+    let mut host = Host::start(&[("LINTEL_NET_KEEPALIVE_MS", "500")]);
+    let proxy = Proxy::start().unwrap();
+    let opts = LinkOptions::plain().keepalive(Duration::from_millis(500));
+    proxy
+        .link(
+            "far",
+            Endpoint::Connect(host.addr),
+            opts,
+            BTreeMap::<String, Door>::new(),
+        )
+        .unwrap();
+    let ctl = proxy.import("far", "ctl");
+    assert_eq!(call(&ctl, m::ECHO, b"first", &[]).unwrap().data, b"first");
+    let c = ctl.clone();
+    let in_flight = std::thread::spawn(move || call(&c, m::SLEEP_ALERTABLE, &60_000u64.to_le_bytes(), &[]));
+    std::thread::sleep(Duration::from_millis(200));
+    host.kill();
+    assert_eq!(in_flight.join().unwrap().unwrap_err(), CallError::PeerDied);
+    let _again = Host::start_at(&host.addr.to_string(), &[("LINTEL_NET_KEEPALIVE_MS", "500")]);
+    eventually(
+        Duration::from_secs(20),
+        "the new host called through the same door",
+        || call(&ctl, m::ECHO, b"second", &[]).is_ok_and(|r| r.data == b"second"),
+    );
+    assert_eq!(proxy.link_up("far").unwrap(), Some(true));
+    assert_eq!(
+        proxy.import("far", "nothing").call_bytes(b"").unwrap_err(),
+        CallError::BadDoor
+    );
 }
 
 /// The host killed mid-call: the call in flight and every later one fail

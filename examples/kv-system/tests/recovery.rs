@@ -54,6 +54,13 @@ struct System {
 
 impl System {
     fn boot(manifest: &Path) -> System {
+        let mut s = System::start(manifest);
+        s.wait_for("system ready");
+        s
+    }
+
+    /// Start booting, without waiting for the system to be ready.
+    fn start(manifest: &Path) -> System {
         let mut child = Command::new(EXE)
             .args(["boot", manifest.to_str().unwrap()])
             .stdin(Stdio::piped())
@@ -72,15 +79,13 @@ impl System {
         };
         let out = lines(Box::new(child.stdout.take().unwrap()));
         let err = lines(Box::new(child.stderr.take().unwrap()));
-        let mut s = System {
+        System {
             stdin: child.stdin.take(),
             child,
             out,
             err,
             manifest: manifest.to_path_buf(),
-        };
-        s.wait_for("system ready");
-        s
+        }
     }
 
     fn wait_for(&mut self, what: &str) {
@@ -196,6 +201,47 @@ fn the_shell_goes_on_after_each_domain_dies_and_the_store_keeps_its_data() {
         assert_eq!(sys.ask("keys"), format!("a {}", keys.join(" ")));
         assert!(sys.end().success());
     }
+}
+
+/// The store placed on another host (the example's two-hosts manifests,
+/// on a free port): the shell answers as with the store here, and goes on
+/// with its next command after the store's domain on host B, host A's
+/// proxy, or host B's proxy is killed; the store keeps what was written
+/// (its journal is in host A's files, reached over the link).
+#[test]
+fn a_store_on_another_host_goes_on_after_crashes_on_either_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let body = |f: &str| {
+        std::fs::read_to_string(example.join(f))
+            .unwrap()
+            .replace("127.0.0.1:7701", &format!("127.0.0.1:{port}"))
+    };
+    let b = manifest(dir.path(), "hostb", &body("two-hosts-b.toml"));
+    let a = manifest(dir.path(), "hosta", &body("two-hosts-a.toml"));
+    std::fs::write(dir.path().join("files/hello.txt"), "hello\n").unwrap();
+    // Each host's services need the other's: they boot together.
+    let mut host_b = System::start(&b);
+    let mut host_a = System::start(&a);
+    host_b.wait_for("system ready");
+    host_a.wait_for("system ready");
+    assert_eq!(host_a.ask("put a 1"), "ok");
+    assert_eq!(host_a.ask("get a"), "a = 1");
+    host_b.kill_and_await("kv");
+    assert_eq!(host_a.ask("put b 2"), "ok", "after the store on B died");
+    assert_eq!(host_a.ask("get a"), "a = 1");
+    host_a.kill_and_await("link-b");
+    assert_eq!(host_a.ask("get b"), "b = 2", "after A's proxy died");
+    host_b.kill_and_await("link-a");
+    assert_eq!(host_a.ask("put c 3"), "ok", "after B's proxy died");
+    assert_eq!(host_a.ask("keys"), "a b c");
+    assert_eq!(host_a.ask("cat hello.txt"), "hello");
+    assert!(host_a.end().success());
 }
 
 /// Whether `e` is a call that failed because a server died under it (the
