@@ -227,6 +227,9 @@ async fn keepalive(far: link::Client, period: Duration, socket: Rc<std::net::Tcp
         let ping = far.ping_request().send().promise;
         match tokio::time::timeout(period * 3 / 4, ping).await {
             Ok(Ok(_)) => {}
+            // It answered, if only to say it has no such method (a peer
+            // that offers no `Link`): alive.
+            Ok(Err(e)) if e.kind != capnp::ErrorKind::Disconnected => {}
             Ok(Err(e)) => {
                 tracing::info!(%peer, "keepalive stops: {e}");
                 break;
