@@ -382,6 +382,8 @@ fn a_far_caller_that_dies_alerts_the_server_here() {
 struct Relay {
     addr: SocketAddr,
     stalled: Arc<AtomicBool>,
+    /// Added to each chunk's way, in ms.
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Relay {
@@ -389,13 +391,14 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let stalled = Arc::new(AtomicBool::new(false));
-        let s = stalled.clone();
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (s, delay) = (stalled.clone(), delay_ms.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(a) = conn else { return };
                 let Ok(b) = TcpStream::connect(to) else { return };
                 for (mut from, mut into) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
-                    let s = s.clone();
+                    let (s, delay) = (s.clone(), delay.clone());
                     std::thread::spawn(move || {
                         let mut buf = vec![0u8; 64 << 10];
                         loop {
@@ -409,6 +412,7 @@ impl Relay {
                                     while s.load(SeqCst) {
                                         std::thread::sleep(Duration::from_millis(20));
                                     }
+                                    std::thread::sleep(Duration::from_millis(delay.load(SeqCst)));
                                     if into.write_all(&buf[..n]).is_err() {
                                         return;
                                     }
@@ -419,7 +423,11 @@ impl Relay {
                 }
             }
         });
-        Relay { addr, stalled }
+        Relay {
+            addr,
+            stalled,
+            delay_ms,
+        }
     }
 }
 
@@ -455,6 +463,33 @@ fn a_stalled_link_is_cut_by_the_keepalive() {
         "found dead after {took:?}: by the keepalive, not the reply's time"
     );
     assert_eq!(call(&far, m::ECHO, b"x", &[]).unwrap_err(), CallError::PeerDied);
+}
+
+/// A slow link (100 ms added each way by the relay): calls take their
+/// time and succeed within their deadline; one whose deadline is shorter
+/// than the way there and back times out, and the far server is alerted
+/// (its deadline traveled with the call and passed there too).
+#[test]
+fn a_slow_link_keeps_deadlines() {
+    let host = Host::start(&[]);
+    let relay = Relay::start(host.addr);
+    let (_proxy, remote) = connect(relay.addr, LinkOptions::plain().keepalive(Duration::from_secs(5)));
+    let far = remote.lookup("ctl").unwrap();
+    relay.delay_ms.store(100, SeqCst);
+    let t = Instant::now();
+    let bounded = far.with_timeout(Duration::from_secs(20));
+    assert_eq!(call(&bounded, m::ECHO, b"slow", &[]).unwrap().data, b"slow");
+    assert!(t.elapsed() >= Duration::from_millis(200), "{:?}", t.elapsed());
+    let r = call(
+        &far.with_timeout(Duration::from_millis(400)),
+        m::SLEEP_ALERTABLE,
+        &30_000u64.to_le_bytes(),
+        &[],
+    );
+    assert_eq!(r.unwrap_err(), CallError::TimedOut);
+    eventually(Duration::from_secs(10), "the far server alerted", || {
+        u64_of(&call(&far, m::ALERTED_COUNT, &[], &[]).unwrap()) == 1
+    });
 }
 
 /// Certificates for a test: an authority, the host's ("host.test") and a

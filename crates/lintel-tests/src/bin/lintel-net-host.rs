@@ -6,6 +6,8 @@
 //!
 //! `LINTEL_NET_KEEPALIVE_MS` sets the keepalive; `LINTEL_NET_TLS=DIR` makes
 //! the link TLS with `DIR/host.pem`, `DIR/host.key` and `DIR/ca.pem`.
+//! `LINTEL_NET_RELAY=ADDR` makes it a middle host too: a link to the host
+//! at ADDR, whose `ctl` it exports again as `far` (a chain of hosts).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -35,11 +37,21 @@ fn main() {
     {
         opts = opts.keepalive(Duration::from_millis(ms));
     }
-    let exports = BTreeMap::from([
+    let mut exports = BTreeMap::from([
         ("ctl".to_string(), peer.ctl.clone()),
         ("local".to_string(), local.door()),
     ]);
     let proxy = Proxy::start().expect("a proxy");
+    if let Some(far) = std::env::var("LINTEL_NET_RELAY")
+        .ok()
+        .and_then(|a| a.parse().ok())
+    {
+        let empty = BTreeMap::<String, lintel::Door>::new();
+        proxy
+            .link("far", lintel_net::Endpoint::Connect(far), opts.clone(), empty)
+            .expect("a link to the far host");
+        exports.insert("far".to_string(), proxy.import("far", "ctl"));
+    }
     let listener = proxy
         .listen(addr.parse().expect("an address"), opts, exports)
         .expect("listen");
