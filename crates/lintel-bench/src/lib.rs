@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod bulk;
 pub mod door;
 pub mod fs;
+pub mod grpc;
 pub mod harness;
 pub mod lrpc;
 pub mod markdown;

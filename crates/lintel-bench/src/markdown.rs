@@ -220,7 +220,7 @@ enum Versus {
 }
 
 /// The headline cases: (what it measures, case, comparison, target).
-const HEADLINE: [(&str, &str, Versus, &str); 15] = [
+const HEADLINE: [(&str, &str, Versus, &str); 19] = [
     (
         "null call, co-located",
         "door/null_colocated",
@@ -310,6 +310,30 @@ const HEADLINE: [(&str, &str, Versus, &str); 15] = [
         "async/throughput_1000",
         Versus::Faster("async/blocking_1ms"),
         "≥ 5× faster",
+    ),
+    (
+        "null call through two proxies (loopback TCP)",
+        "net/null",
+        Versus::Times("baseline/capnp_rpc_null"),
+        "≤ 1.2×",
+    ),
+    (
+        "64 KiB echo through two proxies",
+        "net/echo_64k",
+        Versus::Times("baseline/capnp_rpc_echo_64k"),
+        "≤ 1.2×",
+    ),
+    (
+        "1 MiB echo through two proxies",
+        "net/echo_1m",
+        Versus::Times("baseline/capnp_rpc_echo_1m"),
+        "≤ 1.2×",
+    ),
+    (
+        "1 KiB echo through two proxies",
+        "net/echo_1k",
+        Versus::Faster("baseline/tonic_grpc_echo_1k"),
+        "≥ 1× faster",
     ),
 ];
 
@@ -469,6 +493,16 @@ pub fn suite_text(suite: &str) -> &'static str {
              eventfd count; `throughput_1000`, 1,000 tasks each calling in a loop a handler that \
              waits 1 ms, in ns per call over all of them, against `blocking_1ms`, one thread \
              making the same calls one at a time."
+        }
+        "net" => {
+            "Doors of a far host called through two lintel proxies over loopback TCP (plain), \
+             against the same echo with capnp-rpc alone (same schema, no lintel) and with tonic's \
+             gRPC, all measured in the same rounds, interleaved: `null` to `echo_1m` through a \
+             door served in the far proxy's own domain by an async handler (the two ends differ \
+             from capnp-rpc's by the proxies alone); `null_domain` and `echo_64k_domain` through \
+             a door served in a domain of the far host apart from its proxy; `throughput_64`, 64 \
+             threads calling at once; `doors_100k`, 100,000 doors of the far host held here, with \
+             each side's memory per door."
         }
         _ => "",
     }

@@ -11,13 +11,16 @@
 //! calls the raw server from a single-threaded tokio runtime, awaiting each call.
 //!
 //! - `null`, `echo_1k`, `echo_64k`, `echo_1m`: bytes echoed by `echo`; each compared to
-//!   `baseline/capnp_rpc_*` of the same size, measured in the same rounds, interleaved. What
+//!   `baseline/capnp_rpc_*` of the same size, measured in the same rounds, interleaved, and
+//!   to `baseline/tonic_grpc_*`, the same echo with tonic's gRPC (`vs_tonic`). What
 //!   lintel adds per call: on the near side, the hand-off from the calling thread to the
 //!   proxy's thread and back, and a copy of the bytes each way.
 //! - `null_domain`, `echo_64k_domain`: the same through `echo_domain`, compared to `null` and
 //!   `echo_64k`: the price of serving the door in a domain apart from the proxy's.
 //! - `throughput_64`: 64 threads calling `echo` with 1 KiB at once; ns per call over all of
 //!   them, compared to `echo_1k` from one thread.
+//! - `doors_100k`: 100,000 doors of the far host received and held here: ns per door, and
+//!   each side's memory per door.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -69,7 +72,7 @@ pub fn echo_child(_: &[String]) -> anyhow::Result<()> {
     }))
 }
 
-/// The far host: prints `LINTEL_PORT RAW_PORT`, then serves until its parent dies.
+/// The far host: prints `LINTEL_PORT RAW_PORT GRPC_PORT`, then serves until its parent dies.
 pub fn host_child(_: &[String]) -> anyhow::Result<()> {
     let domain = ChildDomain::spawn(&Config::default(), ECHO_ROLE)?;
     // The runtime an async door names; its calls through the proxy run in the proxy's task.
@@ -82,15 +85,104 @@ pub fn host_child(_: &[String]) -> anyhow::Result<()> {
             ..Reply::default()
         })
     });
+    // Makes 64 doors of this domain per call (held only by the caller):
+    // what a far holder of many doors costs each side.
+    let maker = Door::create(0, |_: Request<'_>, out: &mut Reply| {
+        out.doors.extend(
+            (0..MADE_PER_CALL).map(|i| Door::create(i as u64, |_: Request<'_>, _: &mut Reply| Ok(()))),
+        );
+        Ok(())
+    });
+    let rss = Door::create(0, |_: Request<'_>, out: &mut Reply| {
+        out.data = resident_bytes().to_le_bytes().to_vec();
+        Ok(())
+    });
     let proxy = Proxy::start()?;
     let exports = BTreeMap::from([
         ("echo".to_string(), echo),
         ("echo_domain".to_string(), domain.door()),
+        ("maker".to_string(), maker),
+        ("rss".to_string(), rss),
     ]);
     let listener = proxy.listen("127.0.0.1:0".parse()?, LinkOptions::plain(), exports)?;
     let raw = std::net::TcpListener::bind("127.0.0.1:0")?;
-    println!("{} {}", listener.addr().port(), raw.local_addr()?.port());
+    let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
+    println!(
+        "{} {} {}",
+        listener.addr().port(),
+        raw.local_addr()?.port(),
+        grpc.local_addr()?.port()
+    );
+    std::thread::spawn(move || {
+        if let Err(e) = crate::grpc::serve(grpc) {
+            eprintln!("the gRPC echo: {e:#}");
+        }
+    });
     serve_raw(raw)
+}
+
+/// Doors the far host's maker returns per call.
+const MADE_PER_CALL: usize = 64;
+/// Doors held through the proxies in `doors_100k`.
+const MANY: usize = 100_000;
+
+/// This process's resident memory, in bytes (`/proc/self/statm`).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * rustix::param::page_size() as u64
+}
+
+/// `doors_100k`: [`MANY`] doors of the far host held here through the
+/// proxies: ns per door received, and what each side's memory grew by per
+/// door (its proxy's tables, the door's state in the runtime, the RPC
+/// system's import or export entry).
+fn many_doors(cfg: &Config, report: &mut Report, remote: &lintel_net::Remote) -> anyhow::Result<()> {
+    let maker = remote.lookup("maker")?;
+    let rss = remote.lookup("rss")?;
+    let far_rss = || -> anyhow::Result<u64> {
+        let r = rss.call_bytes(b"")?;
+        Ok(u64::from_le_bytes(r[..8].try_into()?))
+    };
+    let many = if cfg.quick { MANY / 10 } else { MANY };
+    let (near0, far0) = (resident_bytes(), far_rss()?);
+    let mut held = Vec::with_capacity(many);
+    let mut samples = Vec::new();
+    let mut reply = Reply::new();
+    while held.len() < many {
+        let t0 = crate::harness::ticks();
+        maker.call(b"", &[], &mut reply)?;
+        samples.push(
+            crate::harness::ticks_to_ns(crate::harness::ticks().wrapping_sub(t0)) / MADE_PER_CALL as f64,
+        );
+        ensure!(
+            reply.doors.len() == MADE_PER_CALL,
+            "the maker returned {} doors",
+            reply.doors.len()
+        );
+        held.append(&mut reply.doors);
+    }
+    let (near, far) = (resident_bytes() - near0, far_rss()?.saturating_sub(far0));
+    let per = |b: u64| b as f64 / held.len() as f64;
+    let stats = crate::harness::measure_batches(samples, MADE_PER_CALL as u64);
+    report.push(
+        CaseResult::new(SUITE, "doors_100k", &stats)
+            .with_field("near_bytes_per_door", per(near))
+            .with_field("far_bytes_per_door", per(far))
+            .with_note(format!(
+                "{} doors of the far host held here through the proxies, received {MADE_PER_CALL} per call: \
+                 ns per door; memory per door {:.0} B on this side (the import: proxy table, door, RPC \
+                 import) and {:.0} B on the far side (the export: its door, server object, RPC export)",
+                held.len(),
+                per(near),
+                per(far)
+            )),
+    );
+    Ok(())
 }
 
 /// The baseline's server: the echo with `capnp-rpc` alone.
@@ -223,14 +315,20 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         .split_whitespace()
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    ensure!(ports.len() == 2, "the host printed {line:?}");
-    let result = measure(cfg, report, ports[0], ports[1]);
+    ensure!(ports.len() == 3, "the host printed {line:?}");
+    let result = measure(cfg, report, ports[0], ports[1], ports[2]);
     let _ = host.kill();
     let _ = host.wait();
     result
 }
 
-fn measure(cfg: &Config, report: &mut Report, lintel_port: u16, raw_port: u16) -> anyhow::Result<()> {
+fn measure(
+    cfg: &Config,
+    report: &mut Report,
+    lintel_port: u16,
+    raw_port: u16,
+    grpc_port: u16,
+) -> anyhow::Result<()> {
     let proxy = Proxy::start()?;
     let remote = proxy.connect(
         SocketAddr::from(([127, 0, 0, 1], lintel_port)),
@@ -239,16 +337,29 @@ fn measure(cfg: &Config, report: &mut Report, lintel_port: u16, raw_port: u16) -
     )?;
     let echo = remote.lookup("echo")?;
     let raw = RawClient::connect(SocketAddr::from(([127, 0, 0, 1], raw_port)))?;
+    let grpc = crate::grpc::Client::connect(SocketAddr::from(([127, 0, 0, 1], grpc_port)))?;
     for (case, base, len, full) in SIZES {
         let data = Rc::new((0..len).map(|i| i as u8).collect::<Vec<u8>>());
         let iters = (cfg.iters(full) / ROUNDS as u64).max(2);
         let batch = (iters / 10).clamp(1, 100);
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut ours, mut theirs, mut tonic) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             ours.push(lintel_echoes(&echo, &data, iters, batch)?);
             theirs.push(raw.measure(&data, iters, batch)?);
+            tonic.push(grpc.measure(&data, iters, batch)?);
         }
-        let (ours, theirs) = (Stats::pooled(&ours), Stats::pooled(&theirs));
+        let (ours, theirs, tonic) = (
+            Stats::pooled(&ours),
+            Stats::pooled(&theirs),
+            Stats::pooled(&tonic),
+        );
+        let grpc_case = base.replace("capnp_rpc", "tonic_grpc");
+        report.push(
+            CaseResult::new(baseline::SUITE, &grpc_case, &tonic).with_note(format!(
+                "tonic {TONIC_VERSION} (HTTP/2, protobuf bytes field), {len} bytes echoed on loopback TCP, \
+             awaited from a current-thread tokio runtime"
+            )),
+        );
         report.push(CaseResult::new(baseline::SUITE, base, &theirs).with_note(format!(
             "capnp-rpc {} alone, same schema, {len} bytes echoed on loopback TCP, awaited from a \
                  current-thread tokio runtime",
@@ -257,6 +368,7 @@ fn measure(cfg: &Config, report: &mut Report, lintel_port: u16, raw_port: u16) -
         report.push(
             CaseResult::new(SUITE, case, &ours)
                 .compare_to(baseline::SUITE, base)
+                .with_field("vs_tonic", ours.median_ns / tonic.median_ns)
                 .with_note(format!(
                     "{len} bytes echoed through two lintel proxies on loopback TCP (plain), the door \
                      served in the far proxy's domain by an async handler; {ROUNDS} rounds \
@@ -319,8 +431,12 @@ fn measure(cfg: &Config, report: &mut Report, lintel_port: u16, raw_port: u16) -
                  per call over all; {speedup:.1}× the calls per second of one caller"
             )),
     );
+    // Last: the releases of its doors would disturb the cases after it.
+    many_doors(cfg, report, &remote)?;
     Ok(())
 }
 
+/// tonic's version, as the baseline's notes name it.
+const TONIC_VERSION: &str = "0.14";
 /// capnp-rpc's version, as the baseline's notes name it.
 const CAPNP_RPC_VERSION: &str = "0.27";

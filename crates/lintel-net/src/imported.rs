@@ -126,7 +126,14 @@ pub(crate) async fn call_on(
     cap: &door::Client,
     call: &mut Outbound,
 ) -> Option<Answer> {
-    let mut req = cap.call_request();
+    // Sized for what it carries: one segment, allocated once.
+    let words = (call.data.len() + call.buffers.iter().map(|b| b.len() + 8).sum::<usize>()) / 8 + 16;
+    let size = capnp::MessageSize {
+        word_count: words as u64,
+        cap_count: call.doors.len() as u32,
+    };
+    let mut req: capnp::capability::Request<door::call_params::Owned, door::call_results::Owned> =
+        cap.client.new_call(door_type_id(), 0, Some(size));
     {
         let mut p = req.get();
         p.set_data(&call.data);
@@ -152,6 +159,11 @@ pub(crate) async fn call_on(
         },
         Ok(resp) => read_outcome(crossing, &resp),
     })
+}
+
+/// The `Door` interface's id, which a call names.
+fn door_type_id() -> u64 {
+    <door::Client as capnp::traits::HasTypeId>::TYPE_ID
 }
 
 type Response = capnp::capability::Response<crate::lintel_capnp::door::call_results::Owned>;
