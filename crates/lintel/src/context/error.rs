@@ -87,8 +87,13 @@ impl CallError {
             CallError::Panicked => (abi::ST_PANICKED, 0),
             CallError::Fault(c) => (abi::ST_FAULT, *c),
             CallError::TimedOut => (abi::ST_TIMED_OUT, 0),
-            // The rest travel as the reserved fault codes that stand for them.
-            other => (abi::ST_FAULT, Fault::relay(other).0),
+            // Errors a server never meets itself, only a forwarder relays:
+            // the reserved fault codes that stand for them.
+            CallError::PeerDied | CallError::Cancelled | CallError::WouldBlock => {
+                (abi::ST_FAULT, Fault::relay(self).0)
+            }
+            // What the server refused.
+            _ => (abi::ST_BAD_MESSAGE, 0),
         }
     }
 
