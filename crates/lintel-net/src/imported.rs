@@ -54,22 +54,7 @@ impl Drop for Import {
 
 impl AsyncHandler for Import {
     fn call(&self, req: AsyncRequest) -> HandlerFuture {
-        let alerted = req.alerted();
-        let timeout = req.remaining();
-        let (tx, rx) = oneshot::channel();
-        let sent = buffer_bytes(&req.buffers).and_then(|buffers| {
-            self.cmds
-                .send(Cmd::Call(Outbound {
-                    key: req.datum,
-                    data: req.data,
-                    doors: req.doors,
-                    buffers,
-                    timeout,
-                    reply: tx,
-                }))
-                .map_err(|_| CallError::PeerDied)
-        });
-        await_reply(sent, rx, alerted)
+        hand_over(req, &self.cmds, Cmd::Call)
     }
 
     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
@@ -77,14 +62,28 @@ impl AsyncHandler for Import {
     }
 }
 
-/// The future of a call handed to the proxy's thread (`sent`): its reply,
-/// or the caller's alert, which lets go of the reply's channel (and so
-/// cancels the far call).
-pub(crate) fn await_reply(
-    sent: Result<(), CallError>,
-    rx: oneshot::Receiver<Result<Reply, CallError>>,
-    alerted: lintel::Alerted,
+/// Hand `req` to the proxy's thread as the command `make` builds of it,
+/// and await its reply, or the caller's alert, which lets go of the
+/// reply's channel (and so cancels the far call).
+pub(crate) fn hand_over(
+    req: AsyncRequest,
+    cmds: &UnboundedSender<Cmd>,
+    make: impl FnOnce(Outbound) -> Cmd,
 ) -> HandlerFuture {
+    let alerted = req.alerted();
+    let timeout = req.remaining();
+    let (tx, rx) = oneshot::channel();
+    let sent = buffer_bytes(&req.buffers).and_then(|buffers| {
+        let call = Outbound {
+            key: req.datum,
+            data: req.data,
+            doors: req.doors,
+            buffers,
+            timeout,
+            reply: tx,
+        };
+        cmds.send(make(call)).map_err(|_| CallError::PeerDied)
+    });
     Box::pin(async move {
         sent.map_err(|e| Fault::relay(&e))?;
         tokio::select! {

@@ -34,8 +34,8 @@ use tokio::time::Instant;
 
 use crate::crossing::Crossing;
 use crate::error::NetError;
-use crate::exported::{Exports, buffer_bytes};
-use crate::imported::{Outbound, call_on};
+use crate::exported::Exports;
+use crate::imported::{Outbound, call_on, hand_over};
 use crate::link::{Link, LinkOptions, establish};
 use crate::lintel_capnp::door;
 use crate::proxy::Cmd;
@@ -282,25 +282,7 @@ pub(crate) struct NamedImport {
 
 impl AsyncHandler for NamedImport {
     fn call(&self, req: AsyncRequest) -> HandlerFuture {
-        let alerted = req.alerted();
-        let timeout = req.remaining();
-        let (tx, rx) = oneshot::channel();
-        let sent = buffer_bytes(&req.buffers).and_then(|buffers| {
-            self.cmds
-                .send(Cmd::CallNamed {
-                    link: self.link.clone(),
-                    service: self.service.clone(),
-                    call: Outbound {
-                        key: 0,
-                        data: req.data,
-                        doors: req.doors,
-                        buffers,
-                        timeout,
-                        reply: tx,
-                    },
-                })
-                .map_err(|_| CallError::PeerDied)
-        });
-        crate::imported::await_reply(sent, rx, alerted)
+        let (link, service) = (self.link.clone(), self.service.clone());
+        hand_over(req, &self.cmds, |call| Cmd::CallNamed { link, service, call })
     }
 }

@@ -12,6 +12,7 @@ pub mod control;
 pub mod fs;
 pub mod holdings;
 pub mod layers;
+pub mod net;
 
 /// Methods of the peer's control door (first byte of the arguments).
 pub mod m {

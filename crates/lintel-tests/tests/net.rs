@@ -5,64 +5,16 @@
 //! machine (the bounds are seconds where the work takes milliseconds).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lintel::{CallError, Door, Reply, Request};
 use lintel_net::{Endpoint, LinkOptions, NetError, Proxy, Remote, Tls};
-use lintel_tests::{bin_path, call, m, Peer};
-
-/// A host process; killed when dropped.
-struct Host {
-    child: Child,
-    addr: SocketAddr,
-    peer_pid: u32,
-}
-
-impl Host {
-    fn start(env: &[(&str, &str)]) -> Host {
-        Host::start_at("127.0.0.1:0", env)
-    }
-
-    fn start_at(addr: &str, env: &[(&str, &str)]) -> Host {
-        let mut cmd = Command::new(bin_path("lintel-net-host"));
-        cmd.arg(addr).stdin(Stdio::piped()).stdout(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start the host");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("the host says where it listens");
-        let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(
-            (words.first(), words.get(2)),
-            (Some(&"listening"), Some(&"peer")),
-            "{line}"
-        );
-        Host {
-            child,
-            addr: words[1].parse().unwrap(),
-            peer_pid: words[3].parse().unwrap(),
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use lintel_tests::net::{eventually, u64_of, Host};
+use lintel_tests::{call, m, Peer};
 
 fn connect(addr: SocketAddr, opts: LinkOptions) -> (Proxy, Remote) {
     let proxy = Proxy::start().unwrap();
@@ -70,19 +22,6 @@ fn connect(addr: SocketAddr, opts: LinkOptions) -> (Proxy, Remote) {
         .connect(addr, opts, BTreeMap::<String, Door>::new())
         .unwrap();
     (proxy, remote)
-}
-
-fn u64_of(r: &Reply) -> u64 {
-    u64::from_le_bytes(r.data[..8].try_into().unwrap())
-}
-
-/// Poll `f` until it holds, for at most `limit`.
-fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < end, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The same calls, made on a control door of a peer here and on one
@@ -290,7 +229,11 @@ fn an_import_by_name_finds_the_far_service_again_after_a_restart() {
     std::thread::sleep(Duration::from_millis(200));
     host.kill();
     assert_eq!(in_flight.join().unwrap().unwrap_err(), CallError::PeerDied);
-    let _again = Host::start_at(&host.addr.to_string(), &[("LINTEL_NET_KEEPALIVE_MS", "500")]);
+    let _again = Host::start_in(
+        None,
+        &host.addr.to_string(),
+        &[("LINTEL_NET_KEEPALIVE_MS", "500")],
+    );
     eventually(
         Duration::from_secs(20),
         "the new host called through the same door",

@@ -13,15 +13,14 @@
 //! host's proxy and server killed mid-call. Each wait is bounded.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 use lintel::{CallError, Door};
 use lintel_net::{Endpoint, LinkOptions, Proxy};
-use lintel_tests::{bin_path, call, m};
+use lintel_tests::net::{eventually, u64_of, Host};
+use lintel_tests::{call, m};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("ip (iproute2)");
@@ -89,27 +88,7 @@ impl Net {
 
     /// Start a host in namespace `which` (0: B, 1: C), listening at `addr`.
     fn host(&self, which: usize, addr: &str, env: &[(&str, &str)]) -> Host {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns[which]])
-            .arg(bin_path("lintel-net-host"))
-            .arg(addr)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let words: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(words.first(), Some(&"listening"), "{line}");
-        Host {
-            child,
-            addr: words[1].parse().unwrap(),
-            peer_pid: words[3].parse().unwrap(),
-        }
+        Host::start_in(Some(&self.ns[which]), addr, env)
     }
 }
 
@@ -119,25 +98,6 @@ impl Drop for Net {
             let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
         let _ = Command::new("ip").args(["link", "del", &self.near]).status();
-    }
-}
-
-struct Host {
-    child: Child,
-    addr: SocketAddr,
-    peer_pid: u32,
-}
-
-impl Host {
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -165,18 +125,6 @@ fn chain(net: &Net) -> (Host, Host, Proxy, Door) {
         .unwrap();
     let far = proxy.import("b", "far");
     (b, c, proxy, far)
-}
-
-fn u64_of(r: &lintel::Reply) -> u64 {
-    u64::from_le_bytes(r.data[..8].try_into().unwrap())
-}
-
-fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while !f() {
-        assert!(Instant::now() < end, "not within {limit:?}: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Calls cross both links; a door of this host passed to C is called
