@@ -1,7 +1,8 @@
 //! Suite `net`: doors across machines through lintel's proxies (`lintel-net`), against the
-//! RPC engine they ride on, on loopback TCP.
+//! RPC engine they ride on and against gRPC, on loopback TCP and over a veth pair.
 //!
-//! A child process (this binary as [`HOST_ROLE`]) is the far "host": a proxy exporting an
+//! A child process (this binary as [`HOST_ROLE`], on loopback, then again in a network
+//! namespace joined by a veth pair where the machine allows it) is the far "host": a proxy exporting an
 //! echo door served in its own domain by an async handler (`echo`: what runs where the raw
 //! server runs, so the two differ by the proxies alone), the same echo served by a domain of
 //! its own (`echo_domain`, a grandchild, [`ECHO_ROLE`]: the usual placement, paying a lintel
@@ -17,6 +18,9 @@
 //!   proxy's thread and back, and a copy of the bytes each way.
 //! - `null_domain`, `echo_64k_domain`: the same through `echo_domain`, compared to `null` and
 //!   `echo_64k`: the price of serving the door in a domain apart from the proxy's.
+//! - `null_veth`, `echo_64k_veth`, `echo_1m_veth`: the same over a veth pair to a host in a
+//!   network namespace (made by the suite; skipped, with a line on stderr, where the machine
+//!   does not allow it), against `baseline/capnp_rpc_*_veth` and `baseline/tonic_grpc_*_veth`.
 //! - `throughput_64`: 64 threads calling `echo` with 1 KiB at once; ns per call over all of
 //!   them, compared to `echo_1k` from one thread.
 //! - `doors_100k`: 100,000 doors of the far host received and held here: ns per door, and
@@ -73,7 +77,8 @@ pub fn echo_child(_: &[String]) -> anyhow::Result<()> {
 }
 
 /// The far host: prints `LINTEL_PORT RAW_PORT GRPC_PORT`, then serves until its parent dies.
-pub fn host_child(_: &[String]) -> anyhow::Result<()> {
+pub fn host_child(args: &[String]) -> anyhow::Result<()> {
+    let ip: std::net::IpAddr = args.first().map_or("127.0.0.1", String::as_str).parse()?;
     let domain = ChildDomain::spawn(&Config::default(), ECHO_ROLE)?;
     // The runtime an async door names; its calls through the proxy run in the proxy's task.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -87,11 +92,14 @@ pub fn host_child(_: &[String]) -> anyhow::Result<()> {
     });
     // Makes 64 doors of this domain per call (held only by the caller):
     // what a far holder of many doors costs each side.
-    let maker = Door::create(0, |_: Request<'_>, out: &mut Reply| {
-        out.doors.extend(
-            (0..MADE_PER_CALL).map(|i| Door::create(i as u64, |_: Request<'_>, _: &mut Reply| Ok(()))),
-        );
-        Ok(())
+    let maker = Door::create_async_on(rt.handle().clone(), 0, |_: lintel::AsyncRequest| async {
+        let doors = (0..MADE_PER_CALL)
+            .map(|i| Door::create(i as u64, |_: Request<'_>, _: &mut Reply| Ok(())))
+            .collect();
+        Ok(Reply {
+            doors,
+            ..Reply::default()
+        })
     });
     let rss = Door::create(0, |_: Request<'_>, out: &mut Reply| {
         out.data = resident_bytes().to_le_bytes().to_vec();
@@ -104,9 +112,9 @@ pub fn host_child(_: &[String]) -> anyhow::Result<()> {
         ("maker".to_string(), maker),
         ("rss".to_string(), rss),
     ]);
-    let listener = proxy.listen("127.0.0.1:0".parse()?, LinkOptions::plain(), exports)?;
-    let raw = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let grpc = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let listener = proxy.listen(SocketAddr::new(ip, 0), LinkOptions::plain(), exports)?;
+    let raw = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
+    let grpc = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
     println!(
         "{} {} {}",
         listener.addr().port(),
@@ -305,46 +313,161 @@ fn lintel_echoes(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Re
     }
 }
 
-pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
-    let mut cmd = spawn_self(cfg, HOST_ROLE, &[])?;
-    cmd.stdout(Stdio::piped());
-    let mut host = cmd.spawn().context("starting the far host")?;
-    let mut line = String::new();
-    BufReader::new(host.stdout.take().context("the host's output")?).read_line(&mut line)?;
-    let ports: Vec<u16> = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()?;
-    ensure!(ports.len() == 3, "the host printed {line:?}");
-    let result = measure(cfg, report, ports[0], ports[1], ports[2]);
-    let _ = host.kill();
-    let _ = host.wait();
-    result
+/// The far host, a child process (in network namespace `ns` if given), listening at `ip`.
+struct Far {
+    child: std::process::Child,
+    lintel: SocketAddr,
+    raw: SocketAddr,
+    grpc: SocketAddr,
 }
 
-fn measure(
+impl Far {
+    fn start(cfg: &Config, ns: Option<&str>, ip: &str) -> anyhow::Result<Far> {
+        let own = spawn_self(cfg, HOST_ROLE, &[ip.to_string()])?;
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = std::process::Command::new("ip");
+                c.args(["netns", "exec", ns])
+                    .arg(own.get_program())
+                    .args(own.get_args());
+                c.envs(own.get_envs().filter_map(|(k, v)| Some((k, v?))));
+                c
+            }
+            None => own,
+        };
+        cmd.stdout(Stdio::piped());
+        let mut child = cmd.spawn().context("starting the far host")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("the host's output")?).read_line(&mut line)?;
+        let ports: Vec<u16> = line
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        ensure!(ports.len() == 3, "the host printed {line:?}");
+        let at = |port| SocketAddr::new(ip.parse().expect("an IP address"), port);
+        Ok(Far {
+            child,
+            lintel: at(ports[0]),
+            raw: at(ports[1]),
+            grpc: at(ports[2]),
+        })
+    }
+}
+
+impl Drop for Far {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A network namespace joined to this one by a veth pair; removed when dropped.
+struct Veth {
+    ns: String,
+    near: String,
+}
+
+impl Veth {
+    /// The pair, with `10.201.N.1` here and `10.201.N.2` in the namespace.
+    fn make() -> anyhow::Result<(Veth, String)> {
+        let id = std::process::id() % 100_000;
+        let v = Veth {
+            ns: format!("lb{id}"),
+            near: format!("lbv{id}a"),
+        };
+        let far_end = format!("lbv{id}b");
+        let net = format!("10.201.{}", id % 250);
+        let ip = |args: &[&str]| -> anyhow::Result<()> {
+            let out = std::process::Command::new("ip").args(args).output()?;
+            ensure!(
+                out.status.success(),
+                "ip {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            Ok(())
+        };
+        ip(&["netns", "add", &v.ns])?;
+        ip(&["-n", &v.ns, "link", "set", "lo", "up"])?;
+        ip(&["link", "add", &v.near, "type", "veth", "peer", "name", &far_end])?;
+        ip(&["link", "set", &far_end, "netns", &v.ns])?;
+        ip(&["addr", "add", &format!("{net}.1/24"), "dev", &v.near])?;
+        ip(&["link", "set", &v.near, "up"])?;
+        ip(&[
+            "-n",
+            &v.ns,
+            "addr",
+            "add",
+            &format!("{net}.2/24"),
+            "dev",
+            &far_end,
+        ])?;
+        ip(&["-n", &v.ns, "link", "set", &far_end, "up"])?;
+        Ok((v, format!("{net}.2")))
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.ns])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.near])
+            .status();
+    }
+}
+
+/// The cases measured again over a veth pair: case, baseline, bytes, full-mode iterations.
+const VETH_SIZES: [(&str, &str, usize, u64); 3] = [
+    ("null_veth", "capnp_rpc_null_veth", 0, 4_000),
+    ("echo_64k_veth", "capnp_rpc_echo_64k_veth", 64 << 10, 1_000),
+    ("echo_1m_veth", "capnp_rpc_echo_1m_veth", 1 << 20, 100),
+];
+
+pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let far = Far::start(cfg, None, "127.0.0.1")?;
+    measure(cfg, report, &far)?;
+    drop(far);
+    // The same over a veth pair into a namespace of its own, where this machine allows it.
+    match Veth::make() {
+        Ok((veth, ip)) => {
+            let far = Far::start(cfg, Some(&veth.ns), &ip)?;
+            let proxy = Proxy::start()?;
+            let remote = proxy.connect(far.lintel, LinkOptions::plain(), BTreeMap::<String, Door>::new())?;
+            compare_sizes(
+                cfg,
+                report,
+                &remote.lookup("echo")?,
+                &far,
+                &VETH_SIZES,
+                "a veth pair",
+            )?;
+        }
+        Err(e) => eprintln!("net: no veth pair here ({e:#}): loopback only"),
+    }
+    Ok(())
+}
+
+/// Echoes of each size in `sizes` through the proxies (`echo`) and to `far`'s raw capnp-rpc
+/// and gRPC servers, interleaved; `link` names the link in the notes.
+fn compare_sizes(
     cfg: &Config,
     report: &mut Report,
-    lintel_port: u16,
-    raw_port: u16,
-    grpc_port: u16,
+    echo: &Door,
+    far: &Far,
+    sizes: &[(&str, &str, usize, u64)],
+    link: &str,
 ) -> anyhow::Result<()> {
-    let proxy = Proxy::start()?;
-    let remote = proxy.connect(
-        SocketAddr::from(([127, 0, 0, 1], lintel_port)),
-        LinkOptions::plain(),
-        BTreeMap::<String, Door>::new(),
-    )?;
-    let echo = remote.lookup("echo")?;
-    let raw = RawClient::connect(SocketAddr::from(([127, 0, 0, 1], raw_port)))?;
-    let grpc = crate::grpc::Client::connect(SocketAddr::from(([127, 0, 0, 1], grpc_port)))?;
-    for (case, base, len, full) in SIZES {
+    let raw = RawClient::connect(far.raw)?;
+    let grpc = crate::grpc::Client::connect(far.grpc)?;
+    for &(case, base, len, full) in sizes {
         let data = Rc::new((0..len).map(|i| i as u8).collect::<Vec<u8>>());
         let iters = (cfg.iters(full) / ROUNDS as u64).max(2);
         let batch = (iters / 10).clamp(1, 100);
         let (mut ours, mut theirs, mut tonic) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            ours.push(lintel_echoes(&echo, &data, iters, batch)?);
+            ours.push(lintel_echoes(echo, &data, iters, batch)?);
             theirs.push(raw.measure(&data, iters, batch)?);
             tonic.push(grpc.measure(&data, iters, batch)?);
         }
@@ -356,26 +479,33 @@ fn measure(
         let grpc_case = base.replace("capnp_rpc", "tonic_grpc");
         report.push(
             CaseResult::new(baseline::SUITE, &grpc_case, &tonic).with_note(format!(
-                "tonic {TONIC_VERSION} (HTTP/2, protobuf bytes field), {len} bytes echoed on loopback TCP, \
+                "tonic {TONIC_VERSION} (HTTP/2, protobuf bytes field), {len} bytes echoed over {link}, \
              awaited from a current-thread tokio runtime"
             )),
         );
         report.push(CaseResult::new(baseline::SUITE, base, &theirs).with_note(format!(
-            "capnp-rpc {} alone, same schema, {len} bytes echoed on loopback TCP, awaited from a \
-                 current-thread tokio runtime",
-            CAPNP_RPC_VERSION
+            "capnp-rpc {CAPNP_RPC_VERSION} alone, same schema, {len} bytes echoed over {link}, \
+             awaited from a current-thread tokio runtime"
         )));
         report.push(
             CaseResult::new(SUITE, case, &ours)
                 .compare_to(baseline::SUITE, base)
                 .with_field("vs_tonic", ours.median_ns / tonic.median_ns)
                 .with_note(format!(
-                    "{len} bytes echoed through two lintel proxies on loopback TCP (plain), the door \
+                    "{len} bytes echoed through two lintel proxies over {link} (plain TCP), the door \
                      served in the far proxy's domain by an async handler; {ROUNDS} rounds \
-                     interleaved with the baseline"
+                     interleaved with the baselines"
                 )),
         );
     }
+    Ok(())
+}
+
+fn measure(cfg: &Config, report: &mut Report, far: &Far) -> anyhow::Result<()> {
+    let proxy = Proxy::start()?;
+    let remote = proxy.connect(far.lintel, LinkOptions::plain(), BTreeMap::<String, Door>::new())?;
+    let echo = remote.lookup("echo")?;
+    compare_sizes(cfg, report, &echo, far, &SIZES, "loopback TCP")?;
     let echo_domain = remote.lookup("echo_domain")?;
     for (case, len, full, compared) in DOMAIN_SIZES {
         let data = (0..len).map(|i| i as u8).collect::<Vec<u8>>();
@@ -388,7 +518,8 @@ fn measure(
             CaseResult::new(SUITE, case, &Stats::pooled(&rounds))
                 .compare_to(SUITE, compared)
                 .with_note(format!(
-                    "{len} bytes echoed through the proxies by a door served in a domain of the far                      host apart from its proxy's (a lintel call between domains there)"
+                    "{len} bytes echoed through the proxies by a door served in a domain of the far \
+                     host apart from its proxy's (a lintel call between domains there)"
                 )),
         );
     }
