@@ -78,6 +78,15 @@ pub(crate) fn start(names: &Names, links: &[LinkSpec]) -> Result<Option<Proxy>, 
     if links.is_empty() {
         return Ok(None);
     }
+    // The proxy's news (links up and down, connections refused or cut and
+    // why) on the domain's standard error, as the supervisor's own.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .try_init();
     let proxy = Proxy::start().map_err(|e| e.to_string())?;
     for l in links {
         for service in &l.import {

@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lintel::Reply;
@@ -15,6 +16,8 @@ pub struct Host {
     pub addr: SocketAddr,
     /// The pid of the peer domain whose control door it exports as `ctl`.
     pub peer_pid: u32,
+    /// What it wrote to its standard error so far (also passed on to ours).
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Host {
@@ -30,7 +33,10 @@ impl Host {
             }
             None => Command::new(host),
         };
-        cmd.arg(addr).stdin(Stdio::piped()).stdout(Stdio::piped());
+        cmd.arg(addr)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -45,11 +51,25 @@ impl Host {
             (Some(&"listening"), Some(&"peer")),
             "{line}"
         );
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (err, kept) = (child.stderr.take().expect("its errors"), log.clone());
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("host: {l}");
+                kept.lock().unwrap_or_else(|e| e.into_inner()).push(l);
+            }
+        });
         Host {
             child,
             addr: words[1].parse().expect("an address"),
             peer_pid: words[3].parse().expect("a pid"),
+            log,
         }
+    }
+
+    /// The lines it wrote to its standard error so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// A host on loopback, port chosen by the system.

@@ -516,9 +516,10 @@ fn tls_links_admit_only_certified_ends() {
     assert_eq!(call(&far, m::ECHO, b"again", &[]).unwrap().data, b"again");
 }
 
-/// Garbage, a message claiming to be huge, and a call to a capability
-/// number nobody exported each close the sender's connection; the host
-/// serves others as before.
+/// Garbage, a message claiming to be huge, a call to a capability number
+/// nobody exported, and a message cut short each close the sender's
+/// connection, with a reason in the host's log; the host serves others as
+/// before.
 #[test]
 fn hostile_bytes_close_only_their_own_connection() {
     let host = Host::start(&[]);
@@ -542,7 +543,23 @@ fn hostile_bytes_close_only_their_own_connection() {
     // One segment of 2^31 words: far past the link's message limit.
     assert!(closed_after(&[0, 0, 0, 0, 0, 0, 0, 0x80]), "a huge message");
     assert!(closed_after(&forged_call(4242)), "a forged capability number");
+    // A message cut short: one segment of 100 words, 10 of them sent, then
+    // silence (the keepalive finds the sender dead).
+    let mut cut = vec![0u8, 0, 0, 0, 100, 0, 0, 0];
+    cut.extend_from_slice(&[0u8; 80]);
+    assert!(closed_after(&cut), "a truncated message");
     assert_eq!(call(&far, m::ECHO, b"fine", &[]).unwrap().data, b"fine");
+    eventually(
+        Duration::from_secs(10),
+        "a reason logged for each connection closed",
+        || {
+            host.log()
+                .iter()
+                .filter(|l| l.contains("link closed") || l.contains("link cut"))
+                .count()
+                >= 4
+        },
+    );
 }
 
 /// An RPC `Call` message on import `id`, framed as on the wire.

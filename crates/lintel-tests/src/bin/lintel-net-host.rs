@@ -19,6 +19,13 @@ use lintel_tests::Peer;
 
 fn main() {
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    // The proxy's warnings (links refused, closed, cut) on standard error.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .without_time()
+        .init();
     let addr = std::env::args().nth(1).unwrap_or_else(|| "127.0.0.1:0".into());
     let peer = Peer::start("plain");
     let local = Control::new();
