@@ -198,7 +198,9 @@ impl Proxy {
     /// A door for what link `link`'s far side exports as `service`, by
     /// name: it follows the far side across restarts and reconnections
     /// (see the `named` module's rules: a failed call is never retried,
-    /// the next call finds the new instance).
+    /// the next call finds the new instance). Start the link first
+    /// ([`Proxy::link`]): a call on an import of a link that does not run
+    /// fails with `BadDoor`.
     pub fn import(&self, link: &str, service: &str) -> Door {
         let handler = NamedImport {
             link: link.to_owned(),

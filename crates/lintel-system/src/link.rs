@@ -72,7 +72,7 @@ impl Exports for SystemExports {
     }
 }
 
-/// Start `links` in this domain: bind their imports, then run them. The
+/// Start `links` in this domain: run each, then bind its imports. The
 /// proxy lives as long as the value returned.
 pub(crate) fn start(names: &Names, links: &[LinkSpec]) -> Result<Option<Proxy>, String> {
     if links.is_empty() {
@@ -89,11 +89,6 @@ pub(crate) fn start(names: &Names, links: &[LinkSpec]) -> Result<Option<Proxy>, 
         .try_init();
     let proxy = Proxy::start().map_err(|e| e.to_string())?;
     for l in links {
-        for service in &l.import {
-            names
-                .bind(service, proxy.import(&l.name, service))
-                .map_err(|e| format!("binding `{service}` of link `{}`: {e}", l.name))?;
-        }
         let mut opts = match &l.tls {
             Some(f) => {
                 let mut tls = Tls::from_pem_files(&f.cert, &f.key, &f.ca)
@@ -120,6 +115,12 @@ pub(crate) fn start(names: &Names, links: &[LinkSpec]) -> Result<Option<Proxy>, 
         proxy
             .link(&l.name, endpoint, opts, exports)
             .map_err(|e| format!("link `{}`: {e}", l.name))?;
+        // Bound once the link runs: a call on an import finds its link.
+        for service in &l.import {
+            names
+                .bind(service, proxy.import(&l.name, service))
+                .map_err(|e| format!("binding `{service}` of link `{}`: {e}", l.name))?;
+        }
     }
     Ok(Some(proxy))
 }
