@@ -871,19 +871,9 @@ impl World<'_> {
         if let (3, Err(e), Ok(_), Ok(was)) = (whence, s, n, before) {
             if e == Errno::NXIO.raw_os_error() {
                 let fd = &self.open[i].native;
-                let size = rustix::fs::fstat(fd)
-                    .map_err(|e| TestCaseError::fail(format!("fstat: {e}")))?
-                    .st_size as u64;
-                let reader = rustix::fs::open(
-                    format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)).as_str(),
-                    OFlags::RDONLY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| TestCaseError::fail(format!("reopening to read: {e}")))?;
+                let size = self.native_size(i)?;
                 let from = (at.max(0) as u64).min(size);
-                let mut buf = vec![0u8; (size - from) as usize];
-                let k = native(rustix::io::pread(&reader, &mut buf, from));
-                let _ = same!(k, Ok(buf.len()), "reading [{from}, {size})");
+                let buf = self.native_bytes(i, from, size)?;
                 prop_assert!(
                     buf.iter().all(|&b| b == 0),
                     "seek 3 from {at}: no data served, but [{from}, {size}) holds data"
@@ -899,30 +889,18 @@ impl World<'_> {
             return Ok(());
         };
         let fd = &self.open[i].native;
-        let fail = |what: &str, e: Errno| TestCaseError::fail(format!("{what}: {e}"));
-        let size = rustix::fs::fstat(fd).map_err(|e| fail("fstat", e))?.st_size as u64;
+        let size = self.native_size(i)?;
         let at = at as u64;
         prop_assert!(
             at <= to && to <= size,
             "seek {whence} from {at} to {to}: not in [{at}, {size}]"
         );
-        // The bytes, through a reading description of the native file
-        // (the one open may be write-only).
-        use std::os::fd::AsRawFd;
-        let reader = rustix::fs::open(
-            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
-            OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| fail("reopening to read", e))?;
         let (lo, hi) = if whence == 3 {
             (at, to)
         } else {
             (to, (to + 1).min(size))
         };
-        let mut buf = vec![0u8; (hi - lo) as usize];
-        let k = native(rustix::io::pread(&reader, &mut buf, lo));
-        let _ = same!(k, Ok(buf.len()), "reading [{lo}, {hi})");
+        let buf = self.native_bytes(i, lo, hi)?;
         prop_assert!(
             buf.iter().all(|&b| b == 0),
             "seek {whence} from {at} to {to}: [{lo}, {hi}) holds data"
@@ -931,6 +909,29 @@ impl World<'_> {
         let moved = native(rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(to)));
         let _ = same!(moved, Ok(to), "moving the native offset along");
         Ok(())
+    }
+
+    /// The size of open file `i`'s native file.
+    fn native_size(&self, i: usize) -> Result<u64, TestCaseError> {
+        let st = rustix::fs::fstat(&self.open[i].native)
+            .map_err(|e| TestCaseError::fail(format!("fstat: {e}")))?;
+        Ok(st.st_size as u64)
+    }
+
+    /// Bytes `[lo, hi)` of open file `i`'s native file, through a reading
+    /// description of it (the one open may be write-only).
+    fn native_bytes(&self, i: usize, lo: u64, hi: u64) -> Result<Vec<u8>, TestCaseError> {
+        use std::os::fd::AsRawFd;
+        let reader = rustix::fs::open(
+            format!("/proc/self/fd/{}", self.open[i].native.as_raw_fd()).as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| TestCaseError::fail(format!("reopening to read: {e}")))?;
+        let mut buf = vec![0u8; hi.saturating_sub(lo) as usize];
+        let k = native(rustix::io::pread(&reader, &mut buf, lo));
+        let _ = same!(k, Ok(buf.len()), "reading [{lo}, {hi})");
+        Ok(buf)
     }
 
     /// After an operation on open file `i`: its offset and its size match.
