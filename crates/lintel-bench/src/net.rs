@@ -219,24 +219,32 @@ fn serve_raw(listener: std::net::TcpListener) -> anyhow::Result<()> {
         let echo: door::Client = capnp_rpc::new_client(RawEcho);
         loop {
             let (tcp, _) = listener.accept().await?;
-            tcp.set_nodelay(true)?;
-            let (r, w) = tokio_util::compat::TokioAsyncReadCompatExt::compat(tcp).split();
-            let network = twoparty::VatNetwork::new(
-                futures::io::BufReader::new(r),
-                futures::io::BufWriter::new(w),
-                Side::Server,
-                raw_limits(),
-            );
+            let network = raw_network(tcp, Side::Server)?;
             tokio::task::spawn_local(RpcSystem::new(Box::new(network), Some(echo.clone().client)));
         }
     })
 }
 
-/// The same message limit the proxies use (256 MiB).
-fn raw_limits() -> capnp::message::ReaderOptions {
-    let mut o = capnp::message::ReaderOptions::new();
-    o.traversal_limit_in_words(Some((256 << 20) / 8 + 1024));
-    o
+/// The baseline's end of a connection: capnp-rpc's two-party network on `tcp`, with the
+/// message limit a link has by default.
+fn raw_network(
+    tcp: tokio::net::TcpStream,
+    side: Side,
+) -> std::io::Result<
+    twoparty::VatNetwork<
+        futures::io::BufReader<futures::io::ReadHalf<tokio_util::compat::Compat<tokio::net::TcpStream>>>,
+    >,
+> {
+    tcp.set_nodelay(true)?;
+    let (r, w) = tokio_util::compat::TokioAsyncReadCompatExt::compat(tcp).split();
+    let mut limits = capnp::message::ReaderOptions::new();
+    limits.traversal_limit_in_words(Some(LinkOptions::plain().max_message / 8 + 1024));
+    Ok(twoparty::VatNetwork::new(
+        futures::io::BufReader::new(r),
+        futures::io::BufWriter::new(w),
+        side,
+        limits,
+    ))
 }
 
 /// The baseline's client: a connection to the raw echo, driven by a current-thread runtime.
@@ -254,14 +262,7 @@ impl RawClient {
         let local = tokio::task::LocalSet::new();
         let echo = local.block_on(&rt, async {
             let tcp = tokio::net::TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            let (r, w) = tokio_util::compat::TokioAsyncReadCompatExt::compat(tcp).split();
-            let network = twoparty::VatNetwork::new(
-                futures::io::BufReader::new(r),
-                futures::io::BufWriter::new(w),
-                Side::Client,
-                raw_limits(),
-            );
+            let network = raw_network(tcp, Side::Client)?;
             let mut rpc = RpcSystem::new(Box::new(network), None);
             let echo: door::Client = rpc.bootstrap(Side::Server);
             tokio::task::spawn_local(rpc);

@@ -79,18 +79,18 @@ impl NamedLink {
         })
     }
 
-    fn set_up(&self, link: Rc<Link>) {
+    /// Make `conn` the current connection until it ends.
+    async fn serve(&self, conn: Link) {
+        let conn = Rc::new(conn);
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
-        *self.current.borrow_mut() = Some((generation, link));
+        *self.current.borrow_mut() = Some((generation, conn.clone()));
         self.found.borrow_mut().clear();
         tracing::info!(link = %self.name, generation, "link up");
         self.up.notify_waiters();
-    }
-
-    /// The connection of generation `generation` ended.
-    fn ended(&self, generation: u64) {
+        conn.ended.wait().await;
         let mut current = self.current.borrow_mut();
+        // A newer connection (a listening end's) may have taken over.
         if current.as_ref().is_some_and(|(g, _)| *g == generation) {
             *current = None;
             tracing::info!(link = %self.name, generation, "link down");
@@ -223,11 +223,7 @@ pub(crate) async fn keep_connected(
         match made.await {
             Ok(conn) => {
                 backoff = FIRST_BACKOFF;
-                let conn = Rc::new(conn);
-                link.set_up(conn.clone());
-                let generation = link.generation.get();
-                conn.ended.wait().await;
-                link.ended(generation);
+                link.serve(conn).await;
             }
             Err(e) => tracing::debug!(link = %link.name, "connecting: {e}"),
         }
@@ -260,13 +256,7 @@ pub(crate) async fn keep_accepting(
         let (crossing, link, opts, exports) = (crossing.clone(), link.clone(), opts.clone(), exports.clone());
         tokio::task::spawn_local(async move {
             match establish(tcp, Side::Server, &opts, exports, crossing).await {
-                Ok(conn) => {
-                    let conn = Rc::new(conn);
-                    link.set_up(conn.clone());
-                    let generation = link.generation.get();
-                    conn.ended.wait().await;
-                    link.ended(generation);
-                }
+                Ok(conn) => link.serve(conn).await,
                 Err(e) => tracing::warn!(link = %link.name, %from, "link refused: {e}"),
             }
         });
