@@ -242,3 +242,42 @@ async fn keepalive(far: link::Client, period: Duration, socket: Rc<std::net::Tcp
     }
     let _ = socket.shutdown(std::net::Shutdown::Both);
 }
+
+/// Accept connections on `listener` until `done` ends, each made a link
+/// (its handshake a task of its own, so one slow peer holds up no other)
+/// and handed to `on_link`.
+pub(crate) async fn accept_links<F, Fut>(
+    listener: tokio::net::TcpListener,
+    opts: LinkOptions,
+    exports: Arc<dyn Exports>,
+    crossing: Rc<Crossing>,
+    done: impl std::future::Future<Output = ()>,
+    on_link: F,
+) where
+    F: Fn(Link) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let mut done = std::pin::pin!(done);
+    loop {
+        let tcp = tokio::select! {
+            r = listener.accept() => r,
+            () = &mut done => return,
+        };
+        let (tcp, from) = match tcp {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let (opts, exports, crossing, on_link) =
+            (opts.clone(), exports.clone(), crossing.clone(), on_link.clone());
+        tokio::task::spawn_local(async move {
+            match establish(tcp, Side::Server, &opts, exports, crossing).await {
+                Ok(link) => on_link(link).await,
+                Err(e) => tracing::warn!(%from, "link refused: {e}"),
+            }
+        });
+    }
+}

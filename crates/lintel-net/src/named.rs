@@ -36,7 +36,7 @@ use crate::crossing::Crossing;
 use crate::error::NetError;
 use crate::exported::Exports;
 use crate::imported::{Outbound, call_on, hand_over};
-use crate::link::{Link, LinkOptions, establish};
+use crate::link::{Link, LinkOptions, accept_links, establish};
 use crate::lintel_capnp::door;
 use crate::proxy::Cmd;
 
@@ -244,23 +244,12 @@ pub(crate) async fn keep_accepting(
     opts: LinkOptions,
     exports: Arc<dyn Exports>,
 ) {
-    while !link.stopped.get() {
-        let (tcp, from) = match listener.accept().await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(link = %link.name, "accept: {e}");
-                tokio::time::sleep(FIRST_BACKOFF).await;
-                continue;
-            }
-        };
-        let (crossing, link, opts, exports) = (crossing.clone(), link.clone(), opts.clone(), exports.clone());
-        tokio::task::spawn_local(async move {
-            match establish(tcp, Side::Server, &opts, exports, crossing).await {
-                Ok(conn) => link.serve(conn).await,
-                Err(e) => tracing::warn!(link = %link.name, %from, "link refused: {e}"),
-            }
-        });
-    }
+    let serving = link.clone();
+    let on_link = move |conn: Link| {
+        let link = serving.clone();
+        async move { link.serve(conn).await }
+    };
+    accept_links(listener, opts, exports, crossing, std::future::pending(), on_link).await
 }
 
 /// The handler of an import by name.

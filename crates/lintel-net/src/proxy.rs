@@ -22,7 +22,7 @@ use crate::crossing::Crossing;
 use crate::error::NetError;
 use crate::exported::Exports;
 use crate::imported::{Outbound, forward};
-use crate::link::{Link, LinkOptions, establish};
+use crate::link::{Link, LinkOptions, accept_links, establish};
 use crate::named::{Endpoint, NamedImport, NamedLink, call_named, keep_accepting, keep_connected};
 
 /// What the proxy's thread is asked to do.
@@ -359,14 +359,22 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Cmd>, crossing: Rc<Crossing>) {
                 let first = next_link;
                 // Links accepted take numbers from far above those made.
                 next_link += 1 << 32;
-                tokio::task::spawn_local(accept_loop(
+                let (links, next) = (links.clone(), Rc::new(std::cell::Cell::new(first << 32)));
+                let done = accepted.clone();
+                tokio::task::spawn_local(accept_links(
                     listener,
                     opts,
                     exports,
                     crossing.clone(),
-                    links.clone(),
-                    first << 32,
-                    accepted,
+                    async move { done.closed().await },
+                    move |link: Link| {
+                        let id = next.get();
+                        next.set(id + 1);
+                        let peer = link.peer;
+                        links.borrow_mut().insert(id, link);
+                        let _ = accepted.send((id, peer));
+                        std::future::ready(())
+                    },
                 ));
             }
             Cmd::Lookup { link, name, reply } => {
@@ -487,50 +495,5 @@ fn lookup_error(name: &str, e: &capnp::Error) -> NetError {
     match e.kind {
         capnp::ErrorKind::Disconnected => NetError::LinkDown(e.to_string()),
         _ => NetError::NotExported(name.to_owned()),
-    }
-}
-
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    opts: LinkOptions,
-    exports: Arc<dyn Exports>,
-    crossing: Rc<Crossing>,
-    links: Rc<RefCell<HashMap<u64, Link>>>,
-    mut next: u64,
-    accepted: mpsc::UnboundedSender<(u64, SocketAddr)>,
-) {
-    loop {
-        let tcp = tokio::select! {
-            r = listener.accept() => r,
-            () = accepted.closed() => return,
-        };
-        let (tcp, from) = match tcp {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let id = next;
-        next += 1;
-        let (opts, exports, crossing, links, accepted) = (
-            opts.clone(),
-            exports.clone(),
-            crossing.clone(),
-            links.clone(),
-            accepted.clone(),
-        );
-        // Each handshake on its own, so one slow peer holds up no other.
-        tokio::task::spawn_local(async move {
-            match establish(tcp, Side::Server, &opts, exports, crossing).await {
-                Ok(link) => {
-                    let peer = link.peer;
-                    links.borrow_mut().insert(id, link);
-                    let _ = accepted.send((id, peer));
-                }
-                Err(e) => tracing::warn!(%from, "link refused: {e}"),
-            }
-        });
     }
 }
