@@ -7,6 +7,7 @@ pub mod awaited;
 pub mod baseline;
 pub mod bulk;
 pub mod door;
+pub mod echo;
 pub mod fs;
 pub mod grpc;
 pub mod harness;

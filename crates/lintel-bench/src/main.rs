@@ -15,7 +15,7 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{awaited, baseline, bulk, door, fs, lrpc, markdown, net, placement, recovery, unix};
+use lintel_bench::{awaited, baseline, bulk, door, echo, fs, lrpc, markdown, net, placement, recovery, unix};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -24,6 +24,7 @@ const SUITES: &[(&str, Suite)] = &[
     (placement::SUITE, placement::run),
     (lrpc::SUITE, lrpc::run),
     (bulk::SUITE, bulk::run),
+    (echo::SUITE, echo::run),
     (fs::SUITE, fs::run),
     (unix::SUITE, unix::run),
     (recovery::SUITE, recovery::run),
@@ -41,6 +42,8 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         lrpc::ROLE => lrpc::child(args),
         bulk::ROLE => bulk::child(args),
         bulk::UDS_ROLE => bulk::uds_child(args),
+        echo::ROLE => echo::child(args),
+        echo::iceoryx2::ROLE => echo::iceoryx2::child(args),
         fs::ROLE => fs::child(args),
         recovery::ROLE => recovery::child(args),
         awaited::ROLE => awaited::child(args),

@@ -513,6 +513,22 @@ impl Loaned {
         self.view.read_into(self.len, dst);
     }
 
+    /// Copy the bytes into the start of `dst` (as many as fit); how many
+    /// were copied. For a copy that goes straight into a loan of one's own
+    /// (a server answering with a loan), without a `Vec` between.
+    ///
+    /// ```no_run
+    /// # fn answer(loaned: &lintel::buffer::Loaned) -> Result<lintel::buffer::Loan, lintel::CallError> {
+    /// let mut mine = lintel::buffer::Loan::new(loaned.len())?;
+    /// loaned.copy_to(mine.as_mut_slice());
+    /// # Ok(mine) }
+    /// ```
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.len);
+        self.view.read_to(&mut dst[..n]);
+        n
+    }
+
     /// A copy of the bytes.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);

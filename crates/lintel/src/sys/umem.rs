@@ -530,6 +530,20 @@ impl Bulk {
         }
     }
 
+    /// Copy the first `dst.len()` bytes of the view into `dst`.
+    pub fn read_to(&self, dst: &mut [u8]) {
+        let words = self.words(dst.len().div_ceil(8));
+        let mut chunks = dst.chunks_exact_mut(8);
+        for (w, c) in words.iter().zip(&mut chunks) {
+            c.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
+        }
+        let tail = chunks.into_remainder();
+        if !tail.is_empty() {
+            let b = words[words.len() - 1].load(Relaxed).to_ne_bytes();
+            tail.copy_from_slice(&b[..tail.len()]);
+        }
+    }
+
     /// Append the first `len` bytes of the segment to `dst`: one pass, no
     /// zeroing first.
     pub fn read_into(&self, len: usize, dst: &mut Vec<u8>) {
@@ -615,6 +629,14 @@ mod tests {
                     let mut got = vec![0xee];
                     b.read_into(len, &mut got);
                     assert_eq!(&got[1..], part, "offset {off}, {len} bytes, words {words}");
+                    let mut to = vec![0xee; len + 1];
+                    b.read_to(&mut to[1..]);
+                    assert_eq!(
+                        &to[1..],
+                        part,
+                        "read_to: offset {off}, {len} bytes, words {words}"
+                    );
+                    assert_eq!(to[0], 0xee, "read_to wrote before its slice");
                 }
             }
         }

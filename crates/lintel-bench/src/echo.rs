@@ -1,0 +1,235 @@
+//! Suite `echo`: one payload echoed between two processes at 8 B, 1 KiB, 64 KiB and 1 MiB,
+//! by lintel's paths and by iceoryx2, each with its fastest request/response, against the
+//! copies an echo needs. Every case runs in each of ten interleaved rounds, pooled, so the
+//! machine's moods fall on all of them alike.
+//!
+//! - `copy_<size>`: a raw door call whose handler returns its argument bytes (the default,
+//!   hostile-safe path: the caller gets a private copy, the handler a private `&[u8]`). It
+//!   carries `floor_ns`, the copies this path needs plus a null call (see [`COPY_PATH_COPIES`]),
+//!   and `vs_floor`.
+//! - `loan_<size>`: the caller fills a loan (`lintel::Loan`) and passes it; the server copies it
+//!   into a loan of its own (`Loaned::copy_to`: one copy out of untrusted memory, which is the
+//!   snapshot) and answers with that; the caller reads the answer's ends in place. One copy per
+//!   direction, as iceoryx2.
+//! - `memcpy_<size>`: one `copy_from_slice` in one process (the floor's unit).
+//! - `null`: a door call with no data, to the same child (the floor's fixed part).
+//! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
+
+pub mod iceoryx2;
+
+use anyhow::{bail, ensure};
+use lintel::{Buffer, CallError, Door, Fault, Loan, Reply, Request};
+
+use crate::harness::{CaseResult, ChildDomain, Config, Report, Stats, measure_batched, serve_all_forever};
+
+pub const SUITE: &str = "echo";
+/// The child role serving the echo doors.
+pub const ROLE: &str = "echo";
+
+const SIZES: [(&str, usize); 4] = [("8", 8), ("1k", 1 << 10), ("64k", 64 << 10), ("1m", 1 << 20)];
+const ROUNDS: u64 = 10;
+
+/// Copies of the payload the copy path must make for an echo: the caller's into shared memory,
+/// the server's snapshot out of it (the caller may still write it), the handler's own (its
+/// reply), and the caller's snapshot of the result. (It makes one more today: the reply is
+/// built in private memory, then copied into shared memory.)
+const COPY_PATH_COPIES: f64 = 4.0;
+
+/// Operations per case over all rounds, and per timed batch.
+fn iters(cfg: &Config, size: usize) -> (u64, u64) {
+    let (n, batch) = match size {
+        s if s <= 1 << 10 => (100_000, 20),
+        s if s <= 64 << 10 => (20_000, 1),
+        _ => (2_000, 1),
+    };
+    (cfg.iters(n).max(ROUNDS), batch)
+}
+
+/// The doors the child offers: copy echo, loan echo, null.
+fn doors() -> Vec<Door> {
+    let copy = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+        reply.data.extend_from_slice(req.data);
+        Ok(())
+    });
+    let loan = Door::create(1, |req: Request<'_>, reply: &mut Reply| {
+        let Some(Buffer::Loaned(asked)) = req.buffers.first() else {
+            return Err(Fault(1));
+        };
+        let mut answer = Loan::new(asked.len()).map_err(|_| Fault(2))?;
+        asked.copy_to(answer.as_mut_slice());
+        reply.buffers.push(Buffer::Loan(answer));
+        Ok(())
+    });
+    let null = Door::create(2, |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) });
+    vec![copy, loan, null]
+}
+
+/// The child side: serve the echo doors until killed.
+pub fn child(_args: &[String]) -> anyhow::Result<()> {
+    serve_all_forever(doors())
+}
+
+/// One case's rounds.
+#[derive(Default)]
+struct Rounds(Vec<Stats>);
+
+impl Rounds {
+    fn add(&mut self, s: anyhow::Result<Stats>) -> anyhow::Result<()> {
+        self.0.push(s?);
+        Ok(())
+    }
+    fn pooled(&self) -> Stats {
+        Stats::pooled(&self.0)
+    }
+}
+
+pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let child = ChildDomain::spawn(cfg, ROLE)?;
+    let [copy, loan, null] = child.doors() else {
+        bail!("the echo child offered {} doors, expected 3", child.doors().len());
+    };
+    ensure!(!copy.is_local(), "the child's echo door is local");
+    let ice = iceoryx2::Echo::start(cfg)?;
+    let mut null_rounds = Rounds::default();
+    for (name, size) in SIZES {
+        let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
+        let (n, batch) = iters(cfg, size);
+        let per_round = (n / ROUNDS).max(batch);
+        let [mut c, mut l, mut m, mut i]: [Rounds; 4] = Default::default();
+        for _ in 0..ROUNDS {
+            c.add(measure_copy(copy, &data, per_round, batch))?;
+            i.add(ice.measure(&data, per_round, batch))?;
+            l.add(measure_loan(loan, &data, per_round, batch))?;
+            m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
+            null_rounds.add(measure_null(null, per_round.min(1000), 20))?;
+        }
+        let (c, l, m, i) = (c.pooled(), l.pooled(), m.pooled(), i.pooled());
+        let null_ns = null_rounds.pooled().median_ns;
+        let floor = null_ns + COPY_PATH_COPIES * m.median_ns;
+        let ice_case = format!("iceoryx2_echo_{name}");
+        report.push(
+            CaseResult::new(SUITE, &format!("copy_{name}"), &c)
+                .compare_to("baseline", &ice_case)
+                .with_field("bytes", size as f64)
+                .with_field("vs_iceoryx2", c.median_ns / i.median_ns)
+                .with_field("floor_ns", floor)
+                .with_field("vs_floor", c.median_ns / floor)
+                .with_note(format!(
+                    "{size} bytes each way, copied; {:.2}× iceoryx2 (target ≤ 1.5 at 64k and 1m); \
+                     {:.2}× its floor of {} copies and a null call, {floor:.0} ns (target ≤ 1.5)",
+                    c.median_ns / i.median_ns,
+                    c.median_ns / floor,
+                    COPY_PATH_COPIES
+                )),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("loan_{name}"), &l)
+                .compare_to("baseline", &ice_case)
+                .with_field("bytes", size as f64)
+                .with_field("vs_iceoryx2", l.median_ns / i.median_ns)
+                .with_note(format!(
+                    "{size} bytes each way in loans, one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m)",
+                    l.median_ns / i.median_ns
+                )),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("memcpy_{name}"), &m)
+                .with_field("bytes", size as f64)
+                .with_note("one copy_from_slice in one process, buffers 2 KiB apart modulo 4 KiB"),
+        );
+        report.push(
+            CaseResult::new("baseline", &ice_case, &i)
+                .with_field("bytes", size as f64)
+                .with_note(
+                    "iceoryx2 0.10 request/response over [u8], both sides busy-polling: \
+                     the client copies into a loaned request, the server into a loaned response",
+                ),
+        );
+    }
+    report.push(
+        CaseResult::new(SUITE, "null", &null_rounds.pooled())
+            .with_note("a door call with no data to the same child, for the floors"),
+    );
+    ice.stop()
+}
+
+fn measure_copy(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let mut failure = None;
+    let stats = measure_batched(iters, batch, || {
+        if failure.is_some() {
+            return;
+        }
+        match door.call(data, &[], &mut reply) {
+            Ok(()) if same_ends(&reply.data, data) => {}
+            Ok(()) => failure = Some("the echo came back changed".to_string()),
+            Err(e) => failure = Some(e.to_string()),
+        }
+    });
+    match failure {
+        Some(f) => bail!("echo of {} bytes: {f}", data.len()),
+        None => Ok(stats),
+    }
+}
+
+fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let mut failure = None;
+    let mut round = || -> Result<bool, CallError> {
+        let mut loan = Loan::new(data.len())?;
+        loan.as_mut_slice().copy_from_slice(data);
+        door.call_with(&[], &[], vec![Buffer::Loan(loan)], &mut reply)?;
+        let ok = match reply.buffers.first() {
+            Some(Buffer::Loaned(l)) => {
+                l.len() == data.len()
+                    && l.get(0) == data.first().copied()
+                    && l.get(data.len() - 1) == data.last().copied()
+            }
+            _ => false,
+        };
+        reply.buffers.clear();
+        Ok(ok)
+    };
+    let stats = measure_batched(iters, batch, || {
+        if failure.is_some() {
+            return;
+        }
+        match round() {
+            Ok(true) => {}
+            Ok(false) => failure = Some("the loan came back changed".to_string()),
+            Err(e) => failure = Some(e.to_string()),
+        }
+    });
+    match failure {
+        Some(f) => bail!("loan echo of {} bytes: {f}", data.len()),
+        None => Ok(stats),
+    }
+}
+
+fn measure_null(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut reply = Reply::new();
+    let mut failure = None;
+    let stats = measure_batched(iters, batch, || {
+        if failure.is_none() {
+            failure = door.call(&[], &[], &mut reply).err();
+        }
+    });
+    match failure {
+        Some(e) => bail!("null call: {e}"),
+        None => Ok(stats),
+    }
+}
+
+/// One copy of `data`, the best case for glibc: no 4 KiB aliasing.
+fn measure_memcpy(data: &[u8], iters: u64, batch: u64) -> Stats {
+    let mut dst = vec![0u8; data.len() + 4096];
+    let at = (2048 + 4096 - dst.as_ptr() as usize % 4096 + data.as_ptr() as usize % 4096) % 4096;
+    measure_batched(iters, batch, || {
+        dst[at..at + data.len()].copy_from_slice(std::hint::black_box(data));
+        std::hint::black_box(&mut dst);
+    })
+}
+
+fn same_ends(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.first() == b.first() && a.last() == b.last()
+}
