@@ -625,6 +625,30 @@ mod regressions {
         replay(&["rename - . - @/d/c", "rename - . - d", "rename - . 0 a"]);
     }
 
+    /// `rename` and `link` whose names' directories pass through a symlink
+    /// that leaves the export (here an absolute one, back into it): the
+    /// service refuses it (`EXDEV`), and the names are followed as the
+    /// program sees them, as for the calls that name one path.
+    #[test]
+    fn two_names_through_a_symlink_that_leaves_the_export() {
+        replay(&["symlink @/a - l", "symlink l - d", "rename - a - d/c"]);
+        replay(&[
+            "mkdir - a 493",
+            "symlink @/a - l",
+            "open 0 - b 0x41 420",
+            "rename - b - l/c",
+            "rename - l/c - b",
+        ]);
+        replay(&[
+            "mkdir - a 493",
+            "symlink @/a - l",
+            "open 0 - b 0x41 420",
+            "link - b - l/c 0x0",
+            "unlink - l/c 0x0",
+        ]);
+        replay(&["symlink @/a - l", "rename - l/x - b", "link - l/x - b 0x0"]);
+    }
+
     /// `link` and `rename` between a served name and one relative to a
     /// descriptor that is none: `EXDEV` where Linux finds the bad
     /// descriptor first (`EBADF`).
