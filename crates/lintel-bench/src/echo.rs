@@ -14,6 +14,8 @@
 //! - `memcpy_<size>`: one `copy_from_slice` in one process (the floor's unit).
 //! - `null`: a door call with no data, to the same child (the floor's fixed part).
 //! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
+//!
+//! `LINTEL_BENCH_ECHO_SIZES=64k,1m` limits the run to those sizes.
 
 pub mod iceoryx2;
 
@@ -91,7 +93,9 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     ensure!(!copy.is_local(), "the child's echo door is local");
     let ice = iceoryx2::Echo::start(cfg)?;
     let mut null_rounds = Rounds::default();
-    for (name, size) in SIZES {
+    let only = std::env::var("LINTEL_BENCH_ECHO_SIZES").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|s| s == name));
+    for (name, size) in SIZES.into_iter().filter(|(name, _)| wanted(name)) {
         let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
         let (n, batch) = iters(cfg, size);
         let per_round = (n / ROUNDS).max(batch);

@@ -154,11 +154,13 @@ fn vanilla(
         Ok(sent) => sent,
         Err(e) => return counted(Err(e), reply),
     };
+    lease.class.set(stats::class(data.len()) as u8);
     let waited = post(slot, conn, at.index, seq, alerted, shuttle).and_then(|running| {
         let r = wait_reply(lease, conn, seq, running, due);
         drop(in_call);
         r
     });
+    lease.class.set(0);
     if let Err(e) = waited {
         return counted(Err(e.into()), reply);
     }

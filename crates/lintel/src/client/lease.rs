@@ -42,6 +42,15 @@ pub(super) struct Lease {
     pub(super) settings: &'static Settings,
     /// Held in this thread's `LEASES` (so it may be `last`).
     pub(super) held: Cell<bool>,
+    /// How long this thread's calls on the slot took lately (ns, a running
+    /// average over those that outlasted the hot poll): how long the next
+    /// one may spin before it sleeps (`wait::spin_budget`).
+    pub(super) lately: Cell<u32>,
+    /// When the wait in progress began to spin (ns, monotonic).
+    pub(super) since: Cell<u64>,
+    /// The size class of the call in progress (`stats::class`), for
+    /// counting a sleep: set by the vanilla path, 0 on the fast one.
+    pub(super) class: Cell<u8>,
 }
 
 impl Lease {

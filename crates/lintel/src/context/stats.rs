@@ -49,6 +49,23 @@ pub const BUCKET_NAMES: [&str; BUCKETS] = ["0-16", "16-100", "100-1000", "1000-4
 /// The largest size in the first bucket.
 pub const BUCKET_0_MAX: usize = 16;
 
+/// Number of size classes in which sleeps are counted.
+pub const CLASSES: usize = 4;
+/// Size class labels (bytes of arguments): how long a call's copies take,
+/// and so whether its caller may wait for it spinning.
+pub const CLASS_NAMES: [&str; CLASSES] = ["0-4000", "4000-64K", "64K-1M", "1M+"];
+
+/// The size class of a call with `len` bytes of arguments.
+#[inline]
+pub fn class(len: usize) -> usize {
+    match len {
+        0..=4000 => 0,
+        4001..=0xFFFF => 1,
+        0x1_0000..=0xF_FFFF => 2,
+        _ => 3,
+    }
+}
+
 /// The size bucket of `len` bytes.
 #[inline]
 pub fn bucket(len: usize) -> usize {
@@ -78,6 +95,12 @@ pub struct CallStats {
     pub returns_with_doors: [u64; PATHS],
     /// Calls this domain served for other domains, per path.
     pub served: [u64; PATHS],
+    /// Calls made to other domains, per size class of their arguments
+    /// ([`class`]).
+    pub sized: [u64; CLASSES],
+    /// Of those, the calls whose caller slept for the reply (rather than
+    /// spinning until it came), per size class.
+    pub slept: [u64; CLASSES],
 }
 
 impl CallStats {
@@ -100,6 +123,8 @@ impl CallStats {
         sub(&mut out.calls_with_doors, &earlier.calls_with_doors);
         sub(&mut out.returns_with_doors, &earlier.returns_with_doors);
         sub(&mut out.served, &earlier.served);
+        sub(&mut out.sized, &earlier.sized);
+        sub(&mut out.slept, &earlier.slept);
         for p in 0..PATHS {
             sub(&mut out.args[p], &earlier.args[p]);
             sub(&mut out.results[p], &earlier.results[p]);
@@ -150,7 +175,16 @@ impl std::fmt::Display for CallStats {
                 writeln!(f)?;
             }
         }
-        Ok(())
+        write!(f, "{:<18}", "slept/calls")?;
+        for c in CLASS_NAMES {
+            write!(f, " {c:>14}")?;
+        }
+        writeln!(f)?;
+        write!(f, "{:<18}", "cross-domain")?;
+        for (slept, calls) in self.slept.iter().zip(self.sized) {
+            write!(f, " {:>14}", format!("{slept}/{calls}"))?;
+        }
+        writeln!(f)
     }
 }
 
@@ -166,7 +200,11 @@ const SERVED: usize = RET_DOORS + PATHS;
 /// no doors: one count stands for a call, an argument and a result in
 /// bucket 0 of the path (the common call, counted with one store).
 const INLINE_OK: usize = SERVED + PATHS;
-const WORDS: usize = INLINE_OK + PATHS;
+/// Cross-domain calls with more than 4000 bytes of arguments, per size
+/// class (the first class is read off the argument buckets instead).
+const SIZED: usize = INLINE_OK + PATHS;
+const SLEPT: usize = SIZED + CLASSES;
+const WORDS: usize = SLEPT + CLASSES;
 
 /// One owner's counters; only the owner writes them. Line-aligned, so two
 /// owners' blocks never share a cache line.
@@ -248,6 +286,9 @@ impl Counters {
         let p = path as usize;
         self.bump(CALLS + p);
         self.bump(ARGS + p * BUCKETS + bucket(args));
+        if path != Path::Colocated && args > 4000 {
+            self.bump(SIZED + class(args));
+        }
         if doors > 0 {
             self.bump(CALL_DOORS + p);
         }
@@ -268,6 +309,13 @@ impl Counters {
     #[inline(always)]
     pub fn inline_ok(&self, path: Path) {
         self.bump(INLINE_OK + path as usize);
+    }
+
+    /// Count a caller that slept for the reply to a call with arguments of
+    /// size class `class`.
+    #[inline]
+    pub fn slept(&self, class: usize) {
+        self.bump(SLEPT + class.min(CLASSES - 1));
     }
 
     /// Count a call served here for another domain.
@@ -344,6 +392,17 @@ fn add(s: &mut CallStats, b: &Block) {
         s.args[p][0] += small;
         s.results[p][0] += small;
     }
+    for c in 0..CLASSES {
+        s.sized[c] += w(SIZED + c);
+        s.slept[c] += w(SLEPT + c);
+    }
+    // Cross-domain calls of at most 4000 bytes: buckets 0 to 3.
+    let cross = [Path::Fast as usize, Path::Vanilla as usize];
+    let small: u64 = cross
+        .iter()
+        .flat_map(|&p| (0..4).map(move |k| w(ARGS + p * BUCKETS + k)))
+        .sum();
+    s.sized[0] += small + cross.iter().map(|&p| w(INLINE_OK + p)).sum::<u64>();
 }
 
 #[cfg(test)]
@@ -392,6 +451,39 @@ mod tests {
         holder.join().unwrap();
         assert!(finished, "the child hung on its parent's lock");
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+
+    #[test]
+    fn size_classes_start_where_springs_last_bucket_does() {
+        assert_eq!(
+            [0, 4000, 4001, 65535, 65536, (1 << 20) - 1, 1 << 20, usize::MAX].map(class),
+            [0, 0, 1, 1, 2, 2, 3, 3]
+        );
+    }
+
+    /// Calls are counted in their size class, the small ones off their
+    /// buckets; sleeps in theirs.
+    #[test]
+    fn sleeps_are_counted_beside_the_calls_of_their_size() {
+        let _alone = REGISTRY.lock();
+        let c = Counters::new();
+        let read = || {
+            let mut s = CallStats::default();
+            add(&mut s, c.block);
+            s
+        };
+        let before = read();
+        c.call(Path::Fast, 8, 0, Some((8, 0)));
+        c.call(Path::Vanilla, 3000, 0, None);
+        c.call(Path::Vanilla, 65536, 0, Some((0, 0)));
+        c.call(Path::Vanilla, 1 << 20, 0, Some((0, 0)));
+        c.call(Path::Colocated, 1 << 20, 0, Some((0, 0)));
+        c.slept(class(65536));
+        c.slept(class(1 << 20));
+        let d = read().since(&before);
+        assert_eq!(d.sized, [2, 0, 1, 1], "a co-located call is no cross-domain call");
+        assert_eq!(d.slept, [0, 0, 1, 1]);
+        assert!(d.to_string().contains("1/1"), "{d}");
     }
 
     #[test]

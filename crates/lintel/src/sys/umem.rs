@@ -2,9 +2,11 @@
 //!
 //! A call slot lives in a mapping shared with another process, which may be
 //! hostile and may write any byte at any time. Plain loads and stores there
-//! would be data races in Rust's model, so every access goes through atomics:
-//! relaxed word loads and stores for data, acquire/release on the sequence
-//! words. Readers copy a request out first, then validate the copy, then act
+//! would be data races in Rust's model, so every access goes through atomics
+//! (relaxed word loads and stores for data, acquire/release on the sequence
+//! words) or, for copies of 256 bytes and more, through an assembly block
+//! the compiler cannot see into (`copy_from_shared`: `rep movsb`, three
+//! times as fast as the word loop at 64 KiB). Readers copy a request out first, then validate the copy, then act
 //! on it; nothing is validated in place and read twice. Header fields can
 //! be read only through [`RequestHeader`] and [`ReplyHeader`], which copy
 //! them once; [`Slot::get`] takes only the polled words ([`Polled`]).
@@ -19,7 +21,7 @@ use crate::abi::{
     OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ,
     OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
-use crate::sys::{Mapping, copy_raw};
+use crate::sys::{Mapping, copy_from_shared, copy_raw};
 
 /// The slot words that are polled: states and CPUs, which each side reads
 /// to decide whether to spin or wake, and which mean nothing beyond that.
@@ -332,6 +334,10 @@ impl Slot {
     #[inline]
     pub fn read(&self, off: usize, dst: &mut [u8]) {
         Self::range(off, dst.len());
+        // SAFETY: in bounds (checked); `dst` is private and ours alone.
+        if unsafe { copy_from_shared(dst.as_mut_ptr(), self.base.add(off), dst.len()) } {
+            return;
+        }
         let mut chunks = dst.chunks_exact_mut(8);
         let mut o = off;
         for c in &mut chunks {
@@ -403,9 +409,9 @@ impl<'a> At<'a> {
 }
 
 /// A bulk segment mapped here (see [`crate::abi`]): arguments or results
-/// larger than a slot's data region. Bytes are copied in and out word by
-/// word with relaxed atomics, like the slot's, and never referenced: the
-/// reader's segment is the peer's to write at any time.
+/// larger than a slot's data region. Bytes are copied in and out, like the
+/// slot's, and never referenced: the reader's segment is the peer's to
+/// write at any time.
 ///
 /// The word loop also runs at full speed whatever the two buffers'
 /// alignment, where glibc's `memcpy` here (`rep movsb`) slows ten-fold when
@@ -533,6 +539,11 @@ impl Bulk {
     /// Copy the first `dst.len()` bytes of the view into `dst`.
     pub fn read_to(&self, dst: &mut [u8]) {
         let words = self.words(dst.len().div_ceil(8));
+        // SAFETY: the view holds `dst.len()` bytes (checked by `words`),
+        // `dst` is a distinct private buffer that `&mut` gives us alone.
+        if unsafe { copy_from_shared(dst.as_mut_ptr(), self.base(), dst.len()) } {
+            return;
+        }
         let mut chunks = dst.chunks_exact_mut(8);
         for (w, c) in words.iter().zip(&mut chunks) {
             c.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
@@ -550,6 +561,14 @@ impl Bulk {
         let words = self.words(len.div_ceil(8));
         dst.reserve(len);
         let start = dst.len();
+        // SAFETY: the view holds `len` bytes (checked by `words`); the
+        // destination is `len` bytes of `dst`'s spare capacity (reserved
+        // above), which no reference points into.
+        if unsafe { copy_from_shared(dst.as_mut_ptr().add(start), self.base(), len) } {
+            // SAFETY: those `len` bytes were all written just now.
+            unsafe { dst.set_len(start + len) };
+            return;
+        }
         let spare = &mut dst.spare_capacity_mut()[..len];
         let (whole, tail) = spare.split_at_mut(len / 8 * 8);
         let out = whole.as_mut_ptr() as *mut [u8; 8];
