@@ -220,7 +220,7 @@ enum Versus {
 }
 
 /// The headline cases: (what it measures, case, comparison, target).
-const HEADLINE: [(&str, &str, Versus, &str); 19] = [
+const HEADLINE: [(&str, &str, Versus, &str); 21] = [
     (
         "null call, co-located",
         "door/null_colocated",
@@ -250,6 +250,18 @@ const HEADLINE: [(&str, &str, Versus, &str); 19] = [
         "bulk/echo_1m",
         Versus::Faster("baseline/uds_echo_1m"),
         "≥ 20× faster",
+    ),
+    (
+        "1 MiB echo, copied, against iceoryx2",
+        "echo/copy_1m",
+        Versus::Times("baseline/iceoryx2_echo_1m"),
+        "≤ 1.5×",
+    ),
+    (
+        "1 MiB echo in loans, against iceoryx2",
+        "echo/loan_1m",
+        Versus::Times("baseline/iceoryx2_echo_1m"),
+        "≤ 1×",
     ),
     (
         "1 MiB loan, passed",
@@ -457,6 +469,17 @@ pub fn suite_text(suite: &str) -> &'static str {
              its first and last byte), `sealed` (a sealed snapshot made, sealed and passed one \
              way), each also co-located, against one `memcpy` and the same echo over a Unix \
              socket. `copy_limit_ratio` is the echo over two `memcpy`s plus a null call."
+        }
+        "echo" => {
+            "One payload echoed between two processes at 8 B, 1 KiB, 64 KiB and 1 MiB, each \
+             system with its fastest request/response, in ten interleaved rounds pooled: \
+             `copy` (a raw door call returning its argument: the default, hostile-safe path), \
+             `loan` (the caller fills a loan, the server copies it into a loan of its own and \
+             answers with that: one copy each way), against iceoryx2 0.10's request/response \
+             over byte slices (both sides busy-polling; one copy each way, read in place) and \
+             one `memcpy`. `floor_ns` is the copy path's floor: the four copies an echo needs \
+             when neither side trusts the other (the caller's in, the server's snapshot, the \
+             handler's reply, the caller's snapshot of it) plus a null call."
         }
         "fs" => {
             "The file service in a child domain on a file in the host's page cache, through its \

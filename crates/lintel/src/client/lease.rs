@@ -44,7 +44,7 @@ pub(super) struct Lease {
     pub(super) held: Cell<bool>,
     /// How long this thread's calls on the slot took lately (ns, a running
     /// average over those that outlasted the hot poll): how long the next
-    /// one may spin before it sleeps (`wait::spin_budget`).
+    /// one may spin before it sleeps (`spin::adaptive_budget`).
     pub(super) lately: Cell<u32>,
     /// When the wait in progress began to spin (ns, monotonic).
     pub(super) since: Cell<u64>,

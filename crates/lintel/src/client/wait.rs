@@ -11,7 +11,7 @@ use crate::context::stats::Path;
 use crate::object::conn::Conn;
 use crate::state::handshake::{self, Posted, Shared};
 use crate::sys;
-use crate::sys::spin::Spinner;
+use crate::sys::spin::{self, Spinner};
 use crate::sys::umem::{Polled, Slot, SyncWord};
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
@@ -161,39 +161,15 @@ pub(super) fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) ->
     sleep_for_reply(lease, conn, seq, due)
 }
 
-/// Longest a caller spins for a reply its thread's recent calls say is
-/// coming (`Lease::lately`): a call expected to take longer is slept for
-/// after the usual budget, as the CPU would be spun away for nothing.
-pub const SPIN_MAX_NS: u64 = 2_000_000;
-
-/// How long to spin for a reply, given the domain's budget and how long
-/// this thread's calls took lately: twice that, when it is more than the
-/// budget and at most [`SPIN_MAX_NS`]; else the budget. (A 1 MiB echo takes
-/// a few hundred µs, far beyond the 50 µs a null call's budget is set
-/// for; sleeping for it cost a wake-up on nearly every call.)
-pub(super) fn spin_budget(base: u64, lately: u32) -> u64 {
-    let want = 2 * u64::from(lately);
-    if want > base && want <= SPIN_MAX_NS {
-        want
-    } else {
-        base
-    }
-}
-
-/// The running average of call times (ns) after a call that took `took`.
-pub(super) fn average(lately: u32, took: u64) -> u32 {
-    let took = took.min(u64::from(u32::MAX));
-    ((3 * u64::from(lately) + took) / 4) as u32
-}
-
 /// Spin for the reply while the server runs on another CPU, up to the
-/// budget for this thread's calls ([`spin_budget`]); `None`: sleep for it.
+/// budget for this thread's calls ([`spin::adaptive_budget`]); `None`:
+/// sleep for it.
 #[cold]
 #[inline(never)]
 fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, base: u64) -> Option<Result<(), Unanswered>> {
     let since = sys::monotonic_ns();
     lease.since.set(since);
-    let budget = spin_budget(base, lease.lately.get());
+    let budget = spin::adaptive_budget(base, lease.lately.get());
     let rep = lease.slot.sync(SyncWord::RepSeq);
     // Where we run: the server spins for our next call only while we run
     // elsewhere. Published with the next request, not now, so as not to
@@ -206,10 +182,8 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, base: u64) -> Option<Res
         out.is_some()
     });
     if out.is_some() {
-        lease.lately.set(average(
-            lease.lately.get(),
-            sys::monotonic_ns().saturating_sub(since),
-        ));
+        let took = sys::monotonic_ns().saturating_sub(since);
+        lease.lately.set(spin::average(lease.lately.get(), took));
     }
     out
 }
@@ -247,7 +221,7 @@ fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(),
     let r = sleep_until_reply(lease, conn, seq, due);
     if lease.settings.spin_budget_ns() > 0 {
         let took = sys::monotonic_ns().saturating_sub(lease.since.get());
-        lease.lately.set(average(lease.lately.get(), took));
+        lease.lately.set(spin::average(lease.lately.get(), took));
     }
     r
 }
@@ -304,39 +278,4 @@ fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered 
     lease.area.leases.abandon(&lease.claim);
     lease.abandoned.set(true);
     why
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A thread whose calls take longer than the budget spins for twice
-    /// as long as they took, up to the bound; beyond it, it spins for the
-    /// budget and sleeps.
-    #[test]
-    fn the_spin_budget_follows_the_calls_up_to_its_bound() {
-        let base = 50_000;
-        assert_eq!(spin_budget(base, 0), base);
-        assert_eq!(spin_budget(base, 10_000), base, "short calls keep the budget");
-        assert_eq!(spin_budget(base, 300_000), 600_000);
-        assert_eq!(spin_budget(base, (SPIN_MAX_NS / 2) as u32), SPIN_MAX_NS);
-        assert_eq!(
-            spin_budget(base, 5_000_000),
-            base,
-            "a call this long is slept for"
-        );
-        assert_eq!(spin_budget(0, 300_000), 600_000, "spinning off is decided before");
-    }
-
-    #[test]
-    fn the_average_moves_a_quarter_of_the_way_and_saturates() {
-        assert_eq!(average(0, 400), 100);
-        assert_eq!(average(400, 400), 400);
-        let mut a = 0;
-        for _ in 0..40 {
-            a = average(a, 500_000);
-        }
-        assert!((499_000..=500_000).contains(&a), "{a}");
-        assert_eq!(average(u32::MAX, u64::MAX), u32::MAX);
-    }
 }

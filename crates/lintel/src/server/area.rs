@@ -35,6 +35,10 @@ pub(super) struct SlotServer {
     /// the reply names.
     pub(super) pinned: Mutex<Vec<Door>>,
     pub(super) has_pinned: AtomicBool,
+    /// How long the waits for the slot's next request took lately (ns, a
+    /// running average over those its spinning worker timed): how long the
+    /// next may spin (`spin::adaptive_budget`).
+    pub(super) lately: AtomicU32,
 }
 
 impl SlotServer {
@@ -50,6 +54,7 @@ impl SlotServer {
             deferred: Mutex::new(None),
             pinned: Mutex::new(Vec::new()),
             has_pinned: AtomicBool::new(false),
+            lately: AtomicU32::new(0),
         }
     }
 

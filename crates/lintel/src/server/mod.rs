@@ -35,7 +35,7 @@ use crate::object::door::{DoorCore, Ran, Reply};
 use crate::state::handshake::{self, Shared};
 use crate::state::running::Runner;
 use crate::state::workers::Pool;
-use crate::sys::spin::Spinner;
+use crate::sys::spin::{self, Spinner};
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self};
 
@@ -181,11 +181,17 @@ fn wait_request(
     let last = ss.last_seq();
     let fresh = |r: u32| handshake::fresh(r, last);
     let let_go = || conn.is_dead() || ss.unbind.load(Relaxed) || pool.has_queued();
-    let budget = conn.settings.spin_budget_ns();
-    if !*spinner && budget > 0 {
+    let base = conn.settings.spin_budget_ns();
+    if !*spinner && base > 0 {
         *spinner = pool.try_spin();
     }
+    // Timed only by the spinning worker: from its first clock check (a
+    // request within a microsecond or two counts as no wait), through any
+    // sleep that follows.
+    let lately = ss.lately.load(Relaxed);
+    let mut spun = None;
     if *spinner {
+        let budget = spin::adaptive_budget(base, lately);
         // Spin only while the caller runs on another CPU: on ours, it needs
         // the CPU we would spin on.
         let me = sys::current_cpu();
@@ -197,6 +203,10 @@ fn wait_request(
             let r = req.load(Acquire);
             if fresh(r) {
                 *shared_cpu = 0;
+                let now = spin::average(lately, spin.spun_ns());
+                if now != lately {
+                    ss.lately.store(now, Relaxed);
+                }
                 return Some(r);
             }
             if let_go() {
@@ -219,6 +229,7 @@ fn wait_request(
         }
         *spinner = false;
         pool.give_up_spinning();
+        spun = Some((spin.spun_ns(), sys::monotonic_ns()));
     }
     // Asked before each sleep too: a caller that died during the call just
     // served woke nobody (the pool would count this thread busy until the
@@ -229,6 +240,10 @@ fn wait_request(
         let_go,
         Duration::from_secs(1),
     )?;
+    if let Some((before, since)) = spun {
+        let took = before + sys::monotonic_ns().saturating_sub(since);
+        ss.lately.store(spin::average(lately, took), Relaxed);
+    }
     // Callers spin only while we run elsewhere; the CPU changes rarely, so
     // it is looked up on every 16th wake-up.
     if r.is_multiple_of(16) {

@@ -1,6 +1,38 @@
-//! Bounded spinning before a futex sleep.
+//! Bounded spinning before a futex sleep, for as long as the wait is
+//! expected to take.
+//!
+//! A side that waits (a caller for its reply, a server for the next
+//! request) spins up to a budget, then sleeps. The domain's budget
+//! (`LINTEL_SPIN_NS`, 50 µs) is set for small calls; a wait that lately took
+//! longer than that but not much longer spins for twice as long as it took
+//! ([`adaptive_budget`]): a 1 MiB echo takes a few hundred µs, and sleeping
+//! for each cost a wake-up on nearly every call. A wait longer than
+//! [`SPIN_MAX_NS`] is slept for after the usual budget, as the CPU would be
+//! spun away for nothing.
 
 use std::time::{Duration, Instant};
+
+/// Longest a wait spins when its recent waits say the answer is coming.
+pub const SPIN_MAX_NS: u64 = 2_000_000;
+
+/// How long to spin, given the domain's budget `base` and how long this
+/// waiter's recent waits took (`lately`, ns): twice that, when it is more
+/// than `base` and at most [`SPIN_MAX_NS`]; else `base`.
+pub(crate) fn adaptive_budget(base: u64, lately: u32) -> u64 {
+    let want = 2 * u64::from(lately);
+    if base > 0 && want > base && want <= SPIN_MAX_NS {
+        want
+    } else {
+        base
+    }
+}
+
+/// The running average of wait times (ns) after a wait that took `took`:
+/// a quarter of the way towards it.
+pub(crate) fn average(lately: u32, took: u64) -> u32 {
+    let took = took.min(u64::from(u32::MAX));
+    ((3 * u64::from(lately) + took) / 4) as u32
+}
 
 /// Spins for at most a time budget; checks the clock every 64 turns.
 pub(crate) struct Spinner {
@@ -19,6 +51,13 @@ impl Spinner {
             start: None,
             turns: 0,
         }
+    }
+
+    /// Nanoseconds since the clock was first checked, or 0 if it never was
+    /// (the wait ended within the first 64 turns, a microsecond or two).
+    pub fn spun_ns(&self) -> u64 {
+        self.start
+            .map_or(0, |s| s.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
     }
 
     /// One turn of spinning; false once the budget is spent.
@@ -48,5 +87,39 @@ impl Spinner {
         }
         std::hint::spin_loop();
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter whose waits take longer than the budget spins for twice as
+    /// long as they took, up to the bound; beyond it, for the budget.
+    #[test]
+    fn the_budget_follows_the_waits_up_to_its_bound() {
+        let base = 50_000;
+        assert_eq!(adaptive_budget(base, 0), base);
+        assert_eq!(adaptive_budget(base, 10_000), base, "short waits keep the budget");
+        assert_eq!(adaptive_budget(base, 300_000), 600_000);
+        assert_eq!(adaptive_budget(base, (SPIN_MAX_NS / 2) as u32), SPIN_MAX_NS);
+        assert_eq!(
+            adaptive_budget(base, 5_000_000),
+            base,
+            "a wait this long is slept for"
+        );
+        assert_eq!(adaptive_budget(0, 300_000), 0, "spinning off stays off");
+    }
+
+    #[test]
+    fn the_average_moves_a_quarter_of_the_way_and_saturates() {
+        assert_eq!(average(0, 400), 100);
+        assert_eq!(average(400, 400), 400);
+        let mut a = 0;
+        for _ in 0..40 {
+            a = average(a, 500_000);
+        }
+        assert!((499_000..=500_000).contains(&a), "{a}");
+        assert_eq!(average(u32::MAX, u64::MAX), u32::MAX);
     }
 }
