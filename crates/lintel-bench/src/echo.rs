@@ -5,7 +5,7 @@
 //!
 //! - `copy_<size>`: a raw door call whose handler returns its argument bytes (the default,
 //!   hostile-safe path: the caller gets a private copy, the handler a private `&[u8]`). It
-//!   carries `floor_ns`, the copies this path needs plus a null call (see [`COPY_PATH_COPIES`]),
+//!   carries `floor_ns`, the copies this path needs plus a null call (see `COPY_PATH_COPIES`),
 //!   and `vs_floor`.
 //! - `loan_<size>`: the caller fills a loan (`lintel::Loan`) and passes it; the server copies it
 //!   into a loan of its own (`Loaned::copy_to`: one copy out of untrusted memory, which is the
