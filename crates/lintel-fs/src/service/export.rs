@@ -21,7 +21,7 @@ use crate::proto::{
     SessionClient, Stat,
 };
 use crate::service::credentials::{As, Credentials};
-use crate::service::host::{list_of, reopen, set_attr, stat_of};
+use crate::service::host::{list_of, reopen, set_attr, stat_from, stat_of};
 use crate::service::node::Node;
 use crate::service::open::{Opened, Opens};
 use crate::service::session::{self, Sessions};
@@ -209,11 +209,14 @@ impl Inner {
 
     /// The file `key`'s node if it is open, its token taken back (so the
     /// host's metadata is current).
-    fn settle_key(&self, key: (u64, u64)) {
+    /// Settle the open file `key` if one is open here; whether it was.
+    fn settle_key(&self, key: (u64, u64)) -> bool {
         let node = self.nodes.lock().get(&key).and_then(Weak::upgrade);
         if let Some(n) = node {
             drop(n.settle(Instant::now() + self.timeout));
+            return true;
         }
+        false
     }
 
     /// Resolve `path` beneath the root and open it.
@@ -362,8 +365,11 @@ impl Export for ExportImpl {
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
         let st = rustix::fs::fstat(&fd)?;
-        self.settle_key((st.st_dev, st.st_ino));
-        stat_of(&fd)
+        // An open file's settling may change what it says: asked again then.
+        if self.settle_key((st.st_dev, st.st_ino)) {
+            return stat_of(&fd);
+        }
+        Ok(stat_from(&st))
     }
 
     fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError> {
@@ -654,7 +660,7 @@ fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
         return Err(Errno::ACCESS.into());
     }
     // What a client wrote through its window is in the host file first.
-    export.settle_key((st.st_dev, st.st_ino));
+    let _ = export.settle_key((st.st_dev, st.st_ino));
     if export.read_only {
         return Ok(readonly::reopen_read_only(&fd)?);
     }

@@ -66,12 +66,16 @@ pub(crate) fn set_attr(fd: &OwnedFd, attr: Attr) -> Result<(), FsError> {
 
 /// `fstat` of `fd`, as the protocol carries it.
 pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
-    let s = rustix::fs::fstat(fd)?;
+    Ok(stat_from(&rustix::fs::fstat(fd)?))
+}
+
+/// The host's `stat` as the protocol carries it.
+pub(crate) fn stat_from(s: &rustix::fs::Stat) -> Stat {
     let time = |sec: i64, nsec: u64| Timespec {
         sec,
         nsec: nsec as u32,
     };
-    Ok(Stat {
+    Stat {
         dev: s.st_dev,
         ino: s.st_ino,
         mode: s.st_mode,
@@ -82,10 +86,10 @@ pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
         size: s.st_size as u64,
         blksize: s.st_blksize as u64,
         blocks: s.st_blocks as u64,
-        atime: time(s.st_atime as i64, s.st_atime_nsec as u64),
-        mtime: time(s.st_mtime as i64, s.st_mtime_nsec as u64),
-        ctime: time(s.st_ctime as i64, s.st_ctime_nsec as u64),
-    })
+        atime: time(s.st_atime, s.st_atime_nsec),
+        mtime: time(s.st_mtime, s.st_mtime_nsec),
+        ctime: time(s.st_ctime, s.st_ctime_nsec),
+    }
 }
 
 pub(crate) fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {

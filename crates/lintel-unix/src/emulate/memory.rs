@@ -104,7 +104,7 @@ impl Emulation {
     }
 }
 
-/// `munmap`, `mremap`, `mprotect`, `madvise`: the kernel's, but buffers
+/// `munmap`, `mremap`, `mprotect`, `madvise`, `brk`: the kernel's, but buffers
 /// the fast path checked may be gone, so it checks again.
 pub(super) fn mappings_changed() -> R {
     user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);

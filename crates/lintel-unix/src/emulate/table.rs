@@ -55,7 +55,7 @@ impl Emulation {
             libc::SYS_getdents64 => self.getdents(a[0], a[1], a[2]),
             libc::SYS_flock => self.flock(a[0], a[1]),
             libc::SYS_mmap => self.mmap(a),
-            libc::SYS_munmap | libc::SYS_mremap | libc::SYS_mprotect | libc::SYS_madvise => {
+            libc::SYS_munmap | libc::SYS_mremap | libc::SYS_mprotect | libc::SYS_madvise | libc::SYS_brk => {
                 mappings_changed()
             }
             // metadata
