@@ -496,7 +496,9 @@ pub fn suite_text(suite: &str) -> &'static str {
              system call against a native one, start-up (`true`, a small `cat`), `cat`, \
              `sha256sum` and `wc -l` of large files, an `sqlite3` workload, one-byte `pread`s at \
              scattered offsets (per call), and busybox `cat` in static mode (every call \
-             trapped)."
+             trapped). `meta_*` are metadata calls on small files, per call: create (as \
+             Python's `open` and as C stdio's `fopen` write a file), `stat`, `open` and \
+             `close`, and `unlink`, in directories of 1,000 to 100,000 files in `/dev/shm`."
         }
         "recovery" => {
             "A domain killed and restarted by its supervisor (policy: no backoff): \

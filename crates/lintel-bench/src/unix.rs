@@ -25,6 +25,8 @@
 //! (about 1.2 GB/s here, `sendfile` into a memfd), so the fewer reads per
 //! byte of file, the larger that first-touch share. `lintel-run`, its library and the probe
 //! come from `cargo build --release -p lintel-preload`.
+//!
+//! And `meta_*`: metadata calls on small files, per call ([`meta`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -278,6 +280,99 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .compare_to(SUITE, &native_case)
                 .with_note(note),
         );
+    }
+    drop(cleanup);
+    meta(cfg, report)
+}
+
+/// The metadata script (`scripts/meta.py`), written where it runs.
+const META_PY: &str = include_str!("../scripts/meta.py");
+
+/// `meta_<op>_<writer>_<files>`: metadata calls on small files, per call
+/// (`scripts/meta.py`): `create` (open, write a line, close; `py` as
+/// Python's `open` does it, `c` as C stdio's `fopen` does), then `stat`,
+/// `open_close` (`O_RDONLY`) and `unlink` of each, in a directory of
+/// 1,000, 10,000 and (full mode) 100,000 files, natively and under
+/// `lintel-run`, interleaved. In `/dev/shm` when there is one, so the
+/// figures are the emulation's and not the disk file system's (ext4
+/// slows creating files where many were just deleted).
+fn meta(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("lintel-bench-meta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cleanup = Cleanup(dir.clone());
+    let script = dir.join("meta.py");
+    std::fs::write(&script, META_PY)?;
+    let run = beside("lintel-run")?;
+    let runs = if cfg.quick { 1 } else { 3 };
+    let mut sizes = vec![("1k", 1_000), ("10k", 10_000)];
+    if !cfg.quick {
+        sizes.push(("100k", 100_000));
+    }
+    const OPS: [&str; 4] = ["create", "stat", "open_close", "unlink"];
+    let mut fresh = 0;
+    for (label, files) in sizes {
+        for writer in ["py", "c"] {
+            // Per op, per side: each run's figure.
+            let mut got: [[Vec<f64>; 2]; 4] = Default::default();
+            for _ in 0..runs {
+                for (side, lintel) in [false, true].into_iter().enumerate() {
+                    fresh += 1;
+                    let sub = format!("d{fresh}");
+                    let script = script.display().to_string();
+                    let out = if lintel {
+                        Command::new(&run)
+                            .args(["--root", &dir.display().to_string(), "--prefix", PREFIX, "--"])
+                            .args(["python3", &script, &format!("{PREFIX}/{sub}")])
+                            .args([&files.to_string(), writer])
+                            .stderr(Stdio::inherit())
+                            .output()
+                    } else {
+                        Command::new("python3")
+                            .args([&script, &dir.join(&sub).display().to_string()])
+                            .args([&files.to_string(), writer])
+                            .stderr(Stdio::inherit())
+                            .output()
+                    }
+                    .context("running the metadata script")?;
+                    anyhow::ensure!(
+                        out.status.success(),
+                        "meta.py {files} {writer} failed ({})",
+                        out.status
+                    );
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let words: Vec<&str> = text.split_whitespace().collect();
+                    for (k, op) in OPS.iter().enumerate() {
+                        let v = words
+                            .iter()
+                            .position(|w| w == op)
+                            .and_then(|i| words.get(i + 1))
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .with_context(|| format!("meta.py printed no {op}: {text:?}"))?;
+                        got[k][side].push(v * 1e3);
+                    }
+                }
+            }
+            for (k, op) in OPS.iter().enumerate() {
+                let name = format!("meta_{op}_{writer}_{label}");
+                let (n, s) = (measure_single(&got[k][0]), measure_single(&got[k][1]));
+                let native_case = format!("{name}_native");
+                report.push(CaseResult::new(SUITE, &native_case, &n));
+                report.push(
+                    CaseResult::new(SUITE, &format!("{name}_lintel"), &s)
+                        .compare_to(SUITE, &native_case)
+                        .with_note(format!(
+                            "per call, {files} files written by {writer}; {:.2}× native (target ≤ 2×)",
+                            s.median_ns / n.median_ns
+                        )),
+                );
+            }
+        }
     }
     drop(cleanup);
     Ok(())
