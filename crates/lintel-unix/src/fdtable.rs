@@ -82,6 +82,14 @@ impl<T> FdTable<T> {
             .map_or(0, |h| h.load(Relaxed))
     }
 
+    /// Store `hint` with `fd` (a hint that turns stale as `fd` is
+    /// closed and reused only warms a line for nothing).
+    pub fn set_hint(&self, fd: i32, hint: u64) {
+        if let Some(h) = usize::try_from(fd).ok().and_then(|i| self.hints.get(i)) {
+            h.store(hint, Relaxed);
+        }
+    }
+
     /// Serve `fd` as `entry` with `hint`, replacing what it stood for.
     pub fn insert(&self, fd: i32, entry: Arc<T>, hint: u64) -> Option<Arc<T>> {
         let i = usize::try_from(fd).ok()?;

@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
 use crate::client::credentials;
-use crate::client::file::{File, IoPath, OpenOptions};
-use crate::client::mapped::{Mapped, MappedSession};
+use crate::client::file::{File, IoPath, OpenOptions, Window};
+use crate::client::mapped::MappedSession;
 use crate::proto::{
     Attr, Counters, DirEntry, Export, ExportClient, FsError, FsStat, MAX_IO, OpenFile, OpenFileClient, Stat,
 };
@@ -111,9 +111,9 @@ impl Fs {
             && readable
             && let Some(session) = MappedSession::get(&self.session, &self.export)
         {
-            // Directories and other files that cannot map stay on the
-            // copy path.
-            f.mapped = Mapped::attach(&session, &f.file).ok().map(Arc::new);
+            // Attached at its first use (`Window`); directories and other
+            // files that cannot map stay on the copy path then.
+            f.window = Arc::new(Window::through(session));
         }
         f
     }

@@ -22,6 +22,14 @@ impl Emulation {
             None => s.file.read_shared(v),
             Some(at) => s.file.read_at(v, at),
         });
+        // The window is attached at the first read (`lintel_fs::File`):
+        // its cache's address is the descriptor's prefetch hint from then.
+        if self.fds.hint(fd as i32) == 0 {
+            let hint = s.file.cache_hint();
+            if hint != 0 {
+                self.fds.set_hint(fd as i32, hint);
+            }
+        }
         Some(match n {
             Ok(Ok(n)) => n as i64,
             Ok(Err(e)) => fs_err(e),
