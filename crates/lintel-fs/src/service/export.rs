@@ -3,12 +3,11 @@
 //! path beneath the root and makes each open an [`Opened`] with a door of
 //! its own.
 
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use lintel::Door;
@@ -27,6 +26,7 @@ use crate::service::open::{Opened, Opens};
 use crate::service::session::{self, Sessions};
 use crate::service::splice::Pipes;
 use crate::service::tally::Tally;
+use crate::service::weak_map::WeakMap;
 use crate::service::{path, readonly};
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
@@ -67,7 +67,7 @@ struct Inner {
     /// Every open file, by its door's datum.
     opens: Arc<Opens>,
     /// Every file with an open, by (device, inode).
-    nodes: Mutex<HashMap<(u64, u64), Weak<Node>>>,
+    nodes: Mutex<WeakMap<(u64, u64), Node>>,
     next_open: AtomicU64,
     counters: Arc<Tally>,
     /// Sessions alive (each has a pager thread and a shared page).
@@ -101,7 +101,7 @@ impl Service {
                 read_only,
                 timeout: LOCK_TIMEOUT,
                 opens: Arc::default(),
-                nodes: Mutex::new(HashMap::new()),
+                nodes: Mutex::new(WeakMap::default()),
                 next_open: AtomicU64::new(1),
                 counters: Arc::default(),
                 sessions: Arc::default(),
@@ -156,13 +156,7 @@ impl Service {
     /// service.write_out();
     /// ```
     pub fn write_out(&self) {
-        let nodes: Vec<Arc<Node>> = self
-            .inner
-            .nodes
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let nodes: Vec<Arc<Node>> = self.inner.nodes.lock().live();
         for n in nodes {
             drop(n.settle(Instant::now() + self.inner.timeout));
         }
@@ -198,12 +192,11 @@ impl ExportImpl {
 impl Inner {
     fn node(&self, key: (u64, u64)) -> Arc<Node> {
         let mut nodes = self.nodes.lock();
-        if let Some(n) = nodes.get(&key).and_then(Weak::upgrade) {
+        if let Some(n) = nodes.get(&key) {
             return n;
         }
-        nodes.retain(|_, n| n.strong_count() > 0);
         let n = Arc::new(Node::new());
-        nodes.insert(key, Arc::downgrade(&n));
+        nodes.insert(key, &n);
         n
     }
 
@@ -211,7 +204,7 @@ impl Inner {
     /// host's metadata is current).
     /// Settle the open file `key` if one is open here; whether it was.
     fn settle_key(&self, key: (u64, u64)) -> bool {
-        let node = self.nodes.lock().get(&key).and_then(Weak::upgrade);
+        let node = self.nodes.lock().get(&key);
         if let Some(n) = node {
             drop(n.settle(Instant::now() + self.timeout));
             return true;
@@ -488,11 +481,7 @@ impl Export for ExportImpl {
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.resolve(path, OFlags::PATH | nofollow, Mode::empty())?;
         let st = rustix::fs::fstat(&fd)?;
-        let node = self
-            .nodes
-            .lock()
-            .get(&(st.st_dev, st.st_ino))
-            .and_then(Weak::upgrade);
+        let node = self.nodes.lock().get(&(st.st_dev, st.st_ino));
         // A holder's write-back must not land after the times are set.
         let _token = node.as_ref().map(|n| n.settle(Instant::now() + self.timeout));
         set_attr(&fd, attr)

@@ -60,6 +60,7 @@ mod register;
 mod session;
 mod splice;
 mod tally;
+mod weak_map;
 
 pub use export::{LOCK_TIMEOUT, MAX_SESSIONS, Service};
 pub use register::register;

@@ -4,10 +4,9 @@
 //! share its [`Node`]; every call here takes the file's token back first
 //! ([`Opened::settle`]), so the host file is current.
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
@@ -20,27 +19,28 @@ use crate::service::host::{list_of, reopen, set_attr, stat_of};
 use crate::service::node::{Node, TokenState};
 use crate::service::splice::{self, Pipes};
 use crate::service::tally::Tally;
+use crate::service::weak_map::WeakMap;
 use crate::service::{lock, readonly};
 
 /// Every open file of an export, by its doors' datum. Entries are weak:
-/// one whose open is gone is harmless until swept.
+/// one whose open is gone is harmless until swept (`WeakMap`).
 #[derive(Default)]
-pub(crate) struct Opens(Mutex<HashMap<u64, Weak<Opened>>>);
+pub(crate) struct Opens(Mutex<WeakMap<u64, Opened>>);
 
 impl Opens {
     /// The open file whose doors' datum is `id`, if it is still open.
     pub(crate) fn get(&self, id: u64) -> Option<Arc<Opened>> {
-        self.0.lock().get(&id)?.upgrade()
+        self.0.lock().get(&id)
     }
 
     pub(crate) fn insert(&self, open: &Arc<Opened>) {
-        self.0.lock().insert(open.id, Arc::downgrade(open));
+        self.0.lock().insert(open.id, open);
     }
 
     /// A door of open file `id` is gone: forget it unless another door
     /// keeps it open.
     pub(crate) fn forget(&self, id: u64) {
-        self.0.lock().retain(|k, o| *k != id || o.strong_count() > 0);
+        self.0.lock().forget(&id);
     }
 }
 
