@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use lintel::stats::{BUCKET_NAMES, CallStats, PATH_NAMES, PATHS};
+use lintel::stats::{BUCKET_NAMES, CLASS_NAMES, CallStats, PATH_NAMES, PATHS};
 use serde_json::{Value, json};
 
 use crate::names::{self, NameError, Unreachable};
@@ -143,7 +143,9 @@ impl DomainStats {
     ///  "buckets":["0-16","16-100","100-1000","1000-4000","4000+"],
     ///  "paths":{"fast":{"calls":7,"failed":0,"served":20004,"calls_with_doors":0,
     ///                   "returns_with_doors":2,"args":[7,0,0,0,0],"results":[7,0,0,0,0]},
-    ///           "colocated":{...},"vanilla":{...}}}
+    ///           "colocated":{...},"vanilla":{...}},
+    ///  "classes":["0-4000","4000-64K","64K-1M","1M+"],
+    ///  "cross_domain":{"calls":[7,0,0,0],"slept":[1,0,0,0]}}
     /// ```
     pub fn to_json(&self) -> Value {
         let [threads, idle, queued, limit, shortages] = self.pool;
@@ -167,6 +169,8 @@ impl DomainStats {
             "pool": {"threads": threads, "idle": idle, "queued": queued, "limit": limit, "shortages": shortages},
             "buckets": BUCKET_NAMES,
             "paths": paths,
+            "classes": CLASS_NAMES,
+            "cross_domain": {"calls": c.sized, "slept": c.slept},
         })
     }
 }
@@ -222,6 +226,8 @@ mod tests {
         calls.results[1][0] = 7;
         calls.served[2] = 3;
         calls.args[2][3] = 3;
+        calls.sized[2] = 9;
+        calls.slept[2] = 2;
         let d = DomainStats {
             domain: "kv".into(),
             pid: 42,
@@ -239,5 +245,8 @@ mod tests {
         assert_eq!(v["paths"]["vanilla"]["served"], 3);
         assert_eq!(v["paths"]["vanilla"]["args"][3], 3);
         assert_eq!(v["paths"]["colocated"]["calls"], 0);
+        assert_eq!(v["classes"][2], "64K-1M");
+        assert_eq!(v["cross_domain"]["slept"][2], 2);
+        assert_eq!(v["cross_domain"]["calls"][2], 9);
     }
 }
