@@ -26,7 +26,7 @@
 //! byte of file, the larger that first-touch share. `lintel-run`, its library and the probe
 //! come from `cargo build --release -p lintel-preload`.
 //!
-//! And `meta_*`: metadata calls on small files, per call ([`meta`]).
+//! And `meta_*`: metadata calls on small files, per call (see `meta`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
