@@ -101,10 +101,10 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     for (name, size) in SIZES.into_iter().filter(|(name, _)| wanted(name)) {
         let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
         let n = iters(cfg, size);
-        let memcpy = measure_memcpy(&data, n);
+        let memcpy = measure_memcpy(&data, n, 1);
         let uds_stats = uds.measure(&data, n)?;
-        let cross = measure_echo(echo, &data, n)?;
-        let colocated = measure_echo(&local[0], &data, n)?;
+        let cross = measure_echo(echo, &data, n, 1)?;
+        let colocated = measure_echo(&local[0], &data, n, 1)?;
         let limit = 2.0 * memcpy.median_ns + null_stats.median_ns;
         report.push(
             CaseResult::new(SUITE, &format!("echo_{name}"), &cross)
@@ -183,21 +183,22 @@ fn gb_per_s(size: usize, s: &Stats) -> f64 {
     size as f64 / s.median_ns
 }
 
-/// One copy of `data`, the best case for glibc: no 4 KiB aliasing.
-fn measure_memcpy(data: &[u8], iters: u64) -> Stats {
+/// One copy of `data`, the best case for glibc: no 4 KiB aliasing; timed in batches of `batch`.
+pub(crate) fn measure_memcpy(data: &[u8], iters: u64, batch: u64) -> Stats {
     let mut dst = vec![0u8; data.len() + 4096];
     let at = (2048 + 4096 - dst.as_ptr() as usize % 4096 + data.as_ptr() as usize % 4096) % 4096;
-    measure_batched(iters, 1, || {
-        dst[at..at + data.len()].copy_from_slice(data);
+    measure_batched(iters, batch, || {
+        dst[at..at + data.len()].copy_from_slice(std::hint::black_box(data));
         std::hint::black_box(&mut dst);
     })
 }
 
-/// Echo `data` through `door` `iters` times, checking the length and both ends every time.
-fn measure_echo(door: &Door, data: &[u8], iters: u64) -> anyhow::Result<Stats> {
+/// Echo `data` through `door` `iters` times (timed in batches of `batch`), checking the length
+/// and both ends every time.
+pub(crate) fn measure_echo(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
     let mut failure = None;
-    let stats = measure_batched(iters, 1, || {
+    let stats = measure_batched(iters, batch, || {
         if failure.is_some() {
             return;
         }

@@ -22,6 +22,7 @@ pub mod iceoryx2;
 use anyhow::{bail, ensure};
 use lintel::{Buffer, CallError, Door, Fault, Loan, Reply, Request};
 
+use crate::bulk::{measure_echo, measure_memcpy};
 use crate::harness::{CaseResult, ChildDomain, Config, Report, Stats, measure_batched, serve_all_forever};
 
 pub const SUITE: &str = "echo";
@@ -101,7 +102,7 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         let per_round = (n / ROUNDS).max(batch);
         let [mut c, mut l, mut m, mut i]: [Rounds; 4] = Default::default();
         for _ in 0..ROUNDS {
-            c.add(measure_copy(copy, &data, per_round, batch))?;
+            c.add(measure_echo(copy, &data, per_round, batch))?;
             i.add(ice.measure(&data, per_round, batch))?;
             l.add(measure_loan(loan, &data, per_round, batch))?;
             m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
@@ -157,25 +158,6 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     ice.stop()
 }
 
-fn measure_copy(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
-    let mut reply = Reply::new();
-    let mut failure = None;
-    let stats = measure_batched(iters, batch, || {
-        if failure.is_some() {
-            return;
-        }
-        match door.call(data, &[], &mut reply) {
-            Ok(()) if same_ends(&reply.data, data) => {}
-            Ok(()) => failure = Some("the echo came back changed".to_string()),
-            Err(e) => failure = Some(e.to_string()),
-        }
-    });
-    match failure {
-        Some(f) => bail!("echo of {} bytes: {f}", data.len()),
-        None => Ok(stats),
-    }
-}
-
 fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
     let mut failure = None;
@@ -222,18 +204,4 @@ fn measure_null(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
         Some(e) => bail!("null call: {e}"),
         None => Ok(stats),
     }
-}
-
-/// One copy of `data`, the best case for glibc: no 4 KiB aliasing.
-fn measure_memcpy(data: &[u8], iters: u64, batch: u64) -> Stats {
-    let mut dst = vec![0u8; data.len() + 4096];
-    let at = (2048 + 4096 - dst.as_ptr() as usize % 4096 + data.as_ptr() as usize % 4096) % 4096;
-    measure_batched(iters, batch, || {
-        dst[at..at + data.len()].copy_from_slice(std::hint::black_box(data));
-        std::hint::black_box(&mut dst);
-    })
-}
-
-fn same_ends(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.first() == b.first() && a.last() == b.last()
 }
