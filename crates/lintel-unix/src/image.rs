@@ -440,7 +440,7 @@ static BREAK: Mutex<(u64, u64, u64)> = Mutex::new((0, 0, 0));
 /// if `want` cannot be had (how the kernel answers a failed `brk`).
 pub fn brk(want: u64) -> u64 {
     // Buffers checked before may be gone (`user`).
-    crate::user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+    crate::user::mappings_changed();
     let mut b = BREAK.lock().unwrap_or_else(|e| e.into_inner());
     if b.0 == 0 {
         // SAFETY: a fresh reservation at an address the kernel picks.

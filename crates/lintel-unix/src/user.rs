@@ -205,6 +205,12 @@ mod tests {
 /// protection (seen in the trap path): buffers checked before may be gone.
 pub static MAP_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The program changed its mappings (or is about to): ranges checked
+/// before are asked of the kernel again.
+pub fn mappings_changed() {
+    MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+}
+
 /// Ranges of a thread's recent buffers that the kernel accepted (start,
 /// end, and 1 for reading, 2 for writing too), the map generation they
 /// were checked in, and where the next one goes.
@@ -301,7 +307,7 @@ mod fast_tests {
         let ro = b"constant" as *const u8 as u64;
         assert!(!writable(ro, 8), "read-only memory is not writable");
         assert!(readable(ro, 8));
-        MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+        mappings_changed();
         assert!(writable(a, 10), "checked again after a map change");
     }
 }

@@ -478,10 +478,11 @@ impl File {
 
     /// Close this handle, reporting what dropping it would not: a write
     /// the service could not complete for it.
-    pub fn close(mut self) -> Result<(), FsError> {
+    pub fn close(self) -> Result<(), FsError> {
+        let File { file, window, .. } = self;
         // The token goes back first (with what we wrote through the window).
-        drop(std::mem::replace(&mut self.window, Arc::new(Window::none())));
-        self.file.close()
+        drop(window);
+        file.close()
     }
 }
 

@@ -200,9 +200,8 @@ impl Inner {
         n
     }
 
-    /// The file `key`'s node if it is open, its token taken back (so the
-    /// host's metadata is current).
-    /// Settle the open file `key` if one is open here; whether it was.
+    /// Take the file `key`'s token back if it is open here, so the host's
+    /// metadata is current; whether it was open.
     fn settle_key(&self, key: (u64, u64)) -> bool {
         let node = self.nodes.lock().get(&key);
         if let Some(n) = node {
@@ -649,7 +648,7 @@ fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
         return Err(Errno::ACCESS.into());
     }
     // What a client wrote through its window is in the host file first.
-    let _ = export.settle_key((st.st_dev, st.st_ino));
+    export.settle_key((st.st_dev, st.st_ino));
     if export.read_only {
         return Ok(readonly::reopen_read_only(&fd)?);
     }

@@ -18,27 +18,31 @@ impl Emulation {
         };
         let dirfd = arg.dirfd.map_or(libc::AT_FDCWD, |i| a[i] as i32);
         let rel = self.path_at(dirfd, a[arg.path]).ok()??;
-        let look = LinkLookup(&self.fs);
-        let target = match links::resolve(&self.prefix, &rel, arg.follow_last, &look) {
-            Ok(t) => t,
+        let (path, served) = match self.followed(&rel, arg.follow_last) {
+            Ok(Some(to)) => to,
+            Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
         let mut again = a;
-        if let Some(i) = arg.dirfd {
-            again[i] = libc::AT_FDCWD as u64;
+        aim(&mut again, arg.dirfd, arg.path, &path);
+        match served {
+            true => self.dispatch(nr, again),
+            false if nr == libc::SYS_chdir => self.kernel_chdir(nr, again[0]),
+            false => Some(trap::raw_syscall(nr, again)),
         }
-        let mut path = match &target {
-            links::Target::Served(p) if *p == rel => return None,
-            links::Target::Served(p) => self.prefix.absolute(p),
-            links::Target::Host(p) => p.clone(),
+    }
+
+    /// Where the served name `rel` leads for the program (its last name
+    /// followed too if `follow_last`), as a NUL-terminated absolute path
+    /// and whether it is served; `None` if it leads where it names.
+    fn followed(&self, rel: &[u8], follow_last: bool) -> Result<Option<(Vec<u8>, bool)>, i32> {
+        let mut to = match links::resolve(&self.prefix, rel, follow_last, &LinkLookup(&self.fs))? {
+            links::Target::Served(p) if p == rel => return Ok(None),
+            links::Target::Served(p) => (self.prefix.absolute(&p), true),
+            links::Target::Host(p) => (p, false),
         };
-        path.push(0);
-        again[arg.path] = path.as_ptr() as u64;
-        match target {
-            links::Target::Served(_) => self.dispatch(nr, again),
-            links::Target::Host(_) if nr == libc::SYS_chdir => self.kernel_chdir(nr, again[0]),
-            links::Target::Host(_) => Some(trap::raw_syscall(nr, again)),
-        }
+        to.0.push(0);
+        Ok(Some(to))
     }
 
     /// As [`Emulation::follow_out`] for the calls that name two paths
@@ -58,7 +62,6 @@ impl Emulation {
             ),
             _ => return None,
         };
-        let look = LinkLookup(&self.fs);
         let mut again = a;
         // The followed paths, kept alive while `again` points at them.
         let mut held: Vec<Vec<u8>> = Vec::new();
@@ -70,17 +73,12 @@ impl Emulation {
                 Ok(None) => continue,
                 Err(e) => return Some(err(e)),
             };
-            let mut followed = match links::resolve(&self.prefix, &rel, k == 0 && follow_old, &look) {
-                Ok(links::Target::Served(p)) if p == rel => continue,
-                Ok(links::Target::Served(p)) => self.prefix.absolute(&p),
-                Ok(links::Target::Host(p)) => p,
+            let followed = match self.followed(&rel, k == 0 && follow_old) {
+                Ok(Some((p, _))) => p,
+                Ok(None) => continue,
                 Err(e) => return Some(err(e)),
             };
-            followed.push(0);
-            if let Some(i) = dir {
-                again[i] = libc::AT_FDCWD as u64;
-            }
-            again[path] = followed.as_ptr() as u64;
+            aim(&mut again, dir, path, &followed);
             held.push(followed);
         }
         if held.is_empty() {
@@ -92,4 +90,14 @@ impl Emulation {
         drop(held);
         Some(r)
     }
+}
+
+/// Point the call's path argument `path` (relative to the descriptor
+/// argument `dir`, if any) at `to`, a NUL-terminated absolute path that
+/// must outlive the call made with `args`.
+fn aim(args: &mut [u64; 6], dir: Option<usize>, path: usize, to: &[u8]) {
+    if let Some(i) = dir {
+        args[i] = libc::AT_FDCWD as u64;
+    }
+    args[path] = to.as_ptr() as u64;
 }

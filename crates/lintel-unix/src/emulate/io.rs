@@ -6,6 +6,7 @@
 
 use lintel_fs::{FsError, OpenOptions, Whence};
 
+use super::descriptors::Served;
 use super::{Emulation, R, err, fs_err};
 use crate::user;
 
@@ -18,18 +19,9 @@ impl Emulation {
         // Straight into the program's buffer (checked through the kernel
         // first): the mapped window's memcpy or the pipe's read is the only
         // copy.
-        let n = user::with_writable(buf, (count as usize).min(MAX_IO), |v| match at {
-            None => s.file.read_shared(v),
-            Some(at) => s.file.read_at(v, at),
+        let n = user::with_writable(buf, (count as usize).min(MAX_IO), |v| {
+            self.read_served(fd as i32, &s, v, at)
         });
-        // The window is attached at the first read (`lintel_fs::File`):
-        // its cache's address is the descriptor's prefetch hint from then.
-        if self.fds.hint(fd as i32) == 0 {
-            let hint = s.file.cache_hint();
-            if hint != 0 {
-                self.fds.set_hint(fd as i32, hint);
-            }
-        }
         Some(match n {
             Ok(Ok(n)) => n as i64,
             Ok(Err(e)) => fs_err(e),
@@ -106,13 +98,27 @@ impl Emulation {
                 return err(libc::EISDIR);
             }
             let buf_len = buf.len().min(MAX_IO);
-            let buf = &mut buf[..buf_len];
-            let n = match at {
-                None => s.file.read_shared(buf),
-                Some(at) => s.file.read_at(buf, at),
-            };
+            let n = self.read_served(fd, s, &mut buf[..buf_len], at);
             n.map_or_else(fs_err, |n| n as i64)
         })
+    }
+
+    /// Read served file `s` (descriptor `fd`) at its shared offset or at
+    /// `at`, as both read paths do. Its window is attached at its first
+    /// read (`lintel_fs::File`): from then on the window's cache is the
+    /// descriptor's prefetch hint.
+    fn read_served(&self, fd: i32, s: &Served, buf: &mut [u8], at: Option<u64>) -> Result<usize, FsError> {
+        let n = match at {
+            None => s.file.read_shared(buf),
+            Some(at) => s.file.read_at(buf, at),
+        };
+        if self.fds.hint(fd) == 0 {
+            let hint = s.file.cache_hint();
+            if hint != 0 {
+                self.fds.set_hint(fd, hint);
+            }
+        }
+        n
     }
 
     /// A write from a buffer the caller vouches for (see [`Self::read_to`]).

@@ -58,7 +58,7 @@ impl Emulation {
         if map < 0 {
             return Some(map);
         }
-        user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+        user::mappings_changed();
         let unmap = |e: i64| {
             trap::raw_syscall(libc::SYS_munmap, [map as u64, len, 0, 0, 0, 0]);
             Some(e)
@@ -98,7 +98,7 @@ impl Emulation {
         args[4] = std::os::fd::AsRawFd::as_raw_fd(fd) as u64;
         let map = trap::raw_syscall(libc::SYS_mmap, args);
         if map >= 0 {
-            user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+            user::mappings_changed();
         }
         map
     }
@@ -107,6 +107,6 @@ impl Emulation {
 /// `munmap`, `mremap`, `mprotect`, `madvise`, `brk`: the kernel's, but buffers
 /// the fast path checked may be gone, so it checks again.
 pub(super) fn mappings_changed() -> R {
-    user::MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
+    user::mappings_changed();
     None
 }

@@ -89,7 +89,7 @@ fn fast_checked(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) 
     let flags = if alerted { FLAG_ALERT } else { 0 };
     RequestHeader::write_inline(slot, rd.grant, flags, data, lease.cpu.get(), due);
     let waited = post(slot, conn, index, seq, alerted, shuttle)
-        .and_then(|running| wait_reply(lease, conn, seq, running, due));
+        .and_then(|running| wait_reply(lease, conn, seq, running, due, 0));
     if let Err(e) = waited {
         return unanswered(lease, Path::Fast, data.len(), 0, e);
     }
@@ -154,13 +154,11 @@ fn vanilla(
         Ok(sent) => sent,
         Err(e) => return counted(Err(e), reply),
     };
-    lease.class.set(stats::class(data.len()) as u8);
     let waited = post(slot, conn, at.index, seq, alerted, shuttle).and_then(|running| {
-        let r = wait_reply(lease, conn, seq, running, due);
+        let r = wait_reply(lease, conn, seq, running, due, stats::class(data.len()));
         drop(in_call);
         r
     });
-    lease.class.set(0);
     if let Err(e) = waited {
         return counted(Err(e.into()), reply);
     }

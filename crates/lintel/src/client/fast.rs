@@ -171,7 +171,7 @@ fn finish(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallEr
 #[inline(never)]
 fn wait_full(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let l = lease.get();
-    match wait_reply_full(l, &l.conn, seq, 0) {
+    match wait_reply_full(l, &l.conn, seq, 0, 0) {
         Ok(()) => reply_landed(lease, seq, reply),
         Err(why) => no_reply(lease, why),
     }

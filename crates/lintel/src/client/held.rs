@@ -129,8 +129,6 @@ fn new_lease(conn: &Arc<Conn>) -> Result<Rc<Lease>, CallError> {
         settings: conn.settings,
         held: Cell::new(false),
         lately: Cell::new(0),
-        since: Cell::new(0),
-        class: Cell::new(0),
     });
     if let Some(seq) = lease.claim.drained {
         release_late_doors(&lease.at(), seq);

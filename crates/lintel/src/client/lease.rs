@@ -46,11 +46,6 @@ pub(super) struct Lease {
     /// average over those that outlasted the hot poll): how long the next
     /// one may spin before it sleeps (`spin::adaptive_budget`).
     pub(super) lately: Cell<u32>,
-    /// When the wait in progress began to spin (ns, monotonic).
-    pub(super) since: Cell<u64>,
-    /// The size class of the call in progress (`stats::class`), for
-    /// counting a sleep: set by the vanilla path, 0 on the fast one.
-    pub(super) class: Cell<u8>,
 }
 
 impl Lease {

@@ -13,6 +13,7 @@ use crate::state::handshake::{self, Posted, Shared};
 use crate::sys;
 use crate::sys::spin::{self, Spinner};
 use crate::sys::umem::{Polled, Slot, SyncWord};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
 
@@ -100,11 +101,12 @@ pub(super) fn wait_reply(
     seq: u32,
     running: bool,
     due: u64,
+    class: usize,
 ) -> Result<(), Unanswered> {
     if running && hot_poll(lease, seq) {
         return Ok(());
     }
-    wait_reply_slow(lease, conn, seq, due)
+    wait_reply_slow(lease, conn, seq, due, class)
 }
 
 /// Poll the reply word alone a few times (when spinning is on): true if
@@ -142,33 +144,49 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// The full wait: spin while the server runs on another CPU (when spinning
 /// is on), then sleep on the futex, until the reply comes, the server dies,
 /// the deadline passes or the call is cancelled (then the call is abandoned).
+/// `class`: the size class of the call's arguments (`stats::class`), where
+/// a sleep is counted.
 #[inline(never)]
-fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
-    wait_reply_full(lease, conn, seq, due)
+fn wait_reply_slow(lease: &Lease, conn: &Conn, seq: u32, due: u64, class: usize) -> Result<(), Unanswered> {
+    wait_reply_full(lease, conn, seq, due, class)
 }
 
 /// [`wait_reply_slow`]'s body, also inlined where the fast path waits.
 #[inline(always)]
-pub(super) fn wait_reply_full(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
+pub(super) fn wait_reply_full(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    due: u64,
+    class: usize,
+) -> Result<(), Unanswered> {
     let budget = lease.settings.spin_budget_ns();
-    if budget > 0 {
-        if let Some(r) = spin_for_reply(lease, conn, seq, budget) {
-            return r;
+    let spun = if budget > 0 {
+        match spin_for_reply(lease, conn, seq, budget) {
+            ControlFlow::Break(r) => return r,
+            ControlFlow::Continue(spun) => Some(spun),
         }
-    } else if lease.cpu.get() != u32::MAX {
-        lease.cpu.set(u32::MAX);
-    }
-    sleep_for_reply(lease, conn, seq, due)
+    } else {
+        if lease.cpu.get() != u32::MAX {
+            lease.cpu.set(u32::MAX);
+        }
+        None
+    };
+    sleep_for_reply(lease, conn, seq, due, class, spun)
 }
 
 /// Spin for the reply while the server runs on another CPU, up to the
-/// budget for this thread's calls ([`spin::adaptive_budget`]); `None`:
+/// budget for this thread's calls ([`spin::adaptive_budget`]): `Break`
+/// with how the wait ended, or `Continue` with how long it spun (ns) to
 /// sleep for it.
 #[cold]
 #[inline(never)]
-fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, base: u64) -> Option<Result<(), Unanswered>> {
-    let since = sys::monotonic_ns();
-    lease.since.set(since);
+fn spin_for_reply(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    base: u64,
+) -> ControlFlow<Result<(), Unanswered>, u64> {
     let budget = spin::adaptive_budget(base, lease.lately.get());
     let rep = lease.slot.sync(SyncWord::RepSeq);
     // Where we run: the server spins for our next call only while we run
@@ -177,52 +195,66 @@ fn spin_for_reply(lease: &Lease, conn: &Conn, seq: u32, base: u64) -> Option<Res
     let me = sys::current_cpu();
     lease.cpu.set(me);
     let mut out = None;
-    spin_while_served(&lease.slot, me, budget, false, || {
+    let spun = spin_while_served(&lease.slot, me, budget, false, || {
         out = outcome(lease, conn, seq, rep);
         out.is_some()
     });
-    if out.is_some() {
-        let took = sys::monotonic_ns().saturating_sub(since);
-        lease.lately.set(spin::average(lease.lately.get(), took));
+    match out {
+        Some(r) => {
+            lease.lately.set(spin::average(lease.lately.get(), spun));
+            ControlFlow::Break(r)
+        }
+        None => ControlFlow::Continue(spun),
     }
-    out
 }
 
 /// Spin, up to `budget` ns, while the server of `slot` runs on a CPU other
 /// than ours (`me`), or, if our post `woke` it, while it is still waking,
-/// until `done` says the wait is over; true if it did.
+/// until `done` says the wait is over. Returns how long it spun, from its
+/// first clock check ([`Spinner::spun_ns`]: 0 for a wait of a microsecond
+/// or two, which reads no clock).
 pub(super) fn spin_while_served(
     slot: &Slot,
     me: u32,
     budget: u64,
     woke: bool,
     mut done: impl FnMut() -> bool,
-) -> bool {
+) -> u64 {
     let mut spinner = Spinner::new(budget);
     loop {
         if done() {
-            return true;
+            return spinner.spun_ns();
         }
         let st = slot.get(Polled::ServerState);
         let running = st == BUSY || st == SPINNING || (woke && st == SLEEPING);
         if !(running && slot.get(Polled::ServerCpu) != me && spinner.spin()) {
-            return false;
+            return spinner.spun_ns();
         }
     }
 }
 
 /// Sleep until the reply comes (`handshake`, model-checked). A cancel wakes
 /// the reply's word (named in `enter_call`, before the request's fence:
-/// the canceller sees it or the check below sees the cancel). Counted, and
-/// when it spun first, timed into [`Lease::lately`].
+/// the canceller sees it or the check below sees the cancel). Counted in
+/// the call's size class; when it `spun` first (ns), the whole wait is
+/// timed into [`Lease::lately`].
 #[inline]
-fn sleep_for_reply(lease: &Lease, conn: &Conn, seq: u32, due: u64) -> Result<(), Unanswered> {
-    lease.counters.slept(usize::from(lease.class.get()));
+fn sleep_for_reply(
+    lease: &Lease,
+    conn: &Conn,
+    seq: u32,
+    due: u64,
+    class: usize,
+    spun: Option<u64>,
+) -> Result<(), Unanswered> {
+    lease.counters.slept(class);
+    let Some(spun) = spun else {
+        return sleep_until_reply(lease, conn, seq, due);
+    };
+    let since = sys::monotonic_ns();
     let r = sleep_until_reply(lease, conn, seq, due);
-    if lease.settings.spin_budget_ns() > 0 {
-        let took = sys::monotonic_ns().saturating_sub(lease.since.get());
-        lease.lately.set(spin::average(lease.lately.get(), took));
-    }
+    let took = spun + sys::monotonic_ns().saturating_sub(since);
+    lease.lately.set(spin::average(lease.lately.get(), took));
     r
 }
 

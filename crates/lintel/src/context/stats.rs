@@ -55,11 +55,15 @@ pub const CLASSES: usize = 4;
 /// and so whether its caller may wait for it spinning.
 pub const CLASS_NAMES: [&str; CLASSES] = ["0-4000", "4000-64K", "64K-1M", "1M+"];
 
+/// The largest size in the first class: the top of Spring's fourth bucket,
+/// so that class's calls are counted by the buckets already.
+const CLASS_0_MAX: usize = 4000;
+
 /// The size class of a call with `len` bytes of arguments.
 #[inline]
 pub fn class(len: usize) -> usize {
     match len {
-        0..=4000 => 0,
+        0..=CLASS_0_MAX => 0,
         4001..=0xFFFF => 1,
         0x1_0000..=0xF_FFFF => 2,
         _ => 3,
@@ -200,8 +204,8 @@ const SERVED: usize = RET_DOORS + PATHS;
 /// no doors: one count stands for a call, an argument and a result in
 /// bucket 0 of the path (the common call, counted with one store).
 const INLINE_OK: usize = SERVED + PATHS;
-/// Cross-domain calls with more than 4000 bytes of arguments, per size
-/// class (the first class is read off the argument buckets instead).
+/// Cross-domain calls with more than `CLASS_0_MAX` bytes of arguments, per
+/// size class (the first class is read off the argument buckets instead).
 const SIZED: usize = INLINE_OK + PATHS;
 const SLEPT: usize = SIZED + CLASSES;
 const WORDS: usize = SLEPT + CLASSES;
@@ -286,7 +290,7 @@ impl Counters {
         let p = path as usize;
         self.bump(CALLS + p);
         self.bump(ARGS + p * BUCKETS + bucket(args));
-        if path != Path::Colocated && args > 4000 {
+        if path != Path::Colocated && args > CLASS_0_MAX {
             self.bump(SIZED + class(args));
         }
         if doors > 0 {
@@ -396,11 +400,11 @@ fn add(s: &mut CallStats, b: &Block) {
         s.sized[c] += w(SIZED + c);
         s.slept[c] += w(SLEPT + c);
     }
-    // Cross-domain calls of at most 4000 bytes: buckets 0 to 3.
+    // Cross-domain calls in the first class: their buckets.
     let cross = [Path::Fast as usize, Path::Vanilla as usize];
     let small: u64 = cross
         .iter()
-        .flat_map(|&p| (0..4).map(move |k| w(ARGS + p * BUCKETS + k)))
+        .flat_map(|&p| (0..=bucket(CLASS_0_MAX)).map(move |k| w(ARGS + p * BUCKETS + k)))
         .sum();
     s.sized[0] += small + cross.iter().map(|&p| w(INLINE_OK + p)).sum::<u64>();
 }

@@ -185,10 +185,16 @@ fn wait_request(
     if !*spinner && base > 0 {
         *spinner = pool.try_spin();
     }
-    // Timed only by the spinning worker: from its first clock check (a
-    // request within a microsecond or two counts as no wait), through any
-    // sleep that follows.
+    // Timed only by the spinning worker, by its spinner's clock: from its
+    // first check (a request within a microsecond or two counts as no
+    // wait), through any sleep that follows.
     let lately = ss.lately.load(Relaxed);
+    let note = |spun_ns: u64| {
+        let now = spin::average(lately, spun_ns);
+        if now != lately {
+            ss.lately.store(now, Relaxed);
+        }
+    };
     let mut spun = None;
     if *spinner {
         let budget = spin::adaptive_budget(base, lately);
@@ -203,10 +209,7 @@ fn wait_request(
             let r = req.load(Acquire);
             if fresh(r) {
                 *shared_cpu = 0;
-                let now = spin::average(lately, spin.spun_ns());
-                if now != lately {
-                    ss.lately.store(now, Relaxed);
-                }
+                note(spin.spun_ns());
                 return Some(r);
             }
             if let_go() {
@@ -229,7 +232,7 @@ fn wait_request(
         }
         *spinner = false;
         pool.give_up_spinning();
-        spun = Some((spin.spun_ns(), sys::monotonic_ns()));
+        spun = Some(spin);
     }
     // Asked before each sleep too: a caller that died during the call just
     // served woke nobody (the pool would count this thread busy until the
@@ -240,9 +243,8 @@ fn wait_request(
         let_go,
         Duration::from_secs(1),
     )?;
-    if let Some((before, since)) = spun {
-        let took = before + sys::monotonic_ns().saturating_sub(since);
-        ss.lately.store(spin::average(lately, took), Relaxed);
+    if let Some(spin) = spun {
+        note(spin.spun_ns());
     }
     // Callers spin only while we run elsewhere; the CPU changes rarely, so
     // it is looked up on every 16th wake-up.

@@ -6,8 +6,9 @@
 //! (relaxed word loads and stores for data, acquire/release on the sequence
 //! words) or, for copies of 256 bytes and more, through an assembly block
 //! the compiler cannot see into (`copy_from_shared`: `rep movsb`, three
-//! times as fast as the word loop at 64 KiB). Readers copy a request out first, then validate the copy, then act
-//! on it; nothing is validated in place and read twice. Header fields can
+//! times as fast as the word loop at 64 KiB). Readers copy a request out
+//! first, then validate the copy, then act on it; nothing is validated in
+//! place and read twice. Header fields can
 //! be read only through [`RequestHeader`] and [`ReplyHeader`], which copy
 //! them once; [`Slot::get`] takes only the polled words ([`Polled`]).
 
@@ -538,55 +539,52 @@ impl Bulk {
 
     /// Copy the first `dst.len()` bytes of the view into `dst`.
     pub fn read_to(&self, dst: &mut [u8]) {
-        let words = self.words(dst.len().div_ceil(8));
-        // SAFETY: the view holds `dst.len()` bytes (checked by `words`),
-        // `dst` is a distinct private buffer that `&mut` gives us alone.
-        if unsafe { copy_from_shared(dst.as_mut_ptr(), self.base(), dst.len()) } {
-            return;
-        }
-        let mut chunks = dst.chunks_exact_mut(8);
-        for (w, c) in words.iter().zip(&mut chunks) {
-            c.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
-        }
-        let tail = chunks.into_remainder();
-        if !tail.is_empty() {
-            let b = words[words.len() - 1].load(Relaxed).to_ne_bytes();
-            tail.copy_from_slice(&b[..tail.len()]);
-        }
+        // SAFETY: `dst` is a private buffer of that length that `&mut`
+        // gives us alone.
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len()) }
     }
 
     /// Append the first `len` bytes of the segment to `dst`: one pass, no
     /// zeroing first.
     pub fn read_into(&self, len: usize, dst: &mut Vec<u8>) {
-        let words = self.words(len.div_ceil(8));
         dst.reserve(len);
         let start = dst.len();
-        // SAFETY: the view holds `len` bytes (checked by `words`); the
-        // destination is `len` bytes of `dst`'s spare capacity (reserved
-        // above), which no reference points into.
-        if unsafe { copy_from_shared(dst.as_mut_ptr().add(start), self.base(), len) } {
-            // SAFETY: those `len` bytes were all written just now.
-            unsafe { dst.set_len(start + len) };
+        // SAFETY: `len` bytes of `dst`'s spare capacity (reserved above),
+        // which no reference points into; `read_raw` writes them all, so
+        // the new length covers initialized bytes only.
+        unsafe {
+            self.read_raw(dst.as_mut_ptr().add(start), len);
+            dst.set_len(start + len);
+        }
+    }
+
+    /// Copy the first `len` bytes of the view to `dst`: `rep movsb` where
+    /// that is the fast way (`copy_from_shared`), else by atomic words.
+    /// Panics if the view is shorter.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is writable for `len` bytes, and no reference points into it.
+    unsafe fn read_raw(&self, dst: *mut u8, len: usize) {
+        let words = self.words(len.div_ceil(8));
+        // SAFETY: the view holds `len` bytes (checked by `words`); `dst` by
+        // the caller's contract.
+        if unsafe { copy_from_shared(dst, self.base(), len) } {
             return;
         }
-        let spare = &mut dst.spare_capacity_mut()[..len];
-        let (whole, tail) = spare.split_at_mut(len / 8 * 8);
-        let out = whole.as_mut_ptr() as *mut [u8; 8];
+        let out = dst as *mut [u8; 8];
         for (i, w) in words[..len / 8].iter().enumerate() {
-            // SAFETY: `out` points at `len / 8` whole 8-byte chunks of the
-            // spare capacity (`whole`), `i` is below that, and an unaligned
-            // write of `[u8; 8]` (alignment 1) is always allowed.
+            // SAFETY: whole 8-byte chunk `i` of `dst` (below `len / 8`); an
+            // unaligned write of `[u8; 8]` (alignment 1) is always allowed.
             unsafe { out.add(i).write(w.load(Relaxed).to_ne_bytes()) };
         }
-        if !tail.is_empty() {
+        if !len.is_multiple_of(8) {
             let b = words[len / 8].load(Relaxed).to_ne_bytes();
-            for (d, s) in tail.iter_mut().zip(b) {
-                d.write(s);
+            for (j, v) in b.iter().take(len % 8).enumerate() {
+                // SAFETY: byte `len / 8 * 8 + j` is below `len`.
+                unsafe { dst.add(len / 8 * 8 + j).write(*v) };
             }
         }
-        // SAFETY: the `len` bytes after `start` were all written above
-        // (whole words, then the tail), and `reserve` made room for them.
-        unsafe { dst.set_len(start + len) };
     }
 }
 
