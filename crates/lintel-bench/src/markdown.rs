@@ -219,133 +219,161 @@ enum Versus {
     Faster(&'static str),
 }
 
-/// The headline cases: (what it measures, case, comparison, target).
-const HEADLINE: [(&str, &str, Versus, &str); 21] = [
+/// The headline cases: (what it measures, case, comparison, target, shown in the README).
+const HEADLINE: [(&str, &str, Versus, &str, bool); 22] = [
     (
         "null call, co-located",
         "door/null_colocated",
         Versus::Alone,
         "≤ 20 ns",
+        true,
     ),
     (
         "null call across processes",
         "door/null_cross_fast",
         Versus::Times("baseline/spin_pingpong_paired"),
         "≤ 1.25×",
+        true,
     ),
     (
         "null call across processes",
         "door/null_cross_fast",
         Versus::Faster("baseline/uds_pingpong"),
         "≥ 30× faster",
+        false,
     ),
     (
         "null call, both sides sleeping",
         "door/null_cross_blocking",
         Versus::Times("baseline/futex_pingpong"),
         "≤ 1.5×",
+        true,
     ),
     (
         "1 MiB echo, copied",
         "bulk/echo_1m",
         Versus::Faster("baseline/uds_echo_1m"),
         "≥ 20× faster",
+        false,
     ),
     (
         "1 MiB echo, copied, against iceoryx2",
         "echo/copy_1m",
         Versus::Times("baseline/iceoryx2_echo_1m"),
         "≤ 1.5×",
+        true,
     ),
     (
         "1 MiB echo in loans, against iceoryx2",
         "echo/loan_1m",
         Versus::Times("baseline/iceoryx2_echo_1m"),
         "≤ 1×",
+        true,
     ),
     (
         "1 MiB loan, passed",
         "bulk/handoff_1m",
         Versus::Times("door/null_cross_fast"),
         "≤ 30×",
+        false,
     ),
     (
         "file read, 4 KiB, copy path",
         "fs/seq_read_4k_copy",
         Versus::Times("fs/seq_read_4k_native"),
         "≤ 2×",
+        true,
     ),
     (
         "file read, 4 KiB, mapped window",
         "fs/seq_read_4k_mapped",
         Versus::Times("fs/seq_read_4k_native"),
         "≤ 1×",
+        true,
     ),
     (
         "`cat` of 256 MiB under `lintel-run`",
         "unix/cat_256m_lintel",
         Versus::Times("unix/cat_256m_native"),
         "≤ 1.2×",
+        false,
     ),
     (
         "`sqlite3` workload under `lintel-run`",
         "unix/sqlite3_lintel",
         Versus::Times("unix/sqlite3_native"),
         "≤ 1.5×",
+        true,
     ),
     (
         "a killed domain serving again",
         "recovery/death_to_first_call",
         Versus::Times("recovery/fork_exec"),
         "p99 ≤ 50 ms",
+        true,
     ),
     (
         "null call awaited by a task, answered while spinning",
         "async/null_cross_spin",
         Versus::Times("async/thread_null_paired"),
         "≤ 1.3×",
+        true,
+    ),
+    (
+        "null call awaited by a task, against a thread's",
+        "async/null_cross_spin",
+        Versus::Times("door/null_cross_fast"),
+        "≤ 1.3×",
+        false,
     ),
     (
         "null call awaited by a task, parked",
         "async/null_cross_parked",
         Versus::Times("baseline/tokio_eventfd_pingpong"),
         "≤ 1.2×",
+        false,
     ),
     (
         "8-byte echo awaited by a task",
         "async/echo8_cross",
         Versus::Faster("baseline/tarpc_uds"),
         "≥ 30× faster",
+        false,
     ),
     (
         "1,000 awaited calls in flight from one thread",
         "async/throughput_1000",
         Versus::Faster("async/blocking_1ms"),
         "≥ 5× faster",
+        true,
     ),
     (
         "null call through two proxies (loopback TCP)",
         "net/null",
         Versus::Times("baseline/capnp_rpc_null"),
         "≤ 1.2×",
+        true,
     ),
     (
         "64 KiB echo through two proxies",
         "net/echo_64k",
         Versus::Times("baseline/capnp_rpc_echo_64k"),
         "≤ 1.2×",
+        false,
     ),
     (
         "1 MiB echo through two proxies",
         "net/echo_1m",
         Versus::Times("baseline/capnp_rpc_echo_1m"),
         "≤ 1.2×",
+        false,
     ),
     (
         "1 KiB echo through two proxies",
         "net/echo_1k",
         Versus::Faster("baseline/tonic_grpc_echo_1k"),
         "≥ 1× faster",
+        false,
     ),
 ];
 
@@ -353,10 +381,22 @@ fn find<'a>(lines: &'a [Line], name: &str) -> Option<&'a Line> {
     lines.iter().find(|l| l.name() == name)
 }
 
+/// Which headline rows a table shows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// Every one (the measurements document).
+    All,
+    /// The README's short selection.
+    Readme,
+}
+
 /// The headline table: one row per headline case the run measured.
-pub fn headline_table(lines: &[Line]) -> String {
+pub fn headline_table(lines: &[Line], rows: Rows) -> String {
     let mut out = String::from("| measures | case | median | against | target |\n|---|---|---|---|---|\n");
-    for (what, name, versus, target) in HEADLINE {
+    for (what, name, versus, target, in_readme) in HEADLINE {
+        if rows == Rows::Readme && !in_readme {
+            continue;
+        }
         let Some(line) = find(lines, name) else { continue };
         let against = match versus {
             Versus::Alone => String::new(),
@@ -417,7 +457,7 @@ pub fn replace_headline(readme: &str, lines: &[Line], stamp: &Stamp) -> anyhow::
     Ok(format!(
         "{}\n{}\n{}\n{}",
         &readme[..body_start],
-        headline_table(lines),
+        headline_table(lines, Rows::Readme),
         headline_source(stamp),
         &readme[end..]
     ))
@@ -631,7 +671,7 @@ pub fn render(lines: &[Line], stamp: &Stamp, plots: &[String]) -> String {
     );
     writeln!(out, "{P99_DEFINITION}. Targets are stated in the notes.\n").expect("String write");
     out.push_str("## Headline\n\n");
-    out.push_str(&headline_table(lines));
+    out.push_str(&headline_table(lines, Rows::All));
     out.push('\n');
     let mut suites: Vec<&str> = Vec::new();
     for l in lines {
@@ -778,7 +818,12 @@ mod tests {
 {"suite":"bulk","case":"echo_1m","median_ns":200000.0,"p99_ns":300000.0,"iters":200}
 {"suite":"baseline","case":"uds_echo_1m","median_ns":100000.0,"p99_ns":300000.0,"iters":200}"#;
         let lines = parse_lines(&format!("{LINES}{more}\n")).unwrap();
-        let table = headline_table(&lines);
+        let table = headline_table(&lines, Rows::All);
+        let short = headline_table(&lines, Rows::Readme);
+        assert!(
+            short.contains("`door/null_colocated`") && !short.contains("uds_pingpong"),
+            "{short}"
+        );
         assert!(
             table.contains("| null call, co-located | `door/null_colocated` | 18.8 ns |  | ≤ 20 ns |"),
             "{table}"

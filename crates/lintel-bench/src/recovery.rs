@@ -5,7 +5,7 @@
 //! A system of one domain serving `echo` runs under a supervisor in a child
 //! process (this binary, re-executed), with a restart policy of no backoff,
 //! so the time is the mechanism's: the supervisor noticing the death
-//! (it polls its children every 5 ms), `fork` and `exec` of the domain,
+//! (its pidfd becomes readable), `fork` and `exec` of the domain,
 //! its runtime and services starting, the join and the bind, and the
 //! client's lookup and first call. Each round's stages, as the client sees
 //! them: `dead` (its runtime saw the server die), `found` (the lookup

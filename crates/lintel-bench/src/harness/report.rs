@@ -145,7 +145,7 @@ impl Report {
                 iters: c.iters,
                 batch: c.batch,
                 reference: c.ref_case.as_ref().map(|(s, k)| format!("{s}/{k}")),
-                ratio: self.ratio(c).map(|r| round_to(r, 3)),
+                ratio: self.ratio(c).map(significant),
                 note: c.note.as_deref(),
                 fields: c.fields.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
             };
@@ -252,6 +252,16 @@ pub fn fmt_ns(ns: f64) -> String {
 }
 
 /// `x` rounded to `decimals` places (divided last, so it prints short: 15419.9, not 15419.900000000001).
+/// `x` to four significant digits: a ratio of 0.0028 keeps enough to be
+/// turned over (357×) without rounding to 0.003 (333×).
+fn significant(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let decimals = 3 - x.abs().log10().floor() as i32;
+    round_to(x, decimals)
+}
+
 fn round_to(x: f64, decimals: i32) -> f64 {
     let scale = 10f64.powi(decimals);
     (x * scale).round() / scale
@@ -282,6 +292,20 @@ mod tests {
                 .with_note("hello"),
         );
         r
+    }
+
+    #[test]
+    fn a_small_ratio_keeps_enough_digits_to_be_turned_over() {
+        let mut r = Report::new();
+        r.push(CaseResult::new("a", "slow", &stats(2_230_000.0)));
+        r.push(CaseResult::new("a", "fast", &stats(6_170.0)).compare_to("a", "slow"));
+        let line = r.json_lines().lines().nth(1).unwrap().to_owned();
+        let ratio = serde_json::from_str::<Value>(&line).unwrap()["ratio"]
+            .as_f64()
+            .unwrap();
+        assert!((1.0 / ratio - 2_230_000.0 / 6_170.0).abs() < 0.5, "{ratio}");
+        assert_eq!(significant(1.16159), 1.162);
+        assert_eq!(significant(0.0), 0.0);
     }
 
     #[test]
