@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use capnp_rpc::CapabilityServerSet;
-use lintel::Door;
+use lintel::{CallError, Door};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::exported::DoorServer;
@@ -43,6 +43,10 @@ pub(crate) struct Crossing {
     cmds: UnboundedSender<Cmd>,
     /// This thread's runtime, on which import doors' handlers run.
     rt: tokio::runtime::Handle,
+    /// The smallest message limit of this proxy's links: a call or reply
+    /// above it is refused here with `TooLarge`, since the far end would
+    /// close the whole link on it.
+    max_message: Cell<usize>,
 }
 
 impl Crossing {
@@ -55,7 +59,23 @@ impl Crossing {
             servers: RefCell::new(CapabilityServerSet::new()),
             cmds,
             rt,
+            max_message: Cell::new(usize::MAX),
         })
+    }
+
+    /// A link of this proxy allows messages of at most `max` bytes.
+    pub fn limit_messages(&self, max: usize) {
+        self.max_message.set(self.max_message.get().min(max));
+    }
+
+    /// `Ok` if `len` bytes of `what` ("arguments" or "result") may leave
+    /// on a link; otherwise the `TooLarge` to answer instead.
+    pub fn fits(&self, what: &'static str, len: usize) -> Result<(), CallError> {
+        let max = self.max_message.get();
+        if len > max {
+            return Err(CallError::TooLarge { what, len, max });
+        }
+        Ok(())
     }
 
     /// The capability that stands for `door` on a link.

@@ -49,7 +49,11 @@ pub struct LinkOptions {
     /// for dead (default 1 s).
     pub keepalive: Duration,
     /// The largest message either end may send on the link (default
-    /// 256 MiB); a larger one closes the link.
+    /// 256 MiB): bytes of a call's arguments or of a reply, buffers
+    /// included. A larger one is refused with `CallError::TooLarge`
+    /// before it leaves (the proxy refuses above the smallest limit of
+    /// its links); one from a far end that allows more closes the link,
+    /// so both ends should agree.
     pub max_message: usize,
     /// How long a TLS handshake may take (default 5 s).
     pub handshake: Duration,
@@ -187,6 +191,7 @@ pub(crate) async fn establish(
     let (r, w) = secure(tcp, side, opts).await?;
     let mut limits = capnp::message::ReaderOptions::new();
     limits.traversal_limit_in_words(Some(opts.max_message / 8 + 1024));
+    crossing.limit_messages(opts.max_message);
     let network = twoparty::VatNetwork::new(
         BufReader::new(r.compat()),
         BufWriter::new(w.compat_write()),

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lintel::{CallError, Door, Reply, Request};
+use lintel::{Buffer, CallError, Door, Loan, Reply, Request, SealedWriter};
 use lintel_net::{Endpoint, LinkOptions, NetError, Proxy, Remote, Tls};
 use lintel_tests::net::{eventually, u64_of, Host};
-use lintel_tests::{call, m, Peer};
+use lintel_tests::{buffer_bytes, call, m, pattern, Peer};
 
 fn connect(addr: SocketAddr, opts: LinkOptions) -> (Proxy, Remote) {
     let proxy = Proxy::start().unwrap();
@@ -123,6 +123,90 @@ fn doors_cross_both_ways_come_back_as_themselves_and_are_counted() {
         unref_count() == 1
     });
     assert_eq!(proxy.imports_held().unwrap(), held_before);
+}
+
+/// Loans and sealed snapshots cross as sealed snapshots of their bytes,
+/// both ways; a file descriptor cannot cross, and says so.
+#[test]
+fn buffers_cross_as_sealed_snapshots_and_descriptors_are_refused() {
+    let host = Host::start(&[]);
+    let (_proxy, remote) = connect(host.addr, LinkOptions::plain());
+    let far = remote.lookup("ctl").unwrap();
+    let mut loan = Loan::new(70_000).unwrap();
+    loan.as_mut_slice().copy_from_slice(&pattern(70_000));
+    let mut w = SealedWriter::new(3000).unwrap();
+    w.as_mut_slice().copy_from_slice(&pattern(3000));
+    let mut reply = Reply::new();
+    let buffers = vec![Buffer::Loan(loan), Buffer::Sealed(w.seal().unwrap())];
+    far.call_with(&[m::BUFFERS_INFO], &[], buffers, &mut reply)
+        .unwrap();
+    let info: Vec<u64> = reply
+        .data
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // (kind 1 = sealed, length, bytes as written)
+    assert_eq!(info, [1, 70_000, 1, 1, 3000, 1]);
+    for method in [m::RETURN_LOAN, m::RETURN_SEALED] {
+        let mut r = call(&far, method, &5000u64.to_le_bytes(), &[]).unwrap();
+        let b = r.buffers.pop().expect("one buffer back");
+        assert!(matches!(b, Buffer::Sealed(_)), "method {method}: {b:?}");
+        assert_eq!(buffer_bytes(&b), pattern(5000), "method {method}");
+    }
+    let fd: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let e = far
+        .call_with(&[m::BUFFERS_INFO], &[], vec![Buffer::Fd(fd)], &mut reply)
+        .unwrap_err();
+    assert!(matches!(e, CallError::Unpassable(_)), "{e:?}");
+    assert_eq!(call(&far, m::ECHO, b"still", &[]).unwrap().data, b"still");
+}
+
+/// A call or a reply larger than the link's message limit is refused
+/// with `TooLarge` before it leaves, and the link serves on: the far end
+/// would have closed it on such a message, failing every call on it.
+#[test]
+fn a_message_over_the_link_limit_is_refused_and_the_link_lives_on() {
+    const MAX: usize = 256 << 10;
+    let limit = MAX.to_string();
+    let host = Host::start(&[("LINTEL_NET_MAX_MESSAGE", &limit)]);
+    let mut opts = LinkOptions::plain();
+    opts.max_message = MAX;
+    let (_proxy, remote) = connect(host.addr, opts);
+    let far = remote.lookup("ctl").unwrap();
+    let at_limit = vec![7u8; MAX - 1]; // with the method's byte: MAX
+    assert_eq!(
+        call(&far, m::LEN, &at_limit, &[]).map(|r| u64_of(&r)),
+        Ok(MAX as u64 - 1)
+    );
+    let e = call(&far, m::ECHO, &vec![7u8; MAX], &[]).map(|r| r.data.len());
+    assert!(matches!(e, Err(CallError::TooLarge { .. })), "arguments: {e:?}");
+    // Bytes and buffers count together.
+    let mut w = SealedWriter::new(MAX / 2).unwrap();
+    w.as_mut_slice().fill(1);
+    let mut reply = Reply::new();
+    let e = far
+        .call_with(
+            &vec![m::LEN; MAX / 2 + 1],
+            &[],
+            vec![Buffer::Sealed(w.seal().unwrap())],
+            &mut reply,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, CallError::TooLarge { .. }),
+        "arguments and a buffer: {e:?}"
+    );
+    // The far proxy refuses a reply over the limit.
+    let e = call(&far, m::BIG, &(MAX as u64 + 1).to_le_bytes(), &[]).map(|r| r.data.len());
+    assert!(matches!(e, Err(CallError::TooLarge { .. })), "result: {e:?}");
+    assert_eq!(
+        call(&far, m::BIG, &(MAX as u64).to_le_bytes(), &[])
+            .unwrap()
+            .data
+            .len(),
+        MAX
+    );
+    assert_eq!(call(&far, m::ECHO, b"still", &[]).unwrap().data, b"still");
 }
 
 /// A deadline that passes, or an awaited call dropped, cancels the far

@@ -44,6 +44,12 @@ fn main() {
     {
         opts = opts.keepalive(Duration::from_millis(ms));
     }
+    if let Some(bytes) = std::env::var("LINTEL_NET_MAX_MESSAGE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        opts.max_message = bytes;
+    }
     let mut exports = BTreeMap::from([
         ("ctl".to_string(), peer.ctl.clone()),
         ("local".to_string(), local.door()),

@@ -151,6 +151,9 @@ const RELAYED_TOO_LARGE: u32 = Fault::RESERVED + 0x80;
 /// A relayed failure of the far side's runtime ([`CallError::Local`] and
 /// the errors of a loan: what crosses is that it failed there).
 const RELAYED_LOCAL: u32 = Fault::RESERVED + 0x81;
+/// A relayed [`CallError::Unpassable`]: a buffer the forwarder could not
+/// pass on (a file descriptor to another machine, say).
+const RELAYED_UNPASSABLE: u32 = Fault::RESERVED + 0x82;
 /// A relayed [`CallError::WouldBlock`] (also the code the blocking face of
 /// an async door fails with).
 pub(crate) const WOULD_BLOCK: u32 = u32::MAX;
@@ -167,9 +170,8 @@ impl Fault {
             CallError::Fault(c) => Fault(*c),
             CallError::TooLarge { .. } => Fault(RELAYED_TOO_LARGE),
             CallError::WouldBlock => Fault(WOULD_BLOCK),
-            CallError::Local(_) | CallError::NoLoanSpace { .. } | CallError::Unpassable(_) => {
-                Fault(RELAYED_LOCAL)
-            }
+            CallError::Unpassable(_) => Fault(RELAYED_UNPASSABLE),
+            CallError::Local(_) | CallError::NoLoanSpace { .. } => Fault(RELAYED_LOCAL),
             other => {
                 let tag = std::mem::discriminant(other);
                 let at = RELAYED.iter().position(|e| std::mem::discriminant(e) == tag);
@@ -195,6 +197,7 @@ impl From<Fault> for CallError {
                 max: 0,
             },
             RELAYED_LOCAL => CallError::Local("the far side failed the call".into()),
+            RELAYED_UNPASSABLE => CallError::Unpassable("a buffer the server's side could not pass on"),
             c => RELAYED
                 .get((c - Fault::RESERVED) as usize)
                 .cloned()
@@ -227,4 +230,32 @@ pub enum BootError {
     /// The handshake's call that passes the initial doors failed.
     #[error("passing the initial doors failed: {0}")]
     Call(#[from] CallError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relayed_error_reaches_the_caller_as_itself_or_its_kind() {
+        for e in RELAYED
+            .iter()
+            .chain([&CallError::Fault(3), &CallError::WouldBlock])
+        {
+            assert_eq!(&CallError::from(Fault::relay(e)), e);
+        }
+        let kind = |e: &CallError| std::mem::discriminant(e);
+        for e in [
+            CallError::TooLarge {
+                what: "arguments",
+                len: 9,
+                max: 8,
+            },
+            CallError::Unpassable("a descriptor"),
+            CallError::Local("x".into()),
+        ] {
+            assert_eq!(kind(&CallError::from(Fault::relay(&e))), kind(&e), "{e:?}");
+        }
+        assert!(Fault::relay(&CallError::PeerDied).0 >= Fault::RESERVED);
+    }
 }
