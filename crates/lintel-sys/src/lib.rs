@@ -18,16 +18,24 @@
 //! a.u32(64).store(7, Ordering::Release);
 //! assert_eq!(b.u32(64).load(Ordering::Acquire), 7);
 //! ```
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[allow(unsafe_code)]
 pub mod copy;
+#[allow(unsafe_code)]
 pub mod cpu;
+#[allow(unsafe_code)]
 pub mod dir;
+#[allow(unsafe_code)]
 pub mod fd;
+#[allow(unsafe_code)]
 pub mod futex;
+#[allow(unsafe_code)]
 pub mod mapping;
 pub mod memfd;
+#[allow(unsafe_code)]
 pub mod pod;
 pub mod poll;
 pub mod socket;

@@ -1,5 +1,6 @@
 //! Shared pieces of the multi-process tests: the peer's method numbers and
 //! helpers to start peers and talk to them.
+#![forbid(unsafe_code)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 

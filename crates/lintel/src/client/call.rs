@@ -126,11 +126,11 @@ fn call_timed(
 #[inline(never)]
 fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Result<(), CallError> {
     reply.clear();
-    let small = data.len() <= INLINE; // decided now: fewer values live across the handler
+    let inline = data.len() <= INLINE; // decided now: fewer values live across the handler
     let ran = core.run_bytes(data, reply);
-    // A small result needs no size check: no limit is below `INLINE`
+    // An inline result needs no size check: no limit is below `INLINE`
     // (`set_max_message`). Counted in one store.
-    if ran == Ran::Done && small && reply.data.len() <= INLINE && reply.doors.is_empty() {
+    if ran == Ran::Done && inline && reply.data.len() <= INLINE && reply.doors.is_empty() {
         stats::count_inline_ok(Path::Colocated);
         return Ok(());
     }
@@ -138,7 +138,7 @@ fn call_colocated(core: &Arc<DoorCore>, data: &[u8], reply: &mut Reply) -> Resul
 }
 
 /// The rest of [`call_colocated`]: a handler that failed, or a result that
-/// is not small (checked against the limit, then counted).
+/// is not inline (checked against the limit, then counted).
 #[cold]
 #[inline(never)]
 fn colocated_result(ran: Ran, len: usize, reply: &mut Reply) -> Result<(), CallError> {

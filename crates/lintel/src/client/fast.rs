@@ -21,7 +21,7 @@
 //!                │            └─ missed ─► wait_full ◄────────────────────────┘
 //!                ▼                            │ reply landed         │ no reply
 //!           reply_landed ◄────────────────────┘                      ▼
-//!                │ small success   │ ≤ 16 bytes   │ anything else   no_reply ─► end
+//!                │ inline success  │ ≤ 16 bytes   │ anything else   no_reply ─► end
 //!                ▼                 ▼              ▼
 //!           succeeded ◄──── reply_bytes      reply_slow (taken the full way)
 //!                │
@@ -99,8 +99,8 @@ pub(crate) fn call(
 ) -> Result<(), Box<CallError>> {
     // (A reply still holding doors or buffers has them dropped, which may
     // run code of a user's: not on the fast path.)
-    let small = data.len() <= INLINE && reply.doors.is_empty() && reply.buffers.is_empty();
-    let keep = |l: &Lease| small && here.deadline == 0 && lease_ready(l, &rd.conn);
+    let inline = data.len() <= INLINE && reply.doors.is_empty() && reply.buffers.is_empty();
+    let keep = |l: &Lease| inline && here.deadline == 0 && lease_ready(l, &rd.conn);
     // SAFETY: `here` was read just before this call (`Here`), and `keep`
     // only reads the lease and begins its claim.
     let lease = match unsafe { last::borrow_if(here.last, keep) } {
@@ -177,7 +177,7 @@ fn wait_full(lease: Borrowed, seq: u32, reply: &mut Reply) -> Result<(), Box<Cal
     }
 }
 
-/// [`call`]'s reply has landed: a small success is taken here, anything
+/// [`call`]'s reply has landed: an inline success is taken here, anything
 /// else by [`reply_slow`]; then the call ends. A leaf when the reply
 /// carries no bytes and the lease is kept: what might call out (bytes into
 /// a vector that may grow, letting go of a void lease) is reached by a
@@ -294,7 +294,7 @@ fn no_reply(lease: Borrowed, why: Unanswered) -> Result<(), Box<CallError>> {
     Err(Box::new(why.into()))
 }
 
-/// [`call`]'s reply is not a small success: taken the full way, counted,
+/// [`call`]'s reply is not an inline success: taken the full way, counted,
 /// the lease let go. The header is read afresh (and checked as any reply's
 /// is) rather than handed over, which would keep the fast path's copy in
 /// memory. Taking the reply may drop doors, and so run code of a user's:

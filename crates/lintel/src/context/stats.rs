@@ -274,7 +274,7 @@ impl Counters {
 
     /// Count a call made on `path`, once it returned: `args` bytes and
     /// `doors` doors in, and the result's size and door count, or `None` if
-    /// it failed. A small call that returned small is counted in one store
+    /// it failed. An inline call that returned inline is counted in one store
     /// ([`Counters::inline_ok`]).
     #[inline]
     pub fn call(&self, path: Path, args: usize, doors: usize, result: Option<(usize, usize)>) {
@@ -341,8 +341,8 @@ thread_local! {
     static MINE: Counters = Counters::new();
 }
 
-/// Whether a call is counted in one store ([`Counters::inline_ok`]): small
-/// in and small out, no doors either way.
+/// Whether a call is counted in one store ([`Counters::inline_ok`]): inline
+/// in and inline out, no doors either way.
 #[inline(always)]
 fn inline_ok(args: usize, doors: usize, result: Option<(usize, usize)>) -> bool {
     let small = |len: usize, doors: usize| bucket(len) == 0 && doors == 0;

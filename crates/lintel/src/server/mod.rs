@@ -99,7 +99,7 @@ struct Buffers {
     /// grant table's lock while the table's generation is unchanged.
     door: Option<(u32, u64, Arc<DoorCore>)>,
     /// What the bound slot's reply header holds, as this worker last wrote
-    /// it: a small success of this many bytes (`None`: unknown, after a
+    /// it: an inline success of this many bytes (`None`: unknown, after a
     /// bind or any other reply). The fast path then stores only what
     /// changes: every store before the reply is published delays it. Only
     /// this worker writes the header while bound; a caller that scribbles on
@@ -263,7 +263,7 @@ fn publish(slot: &Slot, w: Polled, v: u32) {
 }
 
 /// Serve one request and publish its reply. Guards first, each sending the
-/// unusual case to [`handle_slow`]: a request that is not small (data past
+/// unusual case to [`handle_slow`]: a request that is not inline (data past
 /// the inline bytes, doors, buffers, a deadline, forced vanilla), pinned
 /// doors to let go, a door not served last, a revoked door. Then the point of
 /// no return: the handler runs and its reply is published. Inlined into the

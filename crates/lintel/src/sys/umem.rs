@@ -88,7 +88,7 @@ impl RequestHeader {
         }
     }
 
-    /// The caller's side: a small request (the fast path's) of `data` with
+    /// The caller's side: an inline request (the fast path's) of `data` with
     /// no doors, in five stores (six with a deadline).
     #[inline(always)]
     pub fn write_inline(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32, deadline: u64) {
@@ -177,7 +177,7 @@ impl ReplyHeader {
         }
     }
 
-    /// The server's side of a small reply (the fast path's): `data`
+    /// The server's side of an inline reply (the fast path's): `data`
     /// inline (≤ 16 bytes; none stored for none). With
     /// [`ReplyHeader::write_inline_header`] of its length, unless the header
     /// holds that already.
@@ -192,7 +192,7 @@ impl ReplyHeader {
         at.w64(OFF_OUT_INLINE + 8).store(hi, Relaxed);
     }
 
-    /// A small reply's header: `ST_OK`, `len` bytes inline, no doors or
+    /// An inline reply's header: `ST_OK`, `len` bytes inline, no doors or
     /// buffers.
     #[inline]
     pub fn write_inline_header(slot: &Slot, len: u32) {
@@ -678,7 +678,7 @@ mod tests {
     }
 
     #[test]
-    fn small_requests_carry_a_deadline_only_when_flagged() {
+    fn inline_requests_carry_a_deadline_only_when_flagged() {
         let s = slot();
         RequestHeader::write_inline(&s, 7, FLAG_ALERT, b"abc", 1, 12345);
         let h = RequestHeader::read(&s);
