@@ -119,6 +119,29 @@ fn a_killed_domain_comes_back_and_names_follow_it() {
         assert!(!d.is_dead());
         assert_eq!(domain(&all, dom)["pid"], d.server_pid());
     }
+    // The table a person reads says the same: a header, then a row per
+    // domain with its pid, state, restarts, last exit and next action.
+    let out = run(&["status", m.to_str().unwrap()], "script");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines[0][..5],
+        ["DOMAIN", "PID", "STATE", "UPTIME", "RESTARTS"],
+        "{table}"
+    );
+    let row = |dom: &str| {
+        lines
+            .iter()
+            .find(|l| l[0] == dom)
+            .unwrap_or_else(|| panic!("{dom}: {table}"))
+    };
+    for (dom, restarts) in [("a", "1"), ("b", "2")] {
+        let r = row(dom);
+        assert_eq!(r[1], domain(&all, dom)["pid"].to_string(), "{table}");
+        assert_eq!((r[2], r[4]), ("running", restarts), "{table}");
+        assert!(table.contains("signal 9 (SIGKILL)"), "{table}");
+    }
 
     sys.signal("-TERM");
     let (code, seen) = sys.wait();
