@@ -288,6 +288,34 @@ impl Control {
                     .count();
                 put(reply, ok as u64);
             }
+            m::CALL_HELD_AWAITED => {
+                let (&n, inner) = arg.split_first().ok_or(Fault(1))?;
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|_| Fault(6))?;
+                let ok = rt.block_on(async {
+                    let set = tokio::task::LocalSet::new();
+                    set.run_until(async {
+                        let calls: Vec<_> = (0..n)
+                            .map(|_| {
+                                let (d, inner) = (d.clone(), inner.to_vec());
+                                tokio::task::spawn_local(
+                                    async move { d.call_async(&inner, &[]).await.is_ok() },
+                                )
+                            })
+                            .collect();
+                        let mut ok = 0u64;
+                        for c in calls {
+                            ok += u64::from(matches!(c.await, Ok(true)));
+                        }
+                        ok
+                    })
+                    .await
+                });
+                put(reply, ok);
+            }
             m::HOLD => st.lock().unwrap().held.extend(req.doors),
             m::DROP_HELD => st.lock().unwrap().held.clear(),
             m::RETURN_HELD => reply.doors.extend(st.lock().unwrap().held.iter().cloned()),

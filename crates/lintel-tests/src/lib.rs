@@ -83,6 +83,9 @@ pub mod m {
     /// (u64 n) are inside `GATHER` at once; returns 1 if they were, 0 if
     /// the wait ended first.
     pub const GATHER: u8 = 37;
+    /// As [`CALL_HELD_PARALLEL`], but the n calls are awaited by n tasks
+    /// of one thread (a current-thread runtime).
+    pub const CALL_HELD_AWAITED: u8 = 38;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

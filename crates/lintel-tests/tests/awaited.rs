@@ -331,11 +331,14 @@ mod async_handlers {
     }
 }
 
-/// Futures dropped at random points of random calls, over thousands of
-/// calls: every call that completes gets its own reply, none hangs, and
-/// no slot is lost (afterwards 1,000 calls are in flight at once again).
-/// The seed is random unless `LINTEL_DROP_SEED` gives one; a failure
-/// prints it.
+/// Futures of awaited calls dropped at random points (timeouts from 0 to
+/// 4 ms around calls that answer at once or after up to 3 ms): every call
+/// that completes gets its own reply, none hangs, and no slot is lost
+/// (afterwards 1,000 calls are in flight at once again). Run against a
+/// blocking and an async server in another process and an async door
+/// served here, and with more tasks than a connection has slots, so that
+/// drops also land while a call waits for a slot. The seed is random
+/// unless `LINTEL_DROP_SEED` gives one; a failure prints it.
 #[test]
 fn dropping_calls_at_random_loses_no_slot_and_misdelivers_no_reply() {
     let seed = std::env::var("LINTEL_DROP_SEED")
@@ -347,70 +350,88 @@ fn dropping_calls_at_random_loses_no_slot_and_misdelivers_no_reply() {
             u64::from_le_bytes(b)
         });
     eprintln!("LINTEL_DROP_SEED={seed:x}");
-    let p = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "1100")], &[]);
-    let rt = runtime();
-    rt.block_on(async {
-        let set = tokio::task::LocalSet::new();
-        set.run_until(async {
-            const TASKS: u64 = 64;
-            const CALLS: u64 = 60;
-            let tasks: Vec<_> = (0..TASKS)
-                .map(|t| {
-                    let door = p.ctl.clone();
-                    tokio::task::spawn_local(async move {
-                        let mut rng = seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-                        let mut next = move || {
-                            rng ^= rng << 13;
-                            rng ^= rng >> 7;
-                            rng ^= rng << 17;
-                            rng
-                        };
-                        let (mut done, mut dropped) = (0u64, 0u64);
-                        for i in 0..CALLS {
-                            let tag = (t << 32 | i).to_le_bytes();
-                            let delay_us = next() % 3000;
-                            let arg = [&(delay_us / 1000).to_le_bytes()[..], &tag].concat();
-                            let method = if next() % 2 == 0 { m::ECHO } else { m::ECHO_AFTER };
-                            let data = if method == m::ECHO {
-                                request(m::ECHO, &tag)
-                            } else {
-                                request(m::ECHO_AFTER, &arg)
-                            };
-                            let limit = Duration::from_micros(next() % 4000);
-                            match tokio::time::timeout(limit, door.call_async(&data, &[])).await {
-                                Ok(r) => {
-                                    assert_eq!(
-                                        r.unwrap().data,
-                                        tag,
-                                        "seed {seed:x}: task {t} call {i} got another's reply"
-                                    );
-                                    done += 1;
-                                }
-                                Err(_) => dropped += 1,
-                            }
-                        }
-                        (done, dropped)
-                    })
-                })
-                .collect();
-            let (mut done, mut dropped) = (0, 0);
-            for t in tasks {
-                let (d, x) = tokio::time::timeout(Duration::from_secs(120), t)
-                    .await
-                    .unwrap_or_else(|_| panic!("seed {seed:x}: a task hung"))
-                    .unwrap();
-                done += d;
-                dropped += x;
-            }
-            assert!(
-                done > 0 && dropped > 0,
-                "seed {seed:x}: both ends happened ({done} done, {dropped} dropped)"
-            );
-        })
-        .await;
+    let threads = [("LINTEL_MAX_THREADS", "1100")];
+    let plain = Peer::start_with("plain", &threads, &[]);
+    let served = Peer::start_with("async", &threads, &[]);
+    let here_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let here = lintel_tests::control::Control::new().async_door(here_rt.handle().clone());
+    let runs = [
+        ("a blocking server", &plain.ctl, 64, 60),
+        ("an async server", &served.ctl, 64, 60),
+        ("an async door here", &here, 64, 60),
+        ("more tasks than slots", &plain.ctl, 1100, 4),
+    ];
+    for (what, door, tasks, calls) in runs {
+        let (done, dropped) = runtime().block_on(drop_at_random(door, seed, tasks, calls));
+        assert!(
+            done > 0 && dropped > 0,
+            "seed {seed:x}, {what}: both ends happened ({done} done, {dropped} dropped)"
+        );
         // Every slot comes back: a thousand calls in flight at once.
-        assert_eq!(gather(&p.ctl, 1000).await, 1000, "seed {seed:x}: slots were lost");
-    });
+        let all = runtime().block_on(gather(door, 1000));
+        assert_eq!(all, 1000, "seed {seed:x}, {what}: slots were lost");
+    }
+}
+
+/// `tasks` tasks of this thread each make `calls` calls on `door`, each
+/// dropped when a random timeout passes; (calls answered, calls dropped).
+async fn drop_at_random(door: &Door, seed: u64, tasks: u64, calls: u64) -> (u64, u64) {
+    let set = tokio::task::LocalSet::new();
+    set.run_until(async {
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let door = door.clone();
+                tokio::task::spawn_local(async move {
+                    let mut rng = seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    let mut next = move || {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng
+                    };
+                    let (mut done, mut dropped) = (0u64, 0u64);
+                    for i in 0..calls {
+                        let tag = (t << 32 | i).to_le_bytes();
+                        let delay_us = next() % 3000;
+                        let arg = [&(delay_us / 1000).to_le_bytes()[..], &tag].concat();
+                        let data = if next() % 2 == 0 {
+                            request(m::ECHO, &tag)
+                        } else {
+                            request(m::ECHO_AFTER, &arg)
+                        };
+                        let limit = Duration::from_micros(next() % 4000);
+                        match tokio::time::timeout(limit, door.call_async(&data, &[])).await {
+                            Ok(r) => {
+                                assert_eq!(
+                                    r.unwrap().data,
+                                    tag,
+                                    "seed {seed:x}: task {t} call {i} got another's reply"
+                                );
+                                done += 1;
+                            }
+                            Err(_) => dropped += 1,
+                        }
+                    }
+                    (done, dropped)
+                })
+            })
+            .collect();
+        let (mut done, mut dropped) = (0, 0);
+        for h in handles {
+            let (d, x) = tokio::time::timeout(Duration::from_secs(120), h)
+                .await
+                .unwrap_or_else(|_| panic!("seed {seed:x}: a task hung"))
+                .unwrap();
+            done += d;
+            dropped += x;
+        }
+        (done, dropped)
+    })
+    .await
 }
 
 /// The runtime whose reactor a connection's notices are registered with

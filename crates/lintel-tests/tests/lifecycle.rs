@@ -552,6 +552,46 @@ fn pool_state(p: &Peer) -> (u64, u64, u64) {
     (v(0), v(1), v(2))
 }
 
+/// The same, for a caller whose calls are awaited by tasks of one thread
+/// (parked, with no thread of the caller's per call): killed inside them,
+/// every handler is alerted and every server thread goes idle again.
+#[test]
+fn server_threads_of_a_killed_async_caller_go_idle_when_its_calls_end() {
+    const BOUND: Duration = Duration::from_secs(30);
+    let server = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "5")], &[]);
+    for round in 0..4u64 {
+        let mut caller = Peer::start("plain");
+        caller
+            .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
+            .unwrap();
+        let mut arg = vec![4, m::SLEEP_ALERTABLE];
+        // A minute: longer than the bound, so only an alert ends them in time.
+        arg.extend_from_slice(&60_000u64.to_le_bytes());
+        let ctl = caller.ctl.clone();
+        let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD_AWAITED, &arg, &[]));
+        assert!(
+            eventually(BOUND, || pool_state(&server).2 == 4),
+            "round {round}: the four calls run"
+        );
+        std::thread::sleep(Duration::from_millis(round * 40));
+        caller.kill();
+        let _ = t.join();
+        assert!(
+            eventually(BOUND, || pool_state(&server).2 == 0),
+            "round {round}: every handler was alerted and returned"
+        );
+        assert!(
+            eventually(BOUND, || {
+                let (threads, idle, _) = pool_state(&server);
+                threads == idle + 1
+            }),
+            "round {round}: threads left busy: {:?}",
+            pool_state(&server)
+        );
+        assert_eq!(server.call(m::ECHO, b"on", &[]).unwrap().data, b"on");
+    }
+}
+
 #[test]
 fn server_threads_of_a_killed_caller_go_idle_when_its_calls_end() {
     // Four alertable calls of a caller killed 0-150 ms into them: every
