@@ -18,7 +18,7 @@
 //!   proxy's thread and back, and a copy of the bytes each way.
 //! - `null_domain`, `echo_64k_domain`: the same through `echo_domain`, compared to `null` and
 //!   `echo_64k`: the price of serving the door in a domain apart from the proxy's.
-//! - `null_veth`, `echo_64k_veth`, `echo_1m_veth`: the same over a veth pair to a host in a
+//! - `null_veth`, `echo_1k_veth`, `echo_64k_veth`, `echo_1m_veth`: the same over a veth pair to a host in a
 //!   network namespace (made by the suite; skipped, with a line on stderr, where the machine
 //!   does not allow it), against `baseline/capnp_rpc_*_veth` and `baseline/tonic_grpc_*_veth`.
 //! - `throughput_64`: 64 threads calling `echo` with 1 KiB at once; ns per call over all of
@@ -420,8 +420,9 @@ impl Drop for Veth {
 }
 
 /// The cases measured again over a veth pair: case, baseline, bytes, full-mode iterations.
-const VETH_SIZES: [(&str, &str, usize, u64); 3] = [
+const VETH_SIZES: [(&str, &str, usize, u64); 4] = [
     ("null_veth", "capnp_rpc_null_veth", 0, 4_000),
+    ("echo_1k_veth", "capnp_rpc_echo_1k_veth", 1 << 10, 4_000),
     ("echo_64k_veth", "capnp_rpc_echo_64k_veth", 64 << 10, 1_000),
     ("echo_1m_veth", "capnp_rpc_echo_1m_veth", 1 << 20, 100),
 ];
