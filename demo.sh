@@ -54,5 +54,5 @@ host_b=$!
 { printf '%s\n' "$script"; echo quit; } | "$bin/kv-system" boot examples/kv-system/two-hosts-a.toml
 kill "$host_b"; wait "$host_b" 2>/dev/null || true
 echo
-echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, file service, programs, recovery, async calls, doors across machines (JSON lines in bench.jsonl, charts in target/plots)"
-"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk fs unix recovery async net
+echo "== lintel-bench: baselines, doors, placement, LRPC curves, bulk data, echoes against iceoryx2, file service, programs, recovery, async calls, doors across machines, scale (JSON lines in bench.jsonl, charts in target/plots)"
+"$bin/lintel-bench" "${quick[@]}" --json bench.jsonl --plots target/plots baseline door placement lrpc bulk echo fs unix recovery async net scale

@@ -18,4 +18,5 @@ pub mod payload;
 pub mod placement;
 pub mod plot;
 pub mod recovery;
+pub mod scale;
 pub mod unix;

@@ -15,7 +15,9 @@ use clap::Parser;
 use clap::builder::PossibleValuesParser;
 
 use lintel_bench::harness::{self, CHILD_ARG, Config, PARENT_CPU, Report, Suite};
-use lintel_bench::{awaited, baseline, bulk, door, echo, fs, lrpc, markdown, net, placement, recovery, unix};
+use lintel_bench::{
+    awaited, baseline, bulk, door, echo, fs, lrpc, markdown, net, placement, recovery, scale, unix,
+};
 
 /// Every suite, by name, in the order a run without SUITE arguments takes them.
 const SUITES: &[(&str, Suite)] = &[
@@ -30,6 +32,7 @@ const SUITES: &[(&str, Suite)] = &[
     (recovery::SUITE, recovery::run),
     (awaited::SUITE, awaited::run),
     (net::SUITE, net::run),
+    (scale::SUITE, scale::run),
 ];
 
 /// The body of a child process re-executed as `__child ROLE ARGS..` (see `harness::spawn_self`).
@@ -51,6 +54,8 @@ fn run_child(role: &str, args: &[String]) -> anyhow::Result<()> {
         awaited::TARPC_ROLE => awaited::tarpc_child(args),
         net::HOST_ROLE => net::host_child(args),
         net::ECHO_ROLE => net::echo_child(args),
+        scale::ROLE => scale::child(args),
+        scale::CALLER_ROLE => scale::caller_child(args),
         other => bail!("unknown child role {other:?}"),
     }
 }

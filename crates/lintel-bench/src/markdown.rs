@@ -569,6 +569,16 @@ pub fn suite_text(suite: &str) -> &'static str {
              threads calling at once; `doors_100k`, 100,000 doors of the far host held here, with \
              each side's memory per door."
         }
+        "scale" => {
+            "How cost grows. `callers_<n>`: n caller processes, each handed the server's door (so \
+             each connects to the server directly), call it with no data all at once; the median \
+             is over every caller's batch means, with the calls per second of all of them and \
+             the memory (PSS) of the server and of a caller. `doors_<n>`: this process holds n \
+             doors served by a child and calls the newest; each side's memory growth per door. \
+             `loan_arena`: what a domain's first loan maps. With more callers than cores the \
+             curve is the scheduler's too: a caller spins only as long as its recent calls took, \
+             then sleeps."
+        }
         _ => "",
     }
 }

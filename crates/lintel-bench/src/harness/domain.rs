@@ -23,9 +23,20 @@ impl ChildDomain {
 
     /// [`ChildDomain::spawn`] with arguments for the child role.
     pub fn spawn_with(cfg: &Config, role: &str, args: &[String]) -> anyhow::Result<ChildDomain> {
+        ChildDomain::spawn_offering(cfg, role, args, &[])
+    }
+
+    /// [`ChildDomain::spawn_with`], offering the child `offer` (it takes them with
+    /// `lintel::boot::join_with`).
+    pub fn spawn_offering(
+        cfg: &Config,
+        role: &str,
+        args: &[String],
+        offer: &[Door],
+    ) -> anyhow::Result<ChildDomain> {
         let mut cmd = spawn_self(cfg, role, args)?;
         let s =
-            lintel::boot::spawn(&mut cmd, &[]).with_context(|| format!("starting child domain {role}"))?;
+            lintel::boot::spawn(&mut cmd, offer).with_context(|| format!("starting child domain {role}"))?;
         let d = ChildDomain {
             child: s.child,
             doors: s.doors,
@@ -34,6 +45,11 @@ impl ChildDomain {
             bail!("child domain {role} offered no door");
         }
         Ok(d)
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The first door the child offered.
