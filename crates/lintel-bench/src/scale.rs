@@ -15,7 +15,9 @@
 //!   Fields: `holder_pss_kib` and `server_pss_kib` (each side's proportional set size grown
 //!   since before the first door), `holder_bytes_per_door` and `server_bytes_per_door` (that
 //!   growth over n), `make_ns_per_door` (the time to make and pass them). Compared to
-//!   `doors_1`: a call does not get slower with the doors its domain holds.
+//!   `doors_1`: a call does not get slower with the doors its domain holds. The holder is this
+//!   process, whose heap earlier suites of the run may have left room in: its growth reads low
+//!   (zero, even) until the doors outgrow that room; the server is a fresh process each time.
 //! - `loan_arena`: the memory the first loan costs a domain (its arena mapped, one 4 KiB loan
 //!   written), as `pss_kib`, beside the arena's size (`lintel::buffer::ARENA_SIZE`).
 //!
