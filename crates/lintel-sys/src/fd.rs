@@ -8,10 +8,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 /// the kernel puts them). See [`crate::set_descriptor_floor`].
 static FLOOR: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
+/// Keep descriptors this crate makes at or above `floor` (negative: 0).
 pub fn set_descriptor_floor(floor: i32) {
     FLOOR.store(floor.max(0), std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The floor [`set_descriptor_floor`] set (0: none).
 pub fn descriptor_floor() -> i32 {
     FLOOR.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -18,6 +18,7 @@
 //! a.u32(64).store(7, Ordering::Release);
 //! assert_eq!(b.u32(64).load(Ordering::Acquire), 7);
 //! ```
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]

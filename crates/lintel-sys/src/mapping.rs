@@ -90,6 +90,7 @@ impl Mapping {
         self.ptr.as_ptr()
     }
 
+    /// The mapping's length in bytes.
     #[inline]
     pub fn len(&self) -> usize {
         self.len

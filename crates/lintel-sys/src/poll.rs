@@ -12,12 +12,14 @@ pub struct Poller {
 }
 
 impl Poller {
+    /// A new epoll instance, its descriptor above the floor.
     pub fn new() -> io::Result<Poller> {
         Ok(Poller {
             fd: above_floor(epoll::create(epoll::CreateFlags::CLOEXEC)?),
         })
     }
 
+    /// Watch `fd` for input or hang-up, reported with `key`.
     pub fn add(&self, fd: BorrowedFd<'_>, key: u64) -> io::Result<()> {
         Ok(epoll::add(
             &self.fd,
@@ -27,6 +29,7 @@ impl Poller {
         )?)
     }
 
+    /// Stop watching `fd` (nothing if it was not watched).
     pub fn remove(&self, fd: BorrowedFd<'_>) {
         let _ = epoll::delete(&self.fd, fd);
     }

@@ -10,6 +10,7 @@
 //! serves are answered through `lintel_fs` ([`emulate`]); the rest go to
 //! the kernel unchanged. The plan, and what is not built yet, are in
 //! `docs/unix-emulation.md`.
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]

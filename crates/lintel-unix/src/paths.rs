@@ -7,6 +7,7 @@
 pub struct Prefix(Vec<u8>);
 
 impl Prefix {
+    /// `prefix` normalized; `None` unless it is absolute and not `/` itself.
     pub fn new(prefix: &[u8]) -> Option<Prefix> {
         let p = normalize(prefix)?;
         (p.first() == Some(&b'/') && p.len() > 1).then_some(Prefix(p))

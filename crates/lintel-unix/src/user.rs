@@ -150,11 +150,12 @@ fn vm_write(addr: u64, from: &[u8]) -> Result<(), i32> {
     }
 }
 
+/// The kernel's longest path, its NUL counted.
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
 /// The NUL-terminated string at `addr` (without its NUL): `EFAULT` if it
 /// runs into unmapped memory, `ENAMETOOLONG` at 4096 bytes or more (the
 /// kernel's `PATH_MAX` counts the NUL).
-const PATH_MAX: usize = libc::PATH_MAX as usize;
-
 pub fn cstr(addr: u64) -> Result<Vec<u8>, i32> {
     let mut out = Vec::new();
     let mut at = addr;

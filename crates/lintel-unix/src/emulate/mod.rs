@@ -93,6 +93,7 @@ fn fs_err(e: FsError) -> i64 {
 }
 
 impl Emulation {
+    /// The emulation of a program whose paths under `prefix` are served by `fs`.
     pub fn new(fs: Fs, prefix: Prefix) -> Emulation {
         Emulation {
             fs,
