@@ -44,6 +44,7 @@
 //! assert_eq!(fs.open("../x").unwrap_err().errno(), 18); // EXDEV: outside the export
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 

@@ -105,6 +105,7 @@
 //! uses. A lookup waits for a name not yet bound (10 s by default), or
 //! whose domain is restarting, and fails at once for a service whose domain
 //! is down for good.
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod domain;

@@ -43,9 +43,13 @@ pub struct LinkSpec {
 /// name the listener's certificate must carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TlsFiles {
+    /// This end's certificate chain (PEM).
     pub cert: PathBuf,
+    /// This end's private key (PEM).
     pub key: PathBuf,
+    /// The authority's certificate(s) (PEM) that the far end's certificate must be signed by.
     pub ca: PathBuf,
+    /// The name the listener's certificate must carry; set on connecting ends only.
     pub server_name: Option<String>,
 }
 

@@ -52,6 +52,7 @@ pub struct Manifest {
 /// One domain of a [`Manifest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainSpec {
+    /// The domain's name (`[domain.NAME]`, or `link-NAME` for a link's own domain).
     pub name: String,
     /// Services it hosts, in the order listed.
     pub services: Vec<String>,
@@ -164,6 +165,7 @@ impl Manifest {
 pub struct ManifestError {
     /// The manifest's path as given.
     pub file: String,
+    /// Every problem found, in line order.
     pub problems: Vec<Problem>,
 }
 
@@ -171,8 +173,11 @@ pub struct ManifestError {
 /// whole file).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The line it is on, from 1; 0 when it concerns the whole file.
     pub line: usize,
+    /// The column (in characters), from 1; 0 when `line` is 0.
     pub column: usize,
+    /// What is wrong, without the file or position.
     pub message: String,
 }
 

@@ -47,16 +47,29 @@ const LIST_PAGE: usize = 32;
 pub enum NameError {
     /// Nothing was bound to the name within the wait.
     #[error("no service `{name}` was bound within {} s (is it placed in the manifest, and did it start?)", waited.as_secs_f32())]
-    NotBound { name: String, waited: Duration },
+    NotBound {
+        /// The name looked up.
+        name: String,
+        /// How long the lookup asked to wait.
+        waited: Duration,
+    },
     /// The domain that served the name exited and is not restarted.
     #[error("service `{name}` is gone: its domain `{domain}` exited")]
-    Gone { name: String, domain: String },
+    Gone {
+        /// The name looked up.
+        name: String,
+        /// The domain that served it.
+        domain: String,
+    },
     /// The domain that serves the name is restarting, and its new instance
     /// had not bound it within the wait.
     #[error("service `{name}` is restarting (domain `{domain}`) and was not back within {} s", waited.as_secs_f32())]
     Restarting {
+        /// The name looked up.
         name: String,
+        /// The domain that serves it.
         domain: String,
+        /// How long the lookup asked to wait.
         waited: Duration,
     },
     /// The name is bound already.

@@ -34,16 +34,32 @@ pub struct DomainStats {
 /// Why `stats` could not report.
 #[derive(Debug, thiserror::Error)]
 pub enum StatsError {
+    /// Nothing answered at the supervisor's socket.
     #[error("cannot connect to the system at {path}: {err} (is it running?)")]
-    Connect { path: String, err: lintel::BootError },
+    Connect {
+        /// The socket's path.
+        path: String,
+        /// Why the connection failed.
+        err: lintel::BootError,
+    },
+    /// The supervisor answered but handed over no door to its name service.
     #[error("the supervisor offered no name-service door")]
     NoNameService,
+    /// Listing or looking up the domains' stats doors failed.
     #[error("{0}")]
     Names(#[from] NameError),
+    /// A domain's reply did not decode; the domain's name.
     #[error("domain `{0}` sent malformed statistics")]
     Malformed(String),
+    /// A call on a domain's stats door failed (other than the domain having died).
     #[error("calling the stats door of domain `{domain}` failed: {err}")]
-    Call { domain: String, err: lintel::CallError },
+    Call {
+        /// The domain called.
+        domain: String,
+        /// Why the call failed.
+        err: lintel::CallError,
+    },
+    /// Writing to the output failed.
     #[error("writing the report failed: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -63,14 +63,24 @@ pub(crate) trait Supervision {
 /// Why `status` could not report.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
+    /// Nothing answered at the supervisor's socket.
     #[error("cannot connect to the system at {path}: {err} (is it running?)")]
-    Connect { path: String, err: lintel::BootError },
+    Connect {
+        /// The socket's path.
+        path: String,
+        /// Why the connection failed.
+        err: lintel::BootError,
+    },
+    /// The supervisor answered but handed over no door to its name service.
     #[error("the supervisor offered no name-service door")]
     NoNameService,
+    /// Looking up the supervisor's status door failed.
     #[error("{0}")]
     Names(#[from] NameError),
+    /// The call on the status door failed.
     #[error("asking the supervisor failed: {0}")]
     Call(#[from] StubError),
+    /// Writing to the output failed.
     #[error("writing the report failed: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -45,18 +45,45 @@ const SUPERVISOR_THREADS: usize = 256;
 /// Why a system could not be booted.
 #[derive(Debug, thiserror::Error)]
 pub enum BootError {
+    /// A service the manifest places is not in the registry (the manifest was
+    /// built by hand or checked against another registry); the service's name.
     #[error("service `{0}` is not registered in this binary")]
     Unregistered(String),
+    /// The running executable, which every domain re-executes, could not be located.
     #[error("cannot find this executable to start the domains: {0}")]
     Exe(std::io::Error),
+    /// Something already answers at the system's socket.
     #[error("system `{system}` seems to be running already: something answers at {socket}")]
-    Running { system: String, socket: String },
+    Running {
+        /// The system's name.
+        system: String,
+        /// The socket's path.
+        socket: String,
+    },
+    /// The supervisor's socket could not be bound.
     #[error("cannot listen at {socket}: {err}")]
-    Listen { socket: String, err: String },
+    Listen {
+        /// The socket's path.
+        socket: String,
+        /// Why it could not be bound.
+        err: String,
+    },
+    /// A domain's process could not be started.
     #[error("cannot start domain `{domain}`: {err}")]
-    Spawn { domain: String, err: lintel::BootError },
+    Spawn {
+        /// The domain's name.
+        domain: String,
+        /// Why it could not be started.
+        err: lintel::BootError,
+    },
+    /// A started domain did not hand back exactly its control and stats doors.
     #[error("domain `{domain}` offered {got} doors at boot, not its control and stats doors")]
-    Protocol { domain: String, got: usize },
+    Protocol {
+        /// The domain's name.
+        domain: String,
+        /// How many doors it offered (2 expected).
+        got: usize,
+    },
 }
 
 /// One domain as the supervisor runs it: its command line (the same for

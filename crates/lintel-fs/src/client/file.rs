@@ -95,10 +95,12 @@ impl OpenOptions {
         self.path = path;
         self
     }
+    /// Open for reading.
     pub fn read(&mut self, yes: bool) -> &mut Self {
         self.read = yes;
         self
     }
+    /// Open for writing.
     pub fn write(&mut self, yes: bool) -> &mut Self {
         self.write = yes;
         self
@@ -108,10 +110,12 @@ impl OpenOptions {
         self.append = yes;
         self
     }
+    /// Cut the file to length 0 as it opens (`O_TRUNC`); needs writing.
     pub fn truncate(&mut self, yes: bool) -> &mut Self {
         self.truncate = yes;
         self
     }
+    /// Create the file if it does not exist (`O_CREAT`); needs writing.
     pub fn create(&mut self, yes: bool) -> &mut Self {
         self.create = yes;
         self

@@ -178,18 +178,24 @@ impl Fs {
         self.export().list(bytes(&path))
     }
 
+    /// Make the directory `path` with permission bits `mode` (less this
+    /// process's umask).
     pub fn create_dir(&self, path: impl AsRef<Path>, mode: u32) -> Result<(), FsError> {
         self.export().mkdir(bytes(&path), mode)
     }
 
+    /// Remove the empty directory `path`.
     pub fn remove_dir(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
         self.export().rmdir(bytes(&path))
     }
 
+    /// Remove the name `path` (not a directory).
     pub fn remove_file(&self, path: impl AsRef<Path>) -> Result<(), FsError> {
         self.export().unlink(bytes(&path))
     }
 
+    /// Move `from` to `to`, replacing whatever `to` names, as `rename(2)`
+    /// does.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
         self.export().rename(bytes(&from), bytes(&to))
     }

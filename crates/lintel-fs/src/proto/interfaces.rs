@@ -40,9 +40,15 @@ pub trait Export {
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError>;
     /// The entries of the directory `path`.
     fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError>;
+    /// Make the directory `path` with permission bits `mode` (less the
+    /// caller's umask).
     fn mkdir(&self, path: &[u8], mode: u32) -> Result<(), FsError>;
+    /// Remove the empty directory `path`.
     fn rmdir(&self, path: &[u8]) -> Result<(), FsError>;
+    /// Remove the name `path` (not a directory).
     fn unlink(&self, path: &[u8]) -> Result<(), FsError>;
+    /// Move `from` to `to`, replacing whatever `to` names, as `rename(2)`
+    /// does.
     fn rename(&self, from: &[u8], to: &[u8]) -> Result<(), FsError>;
     /// Whether the export refuses every change.
     fn read_only(&self) -> Result<bool, FsError>;
@@ -191,7 +197,11 @@ pub trait OpenFile {
     fn map_descriptor(&self) -> Result<OwnedFd, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
+    /// The open file's metadata (`fstat`), taken once any token is back,
+    /// so the size and times include what clients wrote through windows.
     fn stat(&self) -> Result<Stat, FsError>;
+    /// Set the file's length to `len` (`ftruncate`); `EINVAL` for a FIFO,
+    /// socket or device.
     fn truncate(&self, len: u64) -> Result<(), FsError>;
     /// `fallocate(2)` of `[offset, offset + len)` with its `mode` bits
     /// (`FALLOC_FL_KEEP_SIZE`, `FALLOC_FL_PUNCH_HOLE`,

@@ -41,18 +41,34 @@ pub const SLOTS: usize = 64;
 pub const PAGE_LEN: usize = DESC * SLOTS;
 
 // Word offsets within a descriptor.
+/// The share lock, a 32-bit futex word: 0 free, 1 held, 2 held with a
+/// sleeper.
 pub const LOCK: usize = 0;
+/// The token's state, a 32-bit word: [`INVALID`], [`PASSIVE`], [`ACTIVE`]
+/// or [`RECALLING`]; the service sleeps on it while it waits for an
+/// `ACTIVE` token.
 pub const STATE: usize = 4;
+/// A 32-bit word the service sets to 1 (under the lock) to ask for an
+/// `ACTIVE` token back; the client gives it back when its operation ends.
 pub const RECALL: usize = 8;
+/// The open file's shared offset while the token is here.
 pub const OFFSET: usize = 16;
+/// The file's size while the token is here.
 pub const SIZE: usize = 24;
+/// The file offset where the client's window starts.
 pub const WIN_OFF: usize = 32;
+/// The window's length in bytes; 0: no window.
 pub const WIN_LEN: usize = 40;
+/// Start of the range the client may have written through its window
+/// since the grant (a grant stores `u64::MAX`: nothing written).
 pub const DIRTY_LO: usize = 48;
+/// End (exclusive) of that range; the range is empty unless it is above
+/// [`DIRTY_LO`]'s value.
 pub const DIRTY_HI: usize = 56;
 /// The file's metadata as of the grant, for `stat` without a call:
 /// [`STAT_WORDS`] words (see [`Stat`]).
 pub const STAT: usize = 64;
+/// The 64-bit words the metadata at [`STAT`] takes.
 pub const STAT_WORDS: usize = 16;
 /// The open file's status flags as of the grant ([`FLAG_APPEND`]), a
 /// 32-bit word the service writes before it grants the token.
@@ -60,8 +76,14 @@ pub const FLAGS: usize = STAT + 8 * STAT_WORDS;
 /// Writes through the window append (`O_APPEND`).
 pub const FLAG_APPEND: u32 = 1;
 
+/// Token state: not held by this descriptor; the client asks the service
+/// for it (`Session::acquire`).
 pub const INVALID: u32 = 0;
+/// Token state: held, with no operation under way; the service may take
+/// it back at once.
 pub const PASSIVE: u32 = 1;
+/// Token state: held, with a client operation under way; the service asks
+/// for it back through [`RECALL`] and waits.
 pub const ACTIVE: u32 = 2;
 /// Taken back by the service, which is writing out what the client
 /// reported and then makes it `INVALID` (`recalled`). A client whose

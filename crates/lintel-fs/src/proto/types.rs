@@ -54,13 +54,19 @@ pub struct Stat {
 pub struct FsStat {
     /// The file system's type (`f_type`).
     pub kind: u64,
+    /// Block size (`f_bsize`).
     pub block_size: u64,
+    /// Blocks in all, in `fragment_size` units (`f_blocks`).
     pub blocks: u64,
+    /// Free blocks (`f_bfree`).
     pub blocks_free: u64,
     /// Free blocks an unprivileged user may use.
     pub blocks_available: u64,
+    /// Inodes in all (`f_files`).
     pub files: u64,
+    /// Free inodes (`f_ffree`).
     pub files_free: u64,
+    /// Longest file name, in bytes (`f_namelen`).
     pub name_max: u64,
     /// Fragment size (`f_frsize`).
     pub fragment_size: u64,
@@ -71,15 +77,20 @@ pub struct FsStat {
 /// A byte-range lock's kind (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub enum LockKind {
+    /// Shared (`F_RDLCK`).
     Read,
+    /// Exclusive (`F_WRLCK`).
     Write,
+    /// No lock: drops what the range holds (`F_UNLCK`).
     Unlock,
 }
 
 /// A lock that stands in the way ([`OpenFile::test_lock`](crate::proto::OpenFile::test_lock)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub struct LockHolder {
+    /// Shared or exclusive.
     pub kind: LockKind,
+    /// First byte of the locked range.
     pub start: u64,
     /// 0: to any end.
     pub len: u64,
@@ -111,8 +122,11 @@ impl Stat {
 /// What kind of file a directory entry names (`d_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Wire)]
 pub enum Kind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link.
     Symlink,
     /// A device, FIFO, socket, or a type the host did not report.
     Other,
@@ -125,6 +139,7 @@ pub struct DirEntry {
     pub name: Vec<u8>,
     /// Inode number.
     pub ino: u64,
+    /// What kind of file the entry names.
     pub kind: Kind,
 }
 
@@ -152,8 +167,11 @@ pub struct Counters {
 /// How to set one of a file's times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub enum SetTime {
+    /// Leave it as it is (`UTIME_OMIT`).
     Keep,
+    /// The service's current time (`UTIME_NOW`).
     Now,
+    /// This time.
     At(Timespec),
 }
 
@@ -161,10 +179,15 @@ pub enum SetTime {
 /// `SetTime::Keep` leave one as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub struct Attr {
+    /// New permission bits (`0o7777`; other bits are ignored).
     pub mode: Option<u32>,
+    /// New owner.
     pub uid: Option<u32>,
+    /// New group.
     pub gid: Option<u32>,
+    /// New last-access time.
     pub atime: SetTime,
+    /// New last-modification time.
     pub mtime: SetTime,
 }
 
@@ -184,8 +207,11 @@ impl Attr {
 /// Where a seek counts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Wire)]
 pub enum Whence {
+    /// From the start of the file (`SEEK_SET`).
     Start,
+    /// From the shared offset (`SEEK_CUR`).
     Current,
+    /// From the end of the file (`SEEK_END`).
     End,
     /// `SEEK_DATA`: the first byte at or after the offset given (not a
     /// delta) that lies in data, as the host file system keeps the file;
