@@ -552,23 +552,38 @@ fn pool_state(p: &Peer) -> (u64, u64, u64) {
     (v(0), v(1), v(2))
 }
 
+#[test]
+fn server_threads_of_a_killed_caller_go_idle_when_its_calls_end() {
+    killed_caller_leaves_every_server_thread_idle(m::CALL_HELD_PARALLEL, 6);
+}
+
 /// The same, for a caller whose calls are awaited by tasks of one thread
-/// (parked, with no thread of the caller's per call): killed inside them,
-/// every handler is alerted and every server thread goes idle again.
+/// (parked, with no thread of the caller's per call).
 #[test]
 fn server_threads_of_a_killed_async_caller_go_idle_when_its_calls_end() {
+    killed_caller_leaves_every_server_thread_idle(m::CALL_HELD_AWAITED, 4);
+}
+
+/// Four alertable calls of a caller (made by its method `calls`) killed
+/// 0-200 ms into them: every handler is alerted and returns; then the four
+/// threads that ran them must be idle again, not asleep on the dead
+/// caller's slots (the pool counts a thread bound to a slot as busy). The
+/// one thread left busy serves this test's own calls. The handlers would
+/// sleep a minute, longer than the bound: only an alert ends them in time.
+/// (The rule is model-checked in `handshake`:
+/// a_server_busy_when_its_caller_dies_lets_go_of_the_slot.)
+fn killed_caller_leaves_every_server_thread_idle(calls: u8, rounds: u64) {
     const BOUND: Duration = Duration::from_secs(30);
     let server = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "5")], &[]);
-    for round in 0..4u64 {
+    for round in 0..rounds {
         let mut caller = Peer::start("plain");
         caller
             .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
             .unwrap();
         let mut arg = vec![4, m::SLEEP_ALERTABLE];
-        // A minute: longer than the bound, so only an alert ends them in time.
         arg.extend_from_slice(&60_000u64.to_le_bytes());
         let ctl = caller.ctl.clone();
-        let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD_AWAITED, &arg, &[]));
+        let t = std::thread::spawn(move || lintel_tests::call(&ctl, calls, &arg, &[]));
         assert!(
             eventually(BOUND, || pool_state(&server).2 == 4),
             "round {round}: the four calls run"
@@ -589,46 +604,5 @@ fn server_threads_of_a_killed_async_caller_go_idle_when_its_calls_end() {
             pool_state(&server)
         );
         assert_eq!(server.call(m::ECHO, b"on", &[]).unwrap().data, b"on");
-    }
-}
-
-#[test]
-fn server_threads_of_a_killed_caller_go_idle_when_its_calls_end() {
-    // Four alertable calls of a caller killed 0-150 ms into them: every
-    // handler is alerted and returns; then the four threads that ran them
-    // must be idle again, not asleep on the dead caller's slots (the pool
-    // counts a thread bound to a slot as busy). The one thread left busy
-    // serves this test's own calls. (The rule is model-checked in
-    // `handshake`: a_server_busy_when_its_caller_dies_lets_go_of_the_slot.)
-    const BOUND: Duration = Duration::from_secs(30);
-    let server = Peer::start_with("plain", &[("LINTEL_MAX_THREADS", "5")], &[]);
-    for round in 0..6u64 {
-        let mut caller = Peer::start("plain");
-        caller
-            .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
-            .unwrap();
-        let mut arg = vec![4, m::SLEEP_ALERTABLE];
-        arg.extend_from_slice(&200u64.to_le_bytes());
-        let ctl = caller.ctl.clone();
-        let t = std::thread::spawn(move || lintel_tests::call(&ctl, m::CALL_HELD_PARALLEL, &arg, &[]));
-        assert!(
-            eventually(BOUND, || pool_state(&server).2 == 4),
-            "round {round}: the four calls run"
-        );
-        std::thread::sleep(Duration::from_millis(round * 30));
-        caller.kill();
-        let _ = t.join();
-        assert!(
-            eventually(BOUND, || pool_state(&server).2 == 0),
-            "round {round}: every handler was alerted and returned"
-        );
-        assert!(
-            eventually(BOUND, || {
-                let (threads, idle, _) = pool_state(&server);
-                threads == idle + 1
-            }),
-            "round {round}: threads left busy: {:?}",
-            pool_state(&server)
-        );
     }
 }
