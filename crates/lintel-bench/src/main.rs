@@ -73,7 +73,8 @@ struct Cli {
     /// Pin this process to CPU 0 and its child processes to CPU 1 (default: unpinned).
     #[arg(long)]
     pin: bool,
-    /// Write SVG charts of the bulk suite (latency and throughput against size) into DIR.
+    /// Write SVG charts of the bulk suite (latency and throughput against size) and of the scale
+    /// suite (latency and memory against callers and doors) into DIR.
     #[arg(long, value_name = "DIR")]
     plots: Option<PathBuf>,
     /// Write the measurements document (markdown, stamped with commit, date, machine and this
@@ -161,7 +162,14 @@ fn parent_main(cli: Cli) -> anyhow::Result<bool> {
     }
     let mut charts = Vec::new();
     if let Some(dir) = &cli.plots {
-        charts = lintel_bench::plot::write_bulk_charts(&report, dir)?;
+        if report
+            .cases()
+            .iter()
+            .any(|c| c.suite == lintel_bench::bulk::SUITE)
+        {
+            charts = lintel_bench::plot::write_bulk_charts(&report, dir)?;
+        }
+        charts.extend(lintel_bench::plot::write_scale_charts(&report, dir)?);
         for p in &charts {
             eprintln!("chart: {}", p.display());
         }

@@ -697,13 +697,17 @@ pub fn render(lines: &[Line], stamp: &Stamp, plots: &[String]) -> String {
         }
         let of_suite: Vec<&Line> = lines.iter().filter(|l| l.suite == suite).collect();
         out.push_str(&suite_table(suite, &of_suite));
-        if suite == "bulk" && !plots.is_empty() {
+        // A suite's charts are the plots named after it (`bulk-latency.svg`).
+        let stem = |p: &String| Path::new(p).file_stem().map(|s| s.to_string_lossy().into_owned());
+        let charts: Vec<(&String, String)> = plots
+            .iter()
+            .filter_map(|p| Some((p, stem(p)?)))
+            .filter(|(_, s)| s.starts_with(&format!("{suite}-")))
+            .collect();
+        if !charts.is_empty() {
             out.push('\n');
-            for p in plots {
-                let alt = Path::new(p)
-                    .file_stem()
-                    .map_or(p.clone(), |s| s.to_string_lossy().replace('-', " "));
-                writeln!(out, "![{alt}]({p})").expect("String write");
+            for (p, s) in charts {
+                writeln!(out, "![{}]({p})", s.replace('-', " ")).expect("String write");
             }
         }
         out.push('\n');
@@ -865,7 +869,8 @@ mod tests {
     #[test]
     fn document_is_stamped_and_has_a_section_per_suite() {
         let lines = parse_lines(LINES).unwrap();
-        let doc = render(&lines, &stamp(), &["plots/bulk-latency.svg".to_string()]);
+        let plots = ["plots/bulk-latency.svg", "plots/scale-doors-memory.svg"].map(String::from);
+        let doc = render(&lines, &stamp(), &plots);
         assert!(doc.starts_with("# Measurements\n"));
         assert!(
             doc.contains("- commit: `abc1234` (with uncommitted changes)\n"),
@@ -886,7 +891,10 @@ mod tests {
             ]
         );
         assert!(doc.contains(suite_text("door")));
-        assert!(doc.contains("![bulk latency](plots/bulk-latency.svg)"));
+        // A chart is shown under the suite it is named after; no scale lines, no scale chart.
+        let bulk = &doc[doc.find("## `bulk`").unwrap()..doc.find("## `fs`").unwrap()];
+        assert!(bulk.contains("![bulk latency](plots/bulk-latency.svg)"));
+        assert!(!doc.contains("scale-doors-memory"), "{doc}");
         // The baseline lines pushed by other suites are in the baseline table.
         let baseline = &doc[doc.find("## `baseline`").unwrap()..doc.find("## `door`").unwrap()];
         assert!(baseline.contains("| `spin_pingpong_paired` |"));

@@ -191,3 +191,135 @@ fn size_label(b: f64) -> String {
         b => format!("{b:.0} B"),
     }
 }
+
+/// Writes the `scale` suite's charts into `dir` (none if the report has no `scale` cases):
+/// latency and memory against callers, and against doors held. The paths written.
+pub fn write_scale_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let counted = |prefix: &str| -> Vec<(f64, &crate::harness::CaseResult)> {
+        report
+            .cases()
+            .iter()
+            .filter(|c| c.suite == crate::scale::SUITE)
+            .filter_map(|c| Some((c.case.strip_prefix(prefix)?.parse::<f64>().ok()?, c)))
+            .collect()
+    };
+    let field = |c: &crate::harness::CaseResult, name: &str| {
+        c.fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    };
+    let (callers, doors) = (counted("callers_"), counted("doors_"));
+    if callers.is_empty() && doors.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let blue = RGBColor(31, 119, 180);
+    let red = RGBColor(214, 39, 40);
+    let line = |pts: &[(f64, &crate::harness::CaseResult)],
+                y: &dyn Fn(&crate::harness::CaseResult) -> Option<f64>| {
+        pts.iter()
+            .filter_map(|(x, c)| y(c).filter(|v| *v > 0.0).map(|v| (*x, v)))
+            .collect::<Vec<_>>()
+    };
+    let mut written = Vec::new();
+    let mut draw =
+        |name: &str, title: &str, x: &str, y: &str, series: Vec<Series<'_>>| -> anyhow::Result<()> {
+            let series: Vec<Series<'_>> = series.into_iter().filter(|s| !s.2.is_empty()).collect();
+            if series.is_empty() {
+                return Ok(());
+            }
+            let path = dir.join(name);
+            xy_chart(&path, title, x, y, &series)?;
+            written.push(path);
+            Ok(())
+        };
+    draw(
+        "scale-callers-latency.svg",
+        "A null call's latency against callers of one server",
+        "caller processes",
+        "latency (µs)",
+        vec![
+            ("median", blue, line(&callers, &|c| Some(c.median_ns / 1e3))),
+            ("p99", red, line(&callers, &|c| Some(c.p99_ns / 1e3))),
+        ],
+    )?;
+    draw(
+        "scale-callers-memory.svg",
+        "Memory against callers of one server (PSS)",
+        "caller processes",
+        "KiB",
+        vec![
+            ("server", blue, line(&callers, &|c| field(c, "server_pss_kib"))),
+            (
+                "one caller (median)",
+                red,
+                line(&callers, &|c| field(c, "caller_pss_kib")),
+            ),
+        ],
+    )?;
+    draw(
+        "scale-doors-latency.svg",
+        "A null call's latency against doors held",
+        "doors held",
+        "latency (µs)",
+        vec![
+            ("median", blue, line(&doors, &|c| Some(c.median_ns / 1e3))),
+            ("p99", red, line(&doors, &|c| Some(c.p99_ns / 1e3))),
+        ],
+    )?;
+    draw(
+        "scale-doors-memory.svg",
+        "Memory grown against doors held (PSS)",
+        "doors held",
+        "KiB",
+        vec![
+            (
+                "server (exports them)",
+                blue,
+                line(&doors, &|c| field(c, "server_pss_kib")),
+            ),
+            ("holder", red, line(&doors, &|c| field(c, "holder_pss_kib"))),
+        ],
+    )?;
+    Ok(written)
+}
+
+/// A log-log chart of plain counts on x, one line per series.
+fn xy_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+) -> anyhow::Result<()> {
+    let all = || series.iter().flat_map(|s| s.2.iter().copied());
+    let (x0, x1) = all().fold((f64::MAX, f64::MIN), |(lo, hi), (x, _)| (lo.min(x), hi.max(x)));
+    let (y0, y1) = all().fold((f64::MAX, f64::MIN), |(lo, hi), (_, y)| (lo.min(y), hi.max(y)));
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 2.0..y1 * 2.0).log_scale())?;
+    c.configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_label_formatter(&|v| number_label(*v))
+        .y_label_formatter(&|v| number_label(*v))
+        .draw()?;
+    for (label, colour, pts) in series {
+        let colour = *colour;
+        c.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))?
+            .label(*label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled())))?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
