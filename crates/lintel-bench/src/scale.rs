@@ -2,7 +2,7 @@
 //!
 //! - `callers_<n>`, n = 1, 4, 16, 64, 256 (quick: 1, 4, 16): n client processes, each its own
 //!   domain handed the server's door by this one (so each connects to the server directly, as
-//!   a third party), call it with no data at once, every one in batches of [`BATCH`]. The
+//!   a third party), call it with no data at once, every one in batches of 20. The
 //!   median is over every caller's batch means: a call's latency while n callers share the
 //!   server and the machine's cores. Fields: `calls_per_s` (all callers together, over the
 //!   round's wall time), `server_pss_kib` and `server_threads` (the server after the round),
