@@ -127,15 +127,49 @@ fn chart(
     series: &[Series<'_>],
     y: impl Fn(f64, f64) -> f64,
 ) -> anyhow::Result<()> {
-    let values: Vec<f64> = series
+    let series: Vec<Series<'_>> = series
         .iter()
-        .flat_map(|s| s.2.iter().map(|&(b, ns)| y(b, ns)))
+        .map(|(label, colour, pts)| {
+            (
+                *label,
+                *colour,
+                pts.iter().map(|&(b, ns)| (b, y(b, ns))).collect(),
+            )
+        })
         .collect();
-    let (lo, hi) = values
+    let axes = Axes {
+        x: "payload size",
+        y: y_label,
+        x_keys: SIZES.iter().map(|s| s.1 as f64).collect(),
+        x_tick: size_label,
+    };
+    log_chart(path, title, &axes, legend, &series)
+}
+
+/// A chart's axes: their labels, the x values that get a tick, and how a tick reads.
+struct Axes<'a> {
+    x: &'a str,
+    y: &'a str,
+    x_keys: Vec<f64>,
+    x_tick: fn(f64) -> String,
+}
+
+/// A log-log chart of `series` (points as drawn), one line per series, written to `path`.
+fn log_chart(
+    path: &Path,
+    title: &str,
+    axes: &Axes<'_>,
+    legend: SeriesLabelPosition,
+    series: &[Series<'_>],
+) -> anyhow::Result<()> {
+    let (y0, y1) = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1))
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (x0, x1) = axes
+        .x_keys
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let (lo, hi) = (lo / 2.0, hi * 2.0);
-    let (x0, x1) = (SIZES[0].1 as f64 / 1.5, SIZES[SIZES.len() - 1].1 as f64 * 1.5);
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut c = ChartBuilder::on(&root)
@@ -144,24 +178,23 @@ fn chart(
         .x_label_area_size(44)
         .y_label_area_size(64)
         .build_cartesian_2d(
-            (x0..x1)
+            (x0 / 1.5..x1 * 1.5)
                 .log_scale()
-                .with_key_points(SIZES.iter().map(|s| s.1 as f64).collect::<Vec<_>>()),
-            (lo..hi).log_scale(),
+                .with_key_points(axes.x_keys.clone()),
+            (y0 / 2.0..y1 * 2.0).log_scale(),
         )?;
     c.configure_mesh()
-        .x_desc("payload size")
-        .y_desc(y_label)
-        .x_label_formatter(&|b| size_label(*b))
+        .x_desc(axes.x)
+        .y_desc(axes.y)
+        .x_label_formatter(&|v| (axes.x_tick)(*v))
         .y_label_formatter(&|v| number_label(*v))
         .draw()?;
     for (label, colour, pts) in series {
-        let line: Vec<(f64, f64)> = pts.iter().map(|&(b, ns)| (b, y(b, ns))).collect();
         let colour = *colour;
-        c.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?
+        c.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))?
             .label(*label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-        c.draw_series(line.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
+        c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled())))?;
     }
     c.configure_series_labels()
         .position(legend)
@@ -180,6 +213,11 @@ fn number_label(v: f64) -> String {
         v if v >= 1.0 => format!("{v:.1}"),
         v => format!("{v:.2}"),
     }
+}
+
+/// A count: `1`, `256`, `1000000`.
+fn count_label(v: f64) -> String {
+    format!("{v:.0}")
 }
 
 /// `4 KiB`, `1 MiB`, …
@@ -227,7 +265,16 @@ pub fn write_scale_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<Pat
                 return Ok(());
             }
             let path = dir.join(name);
-            xy_chart(&path, title, x, y, &series)?;
+            let mut keys: Vec<f64> = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).collect();
+            keys.sort_by(f64::total_cmp);
+            keys.dedup();
+            let axes = Axes {
+                x,
+                y,
+                x_keys: keys,
+                x_tick: count_label,
+            };
+            log_chart(&path, title, &axes, SeriesLabelPosition::UpperLeft, &series)?;
             written.push(path);
             Ok(())
         };
@@ -280,46 +327,4 @@ pub fn write_scale_charts(report: &Report, dir: &Path) -> anyhow::Result<Vec<Pat
         ],
     )?;
     Ok(written)
-}
-
-/// A log-log chart of plain counts on x, one line per series.
-fn xy_chart(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series<'_>],
-) -> anyhow::Result<()> {
-    let all = || series.iter().flat_map(|s| s.2.iter().copied());
-    let (x0, x1) = all().fold((f64::MAX, f64::MIN), |(lo, hi), (x, _)| (lo.min(x), hi.max(x)));
-    let (y0, y1) = all().fold((f64::MAX, f64::MIN), |(lo, hi), (_, y)| (lo.min(y), hi.max(y)));
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut c = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 2.0..y1 * 2.0).log_scale())?;
-    c.configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .x_label_formatter(&|v| number_label(*v))
-        .y_label_formatter(&|v| number_label(*v))
-        .draw()?;
-    for (label, colour, pts) in series {
-        let colour = *colour;
-        c.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))?
-            .label(*label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
-        c.draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled())))?;
-    }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    root.present()
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
 }
