@@ -68,14 +68,18 @@ impl Crossing {
         self.max_message.set(self.max_message.get().min(max));
     }
 
-    /// `Ok` if `len` bytes of `what` ("arguments" or "result") may leave
-    /// on a link; otherwise the `TooLarge` to answer instead.
-    pub fn fits(&self, what: &'static str, len: usize) -> Result<(), CallError> {
-        let max = self.max_message.get();
+    /// The bytes of `what` ("arguments" or "result": `data` and its
+    /// `buffers`) if they may leave on a link; otherwise the `TooLarge` to
+    /// answer instead.
+    pub fn fits(&self, what: &'static str, data: &[u8], buffers: &[Vec<u8>]) -> Result<usize, CallError> {
+        let (len, max) = (
+            data.len() + buffers.iter().map(Vec::len).sum::<usize>(),
+            self.max_message.get(),
+        );
         if len > max {
             return Err(CallError::TooLarge { what, len, max });
         }
-        Ok(())
+        Ok(len)
     }
 
     /// The capability that stands for `door` on a link.

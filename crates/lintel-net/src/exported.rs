@@ -160,8 +160,7 @@ fn write_outcome(crossing: &Rc<Crossing>, r: Result<Reply, CallError>, out: outc
         Ok(b) => b,
         Err(e) => return write_failure(&e, out.init_failure()),
     };
-    let len = reply.data.len() + bytes.iter().map(Vec::len).sum::<usize>();
-    if let Err(e) = crossing.fits("result", len) {
+    if let Err(e) = crossing.fits("result", &reply.data, &bytes) {
         return write_failure(&e, out.init_failure());
     }
     let mut r = out.init_reply();

@@ -125,13 +125,15 @@ pub(crate) async fn call_on(
     cap: &door::Client,
     call: &mut Outbound,
 ) -> Option<Answer> {
-    let bytes = call.data.len() + call.buffers.iter().map(Vec::len).sum::<usize>();
-    if let Err(e) = crossing.fits("arguments", bytes) {
-        return Some(Answer {
-            result: Err(e),
-            undelivered: false,
-        });
-    }
+    let bytes = match crossing.fits("arguments", &call.data, &call.buffers) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return Some(Answer {
+                result: Err(e),
+                undelivered: false,
+            });
+        }
+    };
     // Sized for what it carries: one segment, allocated once.
     let words = (bytes + 8 * call.buffers.len()) / 8 + 16;
     let size = capnp::MessageSize {
