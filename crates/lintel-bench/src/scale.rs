@@ -256,18 +256,18 @@ fn loan_arena(report: &mut Report) -> anyhow::Result<()> {
 fn pss_kib(pid: u32) -> anyhow::Result<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
         .with_context(|| format!("reading the smaps of {pid}"))?;
-    field_kib(&text, "Pss:").with_context(|| format!("no Pss in the smaps of {pid}"))
+    first_number(&text, "Pss:").with_context(|| format!("no Pss in the smaps of {pid}"))
 }
 
 /// Threads of process `pid`.
 fn threads(pid: u32) -> anyhow::Result<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading the status of {pid}"))?;
-    field_kib(&text, "Threads:").with_context(|| format!("no thread count for {pid}"))
+    first_number(&text, "Threads:").with_context(|| format!("no thread count for {pid}"))
 }
 
 /// The first number on the line of `text` that starts with `key`.
-fn field_kib(text: &str, key: &str) -> Option<u64> {
+fn first_number(text: &str, key: &str) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix(key))
         .and_then(|rest| rest.split_whitespace().next())
@@ -281,9 +281,9 @@ mod tests {
     #[test]
     fn fields_are_read_from_proc_text() {
         let text = "Rss:   1200 kB\nPss:    800 kB\nPss_Anon:  100 kB\n";
-        assert_eq!(field_kib(text, "Pss:"), Some(800));
-        assert_eq!(field_kib("Threads:\t7\n", "Threads:"), Some(7));
-        assert_eq!(field_kib(text, "Swap:"), None);
+        assert_eq!(first_number(text, "Pss:"), Some(800));
+        assert_eq!(first_number("Threads:\t7\n", "Threads:"), Some(7));
+        assert_eq!(first_number(text, "Swap:"), None);
         assert!(pss_kib(std::process::id()).unwrap() > 0);
         assert!(threads(std::process::id()).unwrap() >= 1);
     }
