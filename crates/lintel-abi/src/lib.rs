@@ -58,13 +58,15 @@
 //! snapshot's memfd goes over the socket ([`control::Ctl::Buffers`]); a loan
 //! names a range of the sender's loan arena, a memfd sent once per
 //! connection ([`control::Ctl::Arena`]) and mapped read-only by the receiver,
-//! which gives the range back ([`control::Ctl::Returned`]) when it drops it.
+//! which gives the range back when it drops it: in its next call or reply on
+//! the connection ([`BUF_RETURNED`]), or else in a message
+//! ([`control::Ctl::Returned`]).
 #![forbid(unsafe_code)]
 #![allow(missing_docs)] // the constants are documented by the layout table
 
 /// Version of this protocol, sent in [`control::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 
 pub mod control;
 pub mod descriptor;
@@ -130,8 +132,9 @@ pub const BUFFER_DESCRIPTOR: usize = 16;
 /// Buffer descriptor kinds.
 pub const BUF_SEALED: u32 = 1;
 pub const BUF_LOAN: u32 = 2;
-/// In a reply: a loan of the caller's arena that the call's handler let go
-/// of, given back with the reply (length, offset), not a buffer passed.
+/// A loan of the receiver's arena given back (length, offset), not a
+/// buffer passed: in a reply, one the call's handler let go of; in a
+/// request, ones the caller let go of since its last request.
 pub const BUF_RETURNED: u32 = 3;
 /// A file descriptor passed as is (length and offset 0); it travels with
 /// the sealed snapshots' memfds, in descriptor order.

@@ -371,6 +371,7 @@ impl Control {
             }
             m::SECRET_CALLS => put(reply, c.secret.load(SeqCst)),
             m::POOL_SHORTAGES => put(reply, lintel::pool::stats().shortages),
+            m::LENT => put(reply, lintel::buffer::lent_bytes() as u64),
             m::POOL_STATE => {
                 let s = lintel::pool::stats();
                 for v in [s.threads, s.idle] {

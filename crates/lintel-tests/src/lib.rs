@@ -86,6 +86,9 @@ pub mod m {
     /// As [`CALL_HELD_PARALLEL`], but the n calls are awaited by n tasks
     /// of one thread (a current-thread runtime).
     pub const CALL_HELD_AWAITED: u8 = 38;
+    /// Bytes of the server's loan arena lent out and not yet returned
+    /// (u64), as read when the handler runs.
+    pub const LENT: u8 = 39;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -194,6 +194,46 @@ fn a_loan_the_handler_drops_comes_back_with_the_reply() {
     }
 }
 
+/// The other way round: loans of the server's that the caller drops come
+/// back, whether a later call carries their return (a request with more
+/// than 16 bytes of data takes the path that does, in the common case) or
+/// the watcher sends it (a one-byte request takes the fast path, which
+/// carries none). Every call that carries returns is answered.
+#[test]
+fn loans_the_caller_drops_come_back_with_its_calls_or_without() {
+    let _alone = alone();
+    let p = Peer::start("plain");
+    let lent =
+        |arg: &[u8]| u64::from_le_bytes(p.call(m::LENT, arg, &[]).unwrap().data[..8].try_into().unwrap());
+    let carried = [0u8; 63];
+    for i in 0..200 {
+        let mut theirs = Vec::new();
+        for _ in 0..1 + i % 20 {
+            let r = lintel_tests::call(&p.ctl, m::RETURN_LOAN, &(64u64 << 10).to_le_bytes(), &[]).unwrap();
+            theirs.extend(r.buffers);
+        }
+        let n = theirs.len() as u64;
+        assert_eq!(
+            lent(&carried),
+            n * (64 << 10),
+            "round {i}: the loans are out while held"
+        );
+        drop(theirs);
+        assert!(
+            eventually(WAIT, || lent(&carried) == 0),
+            "round {i}: {n} loans dropped before calls that carry returns never came back"
+        );
+    }
+    let theirs = lintel_tests::call(&p.ctl, m::RETURN_LOAN, &4096u64.to_le_bytes(), &[])
+        .unwrap()
+        .buffers;
+    drop(theirs);
+    assert!(
+        eventually(WAIT, || lent(&[]) == 0),
+        "a loan dropped with no call after it never came back"
+    );
+}
+
 #[test]
 fn a_million_doors_in_one_domain_without_a_million_fds() {
     let _alone = alone();

@@ -6,9 +6,9 @@
 //! slot's data region or its bulk segment, doors and buffers).
 
 use crate::abi::{
-    DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, MAX_DOORS, OFF_CLIENT_CPU,
-    OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_LEN, OFF_IN_SEG,
-    OFF_OUT_INLINE, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, payload_offset,
+    DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, MAX_BUFFERS, MAX_DOORS,
+    OFF_CLIENT_CPU, OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_LEN,
+    OFF_IN_SEG, OFF_OUT_INLINE, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, payload_offset,
 };
 use crate::context::error::CallError;
 use crate::context::shuttle::{self};
@@ -168,10 +168,22 @@ fn vanilla(
 
 /// What a vanilla request passed that the caller takes back if the server
 /// refuses the call before taking it: grants made for its doors, loans.
+/// (The returns of the server's loans it carried are honoured whether or
+/// not the call is taken; they are queued again only if it is not sent.)
 #[derive(Default)]
 pub(super) struct Sent {
     granted: Vec<u32>,
     lent: Vec<u64>,
+    returned: Vec<(u64, u32)>,
+}
+
+impl Sent {
+    /// The request was not sent: its returns go with a later one.
+    fn requeue(&self, conn: &std::sync::Arc<crate::object::conn::Conn>) {
+        if conn.requeue_returns(&self.returned) {
+            conn.home.returns_queued(conn);
+        }
+    }
 }
 
 /// Write vanilla request `seq` on door `grant` into the slot: the header,
@@ -189,8 +201,14 @@ pub(super) fn write_vanilla(
     due: u64,
 ) -> Result<Sent, CallError> {
     let (conn, slot, index) = (at.conn, at.slot, at.index);
+    // Loans of the server's we let go of ride along (after the buffers).
+    let returned = conn.take_returns(MAX_BUFFERS.saturating_sub(buffers.len()));
     slot.set(OFF_GRANT, grant);
-    let bufs_flag = if buffers.is_empty() { 0 } else { FLAG_BUFS };
+    let bufs_flag = if buffers.is_empty() && returned.is_empty() {
+        0
+    } else {
+        FLAG_BUFS
+    };
     let due_flag = if due != 0 { FLAG_DEADLINE } else { 0 };
     slot.set(
         OFF_FLAGS,
@@ -199,25 +217,44 @@ pub(super) fn write_vanilla(
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, at.cpu);
     slot.set64(OFF_DEADLINE, due);
-    slot.set(OFF_IN_SEG, write_args(at, data)?);
+    let sent = Sent {
+        returned,
+        ..Sent::default()
+    };
+    let undo = |sent: Sent, e: CallError| {
+        sent.requeue(conn);
+        Err(e)
+    };
+    match write_args(at, data) {
+        Ok(generation) => slot.set(OFF_IN_SEG, generation),
+        Err(e) => return undo(sent, e),
+    }
     let granted = match doors.is_empty() {
         true => Vec::new(),
-        false => transfer::send_doors(conn, doors, slot, true, index, seq)?,
+        false => match transfer::send_doors(conn, doors, slot, true, index, seq) {
+            Ok(g) => g,
+            Err(e) => return undo(sent, e),
+        },
     };
     slot.set(OFF_IN_DOORS, doors.len() as u32);
-    let nbufs = buffers.len() as u32;
+    let nbufs = buffers.len();
     let lent = match buffers.is_empty() {
         true => Vec::new(),
         false => match buffer::send(conn, buffers, slot, true, index, seq) {
             Ok(l) => l,
             Err(e) => {
                 transfer::take_back(conn, &granted);
-                return Err(e);
+                return undo(sent, e);
             }
         },
     };
-    slot.set(OFF_IN_BUFS, nbufs);
-    Ok(Sent { granted, lent })
+    buffer::write_returned(slot, nbufs, &sent.returned);
+    slot.set(OFF_IN_BUFS, (nbufs + sent.returned.len()) as u32);
+    Ok(Sent {
+        granted,
+        lent,
+        ..sent
+    })
 }
 
 /// Read the reply to vanilla request `seq` (made under deadline `due`,

@@ -46,6 +46,8 @@ pub(crate) struct Domain {
     /// watcher to send them: dropping many doors at once costs a few
     /// messages, not one each.
     releasing: Mutex<Vec<Weak<Conn>>>,
+    /// Connections with loan returns queued (see [`RETURN_DELAY`]).
+    returning: Mutex<Returning>,
     release_wake: OwnedFd,
 }
 
@@ -126,6 +128,22 @@ impl Releases {
 /// The longest a dropped door's release waits to share a message.
 const RELEASE_PACE: Duration = Duration::from_millis(1);
 
+/// The longest a dropped loan's return waits for a request to carry it
+/// before the watcher sends it in a message. A caller that drops the
+/// loans of each reply and calls again returns them with its next call,
+/// so a loan echo costs no message and no wake-up of the watcher; one
+/// that stops calling has its returns sent within this delay (a lender
+/// short of room waits for them at most that long, plus the message).
+const RETURN_DELAY: Duration = Duration::from_millis(1);
+
+/// Connections with loan returns queued, and whether the watcher has its
+/// timer set for them (if so, queueing more needs no wake-up).
+#[derive(Default)]
+struct Returning {
+    armed: bool,
+    conns: Vec<Weak<Conn>>,
+}
+
 impl Domain {
     fn new() -> Domain {
         crate::sys::fence::init();
@@ -142,6 +160,7 @@ impl Domain {
             poller: Poller::new().expect("lintel: cannot create epoll instance"),
             next_id: AtomicU64::new(1),
             releasing: Mutex::new(Vec::new()),
+            returning: Mutex::new(Returning::default()),
             release_wake: sys::eventfd().expect("lintel: cannot create an eventfd"),
         }
     }
@@ -164,8 +183,15 @@ impl Domain {
             pace: Pace::new(RELEASE_PACE),
             held: Vec::new(),
         };
+        let mut returns_due: Option<Instant> = None;
         loop {
-            self.poller.wait(&mut keys, releases.pace.sleep(Instant::now()));
+            let now = Instant::now();
+            let returns_sleep = returns_due.map(|due| due.saturating_duration_since(now));
+            let sleep = match (releases.pace.sleep(now), returns_sleep) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            self.poller.wait(&mut keys, sleep);
             for &key in &keys {
                 if key == RELEASE_KEY {
                     self.releases_woken(&mut releases);
@@ -183,23 +209,45 @@ impl Domain {
                     }
                 }
             }
-            if releases.pace.due(Instant::now()) {
+            let now = Instant::now();
+            if releases.pace.due(now) {
                 releases.send();
             }
+            returns_due = self.returns_tick(returns_due, now);
+        }
+    }
+
+    /// The watcher's timer for loan returns: set when a connection first
+    /// queues returns, and at its time sends what no request carried; then
+    /// set again if more were queued meanwhile, or left unset (the next
+    /// return wakes the watcher). Returns the new time.
+    fn returns_tick(&self, due: Option<Instant>, now: Instant) -> Option<Instant> {
+        match due {
+            None if self.returning.lock().armed => Some(now + RETURN_DELAY),
+            Some(due) if now >= due => {
+                let conns = std::mem::take(&mut self.returning.lock().conns);
+                for conn in conns.iter().filter_map(Weak::upgrade) {
+                    conn.flush_returns();
+                }
+                let mut returning = self.returning.lock();
+                returning.armed = !returning.conns.is_empty();
+                returning.armed.then(|| now + RETURN_DELAY)
+            }
+            due => due,
         }
     }
 
     // ---- batched releases ----
 
-    /// Something was queued: send loan returns now, and releases as the
-    /// pace allows (see [`crate::state::pace`]).
+    /// Releases were queued: send them as the pace allows (see
+    /// [`crate::state::pace`]). (Loan returns have their own timer.)
     fn releases_woken(&self, releases: &mut Releases) {
         sys::eventfd_clear(self.release_wake.as_fd());
         let conns = std::mem::take(&mut *self.releasing.lock());
+        if conns.is_empty() {
+            return; // woken for loan returns (see `returns_tick`)
+        }
         for weak in conns {
-            if let Some(conn) = weak.upgrade() {
-                conn.flush_returns();
-            }
             if !releases.held.iter().any(|h| h.ptr_eq(&weak)) {
                 releases.held.push(weak);
             }
@@ -399,6 +447,19 @@ impl Home for Domain {
     fn releases_queued(&self, conn: &Arc<Conn>) {
         self.releasing.lock().push(Arc::downgrade(conn));
         sys::eventfd_signal(self.release_wake.as_fd());
+    }
+
+    /// `conn` queued loan returns: the watcher sends what is left of them
+    /// after [`RETURN_DELAY`], woken only if its timer is not set already.
+    fn returns_queued(&self, conn: &Arc<Conn>) {
+        let wake = {
+            let mut returning = self.returning.lock();
+            returning.conns.push(Arc::downgrade(conn));
+            !std::mem::replace(&mut returning.armed, true)
+        };
+        if wake {
+            sys::eventfd_signal(self.release_wake.as_fd());
+        }
     }
 
     /// The identifier for grant `grant` on `conn`: the existing one if this

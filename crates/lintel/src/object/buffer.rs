@@ -28,7 +28,8 @@
 //! it, or its domain dies). A loan the receiver lets go of while serving
 //! its lender's call comes back in that call's reply, so the lender's arena
 //! has it again the moment the call returns; one kept and dropped later
-//! goes back by message, batched with door releases. A `Loaned` cannot be passed on: copy it into a
+//! rides back with the holder's next call to the lender, or goes by
+//! message within a millisecond if no call comes. A `Loaned` cannot be passed on: copy it into a
 //! loan of your own.
 //!
 //! ```
@@ -547,7 +548,7 @@ impl Drop for Loaned {
             return;
         }
         if conn.return_loan(self.off, self.len as u32) {
-            conn.home.releases_queued(&conn);
+            conn.home.returns_queued(&conn);
         }
     }
 }
@@ -584,7 +585,16 @@ pub(crate) fn take_returns() -> Vec<(u64, u32)> {
 /// message. Returns how many were written.
 pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns: &[(u64, u32)]) -> usize {
     let room = MAX_BUFFERS.saturating_sub(first).min(returns.len());
-    for (i, &(off, len)) in returns[..room].iter().enumerate() {
+    write_returned(slot, first, &returns[..room]);
+    send_returns(conn, &returns[room..]);
+    room
+}
+
+/// Write `returns` (which fit) as [`BUF_RETURNED`] descriptors after the
+/// `first` buffers of a request or reply in `slot`.
+pub(crate) fn write_returned(slot: &Slot, first: usize, returns: &[(u64, u32)]) {
+    debug_assert!(first + returns.len() <= MAX_BUFFERS);
+    for (i, &(off, len)) in returns.iter().enumerate() {
         let d = BufferDescriptor {
             kind: BUF_RETURNED,
             len,
@@ -592,15 +602,13 @@ pub(crate) fn write_returns(conn: &Arc<Conn>, slot: &Slot, first: usize, returns
         };
         slot.write(BufferDescriptor::offset(first + i), &d.to_bytes());
     }
-    send_returns(conn, &returns[room..]);
-    room
 }
 
 /// Send `returns` by message (batched by the watcher thread).
 pub(crate) fn send_returns(conn: &Arc<Conn>, returns: &[(u64, u32)]) {
     for &(off, len) in returns {
         if conn.return_loan(off, len) {
-            conn.home.releases_queued(conn);
+            conn.home.returns_queued(conn);
         }
     }
 }
@@ -734,7 +742,7 @@ pub(crate) fn receive(
                 Ok(l) => made[i] = Some(Buffer::Loaned(l)),
                 Err(e) => error = error.or(Some(e)),
             }
-        } else if kind == BUF_RETURNED && !request {
+        } else if kind == BUF_RETURNED {
             returned(conn.id, &[(off, len as u32)]); // honoured only if lent to this peer
         } else if kind == BUF_FD && (len, off) != (0, 0) {
             error = error.or(Some(CallError::BadMessage("a descriptor buffer with a length")));
@@ -775,6 +783,19 @@ pub(crate) fn receive(
     }
     out.extend(made.into_iter().flatten());
     Ok(())
+}
+
+/// Of the `n` buffers described in a refused request in `slot`, honour
+/// the returns of our loans (the rest the caller takes back).
+pub(crate) fn honour_returns(conn: &Conn, slot: &Slot, n: usize) {
+    for i in 0..n.min(MAX_BUFFERS) {
+        let mut b = [0u8; BUFFER_DESCRIPTOR];
+        slot.read(BufferDescriptor::offset(i), &mut b);
+        let d = BufferDescriptor::from_bytes(&b);
+        if d.kind == BUF_RETURNED {
+            returned(conn.id, &[(d.off, d.len)]); // honoured only if lent to this peer
+        }
+    }
 }
 
 /// A loan of the peer's arena, checked to lie inside it.

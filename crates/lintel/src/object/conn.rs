@@ -49,8 +49,11 @@ pub(crate) trait Home: Send + Sync + 'static {
     fn alert(&self, conn: &Arc<Conn>, slot: u32, seq: u32);
     /// The peer gave back loans of our pool: `(offset, length)` as it says.
     fn loans_returned(&self, conn: &Arc<Conn>, loans: &[(u64, u32)]);
-    /// `conn` queued its first release or loan return: send them soon.
+    /// `conn` queued its first release: send them soon.
     fn releases_queued(&self, conn: &Arc<Conn>);
+    /// `conn` has loan returns queued and is not on the watcher's list:
+    /// send what no request has carried by `RETURN_DELAY` from now.
+    fn returns_queued(&self, conn: &Arc<Conn>);
     /// The door behind the peer's grant `grant` (one per grant).
     fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor>;
     /// `rd` is dropped.
@@ -162,6 +165,9 @@ pub(crate) struct Conn {
     releases_sent: AtomicU64,
     /// Loans of the peer's arena we dropped, waiting to be returned.
     returns: Mutex<Vec<(u64, u32)>>,
+    /// Whether the watcher has this connection on its list of returns to
+    /// send (see `Home::returns_queued`).
+    returns_listed: AtomicBool,
 }
 
 /// Ticket fds that arrived ahead of the call or reply that uses them, one
@@ -218,6 +224,7 @@ impl Conn {
             releases: Mutex::new(Vec::new()),
             releases_sent: AtomicU64::new(0),
             returns: Mutex::new(Vec::new()),
+            returns_listed: AtomicBool::new(false),
         }
     }
 
@@ -302,20 +309,41 @@ impl Conn {
         q.len() == 1
     }
 
-    /// We dropped a loan of the peer's arena: queue its return (sent in
-    /// batches with the releases, off the dropping thread's path). True if
-    /// the queue was empty (the caller then wakes the watcher).
+    /// We dropped a loan of the peer's arena: queue its return. It rides
+    /// back with our next vanilla request on this connection
+    /// ([`take_returns`](Self::take_returns)), or in a message the watcher
+    /// sends within `RETURN_DELAY`. True if the watcher must be told of
+    /// this connection (the caller calls `Home::returns_queued`).
     pub fn return_loan(&self, off: u64, len: u32) -> bool {
         if self.is_dead() {
             return false;
         }
-        let mut q = self.returns.lock();
-        q.push((off, len));
-        q.len() == 1
+        self.returns.lock().push((off, len));
+        !self.returns_listed.swap(true, SeqCst)
     }
 
-    /// Send the queued loan returns, [`control::MAX_RELEASES`] to a message.
+    /// Up to `max` queued loan returns, to write into a request.
+    pub fn take_returns(&self, max: usize) -> Vec<(u64, u32)> {
+        let mut q = self.returns.lock();
+        let n = q.len().min(max);
+        q.drain(..n).collect()
+    }
+
+    /// Queue again returns a request carried that the peer refused
+    /// untaken. True as for [`return_loan`](Self::return_loan).
+    pub fn requeue_returns(&self, returns: &[(u64, u32)]) -> bool {
+        if self.is_dead() || returns.is_empty() {
+            return false;
+        }
+        self.returns.lock().extend_from_slice(returns);
+        !self.returns_listed.swap(true, SeqCst)
+    }
+
+    /// Send the queued loan returns, [`control::MAX_RELEASES`] to a message
+    /// (the watcher, once their delay is up). The connection leaves the
+    /// watcher's list first, so a return queued meanwhile lists it again.
     pub fn flush_returns(&self) {
+        self.returns_listed.store(false, SeqCst);
         let returns = std::mem::take(&mut *self.returns.lock());
         for batch in returns.chunks(control::MAX_RELEASES) {
             let loans = batch.to_vec();
@@ -689,6 +717,7 @@ pub(crate) mod alone {
         fn alert(&self, _: &Arc<Conn>, _: u32, _: u32) {}
         fn loans_returned(&self, _: &Arc<Conn>, _: &[(u64, u32)]) {}
         fn releases_queued(&self, _: &Arc<Conn>) {}
+        fn returns_queued(&self, _: &Arc<Conn>) {}
         fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
             Arc::new(RemoteDoor {
                 conn: conn.clone(),

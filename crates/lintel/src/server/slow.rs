@@ -107,7 +107,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
                 transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
             }
             if req.in_bufs > 0 {
-                drop(w.conn.take_buffer_fds(true, w.slot, seq)); // the caller takes its loans back
+                refuse_buffers(w, slot, seq, req.in_bufs);
             }
             return Err(Failure { error, untaken: true });
         }
@@ -129,6 +129,9 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         take_bulk_args(w, slot, req, args).map_err(|e| {
             if in_doors > 0 {
                 transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
+            }
+            if req.in_bufs > 0 {
+                refuse_buffers(w, slot, seq, req.in_bufs);
             }
             Failure {
                 error: CallError::BadMessage(e),
@@ -172,6 +175,15 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     core.invoke(req, reply).map_err(Failure::taken)?;
     drop(active);
     Ok(Served::Now)
+}
+
+/// The buffers of a request refused before they were taken: the caller
+/// takes its loans back (it sees the refusal), the descriptors passed are
+/// closed, and the returns of our loans it carried are honoured all the
+/// same (it never sends them again).
+fn refuse_buffers(w: &Work, slot: &Slot, seq: u32, n: u32) {
+    drop(w.conn.take_buffer_fds(true, w.slot, seq));
+    buffer::honour_returns(&w.conn, slot, n as usize);
 }
 
 /// Copy arguments larger than the data region out of the caller's bulk

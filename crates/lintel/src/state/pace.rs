@@ -11,7 +11,8 @@
 //! costs about one message per interval (plus one per full batch), whatever
 //! the speed of either thread, and no release waits longer than `interval`.
 //!
-//! Loan returns are not paced: a peer short of pool space waits for them.
+//! Loan returns are not paced here: they ride the next request, or go
+//! after a short delay of their own (`RETURN_DELAY` in `domain`).
 
 use std::time::{Duration, Instant};
 
