@@ -3,8 +3,9 @@
 //! copies an echo needs. Every case runs in each of ten interleaved rounds, pooled, so the
 //! machine's moods fall on all of them alike.
 //!
-//! - `copy_<size>`: a raw door call whose handler returns its argument bytes (the default,
-//!   hostile-safe path: the caller gets a private copy, the handler a private `&[u8]`). It
+//! - `copy_<size>`: a raw door call whose handler returns its argument bytes, written with
+//!   `Reply::data_in_place` (the default, hostile-safe path: the caller gets a private copy, the
+//!   handler a private `&[u8]`; the result is written where it travels). It
 //!   carries `floor_ns`, the copies this path needs plus a null call (see `COPY_PATH_COPIES`),
 //!   and `vs_floor`.
 //! - `loan_<size>`: the caller fills a loan (`lintel::Loan`) and passes it; the server copies it
@@ -34,8 +35,8 @@ const ROUNDS: u64 = 10;
 
 /// Copies of the payload the copy path must make for an echo: the caller's into shared memory,
 /// the server's snapshot out of it (the caller may still write it), the handler's own (its
-/// reply), and the caller's snapshot of the result. (It makes one more today: the reply is
-/// built in private memory, then copied into shared memory.)
+/// reply, written in place in shared memory with `Reply::data_in_place`), and the caller's
+/// snapshot of the result.
 const COPY_PATH_COPIES: f64 = 4.0;
 
 /// Operations per case over all rounds, and per timed batch.
@@ -51,7 +52,7 @@ fn iters(cfg: &Config, size: usize) -> (u64, u64) {
 /// The doors the child offers: copy echo, loan echo, null.
 fn doors() -> Vec<Door> {
     let copy = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
-        reply.data.extend_from_slice(req.data);
+        reply.data_in_place(req.data.len()).copy_from_slice(req.data);
         Ok(())
     });
     let loan = Door::create(1, |req: Request<'_>, reply: &mut Reply| {

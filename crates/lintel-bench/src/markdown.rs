@@ -513,7 +513,7 @@ pub fn suite_text(suite: &str) -> &'static str {
         "echo" => {
             "One payload echoed between two processes at 8 B, 1 KiB, 64 KiB and 1 MiB, each \
              system with its fastest request/response, in ten interleaved rounds pooled: \
-             `copy` (a raw door call returning its argument: the default, hostile-safe path), \
+             `copy` (a raw door call returning its argument, written in place with `Reply::data_in_place`: the default, hostile-safe path), \
              `loan` (the caller fills a loan, the server copies it into a loan of its own and \
              answers with that: one copy each way), against iceoryx2 0.10's request/response \
              over byte slices (both sides busy-polling; one copy each way, read in place) and \

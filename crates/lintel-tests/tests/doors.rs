@@ -14,6 +14,81 @@ fn calls_cross_process_on_fast_and_vanilla_paths() {
     }
 }
 
+/// Results a handler writes in place (`Reply::data_in_place`) reach a
+/// caller in another process whole, at every size, on the fast and vanilla
+/// paths, as the segment grows and shrinks back, between results built in
+/// `data`; a handler that fills `data` afresh after making room answers
+/// with `data`; one that fails after making room fails its call only, and
+/// the next call's result is its own. Co-located, the room is `data`.
+#[test]
+fn results_written_in_place_arrive_whole_at_every_size() {
+    let p = Peer::start("plain");
+    // Request: mode (1 byte), length (u64), padding (to choose the path).
+    let door = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+        let len = u64::from_le_bytes(req.data[1..9].try_into().unwrap()) as usize;
+        match req.data[0] {
+            0 => reply
+                .data_in_place(len)
+                .copy_from_slice(&lintel_tests::pattern(len)),
+            1 => reply.data.extend_from_slice(&lintel_tests::pattern(len)),
+            2 => {
+                reply.data_in_place(len).fill(0xee);
+                reply.data.clear();
+                reply.data.extend_from_slice(&lintel_tests::pattern(len));
+            }
+            _ => {
+                reply.data_in_place(len).fill(0xee);
+                return Err(lintel::Fault(77));
+            }
+        }
+        Ok(())
+    });
+    lintel_tests::call(&p.ctl, m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
+    let request = |mode: u8, len: usize, pad: usize| {
+        let mut r = vec![mode];
+        r.extend_from_slice(&(len as u64).to_le_bytes());
+        r.resize(9 + pad, 0);
+        r
+    };
+    let sizes = [
+        0,
+        100,
+        5 * 1024,
+        5 * 1024 + 1,
+        65_536,
+        (1 << 20) + 3,
+        5 << 20,
+        100_000,
+        7,
+    ];
+    for (i, &len) in sizes.iter().enumerate() {
+        for mode in [0u8, 1, 2, 0] {
+            for pad in [0, 40] {
+                let got = lintel_tests::call(&p.ctl, m::CALL_HELD, &request(mode, len, pad), &[])
+                    .unwrap()
+                    .data;
+                assert!(
+                    got == lintel_tests::pattern(len),
+                    "size {i} ({len} bytes), mode {mode}, padding {pad}: {} bytes came back",
+                    got.len()
+                );
+            }
+        }
+        let failed = lintel_tests::call(&p.ctl, m::CALL_HELD, &request(3, len, 0), &[]).unwrap_err();
+        assert_eq!(
+            failed,
+            CallError::Fault(100 + 9),
+            "size {len}: the handler's fault reaches the peer"
+        );
+        let got = lintel_tests::call(&p.ctl, m::CALL_HELD, &request(1, 3, 0), &[])
+            .unwrap()
+            .data;
+        assert_eq!(got, lintel_tests::pattern(3), "after a failed call at size {len}");
+        let here = door.call_bytes(&request(0, len, 0)).unwrap();
+        assert!(here == lintel_tests::pattern(len), "co-located, {len} bytes");
+    }
+}
+
 #[test]
 fn data_above_the_servers_limit_is_a_typed_error_naming_it() {
     // The server allows 64 KiB; we allow the default 1 GiB.

@@ -460,9 +460,22 @@ impl Conn {
         slot: u32,
         data: &[u8],
     ) -> Result<u32, CallError> {
-        let (generation, fresh) = out
-            .prepare(data.len())
-            .map_err(|e| CallError::Local(e.to_string()))?;
+        let generation = self.prepare_bulk(out, request, slot, data.len())?;
+        out.write(data);
+        Ok(generation)
+    }
+
+    /// Make room for `len` bytes in our bulk segment `out` for `slot`,
+    /// sending the segment first if it is new; the generation to name in
+    /// the header.
+    pub fn prepare_bulk(
+        &self,
+        out: &mut Outbox,
+        request: bool,
+        slot: u32,
+        len: usize,
+    ) -> Result<u32, CallError> {
+        let (generation, fresh) = out.prepare(len).map_err(|e| CallError::Local(e.to_string()))?;
         if let Some(fd) = fresh {
             let msg = Ctl::Segment {
                 request,
@@ -473,7 +486,6 @@ impl Conn {
                 return Err(CallError::PeerDied);
             }
         }
-        out.write(data);
         Ok(generation)
     }
 

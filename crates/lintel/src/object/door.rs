@@ -25,6 +25,7 @@ use crate::context::stats::{self, Path};
 use crate::object::async_handler::AsyncDoor;
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
+use crate::object::in_place;
 use crate::state::refs::{self, Refs, Runner};
 use crate::state::running::Running;
 
@@ -58,6 +59,30 @@ impl Reply {
     /// An empty reply.
     pub fn new() -> Reply {
         Reply::default()
+    }
+
+    /// Room for a result of `len` bytes, to write in place; the result is
+    /// those bytes (and [`data`](Self::data) is emptied). A handler serving
+    /// another domain with a result larger than a slot's data region
+    /// ([`crate::abi::DATA_CAP`], 5 KiB) gets room in the shared memory the
+    /// reply travels in, so the result is not copied there afterwards: one
+    /// copy fewer than building it in `data`. Elsewhere (a co-located call,
+    /// an async handler, a small result) the room is `data` itself.
+    ///
+    /// The room may be `data` itself; to answer with `data` after all,
+    /// clear it and fill it: a `data` that is not empty when the handler
+    /// returns is the result.
+    ///
+    /// ```
+    /// use lintel::{Door, Reply, Request};
+    /// let echo = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     reply.data_in_place(req.data.len()).copy_from_slice(req.data);
+    ///     Ok(())
+    /// });
+    /// assert_eq!(echo.call_bytes(&[7; 9000]).unwrap(), [7; 9000]);
+    /// ```
+    pub fn data_in_place(&mut self, len: usize) -> &mut [u8] {
+        in_place::data_in_place(self, len)
     }
 
     /// (Always inlined: out of line it costs the co-located call about

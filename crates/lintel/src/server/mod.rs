@@ -32,6 +32,7 @@ use crate::context::shuttle::{self, Shuttle};
 use crate::context::stats::{Counters, Path};
 use crate::object::conn::Conn;
 use crate::object::door::{DoorCore, Ran, Reply};
+use crate::object::in_place;
 use crate::state::handshake::{self, Shared};
 use crate::state::running::Runner;
 use crate::state::workers::Pool;
@@ -125,6 +126,14 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     });
     let ss = &w.area.slots[w.slot as usize];
     let slot = w.area.slot(w.slot);
+    in_place::offer(
+        &bufs.reply,
+        Box::new(reply::SegmentPlace {
+            conn: w.conn.clone(),
+            area: w.area.clone(),
+            slot: w.slot,
+        }),
+    );
     ss.binding.bind();
     bufs.reply_header = None;
     ss.unbind.store(false, SeqCst);
@@ -159,6 +168,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
         pool.give_up_spinning();
     }
     *ss.shuttle.lock() = None;
+    in_place::withdraw(); // holds the connection
     pool.unbound(w);
 }
 
@@ -298,7 +308,12 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
     let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
-    if ran != Ran::Done || reply.data.len() > INLINE || !reply.doors.is_empty() || !reply.buffers.is_empty() {
+    if ran != Ran::Done
+        || reply.data.len() > INLINE
+        || !reply.doors.is_empty()
+        || !reply.buffers.is_empty()
+        || in_place::placed()
+    {
         core.leave(&bufs.runner);
         bufs.counters.served(Path::Fast);
         let result = ran.checked(reply).map_err(Failure::taken);

@@ -2,6 +2,7 @@
 //! worker does not answer on the fast path: the worker's own (`slow`) and
 //! an async handler's task's (`deferred`).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
 use crate::abi::{
@@ -10,9 +11,13 @@ use crate::abi::{
 };
 use crate::context::error::CallError;
 use crate::object::buffer;
+use crate::object::conn::Conn;
 use crate::object::door::Reply;
+use crate::object::in_place::{self, Place};
 use crate::object::transfer;
-use crate::sys::umem::Slot;
+use crate::sys::umem::{Room, Slot};
+
+use super::area::InArea;
 
 use super::{Work, publish_reply};
 
@@ -42,6 +47,7 @@ pub(super) fn write_reply(
     mut result: Result<(), Failure>,
     vanilla: bool,
 ) -> bool {
+    let placed = in_place::take_placed(reply);
     if w.conn.is_dead() {
         reply.clear();
         drop(buffer::take_returns()); // its lender is gone too
@@ -49,7 +55,12 @@ pub(super) fn write_reply(
     }
     if result.is_ok() {
         let n = reply.data.len();
-        if n > DATA_CAP {
+        if let Some((n, generation)) = placed {
+            // Written in place by the handler (`Reply::data_in_place`).
+            slot.set(OFF_OUT_SEG, generation);
+            slot.set(OFF_OUT_LEN, n as u32);
+            w.area.bulk[w.slot as usize].lock().out.trim();
+        } else if n > DATA_CAP {
             match put_bulk_reply(w, &reply.data) {
                 Ok(generation) => slot.set(OFF_OUT_SEG, generation),
                 Err(e) => result = Err(Failure::taken(e)),
@@ -60,7 +71,9 @@ pub(super) fn write_reply(
         } else {
             slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
         }
-        slot.set(OFF_OUT_LEN, n as u32);
+        if placed.is_none() {
+            slot.set(OFF_OUT_LEN, n as u32);
+        }
         let nd = reply.doors.len() as u32;
         if nd > 0 {
             result = transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq)
@@ -115,6 +128,23 @@ pub(super) fn publish_with_doors(w: &Work, slot: &Slot, seq: u32, reply: &mut Re
         ss.has_pinned.store(true, Relaxed);
     }
     publish_reply(w, slot, seq);
+}
+
+/// The room a handler serving slot `slot` of `area` may write its result
+/// in (`Reply::data_in_place`): our bulk segment for the slot, sent to the
+/// caller first if it is new. Offered while a worker is bound to the slot.
+pub(super) struct SegmentPlace {
+    pub(super) conn: Arc<Conn>,
+    pub(super) area: Arc<InArea>,
+    pub(super) slot: u32,
+}
+
+impl Place for SegmentPlace {
+    fn room(&mut self, len: usize) -> Result<(Room, u32), CallError> {
+        let mut bulk = self.area.bulk[self.slot as usize].lock();
+        let generation = self.conn.prepare_bulk(&mut bulk.out, false, self.slot, len)?;
+        Ok((bulk.out.room(len), generation))
+    }
 }
 
 /// Put a result larger than the data region in our bulk segment for the

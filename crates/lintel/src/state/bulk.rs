@@ -30,7 +30,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use crate::abi;
-use crate::sys::umem::Bulk;
+use crate::sys::umem::{Bulk, Room};
 use crate::sys::{self, Mapping};
 
 /// Largest segment (and worker buffer) kept between calls. Memory held is
@@ -76,6 +76,18 @@ impl Outbox {
             self.populated = data.len();
         }
         bulk.write(data);
+    }
+
+    /// Room for `len` bytes at the segment's start, which
+    /// [`prepare`](Self::prepare) made, its pages made at once as
+    /// [`write`](Self::write) would.
+    pub fn room(&mut self, len: usize) -> Room {
+        let (_, bulk) = self.seg.as_ref().expect("prepared before writing");
+        if len > self.populated {
+            bulk.populate_write(self.populated, len - self.populated);
+            self.populated = len;
+        }
+        bulk.room(len).expect("prepared for this length")
     }
 
     /// The call is over: drop a segment too large to keep.

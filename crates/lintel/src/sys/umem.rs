@@ -409,6 +409,35 @@ impl<'a> At<'a> {
     }
 }
 
+/// Room in the writer's own bulk segment for one result that a handler
+/// writes in place (`Reply::data_in_place`), instead of into a `Vec` the
+/// server then copies into the segment. The peer maps the segment
+/// read-only, and this domain writes it only through the one `Room` the
+/// call's worker made (it writes the reply header after the handler
+/// returns, using the room's bytes as they are); the view keeps the
+/// mapping alive however the segment is replaced meanwhile.
+pub struct Room {
+    view: Bulk,
+    len: usize,
+}
+
+impl Room {
+    /// The room's bytes, to write.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes from the view's start lie in the mapping
+        // (checked in `Bulk::room` and `Bulk::range`); the segment is ours
+        // to write and nothing else here reads or writes it through a
+        // reference while this borrow of the room lives (see the type's
+        // doc); the peer's reads are outside this process.
+        unsafe { std::slice::from_raw_parts_mut(self.view.base(), self.len) }
+    }
+
+    #[allow(clippy::len_without_is_empty)] // a room is never empty (it is for a large result)
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
 /// A bulk segment mapped here (see [`crate::abi`]): arguments or results
 /// larger than a slot's data region. Bytes are copied in and out, like the
 /// slot's, and never referenced: the reader's segment is the peer's to
@@ -445,6 +474,20 @@ impl Bulk {
 
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// The first `len` bytes of this view, to be written in place as a
+    /// [`Room`]; `None` if the view is shorter. For the writer's own
+    /// segment only (mapped writable here, read-only by the peer).
+    pub fn room(&self, len: usize) -> Option<Room> {
+        (len <= self.len).then(|| Room {
+            view: Bulk {
+                map: self.map.clone(),
+                off: self.off,
+                len: self.len,
+            },
+            len,
+        })
     }
 
     #[inline(always)]
