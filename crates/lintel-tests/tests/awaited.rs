@@ -332,8 +332,8 @@ mod async_handlers {
 }
 
 /// Futures of awaited calls dropped at random points (timeouts from 0 to
-/// 4 ms around calls that answer at once or after up to 3 ms, and one
-/// call in sixteen dropped after its first poll): every call
+/// 4 ms around calls that answer at once, after up to 3 ms or after
+/// 100 ms, and one call in sixteen dropped after its first poll): every call
 /// that completes gets its own reply, none hangs, and no slot is lost
 /// (afterwards 1,000 calls are in flight at once again). Run against a
 /// blocking and an async server in another process and an async door
@@ -412,10 +412,18 @@ async fn drop_at_random(door: &Door, seed: u64, tasks: u64, calls: u64) -> (u64,
                         // a reply that takes 3), so some drop however slowly
                         // this runtime polls: a timeout that fires after the
                         // reply came is no drop.
-                        let once = next() % 16 == 0;
-                        let delay_us = if once { 3000 } else { next() % 3000 };
+                        // One more in sixteen answers after 100 ms, long after
+                        // its timeout: its slot drains after this phase ends,
+                        // and the 1,000 calls that follow must find it again.
+                        let pick = next() % 16;
+                        let once = pick == 0;
+                        let delay_us = match pick {
+                            0 => 3000,
+                            1 => 100_000,
+                            _ => next() % 3000,
+                        };
                         let arg = [&(delay_us / 1000).to_le_bytes()[..], &tag].concat();
-                        let data = if !once && next() % 2 == 0 {
+                        let data = if pick > 1 && next() % 2 == 0 {
                             request(m::ECHO, &tag)
                         } else {
                             request(m::ECHO_AFTER, &arg)

@@ -571,14 +571,15 @@ fn pump(area: &OutArea, waker: &Waker) {
     let mut woken = Vec::new();
     if flooded || area.notice_lost().swap(0, SeqCst) != 0 {
         area.parked.all(&mut woken);
-        area.calls.maybe_drained();
+        area.calls.maybe_drained(usize::MAX);
     } else if !slots.is_empty() {
         for s in &mut slots {
             *s = s.wrapping_sub(SLOTS as u32);
         }
         area.parked.noticed(&slots, &mut woken);
         if woken.len() < slots.len() {
-            area.calls.maybe_drained(); // an abandoned call's late reply
+            // Abandoned calls' late replies: a waiting task for each.
+            area.calls.maybe_drained(slots.len() - woken.len());
         }
     }
     woken.into_iter().for_each(Waker::wake);

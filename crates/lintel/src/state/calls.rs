@@ -211,12 +211,15 @@ impl CallSlots {
         self.st.lock().draining.push((index, seq));
     }
 
-    /// A late reply may have landed on a draining slot: wake a task that
-    /// waits for a slot, if one does, to look.
-    pub fn maybe_drained(&self) {
+    /// Late replies may have landed on up to `n` draining slots: wake as
+    /// many tasks that wait for a slot, if any do, to look. (One task per
+    /// batch of notices left the other drained slots unused while tasks
+    /// waited, until some call gave its slot back.)
+    pub fn maybe_drained(&self, n: usize) {
         let st = self.st.lock();
         if !st.draining.is_empty() {
-            self.wake_waiting(st, 1);
+            let n = n.min(st.draining.len());
+            self.wake_waiting(st, n);
         }
     }
 
@@ -285,10 +288,32 @@ mod tests {
             Taken::Wait,
             "its reply has not landed"
         );
-        s.maybe_drained();
+        s.maybe_drained(1);
         assert_eq!(count.get(), 1, "the waiting task is told to look again");
         let landed = |i: u32, sq: u32| i == index && sq == seq;
         assert_eq!(slot(take_as(&s, 9_999, &w, landed)), (index, seq + 1));
+    }
+
+    #[test]
+    fn late_replies_noticed_together_wake_as_many_waiting_tasks() {
+        let s = CallSlots::new();
+        let (_, w) = waker();
+        let taken = take_all(&s, &w);
+        for &(index, _) in &taken[..5] {
+            s.abandon(index);
+        }
+        let waiters: Vec<_> = (0..8).map(|_| waker()).collect();
+        for (t, (_, w)) in waiters.iter().enumerate() {
+            assert_eq!(take_as(&s, 10_000 + t as u64, w, |_, _| false), Taken::Wait);
+        }
+        // One batch of notices names three of the five draining slots.
+        s.maybe_drained(3);
+        let woken: usize = waiters.iter().map(|(c, _)| c.get()).sum();
+        assert_eq!(woken, 3, "one waiting task per slot that may have drained");
+        // A lost notice (flooded socket): every draining slot may have.
+        s.maybe_drained(usize::MAX);
+        let woken: usize = waiters.iter().map(|(c, _)| c.get()).sum();
+        assert_eq!(woken, 3 + 5, "as many as slots drain, no more");
     }
 
     #[test]
