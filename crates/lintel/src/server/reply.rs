@@ -54,14 +54,15 @@ pub(super) fn write_reply(
         return false; // the caller is gone: the reply is discarded
     }
     if result.is_ok() {
-        let n = reply.data.len();
-        if let Some((n, generation)) = placed {
-            // Written in place by the handler (`Reply::data_in_place`).
-            slot.set(OFF_OUT_SEG, generation);
-            slot.set(OFF_OUT_LEN, n as u32);
-            w.area.bulk[w.slot as usize].lock().out.trim();
-        } else if n > DATA_CAP {
-            match put_bulk_reply(w, &reply.data) {
+        // Written in place by the handler (`Reply::data_in_place`), or
+        // copied in from `data`: the segment holds the former already.
+        let n = placed.map_or(reply.data.len(), |(n, _)| n);
+        if n > DATA_CAP {
+            let generation = match placed {
+                Some((_, generation)) => Ok(generation),
+                None => put_bulk_reply(w, &reply.data),
+            };
+            match generation {
                 Ok(generation) => slot.set(OFF_OUT_SEG, generation),
                 Err(e) => result = Err(Failure::taken(e)),
             }
@@ -71,9 +72,7 @@ pub(super) fn write_reply(
         } else {
             slot.write(payload_offset(OFF_OUT_INLINE, n, vanilla), &reply.data);
         }
-        if placed.is_none() {
-            slot.set(OFF_OUT_LEN, n as u32);
-        }
+        slot.set(OFF_OUT_LEN, n as u32);
         let nd = reply.doors.len() as u32;
         if nd > 0 {
             result = transfer::send_doors(&w.conn, &reply.doors, slot, false, w.slot, seq)
