@@ -89,6 +89,11 @@ pub mod m {
     /// Bytes of the server's loan arena lent out and not yet returned
     /// (u64), as read when the handler runs.
     pub const LENT: u8 = 39;
+    /// Call the first held door with the argument and read its result in
+    /// place (`Door::call_in_place`); answers a byte saying whether the
+    /// result was shared (1) or private (0), then the result's bytes as
+    /// read, a piece at a time, in place.
+    pub const CALL_HELD_IN_PLACE: u8 = 40;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

@@ -89,6 +89,121 @@ fn results_written_in_place_arrive_whole_at_every_size() {
     }
 }
 
+/// A door made with `Door::create_trusting` and called from another
+/// process gets arguments larger than a slot's data region in place (a view
+/// of the caller's memory, `data` empty) and smaller ones as a private
+/// copy; read in place, whole or in pieces, they are the caller's bytes at
+/// every size, between calls that grow and shrink the segment. A door made
+/// with `Door::create` keeps getting a private copy. A caller that reads
+/// its result in place (`Door::call_in_place`) gets the result's bytes as
+/// they are, shared when large.
+#[test]
+fn trusting_doors_and_in_place_callers_read_large_bytes_where_they_lie() {
+    use std::sync::{Arc, Mutex};
+    let p = Peer::start("plain");
+    // Request: mode (1 byte), then the payload. Mode 0 echoes in place,
+    // mode 1 answers the payload's sum read in 1000-byte pieces, mode 2
+    // fails after reading.
+    let seen: Arc<Mutex<Vec<(usize, bool, bool)>>> = Arc::default();
+    let make = |trusting: bool| {
+        let seen = seen.clone();
+        let handler = move |req: Request<'_>, reply: &mut Reply| {
+            let args = req.args();
+            seen.lock()
+                .unwrap()
+                .push((args.len(), args.is_shared(), req.data.is_empty()));
+            match args.get(0) {
+                Some(0) => {
+                    args.read_at(1, reply.data_in_place(args.len() - 1));
+                }
+                Some(1) => {
+                    let (mut sum, mut at, mut piece) = (0u64, 1, [0u8; 1000]);
+                    while at < args.len() {
+                        let n = args.read_at(at, &mut piece);
+                        sum += piece[..n].iter().map(|&b| u64::from(b)).sum::<u64>();
+                        at += n;
+                    }
+                    reply.data.extend_from_slice(&sum.to_le_bytes());
+                }
+                _ => return Err(lintel::Fault(9)),
+            }
+            Ok(())
+        };
+        match trusting {
+            true => Door::create_trusting(0, handler),
+            false => Door::create(0, handler),
+        }
+    };
+    for trusting in [true, false] {
+        let door = make(trusting);
+        let q = Peer::start("plain");
+        lintel_tests::call(&q.ctl, m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
+        for len in [0usize, 7, 5 * 1024 - 1, 5 * 1024, 5 * 1024 + 1, 65_536, (1 << 20) + 3, 5 << 20, 9000] {
+            let payload = lintel_tests::pattern(len);
+            for mode in [0u8, 1, 2] {
+                seen.lock().unwrap().clear();
+                let mut arg = vec![mode];
+                arg.extend_from_slice(&payload);
+                let got = lintel_tests::call(&q.ctl, m::CALL_HELD, &arg, &[]);
+                let what = format!("trusting {trusting}, {len} bytes, mode {mode}");
+                match mode {
+                    0 => assert!(got.unwrap().data == payload, "{what}: the echo differs"),
+                    1 => {
+                        let sum: u64 = payload.iter().map(|&b| u64::from(b)).sum();
+                        assert_eq!(got.unwrap().data, sum.to_le_bytes(), "{what}");
+                    }
+                    _ => assert_eq!(got.unwrap_err(), CallError::Fault(100 + 9), "{what}"),
+                }
+                let in_place = trusting && len + 1 > lintel::abi::DATA_CAP;
+                assert_eq!(
+                    seen.lock().unwrap().as_slice(),
+                    [(len + 1, in_place, in_place)],
+                    "{what}: (length, read in place, data empty)"
+                );
+            }
+        }
+        // Co-located calls get a private copy on either kind of door.
+        seen.lock().unwrap().clear();
+        let mut arg = vec![0u8];
+        arg.extend_from_slice(&lintel_tests::pattern(100_000));
+        assert_eq!(door.call_bytes(&arg).unwrap(), arg[1..]);
+        assert_eq!(seen.lock().unwrap().as_slice(), [(100_001, false, false)]);
+    }
+
+    // The peer reads our results in place: our ECHO door here, its peer's
+    // held door. Shared when larger than the data region, the same bytes
+    // at every size.
+    let echo = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+        reply.data_in_place(req.data.len()).copy_from_slice(req.data);
+        Ok(())
+    });
+    lintel_tests::call(&p.ctl, m::HOLD, b"", std::slice::from_ref(&echo)).unwrap();
+    for len in [0usize, 9, 5 * 1024, 5 * 1024 + 1, 65_536, (1 << 20) + 5, 5 << 20, 100] {
+        let payload = lintel_tests::pattern(len);
+        let got = lintel_tests::call(&p.ctl, m::CALL_HELD_IN_PLACE, &payload, &[])
+            .unwrap()
+            .data;
+        let shared = u8::from(len > lintel::abi::DATA_CAP);
+        assert_eq!(got.first(), Some(&shared), "{len} bytes: read in place or not");
+        assert!(got[1..] == payload[..], "{len} bytes read in place differ");
+    }
+    // And we read the peer's in place: a handle with a timeout too; a call
+    // that fails never runs the reader.
+    for len in [3usize, 70_000, (1 << 20) + 1] {
+        let mut arg = vec![m::ECHO];
+        arg.extend_from_slice(&lintel_tests::pattern(len));
+        let timed = p.ctl.with_timeout(std::time::Duration::from_secs(30));
+        for door in [&p.ctl, &timed] {
+            let (shared, bytes) = door.call_in_place(&arg, |r| (r.is_shared(), r.to_vec())).unwrap();
+            assert_eq!(shared, len > lintel::abi::DATA_CAP, "{len} bytes");
+            assert!(bytes == arg[1..], "{len} bytes read in place differ");
+        }
+    }
+    let mut ran = false;
+    let failed = p.ctl.call_in_place(&[250], |_| ran = true);
+    assert!(failed.is_err() && !ran, "a failed call ran the reader: {failed:?}");
+}
+
 #[test]
 fn data_above_the_servers_limit_is_a_typed_error_naming_it() {
     // The server allows 64 KiB; we allow the default 1 GiB.

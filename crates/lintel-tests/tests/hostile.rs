@@ -107,7 +107,13 @@ struct Scene {
 
 impl Scene {
     fn new() -> Scene {
-        let victim = Peer::start("plain");
+        Scene::with_victim("plain")
+    }
+
+    /// A scene whose victim is a peer of `role`: "plain", or "trusting"
+    /// (its control door reads large arguments in place).
+    fn with_victim(role: &str) -> Scene {
+        let victim = Peer::start(role);
         let private = victim
             .call(m::MAKE_DOOR, &PRIVATE_DATUM.to_le_bytes(), &[])
             .expect("make private door")
@@ -167,6 +173,11 @@ impl Scene {
         let big: Vec<u8> = (0..4000u32).map(|i| (i * 13) as u8).collect();
         let echoed = call_within(&self.victim.ctl, m::ECHO, &big, ANSWER);
         assert_eq!(echoed.as_ref(), Ok(&big), "vanilla path after the attack");
+        // Larger than the data region: a bulk segment (read in place by a
+        // trusting victim).
+        let bulk: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 300) as u8).collect();
+        let echoed = call_within(&self.victim.ctl, m::ECHO, &bulk, ANSWER);
+        assert!(echoed.as_ref() == Ok(&bulk), "bulk path after the attack");
         let secret = call_within(&self.victim.ctl, m::SECRET_CALLS, b"", ANSWER).expect("secret count");
         assert_eq!(u64_of(&secret), 0, "a handler ran for the secret door");
         assert_eq!(self.bait_calls.load(SeqCst), 0, "the bait door was called");
@@ -357,7 +368,12 @@ impl Attack {
 
 /// Run one bounded attack to the end and check the victim afterwards.
 fn attack_then_check(mode: &str, seed: u64, ms: u64) -> Report {
-    let mut scene = Scene::new();
+    attack_victim_then_check("plain", mode, seed, ms)
+}
+
+/// As [`attack_then_check`], on a victim of `role`.
+fn attack_victim_then_check(role: &str, mode: &str, seed: u64, ms: u64) -> Report {
+    let mut scene = Scene::with_victim(role);
     let attack = launch(&scene, mode, seed, ms);
     let report = attack.finish(Duration::from_millis(ms) + Duration::from_secs(10));
     eprintln!("{mode}: {}", report.line);
@@ -579,6 +595,27 @@ fn lying_bulk_segments_snapshots_and_loans_are_refused_and_fault_nobody() {
         report.line
     );
     scene.assert_healthy();
+}
+
+/// The trusted placement under the same attacks: a victim whose control
+/// door trusts its callers (`Door::create_trusting`, its echo reading
+/// arguments in place) survives scribbled shared memory, lying segments,
+/// and everything at once, and answers honest callers correctly after: a
+/// caller that breaks the trust changes only the bytes the handler reads.
+#[test]
+fn a_door_that_trusts_its_callers_survives_every_attack() {
+    let r = attack_victim_then_check("trusting", "scribble", seed(12), 1500);
+    assert!(r.get("scribble_answered") > 100, "the server never looked: {}", r.line);
+    let r = attack_victim_then_check("trusting", "bulk", seed(8), 100);
+    assert!(r.get("bulk_cases") >= 41, "{}", r.line);
+    assert_eq!(
+        r.get("bulk_expected"),
+        r.get("bulk_cases"),
+        "a lying request got another answer than it must (see the attacker's stderr): {}",
+        r.line
+    );
+    let r = attack_victim_then_check("trusting", "all", seed(45), 1500);
+    assert!(r.get("published") > 1000, "{}", r.line);
 }
 
 #[test]

@@ -121,6 +121,7 @@ pub use lintel_macros::interface;
 pub use object::async_handler::{Alerted, AsyncHandler, AsyncRequest, HandlerFuture};
 pub use object::buffer::{self, Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use object::door::{Door, FarHold, Handler, Reply, Request};
+pub use object::in_place::InPlace;
 pub use sys::{copy_bytes, copy_raw};
 /// The tokio runtime handle async handlers run on ([`Door::create_async_on`]).
 pub use tokio::runtime::Handle as RuntimeHandle;

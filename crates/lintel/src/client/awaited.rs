@@ -399,7 +399,7 @@ impl<'a> AsyncCall<'a> {
         let r = if call.inline {
             read_inline(&at, call.seq, self.due, &mut reply)
         } else {
-            read_vanilla(&at, call.seq, self.due, self.data.len(), &call.sent, &mut reply)
+            read_vanilla(&at, call.seq, self.due, self.data.len(), &call.sent, &mut reply, None)
         };
         call.release();
         self.done(r.map(|()| reply))
@@ -476,7 +476,7 @@ fn abandon(call: InFlight) {
 fn read_inline(at: &At<'_>, seq: u32, due: u64, reply: &mut Reply) -> Result<(), CallError> {
     let h = ReplyHeader::read(at.slot);
     if due != 0 || h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
-        let r = take_reply(at, seq, h, &[], reply, false);
+        let r = take_reply(at, seq, h, &[], reply, false, None);
         return settled(due, r, reply);
     }
     reply.clear();

@@ -11,6 +11,7 @@ use crate::context::error::CallError;
 use crate::context::stats::{self, Path};
 use crate::object::buffer::Buffer;
 use crate::object::door::{Door, DoorCore, Inner, Ran, Reply, Request, check_sizes};
+use crate::object::in_place::InPlace;
 
 impl Door {
     /// Call the door: `data` and `doors` in, results into `reply`.
@@ -81,6 +82,41 @@ impl Door {
             Inner::Dead(_) => Err(CallError::PeerDied),
             Inner::Timed(t) => {
                 crate::context::deadline::within(t.timeout, || t.door.call_with(data, doors, buffers, reply))
+            }
+        }
+    }
+
+    /// Call with bytes only, and read the result where it lies: `f` gets
+    /// the result bytes as an [`InPlace`] and its value is the call's. A
+    /// result larger than a slot's data region ([`crate::abi::DATA_CAP`],
+    /// 5 KiB) from another domain is not copied out of the server's shared
+    /// memory first: one copy fewer than [`Door::call`]. `f` runs on this
+    /// thread before the call ends, and only if it succeeded.
+    ///
+    /// The bytes are the server's to write while `f` reads them: a server
+    /// that does (a bug, or one not worth the trust) makes what `f` reads
+    /// wrong, and nothing else (see [`InPlace`]). Copy out what must stay
+    /// as it was validated.
+    ///
+    /// ```
+    /// use lintel::{Door, Reply, Request};
+    /// let zeros = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     reply.data_in_place(req.data.len() * 1000).fill(0);
+    ///     Ok(())
+    /// });
+    /// let nonzero = zeros.call_in_place(&[1; 9], |r| (0..r.len()).filter(|&i| r.get(i) != Some(0)).count());
+    /// assert_eq!(nonzero.unwrap(), 0);
+    /// ```
+    pub fn call_in_place<R>(&self, data: &[u8], f: impl FnOnce(InPlace<'_>) -> R) -> Result<R, CallError> {
+        match &self.0 {
+            Inner::Remote(rd) => crate::client::call_in_place(rd, data, f),
+            Inner::Timed(t) => {
+                crate::context::deadline::within(t.timeout, || t.door.call_in_place(data, f))
+            }
+            _ => {
+                let mut reply = Reply::new();
+                self.call(data, &[], &mut reply)?;
+                Ok(f(InPlace::private(&reply.data)))
             }
         }
     }

@@ -15,7 +15,8 @@ use crate::context::shuttle::{self};
 use crate::context::stats::{self, Path};
 use crate::object::buffer::{self, Buffer};
 use crate::object::door::{Door, RemoteDoor, Reply, check_sizes};
-use crate::sys::umem::{ReplyHeader, RequestHeader, SyncWord};
+use crate::object::in_place::InPlace;
+use crate::sys::umem::{Bulk, ReplyHeader, RequestHeader, SyncWord};
 use crate::{context::deadline, object::transfer};
 use std::sync::atomic::Ordering::*;
 
@@ -34,13 +35,13 @@ pub(crate) fn call_checked(
 ) -> Result<(), CallError> {
     let lease = match begin(&rd.conn) {
         Ok(lease) => lease,
-        Err(e) => return refused(data, doors, e),
+        Err(e) => return Err(refused(data, doors, e)),
     };
     let fast = data.len() <= INLINE && doors.is_empty() && !lease.settings.force_vanilla.load(Relaxed);
     let r = if fast {
         fast_checked(&lease, rd, data, reply)
     } else {
-        vanilla(&lease, rd, data, doors, Vec::new(), reply)
+        vanilla(&lease, rd, data, doors, Vec::new(), reply, None)
     };
     end_call(lease);
     // (Matched so that success is written straight into the caller's
@@ -61,12 +62,39 @@ pub(crate) fn call_with(
 ) -> Result<(), CallError> {
     let lease = match begin(&rd.conn) {
         Ok(lease) => lease,
-        Err(e) => return refused(data, doors, e),
+        Err(e) => return Err(refused(data, doors, e)),
     };
-    let r = vanilla(&lease, rd, data, doors, buffers, reply);
+    let r = vanilla(&lease, rd, data, doors, buffers, reply, None);
     end_call(lease);
     r
 }
+
+/// A call whose result the caller reads where it lies ([`InPlace`]): a
+/// result larger than the data region is not copied out of the server's
+/// segment; `f` reads it there while this thread still holds the slot, so
+/// the server's next reply on it cannot come before `f` returns.
+pub(crate) fn call_in_place<R>(
+    rd: &RemoteDoor,
+    data: &[u8],
+    f: impl FnOnce(InPlace<'_>) -> R,
+) -> Result<R, CallError> {
+    let lease = match begin(&rd.conn) {
+        Ok(lease) => lease,
+        Err(e) => return Err(refused(data, &[], e)),
+    };
+    let (mut reply, mut view) = (Reply::new(), None);
+    let r = vanilla(&lease, rd, data, &[], Vec::new(), &mut reply, Some(&mut view));
+    let r = r.map(|()| match view {
+        Some((view, len)) => f(InPlace::shared(view, len)),
+        None => f(InPlace::private(&reply.data)),
+    });
+    end_call(lease);
+    r
+}
+
+/// Where a caller that reads its result in place gets a large one: the
+/// view of the server's segment and the result's length.
+pub(super) type ViewOut<'v> = Option<&'v mut Option<(Bulk, usize)>>;
 
 /// The fast path: ≤ 16 bytes in, no doors. Guards first; the unusual cases
 /// (a deadline or cancel, a server that sleeps, a reply that is not small)
@@ -96,7 +124,7 @@ fn fast_checked(lease: &Lease, rd: &RemoteDoor, data: &[u8], reply: &mut Reply) 
 
     let h = ReplyHeader::read(slot);
     if due != 0 || h.status != ST_OK || h.out_len as usize > INLINE || (h.out_doors | h.out_bufs) != 0 {
-        let r = take_reply(&lease.at(), seq, h, &[], reply, false);
+        let r = take_reply(&lease.at(), seq, h, &[], reply, false, None);
         let r = settled(due, r, reply);
         let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
         lease.counters.call(Path::Fast, data.len(), 0, result);
@@ -133,6 +161,7 @@ fn vanilla(
     doors: &[Door],
     buffers: Vec<Buffer>,
     reply: &mut Reply,
+    view: ViewOut<'_>,
 ) -> Result<(), CallError> {
     let (conn, slot, shuttle) = (&rd.conn, &lease.slot, &*lease.shuttle);
     let counted = |r: Result<(), CallError>, reply: &Reply| {
@@ -162,7 +191,7 @@ fn vanilla(
     if let Err(e) = waited {
         return counted(Err(e.into()), reply);
     }
-    let r = read_vanilla(&at, seq, due, data.len(), &sent, reply);
+    let r = read_vanilla(&at, seq, due, data.len(), &sent, reply, view);
     counted(r, reply)
 }
 
@@ -266,12 +295,13 @@ pub(super) fn read_vanilla(
     in_len: usize,
     sent: &Sent,
     reply: &mut Reply,
+    view: ViewOut<'_>,
 ) -> Result<(), CallError> {
     let h = ReplyHeader::read(at.slot);
     if h.status & ST_UNTAKEN != 0 && !sent.lent.is_empty() {
         buffer::take_back(at.conn, &sent.lent);
     }
-    let r = take_reply(at, seq, h, &sent.granted, reply, true);
+    let r = take_reply(at, seq, h, &sent.granted, reply, true, view);
     let r = if due == 0 { r } else { settled(due, r, reply) };
     if in_len > DATA_CAP {
         at.area.bulk[at.index as usize].lock().out.trim();
@@ -303,6 +333,7 @@ pub(super) fn take_reply(
     granted: &[u32],
     reply: &mut Reply,
     vanilla: bool,
+    view: ViewOut<'_>,
 ) -> Result<(), CallError> {
     let (conn, slot, index) = (at.conn, at.slot, at.index);
     reply.clear();
@@ -328,7 +359,7 @@ pub(super) fn take_reply(
     }
     check_sizes("result", out_len, 0)?; // before anything is allocated for it
     if out_len > DATA_CAP {
-        take_bulk_reply(at, h, reply)?;
+        take_bulk_reply(at, h, reply, view)?;
     } else if out_len > 0 {
         reply.data.resize(out_len, 0);
         slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
@@ -351,9 +382,10 @@ pub(super) fn take_reply(
 }
 
 /// Copy a result larger than the data region out of the server's bulk
-/// segment for our slot, mapping the segment first if the reply names a
+/// segment for our slot (or, for a caller that reads it in place, keep a
+/// view of it in `view`), mapping the segment first if the reply names a
 /// new one.
-fn take_bulk_reply(at: &At<'_>, h: ReplyHeader, reply: &mut Reply) -> Result<(), CallError> {
+fn take_bulk_reply(at: &At<'_>, h: ReplyHeader, reply: &mut Reply, view: ViewOut<'_>) -> Result<(), CallError> {
     let (conn, index) = (at.conn, at.index);
     let mut bulk = at.area.bulk[index as usize].lock();
     let generation = ReplyHeader::segment(at.slot);
@@ -365,19 +397,23 @@ fn take_bulk_reply(at: &At<'_>, h: ReplyHeader, reply: &mut Reply) -> Result<(),
             .accept(generation, fd, crate::context::settings::max_message())
             .map_err(CallError::BadMessage)?;
     }
-    let r = bulk.inb.read_into(h.out_len as usize, &mut reply.data);
+    let len = h.out_len as usize;
+    let r = match view {
+        Some(out) => bulk.inb.view(len).map(|v| *out = Some((v, len))),
+        None => bulk.inb.read_into(len, &mut reply.data),
+    };
     bulk.inb.trim();
     r.map_err(CallError::BadMessage)
 }
 
 /// A call that could not take a slot: counted, and its error returned.
 #[cold]
-fn refused(data: &[u8], doors: &[Door], e: CallError) -> Result<(), CallError> {
+fn refused(data: &[u8], doors: &[Door], e: CallError) -> CallError {
     let path = if data.len() <= INLINE && doors.is_empty() {
         Path::Fast
     } else {
         Path::Vanilla
     };
     stats::call(path, data.len(), doors.len(), None);
-    Err(e)
+    e
 }

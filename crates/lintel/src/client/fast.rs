@@ -303,7 +303,7 @@ fn no_reply(lease: Borrowed, why: Unanswered) -> Result<(), Box<CallError>> {
 #[inline(never)]
 fn reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<CallError>> {
     let h = ReplyHeader::read(&lease.slot);
-    let r = take_reply(&lease.at(), seq, h, &[], reply, false);
+    let r = take_reply(&lease.at(), seq, h, &[], reply, false, None);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(Path::Fast, 0, 0, result);
     shuttle::call_over(&lease.shuttle);

@@ -29,5 +29,5 @@ mod lease;
 mod wait;
 
 pub use awaited::AsyncCall;
-pub(crate) use checked::{call_checked, call_with};
+pub(crate) use checked::{call_checked, call_in_place, call_with};
 pub(crate) use held::forget_thread_leases;

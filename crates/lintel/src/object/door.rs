@@ -25,16 +25,20 @@ use crate::context::stats::{self, Path};
 use crate::object::async_handler::AsyncDoor;
 use crate::object::buffer::Buffer;
 use crate::object::conn::Conn;
-use crate::object::in_place;
+use crate::object::in_place::{self, InPlace};
 use crate::state::refs::{self, Refs, Runner};
 use crate::state::running::Running;
 
 /// A call as the handler sees it: the door's datum, a private copy of the
-/// argument bytes, and the doors passed in (now held by this domain).
+/// argument bytes (or, on a door that trusts its callers, a view of them in
+/// place: [`Request::args`]), and the doors passed in (now held by this
+/// domain).
 pub struct Request<'a> {
     /// The datum the door was created with: which object it names.
     pub datum: u64,
-    /// The argument bytes.
+    /// The argument bytes: a private copy. Empty on a door made with
+    /// [`Door::create_trusting`] when the arguments are read in place
+    /// instead ([`Request::args`] has them on every door).
     pub data: &'a [u8],
     /// Doors passed with the call; dropping them releases them.
     pub doors: Attached<Door>,
@@ -53,6 +57,35 @@ pub struct Reply {
     pub doors: Vec<Door>,
     /// Buffers returned with the result ([`crate::buffer`]).
     pub buffers: Vec<Buffer>,
+}
+
+impl<'a> Request<'a> {
+    /// The argument bytes as they lie: on a door made with
+    /// [`Door::create_trusting`] and called by another domain with more
+    /// than a slot's data region ([`crate::abi::DATA_CAP`], 5 KiB), a view
+    /// of the caller's shared memory, read in place; otherwise
+    /// [`data`](Self::data), the private copy. A handler that reads its
+    /// arguments here serves both kinds of door alike.
+    ///
+    /// ```
+    /// use lintel::{Door, Reply, Request};
+    /// let sum = Door::create_trusting(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     let mut chunk = [0u8; 4096];
+    ///     let (mut at, mut total) = (0, 0u64);
+    ///     loop {
+    ///         let n = req.args().read_at(at, &mut chunk);
+    ///         if n == 0 { break; }
+    ///         total += chunk[..n].iter().map(|&b| u64::from(b)).sum::<u64>();
+    ///         at += n;
+    ///     }
+    ///     reply.data.extend_from_slice(&total.to_le_bytes());
+    ///     Ok(())
+    /// });
+    /// assert_eq!(sum.call_bytes(&[2; 9000]).unwrap(), 18_000u64.to_le_bytes());
+    /// ```
+    pub fn args(&self) -> InPlace<'a> {
+        in_place::args_for(self.data).unwrap_or(InPlace::private(self.data))
+    }
 }
 
 impl Reply {
@@ -178,6 +211,9 @@ pub(crate) struct DoorCore {
     /// The async handler of a door made with [`Door::create_async`]
     /// (`handler` is then its blocking face).
     pub asynk: Option<Arc<AsyncDoor>>,
+    /// Made with [`Door::create_trusting`]: large arguments from other
+    /// domains are read in place, not copied.
+    pub trusting: bool,
     on_unref: UnrefSink,
     runners: Runners,
     refs: Refs,
@@ -203,6 +239,7 @@ impl DoorCore {
             datum,
             handler,
             asynk: None,
+            trusting: false,
             on_unref,
             runners,
             refs: Refs::new(),
@@ -215,6 +252,7 @@ impl DoorCore {
             datum,
             handler,
             asynk: Some(asynk),
+            trusting: false,
             on_unref: deliver_unreferenced,
             runners: crate::state::running::workers,
             refs: Refs::new(),
@@ -479,6 +517,47 @@ impl Door {
             deliver_unreferenced,
             crate::state::running::workers,
         )))
+    }
+
+    /// Create a door that trusts its callers' writes: the trusted
+    /// placement. Arguments larger than a slot's data region
+    /// ([`crate::abi::DATA_CAP`], 5 KiB) from another domain are not copied
+    /// into private memory before the handler runs; the handler reads them
+    /// in place in the caller's shared memory through [`Request::args`]
+    /// (and `Request::data` is then empty). That saves the copy a door
+    /// makes so that a caller cannot change the bytes while the handler
+    /// reads them.
+    ///
+    /// What a caller that breaks the trust can do: write its arguments
+    /// while the handler reads them, so the handler reads a mix of old and
+    /// new bytes (and two reads of one byte may differ). Nothing more: the
+    /// view's reads stay inside the arguments, cannot fault or hang, and
+    /// every check of the request itself (sizes, grants, doors, buffers,
+    /// segments) is made as on any door. Use it where the callers are
+    /// your own code, or where wrong bytes cost no more than wrong
+    /// arguments would; a handler that validates then uses its arguments
+    /// should copy them out first (`args().to_vec()`), as the default
+    /// does. Async doors and calls from this domain get a private copy
+    /// as usual.
+    ///
+    /// ```
+    /// use lintel::{Door, Reply, Request};
+    /// let echo = Door::create_trusting(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     let args = req.args();
+    ///     args.copy_to(reply.data_in_place(args.len()));
+    ///     Ok(())
+    /// });
+    /// assert_eq!(echo.call_bytes(&[5; 8000]).unwrap(), [5; 8000]);
+    /// ```
+    pub fn create_trusting(datum: u64, handler: impl Handler) -> Door {
+        let mut core = DoorCore::new(
+            datum,
+            Box::new(handler),
+            deliver_unreferenced,
+            crate::state::running::workers,
+        );
+        Arc::get_mut(&mut core).expect("a door just made has one handle").trusting = true;
+        Door(Inner::Local(core))
     }
 
     /// Like [`Door::create`], with a closure run on each `unreferenced`.

@@ -1,22 +1,35 @@
-//! A reply's room in place: where a handler writes a large result
-//! ([`Reply::data_in_place`]) so the server does not copy it afterwards.
+//! Bytes in place: results a handler writes where they travel, and bytes
+//! read where they lie instead of copied out first.
 //!
-//! A worker bound to a slot offers its reply object the slot's bulk
-//! segment for results ([`offer`]); a handler that asks for room for more
-//! than a slot's data region gets a view of that segment, and the worker
-//! writes the reply header naming it ([`take_placed`]) instead of copying
-//! `Reply::data` in. The offer is kept per thread and keyed by the reply
-//! object's address, not stored in [`Reply`] (whose fields users build
-//! with struct literals): a co-located call made by the handler uses
-//! another `Reply`, which finds no offer and gets `data` as its room, as
-//! do async handlers and co-located calls.
+//! **A reply's room** ([`Reply::data_in_place`]). A worker bound to a slot
+//! offers its reply object the slot's bulk segment for results
+//! ([`offer`]); a handler that asks for room for more than a slot's data
+//! region gets a view of that segment, and the worker writes the reply
+//! header naming it ([`take_placed`]) instead of copying `Reply::data` in.
+//! The offer is kept per thread and keyed by the reply object's address,
+//! not stored in [`Reply`] (whose fields users build with struct literals):
+//! a co-located call made by the handler uses another `Reply`, which finds
+//! no offer and gets `data` as its room, as do async handlers and
+//! co-located calls.
+//!
+//! **Bytes read in place** ([`InPlace`]). A door made with
+//! [`Door::create_trusting`](crate::Door::create_trusting) gets arguments
+//! larger than a slot's data region as a view of the caller's bulk segment
+//! ([`Request::args`](crate::Request::args)) instead of a private copy, and
+//! [`Door::call_in_place`](crate::Door::call_in_place) shows its caller a
+//! large result in the server's segment. The view is offered per thread
+//! as the room is, keyed by an empty `Request::data` that starts in the
+//! segment ([`offer_args`]). Its bytes are read by copying pieces out (an
+//! assembly copy the compiler cannot see into), never through a `&[u8]`:
+//! a peer that writes them meanwhile changes what is read, and nothing
+//! else.
 
 use std::cell::{Cell, RefCell};
 
 use crate::abi::DATA_CAP;
 use crate::context::error::CallError;
 use crate::object::door::Reply;
-use crate::sys::umem::Room;
+use crate::sys::umem::{Bulk, Room};
 
 /// Where a bound worker's handler may write its result in place.
 pub(crate) trait Place: Send {
@@ -108,4 +121,166 @@ pub(crate) fn data_in_place(reply: &mut Reply, len: usize) -> &mut [u8] {
             &mut reply.data
         }
     }
+}
+
+/// Argument or result bytes as they lie: a private copy, or a view of a
+/// peer's shared memory read in place (see the module doc: on a door that
+/// trusts its callers, [`Request::args`](crate::Request::args); for a
+/// caller, [`Door::call_in_place`](crate::Door::call_in_place)).
+///
+/// A view's bytes are the peer's to write at any time. A trusted peer does
+/// not write them while the call runs; one that does (a bug, or a peer that
+/// was not worth the trust) can make what is read here wrong, byte by byte,
+/// and nothing else: every read copies bytes out with an access the
+/// compiler makes no assumption about, inside bounds fixed before the view
+/// was made, so no change can make this side fault, read outside the
+/// bytes, or hang. Hence no `&[u8]` of a view: validate what you copied
+/// out, not the view.
+///
+/// ```
+/// use lintel::{Door, Reply, Request};
+/// let echo = Door::create_trusting(0, |req: Request<'_>, reply: &mut Reply| {
+///     let args = req.args();
+///     args.copy_to(reply.data_in_place(args.len()));
+///     Ok(())
+/// });
+/// let len = echo.call_in_place(&[3; 10_000], |result| result.len()).unwrap();
+/// assert_eq!(len, 10_000);
+/// ```
+pub struct InPlace<'a>(Bytes<'a>);
+
+enum Bytes<'a> {
+    Private(&'a [u8]),
+    /// `len` bytes from the start of `view`.
+    Shared { view: Bulk, len: usize, _life: std::marker::PhantomData<&'a ()> },
+}
+
+impl std::fmt::Debug for InPlace<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InPlace")
+            .field("len", &self.len())
+            .field("shared", &self.is_shared())
+            .finish()
+    }
+}
+
+impl<'a> InPlace<'a> {
+    /// Bytes that are ours alone.
+    pub(crate) fn private(data: &'a [u8]) -> InPlace<'a> {
+        InPlace(Bytes::Private(data))
+    }
+
+    /// The first `len` bytes of `view` (which holds at least that many).
+    pub(crate) fn shared(view: Bulk, len: usize) -> InPlace<'a> {
+        debug_assert!(len <= view.len());
+        InPlace(Bytes::Shared {
+            view,
+            len,
+            _life: std::marker::PhantomData,
+        })
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Bytes::Private(d) => d.len(),
+            Bytes::Shared { len, .. } => *len,
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the bytes are read in a peer's memory (else they are a
+    /// private copy, [`as_private`](Self::as_private)).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.0, Bytes::Shared { .. })
+    }
+
+    /// The bytes as a slice, if they are a private copy: what a handler
+    /// reads when the call came from this domain or its arguments fit a
+    /// slot's data region.
+    pub fn as_private(&self) -> Option<&'a [u8]> {
+        match self.0 {
+            Bytes::Private(d) => Some(d),
+            Bytes::Shared { .. } => None,
+        }
+    }
+
+    /// Byte `i`, read once (`None` past the end).
+    pub fn get(&self, i: usize) -> Option<u8> {
+        match &self.0 {
+            Bytes::Private(d) => d.get(i).copied(),
+            Bytes::Shared { view, len, .. } => (i < *len).then(|| view.byte(i)),
+        }
+    }
+
+    /// Copy bytes from offset `off` into `dst`, as many as fit and there
+    /// are; how many were copied (0 from `off` at or past the end).
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.len().saturating_sub(off));
+        match &self.0 {
+            Bytes::Private(d) => dst[..n].copy_from_slice(&d[off.min(d.len())..][..n]),
+            Bytes::Shared { view, .. } => view.read_at(off, &mut dst[..n]),
+        }
+        n
+    }
+
+    /// Copy the bytes into the start of `dst`, as many as fit; how many
+    /// were copied. One copy from where they lie to where they go: a
+    /// handler's [`Reply::data_in_place`] room, a loan of one's own.
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        self.read_at(0, dst)
+    }
+
+    /// Append a copy of the bytes to `dst`.
+    pub fn read_into(&self, dst: &mut Vec<u8>) {
+        match &self.0 {
+            Bytes::Private(d) => dst.extend_from_slice(d),
+            Bytes::Shared { view, len, .. } => view.read_into(*len, dst),
+        }
+    }
+
+    /// A copy of the bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        self.read_into(&mut v);
+        v
+    }
+}
+
+thread_local! {
+    /// The arguments in place of the call this thread's handler is
+    /// serving: the key (where the request's empty `data` starts), the
+    /// view and the arguments' length.
+    static ARGS: RefCell<Option<(usize, Bulk, usize)>> = const { RefCell::new(None) };
+}
+
+/// The handler about to run on this thread reads its `len` bytes of
+/// arguments in place in `view`; returns the empty `Request::data` that
+/// names them.
+pub(crate) fn offer_args(view: Bulk, len: usize) -> &'static [u8] {
+    let key = view.empty_at_start();
+    ARGS.set(Some((key.as_ptr() as usize, view, len)));
+    key
+}
+
+/// The handler has returned: its arguments' view goes.
+pub(crate) fn withdraw_args() {
+    ARGS.set(None);
+}
+
+/// The arguments in place named by the empty `data` of a request, if this
+/// thread's handler was offered them.
+pub(crate) fn args_for<'a>(data: &'a [u8]) -> Option<InPlace<'a>> {
+    if !data.is_empty() {
+        return None;
+    }
+    let key = data.as_ptr() as usize;
+    ARGS.with_borrow(|a| match a {
+        Some((k, view, len)) if *k == key => Some(InPlace::shared(view.share(), *len)),
+        _ => None,
+    })
 }

@@ -12,7 +12,9 @@ use crate::object::async_handler::AsyncRequest;
 use crate::object::buffer;
 use crate::object::conn::Conn;
 use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
-use crate::sys::umem::{RequestHeader, Slot};
+use crate::object::in_place;
+use crate::state::bulk::Inbox;
+use crate::sys::umem::{Bulk, RequestHeader, Slot};
 use crate::{context::deadline, object::transfer};
 
 use super::deferred::{self, Served};
@@ -117,16 +119,23 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let args = &mut bufs.args;
     args.clear();
     let mut skip = 0;
+    let mut in_place = None;
     if in_len > DATA_CAP {
-        // Start the arguments half a page away from the reply buffer modulo
-        // 4 KiB: glibc's memcpy here runs ten times slower when the
-        // destination lies just past the source modulo 4 KiB, and a handler
-        // that copies its input to its output would hit that by chance.
-        args.reserve(in_len + 4096);
-        let (a, r) = (args.as_ptr() as usize, bufs.reply.data.as_ptr() as usize);
-        skip = r.wrapping_sub(a).wrapping_sub(2048) % 4096;
-        args.resize(skip, 0);
-        take_bulk_args(w, slot, req, args).map_err(|e| {
+        let taken = if core.trusting && core.asynk.is_none() {
+            view_bulk_args(w, slot, req).map(|view| in_place = Some(view))
+        } else {
+            // Start the arguments half a page away from the reply buffer
+            // modulo 4 KiB: glibc's memcpy here runs ten times slower when
+            // the destination lies just past the source modulo 4 KiB, and a
+            // handler that copies its input to its output would hit that by
+            // chance.
+            args.reserve(in_len + 4096);
+            let (a, r) = (args.as_ptr() as usize, bufs.reply.data.as_ptr() as usize);
+            skip = r.wrapping_sub(a).wrapping_sub(2048) % 4096;
+            args.resize(skip, 0);
+            take_bulk_args(w, slot, req, args)
+        };
+        taken.map_err(|e| {
             if in_doors > 0 {
                 transfer::discard_doors(&w.conn, slot, in_doors, true, w.slot, seq);
             }
@@ -165,14 +174,20 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     }
     let reply = &mut bufs.reply;
     reply.clear();
+    let data = match in_place {
+        Some(view) => in_place::offer_args(view, in_len),
+        None => &args[skip..],
+    };
     let req = Request {
         datum: core.datum,
-        data: &args[skip..],
+        data,
         doors: doors.into(),
         buffers: buffers.into(),
     };
     let _serving = buffer::serving(w.conn.id);
-    core.invoke(req, reply).map_err(Failure::taken)?;
+    let ran = core.invoke(req, reply);
+    in_place::withdraw_args();
+    ran.map_err(Failure::taken)?;
     drop(active);
     Ok(Served::Now)
 }
@@ -187,14 +202,30 @@ fn refuse_buffers(w: &Work, slot: &Slot, seq: u32, n: u32) {
 }
 
 /// Copy arguments larger than the data region out of the caller's bulk
-/// segment for the slot, mapping the segment first if the request names a
-/// new one. (`in_len` was checked against the limit already.)
+/// segment for the slot. (`in_len` was checked against the limit already.)
 fn take_bulk_args(
     w: &Work,
     slot: &Slot,
     req: &RequestHeader,
     args: &mut Vec<u8>,
 ) -> Result<(), &'static str> {
+    bulk_args(w, slot, |inb| inb.read_into(req.in_len as usize, args))
+}
+
+/// The arguments larger than the data region as they lie in the caller's
+/// bulk segment, for a door that trusts its callers: a view, which keeps
+/// the segment mapped however it is replaced or trimmed meanwhile.
+fn view_bulk_args(w: &Work, slot: &Slot, req: &RequestHeader) -> Result<Bulk, &'static str> {
+    bulk_args(w, slot, |inb| inb.view(req.in_len as usize))
+}
+
+/// `take` on the caller's bulk segment for the slot, mapping the segment
+/// first if the request names a new one.
+fn bulk_args<T>(
+    w: &Work,
+    slot: &Slot,
+    take: impl FnOnce(&Inbox) -> Result<T, &'static str>,
+) -> Result<T, &'static str> {
     let mut bulk = w.area.bulk[w.slot as usize].lock();
     let generation = RequestHeader::segment(slot);
     if !bulk.inb.has(generation) {
@@ -205,7 +236,7 @@ fn take_bulk_args(
         bulk.inb
             .accept(generation, fd, crate::context::settings::max_message())?;
     }
-    let r = bulk.inb.read_into(req.in_len as usize, args);
+    let r = take(&bulk.inb);
     bulk.inb.trim();
     r
 }

@@ -164,6 +164,18 @@ impl Inbox {
         }
     }
 
+    /// A view of the mapped segment holding at least `len` bytes, read in
+    /// place (a door that trusts its callers, a caller reading its result
+    /// where it lies): the view keeps the mapping however the segment is
+    /// replaced meanwhile.
+    pub fn view(&self, len: usize) -> Result<Bulk, &'static str> {
+        match &self.seg {
+            Some(b) if len <= b.len() => Ok(b.share()),
+            Some(_) => Err("bulk data longer than its segment"),
+            None => Err("bulk segment missing"),
+        }
+    }
+
     /// The call is over: drop a segment too large to keep (the writer drops
     /// its side by the same rule).
     pub fn trim(&mut self) {

@@ -476,6 +476,25 @@ impl Bulk {
         self.len
     }
 
+    /// Another view of the same bytes (the mapping stays while either
+    /// lives).
+    pub fn share(&self) -> Bulk {
+        Bulk {
+            map: self.map.clone(),
+            off: self.off,
+            len: self.len,
+        }
+    }
+
+    /// An empty slice at the view's start: a key that names this view
+    /// (no other slice in this process starts in a peer's segment), never
+    /// a way to read it.
+    pub fn empty_at_start(&self) -> &'static [u8] {
+        // SAFETY: zero bytes at a non-null address (inside a live
+        // mapping): an empty slice reads nothing, so any lifetime is sound.
+        unsafe { std::slice::from_raw_parts(self.base(), 0) }
+    }
+
     /// The first `len` bytes of this view, to be written in place as a
     /// [`Room`]; `None` if the view is shorter. For the writer's own
     /// segment only (mapped writable here, read-only by the peer).
@@ -587,6 +606,35 @@ impl Bulk {
         unsafe { self.read_raw(dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Copy `dst.len()` bytes of the view from byte `off` into `dst`, at any
+    /// offset: `rep movsb` where that is the fast way, else the unaligned
+    /// ends byte by byte and the middle by atomic words. Panics if the
+    /// range is not inside the view.
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) {
+        let len = dst.len();
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "bulk access beyond the segment");
+        // SAFETY: `off + len` bytes lie inside the view (checked above), so
+        // `base + off` is readable for `len` bytes; `dst` is a private
+        // buffer of that length that `&mut` gives us alone.
+        if unsafe { copy_from_shared(dst.as_mut_ptr(), self.base().add(off), len) } {
+            return;
+        }
+        let head = off.next_multiple_of(8).min(off + len) - off;
+        for (i, d) in dst[..head].iter_mut().enumerate() {
+            *d = self.byte(off + i);
+        }
+        let words = (len - head) / 8;
+        let first = (off + head) / 8;
+        let view = &self.words(first + words)[first..];
+        for (w, chunk) in view.iter().zip(dst[head..head + words * 8].chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&w.load(Relaxed).to_ne_bytes());
+        }
+        let tail = head + words * 8;
+        for (i, d) in dst[tail..].iter_mut().enumerate() {
+            *d = self.byte(off + tail + i);
+        }
+    }
+
     /// Append the first `len` bytes of the segment to `dst`: one pass, no
     /// zeroing first.
     pub fn read_into(&self, len: usize, dst: &mut Vec<u8>) {
@@ -670,6 +718,25 @@ mod tests {
             got[8..].copy_from_slice(&hi.to_le_bytes());
             proptest::prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn bulk_reads_at_any_offset_give_the_bytes_there() {
+        let fd = crate::sys::sealed_memfd("t", 1 << 16).unwrap();
+        let b = Bulk::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), 1 << 16).unwrap());
+        let src: Vec<u8> = (0..(1u32 << 16)).map(|i| (i * 31 + i / 256) as u8).collect();
+        b.write(&src);
+        for off in [0, 1, 5, 8, 13, 4095, 4096, 40_000] {
+            for len in [0, 1, 7, 8, 9, 17, 255, 256, 3000, 20_000] {
+                let mut got = vec![0xee; len + 1];
+                b.read_at(off, &mut got[1..]);
+                assert_eq!(&got[1..], &src[off..off + len], "offset {off}, {len} bytes");
+                assert_eq!(got[0], 0xee, "read_at wrote before its slice");
+            }
+        }
+        let mut past = [0u8; 2];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.read_at((1 << 16) - 1, &mut past)));
+        assert!(r.is_err(), "a read past the view must panic, not read on");
     }
 
     #[test]
