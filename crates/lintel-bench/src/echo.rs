@@ -12,6 +12,12 @@
 //!   into a loan of its own (`Loaned::copy_to`: one copy out of untrusted memory, which is the
 //!   snapshot) and answers with that; the caller reads the answer's ends in place. One copy per
 //!   direction, as iceoryx2.
+//! - `trusted_<size>`: the trusted placement. The door is made with `Door::create_trusting`, so
+//!   its handler reads the arguments where the caller wrote them (`Request::args`) and copies
+//!   them straight into its reply's room (`Reply::data_in_place`); the caller reads the result
+//!   where it lies (`Door::call_in_place`) and checks its ends, as the loan case does. One copy
+//!   per direction, as iceoryx2; for 8 B and 1 KiB (inside a slot's data region) it is the
+//!   copy path.
 //! - `memcpy_<size>`: one `copy_from_slice` in one process (the floor's unit).
 //! - `null`: a door call with no data, to the same child (the floor's fixed part).
 //! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
@@ -65,7 +71,12 @@ fn doors() -> Vec<Door> {
         Ok(())
     });
     let null = Door::create(2, |_: Request<'_>, _: &mut Reply| -> Result<(), Fault> { Ok(()) });
-    vec![copy, loan, null]
+    let trusted = Door::create_trusting(3, |req: Request<'_>, reply: &mut Reply| {
+        let args = req.args();
+        args.copy_to(reply.data_in_place(args.len()));
+        Ok(())
+    });
+    vec![copy, loan, null, trusted]
 }
 
 /// The child side: serve the echo doors until killed.
@@ -89,8 +100,8 @@ impl Rounds {
 
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let child = ChildDomain::spawn(cfg, ROLE)?;
-    let [copy, loan, null] = child.doors() else {
-        bail!("the echo child offered {} doors, expected 3", child.doors().len());
+    let [copy, loan, null, trusted] = child.doors() else {
+        bail!("the echo child offered {} doors, expected 4", child.doors().len());
     };
     ensure!(!copy.is_local(), "the child's echo door is local");
     let ice = iceoryx2::Echo::start(cfg)?;
@@ -101,15 +112,16 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
         let (n, batch) = iters(cfg, size);
         let per_round = (n / ROUNDS).max(batch);
-        let [mut c, mut l, mut m, mut i]: [Rounds; 4] = Default::default();
+        let [mut c, mut l, mut t, mut m, mut i]: [Rounds; 5] = Default::default();
         for _ in 0..ROUNDS {
             c.add(measure_echo(copy, &data, per_round, batch))?;
             i.add(ice.measure(&data, per_round, batch))?;
             l.add(measure_loan(loan, &data, per_round, batch))?;
+            t.add(measure_trusted(trusted, &data, per_round, batch))?;
             m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
             null_rounds.add(measure_null(null, per_round.min(1000), 20))?;
         }
-        let (c, l, m, i) = (c.pooled(), l.pooled(), m.pooled(), i.pooled());
+        let (c, l, t, m, i) = (c.pooled(), l.pooled(), t.pooled(), m.pooled(), i.pooled());
         let null_ns = null_rounds.pooled().median_ns;
         let floor = null_ns + COPY_PATH_COPIES * m.median_ns;
         let ice_case = format!("iceoryx2_echo_{name}");
@@ -136,6 +148,17 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .with_note(format!(
                     "{size} bytes each way in loans, one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m)",
                     l.median_ns / i.median_ns
+                )),
+        );
+        report.push(
+            CaseResult::new(SUITE, &format!("trusted_{name}"), &t)
+                .compare_to("baseline", &ice_case)
+                .with_field("bytes", size as f64)
+                .with_field("vs_iceoryx2", t.median_ns / i.median_ns)
+                .with_note(format!(
+                    "{size} bytes each way, trusted placement (arguments and result read in place), \
+                     one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m)",
+                    t.median_ns / i.median_ns
                 )),
         );
         report.push(
@@ -189,6 +212,28 @@ fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Res
     });
     match failure {
         Some(f) => bail!("loan echo of {} bytes: {f}", data.len()),
+        None => Ok(stats),
+    }
+}
+
+fn measure_trusted(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
+    let mut failure = None;
+    let (first, last) = (data.first().copied(), data.last().copied());
+    let stats = measure_batched(iters, batch, || {
+        if failure.is_some() {
+            return;
+        }
+        let same = door.call_in_place(data, |r| {
+            r.len() == data.len() && r.get(0) == first && r.get(data.len() - 1) == last
+        });
+        match same {
+            Ok(true) => {}
+            Ok(false) => failure = Some("the echo came back changed".to_string()),
+            Err(e) => failure = Some(e.to_string()),
+        }
+    });
+    match failure {
+        Some(f) => bail!("trusted echo of {} bytes: {f}", data.len()),
         None => Ok(stats),
     }
 }

@@ -220,7 +220,7 @@ enum Versus {
 }
 
 /// The headline cases: (what it measures, case, comparison, target, shown in the README).
-const HEADLINE: [(&str, &str, Versus, &str, bool); 22] = [
+const HEADLINE: [(&str, &str, Versus, &str, bool); 23] = [
     (
         "null call, co-located",
         "door/null_colocated",
@@ -266,6 +266,13 @@ const HEADLINE: [(&str, &str, Versus, &str, bool); 22] = [
     (
         "1 MiB echo in loans, against iceoryx2",
         "echo/loan_1m",
+        Versus::Times("baseline/iceoryx2_echo_1m"),
+        "≤ 1×",
+        true,
+    ),
+    (
+        "1 MiB echo, trusted placement, against iceoryx2",
+        "echo/trusted_1m",
         Versus::Times("baseline/iceoryx2_echo_1m"),
         "≤ 1×",
         true,
@@ -515,7 +522,10 @@ pub fn suite_text(suite: &str) -> &'static str {
              system with its fastest request/response, in ten interleaved rounds pooled: \
              `copy` (a raw door call returning its argument, written in place with `Reply::data_in_place`: the default, hostile-safe path), \
              `loan` (the caller fills a loan, the server copies it into a loan of its own and \
-             answers with that: one copy each way), against iceoryx2 0.10's request/response \
+             answers with that: one copy each way), `trusted` (the trusted placement: a door made \
+             with `Door::create_trusting` copies its arguments, read in place, straight into its \
+             reply's room, and the caller reads the result in place with `Door::call_in_place`: \
+             one copy each way), against iceoryx2 0.10's request/response \
              over byte slices (both sides busy-polling; one copy each way, read in place) and \
              one `memcpy`. `floor_ns` is the copy path's floor: the four copies an echo needs \
              when neither side trusts the other (the caller's in, the server's snapshot, the \

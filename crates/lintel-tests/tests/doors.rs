@@ -138,7 +138,17 @@ fn trusting_doors_and_in_place_callers_read_large_bytes_where_they_lie() {
         let door = make(trusting);
         let q = Peer::start("plain");
         lintel_tests::call(&q.ctl, m::HOLD, b"", std::slice::from_ref(&door)).unwrap();
-        for len in [0usize, 7, 5 * 1024 - 1, 5 * 1024, 5 * 1024 + 1, 65_536, (1 << 20) + 3, 5 << 20, 9000] {
+        for len in [
+            0usize,
+            7,
+            5 * 1024 - 1,
+            5 * 1024,
+            5 * 1024 + 1,
+            65_536,
+            (1 << 20) + 3,
+            5 << 20,
+            9000,
+        ] {
             let payload = lintel_tests::pattern(len);
             for mode in [0u8, 1, 2] {
                 seen.lock().unwrap().clear();
@@ -178,7 +188,16 @@ fn trusting_doors_and_in_place_callers_read_large_bytes_where_they_lie() {
         Ok(())
     });
     lintel_tests::call(&p.ctl, m::HOLD, b"", std::slice::from_ref(&echo)).unwrap();
-    for len in [0usize, 9, 5 * 1024, 5 * 1024 + 1, 65_536, (1 << 20) + 5, 5 << 20, 100] {
+    for len in [
+        0usize,
+        9,
+        5 * 1024,
+        5 * 1024 + 1,
+        65_536,
+        (1 << 20) + 5,
+        5 << 20,
+        100,
+    ] {
         let payload = lintel_tests::pattern(len);
         let got = lintel_tests::call(&p.ctl, m::CALL_HELD_IN_PLACE, &payload, &[])
             .unwrap()
@@ -201,7 +220,10 @@ fn trusting_doors_and_in_place_callers_read_large_bytes_where_they_lie() {
     }
     let mut ran = false;
     let failed = p.ctl.call_in_place(&[250], |_| ran = true);
-    assert!(failed.is_err() && !ran, "a failed call ran the reader: {failed:?}");
+    assert!(
+        failed.is_err() && !ran,
+        "a failed call ran the reader: {failed:?}"
+    );
 }
 
 #[test]

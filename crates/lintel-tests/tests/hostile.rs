@@ -605,7 +605,11 @@ fn lying_bulk_segments_snapshots_and_loans_are_refused_and_fault_nobody() {
 #[test]
 fn a_door_that_trusts_its_callers_survives_every_attack() {
     let r = attack_victim_then_check("trusting", "scribble", seed(12), 1500);
-    assert!(r.get("scribble_answered") > 100, "the server never looked: {}", r.line);
+    assert!(
+        r.get("scribble_answered") > 100,
+        "the server never looked: {}",
+        r.line
+    );
     let r = attack_victim_then_check("trusting", "bulk", seed(8), 100);
     assert!(r.get("bulk_cases") >= 41, "{}", r.line);
     assert_eq!(

@@ -399,7 +399,15 @@ impl<'a> AsyncCall<'a> {
         let r = if call.inline {
             read_inline(&at, call.seq, self.due, &mut reply)
         } else {
-            read_vanilla(&at, call.seq, self.due, self.data.len(), &call.sent, &mut reply, None)
+            read_vanilla(
+                &at,
+                call.seq,
+                self.due,
+                self.data.len(),
+                &call.sent,
+                &mut reply,
+                None,
+            )
         };
         call.release();
         self.done(r.map(|()| reply))

@@ -110,9 +110,7 @@ impl Door {
     pub fn call_in_place<R>(&self, data: &[u8], f: impl FnOnce(InPlace<'_>) -> R) -> Result<R, CallError> {
         match &self.0 {
             Inner::Remote(rd) => crate::client::call_in_place(rd, data, f),
-            Inner::Timed(t) => {
-                crate::context::deadline::within(t.timeout, || t.door.call_in_place(data, f))
-            }
+            Inner::Timed(t) => crate::context::deadline::within(t.timeout, || t.door.call_in_place(data, f)),
             _ => {
                 let mut reply = Reply::new();
                 self.call(data, &[], &mut reply)?;

@@ -385,7 +385,12 @@ pub(super) fn take_reply(
 /// segment for our slot (or, for a caller that reads it in place, keep a
 /// view of it in `view`), mapping the segment first if the reply names a
 /// new one.
-fn take_bulk_reply(at: &At<'_>, h: ReplyHeader, reply: &mut Reply, view: ViewOut<'_>) -> Result<(), CallError> {
+fn take_bulk_reply(
+    at: &At<'_>,
+    h: ReplyHeader,
+    reply: &mut Reply,
+    view: ViewOut<'_>,
+) -> Result<(), CallError> {
     let (conn, index) = (at.conn, at.index);
     let mut bulk = at.area.bulk[index as usize].lock();
     let generation = ReplyHeader::segment(at.slot);

@@ -556,7 +556,9 @@ impl Door {
             deliver_unreferenced,
             crate::state::running::workers,
         );
-        Arc::get_mut(&mut core).expect("a door just made has one handle").trusting = true;
+        Arc::get_mut(&mut core)
+            .expect("a door just made has one handle")
+            .trusting = true;
         Door(Inner::Local(core))
     }
 

@@ -152,7 +152,11 @@ pub struct InPlace<'a>(Bytes<'a>);
 enum Bytes<'a> {
     Private(&'a [u8]),
     /// `len` bytes from the start of `view`.
-    Shared { view: Bulk, len: usize, _life: std::marker::PhantomData<&'a ()> },
+    Shared {
+        view: Bulk,
+        len: usize,
+        _life: std::marker::PhantomData<&'a ()>,
+    },
 }
 
 impl std::fmt::Debug for InPlace<'_> {

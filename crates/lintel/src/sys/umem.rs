@@ -612,7 +612,10 @@ impl Bulk {
     /// range is not inside the view.
     pub fn read_at(&self, off: usize, dst: &mut [u8]) {
         let len = dst.len();
-        assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "bulk access beyond the segment");
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.len),
+            "bulk access beyond the segment"
+        );
         // SAFETY: `off + len` bytes lie inside the view (checked above), so
         // `base + off` is readable for `len` bytes; `dst` is a private
         // buffer of that length that `&mut` gives us alone.
@@ -735,7 +738,9 @@ mod tests {
             }
         }
         let mut past = [0u8; 2];
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.read_at((1 << 16) - 1, &mut past)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.read_at((1 << 16) - 1, &mut past)
+        }));
         assert!(r.is_err(), "a read past the view must panic, not read on");
     }
 
