@@ -361,8 +361,11 @@ pub(super) fn take_reply(
     if out_len > DATA_CAP {
         take_bulk_reply(at, h, reply, view)?;
     } else if out_len > 0 {
-        reply.data.resize(out_len, 0);
-        slot.read(payload_offset(OFF_OUT_INLINE, out_len, vanilla), &mut reply.data);
+        slot.read_into(
+            payload_offset(OFF_OUT_INLINE, out_len, vanilla),
+            out_len,
+            &mut reply.data,
+        );
     }
     if out_doors > 0 {
         transfer::receive_doors(conn, slot, out_doors, false, index, seq, &mut reply.doors)?;

@@ -148,8 +148,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
             }
         })?;
     } else {
-        args.resize(in_len, 0);
-        slot.read(payload_offset(OFF_IN_INLINE, in_len, vanilla), args);
+        slot.read_into(payload_offset(OFF_IN_INLINE, in_len, vanilla), in_len, args);
     }
     let mut doors = Vec::new();
     if in_doors > 0 {
@@ -175,6 +174,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let reply = &mut bufs.reply;
     reply.clear();
     let data = match in_place {
+        // (Withdrawn below: only a call this large can have been offered.)
         Some(view) => in_place::offer_args(view, in_len),
         None => &args[skip..],
     };
@@ -186,7 +186,9 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     };
     let _serving = buffer::serving(w.conn.id);
     let ran = core.invoke(req, reply);
-    in_place::withdraw_args();
+    if in_len > DATA_CAP {
+        in_place::withdraw_args();
+    }
     ran.map_err(Failure::taken)?;
     drop(active);
     Ok(Served::Now)

@@ -351,6 +351,29 @@ impl Slot {
         }
     }
 
+    /// Append `len` bytes of the slot from `off` (8-aligned) to `dst`,
+    /// without zeroing them first where the copy is long (a 1 KiB call's
+    /// arguments and result: a `memset` fewer on each side).
+    #[inline]
+    pub fn read_into(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
+        Self::range(off, len);
+        let start = dst.len();
+        if len >= 256 {
+            dst.reserve(len);
+            // SAFETY: in bounds (checked); the destination is `len` bytes
+            // of `dst`'s spare capacity (reserved above), private and ours
+            // alone, which the new length covers only once written.
+            unsafe {
+                if copy_from_shared(dst.as_mut_ptr().add(start), self.base.add(off), len) {
+                    dst.set_len(start + len);
+                    return;
+                }
+            }
+        }
+        dst.resize(start + len, 0);
+        self.read(off, &mut dst[start..]);
+    }
+
     /// Copy `src` into the slot at `off` (8-aligned). Short copies store
     /// words; longer ones `memcpy` (as a bulk segment's writer does): the
     /// peer reads them word by word, and what it reads while we write is
@@ -789,6 +812,10 @@ mod tests {
             let mut dst = vec![0u8; len];
             s.read(128, &mut dst);
             assert_eq!(src, dst);
+            let mut appended = vec![0xee];
+            s.read_into(128, len, &mut appended);
+            assert_eq!(appended[0], 0xee, "read_into wrote over what was there");
+            assert_eq!(appended[1..], src, "read_into of {len} bytes");
         }
     }
 
