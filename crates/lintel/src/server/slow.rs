@@ -151,9 +151,17 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         slot.read_into(payload_offset(OFF_IN_INLINE, in_len, vanilla), in_len, args);
     }
     let mut doors = Vec::new();
-    if in_doors > 0 {
-        transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
-            .map_err(Failure::taken)?;
+    if in_doors > 0
+        && let Err(e) = transfer::receive_doors(&w.conn, slot, in_doors, true, w.slot, seq, &mut doors)
+    {
+        // Taken, so the caller will not take its loans back: they are
+        // received and dropped here (which returns them), as are its
+        // returns of our loans and the descriptors it passed.
+        if req.in_bufs > 0 {
+            let mut dropped = Vec::new();
+            let _ = buffer::receive(&w.conn, slot, req.in_bufs as usize, true, w.slot, seq, &mut dropped);
+        }
+        return Err(Failure::taken(e));
     }
     let mut buffers = Vec::new();
     if req.in_bufs > 0 {
