@@ -455,6 +455,231 @@ pub unsafe extern "C" fn lseek(fd: i32, off: i64, whence: i32) -> i64 {
     unsafe { lseek64(fd, off, whence) }
 }
 
+// ---- calls on paths and descriptors, answered as the trap path does ----
+//
+// Opening, closing, `stat`ing and unlinking are what metadata-heavy
+// programs (a build, Python's imports, a package manager) make most after
+// reads and writes. Taken here, the emulation answers them as it answers
+// the trapped call (the same `emulate_call`), without the signal: a served
+// `open`+`close` pays two traps fewer. Calls glibc makes internally (not
+// through these symbols) still trap and get the same answers.
+
+/// System call `nr` as the emulation answers it when trapped, or made
+/// directly when it does not serve it (or this thread is not the
+/// program's).
+fn emulated(nr: i64, args: [u64; 6]) -> isize {
+    match emulation().and_then(|e| trap::allowed(|| e.emulate_call(nr, args))) {
+        Some(r) => libc_ret(r),
+        None => raw(nr, args),
+    }
+}
+
+/// The mode an `open` passes: its third argument counts only when the call
+/// may create (as glibc reads its variadic argument).
+fn open_mode(flags: i32, mode: libc::mode_t) -> u64 {
+    if flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        u64::from(mode)
+    } else {
+        0
+    }
+}
+
+/// openat(2), answered by the emulation for served paths. (Declared with
+/// the mode as a plain third argument: on x86-64 a variadic argument comes
+/// in the same register, and it is read only when the flags say there is
+/// one.)
+///
+/// # Safety
+///
+/// As `openat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat(
+    dirfd: i32,
+    path: *const libc::c_char,
+    flags: i32,
+    mode: libc::mode_t,
+) -> i32 {
+    let args = [
+        dirfd as u64,
+        path as u64,
+        flags as u64,
+        open_mode(flags, mode),
+        0,
+        0,
+    ];
+    emulated(libc::SYS_openat, args) as i32
+}
+
+/// openat64(2) (the same function as `openat` on x86-64).
+///
+/// # Safety
+///
+/// As `openat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat64(
+    dirfd: i32,
+    path: *const libc::c_char,
+    flags: i32,
+    mode: libc::mode_t,
+) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { openat(dirfd, path, flags, mode) }
+}
+
+/// open(2), as glibc makes it: an `openat` from the working directory.
+///
+/// # Safety
+///
+/// As `open(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open(path: *const libc::c_char, flags: i32, mode: libc::mode_t) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+/// open64(2) (the same function as `open` on x86-64).
+///
+/// # Safety
+///
+/// As `open(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open64(path: *const libc::c_char, flags: i32, mode: libc::mode_t) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { openat(libc::AT_FDCWD, path, flags, mode) }
+}
+
+/// close(2), answered by the emulation for served descriptors.
+///
+/// # Safety
+///
+/// As `close(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: i32) -> i32 {
+    emulated(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]) as i32
+}
+
+/// fstatat(2) (`newfstatat`), answered by the emulation for served paths
+/// and descriptors. glibc's `struct stat` is the kernel's on x86-64.
+///
+/// # Safety
+///
+/// As `fstatat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstatat(
+    dirfd: i32,
+    path: *const libc::c_char,
+    buf: *mut libc::stat,
+    flags: i32,
+) -> i32 {
+    let args = [dirfd as u64, path as u64, buf as u64, flags as u64, 0, 0];
+    emulated(libc::SYS_newfstatat, args) as i32
+}
+
+/// fstatat64(2) (the same function as `fstatat` on x86-64).
+///
+/// # Safety
+///
+/// As `fstatat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: i32,
+    path: *const libc::c_char,
+    buf: *mut libc::stat,
+    flags: i32,
+) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstatat(dirfd, path, buf, flags) }
+}
+
+/// stat(2), as glibc makes it: an `fstatat` from the working directory.
+///
+/// # Safety
+///
+/// As `stat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn stat(path: *const libc::c_char, buf: *mut libc::stat) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstatat(libc::AT_FDCWD, path, buf, 0) }
+}
+
+/// stat64(2) (the same function as `stat` on x86-64).
+///
+/// # Safety
+///
+/// As `stat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn stat64(path: *const libc::c_char, buf: *mut libc::stat) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstatat(libc::AT_FDCWD, path, buf, 0) }
+}
+
+/// lstat(2), as glibc makes it: an `fstatat` that does not follow.
+///
+/// # Safety
+///
+/// As `lstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lstat(path: *const libc::c_char, buf: *mut libc::stat) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstatat(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+/// lstat64(2) (the same function as `lstat` on x86-64).
+///
+/// # Safety
+///
+/// As `lstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lstat64(path: *const libc::c_char, buf: *mut libc::stat) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstatat(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+/// fstat(2), answered by the emulation for served descriptors.
+///
+/// # Safety
+///
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat(fd: i32, buf: *mut libc::stat) -> i32 {
+    emulated(libc::SYS_fstat, [fd as u64, buf as u64, 0, 0, 0, 0]) as i32
+}
+
+/// fstat64(2) (the same function as `fstat` on x86-64).
+///
+/// # Safety
+///
+/// As `fstat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat64(fd: i32, buf: *mut libc::stat) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { fstat(fd, buf) }
+}
+
+/// unlinkat(2), answered by the emulation for served paths.
+///
+/// # Safety
+///
+/// As `unlinkat(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlinkat(dirfd: i32, path: *const libc::c_char, flags: i32) -> i32 {
+    emulated(
+        libc::SYS_unlinkat,
+        [dirfd as u64, path as u64, flags as u64, 0, 0, 0],
+    ) as i32
+}
+
+/// unlink(2), as glibc makes it: an `unlinkat` from the working directory.
+///
+/// # Safety
+///
+/// As `unlink(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlink(path: *const libc::c_char) -> i32 {
+    // SAFETY: the same contract.
+    unsafe { unlinkat(libc::AT_FDCWD, path, 0) }
+}
+
 type Fork = unsafe extern "C" fn() -> libc::pid_t;
 
 fn real_fork() -> Fork {

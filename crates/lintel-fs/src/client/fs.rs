@@ -100,6 +100,18 @@ impl Fs {
         Ok(self.finish_open(file, options, flags))
     }
 
+    /// [`Fs::open_with`], and the open file's metadata (as
+    /// [`File::metadata`] would give it just after) from the same call.
+    pub fn open_with_stat(
+        &self,
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+    ) -> Result<(File, Stat), FsError> {
+        let flags = options.flags()?;
+        let (file, st) = self.export().open_stat(bytes(&path), flags, options.mode)?;
+        Ok((self.finish_open(file, options, flags), st))
+    }
+
     /// `flags`: the open's, whichever way they were given.
     fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
         let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();

@@ -110,6 +110,11 @@ pub trait Export {
     /// caller's credentials and umask (`EADDRINUSE` if the name is taken).
     /// The caller's socket is bound (the descriptor shares its socket).
     fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError>;
+    /// [`Export::open`], and the open file's metadata as
+    /// [`OpenFile::stat`] answers it just after, in one call: a program
+    /// that opens a file and asks what it is (the emulation of `open`
+    /// does, to tell directories and devices) pays one round trip.
+    fn open_stat(&self, path: &[u8], flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError>;
 }
 
 /// A client process's mapped windows on one export: descriptors in the

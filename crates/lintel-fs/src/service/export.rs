@@ -609,6 +609,13 @@ impl Export for ExportImpl {
         Ok(())
     }
 
+    fn open_stat(&self, path: &[u8], flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError> {
+        let file = self.open(path, flags, mode)?;
+        // Served here: a direct call on the open file, no round trip.
+        let st = crate::proto::OpenFile::stat(&file)?;
+        Ok((file, st))
+    }
+
     fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError> {
         use std::os::fd::AsRawFd;
         let _as = self.creds.adopt(As::Effective)?;

@@ -40,15 +40,14 @@ impl Emulation {
         if o_path {
             o.io_path(lintel_fs::IoPath::Copy);
         }
-        let file = match self.fs.open_with(std::ffi::OsStr::from_bytes(&rel), &o) {
+        let (file, st) = match self.fs.open_with_stat(std::ffi::OsStr::from_bytes(&rel), &o) {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
         };
-        let st = file.metadata();
-        if !o_path && st.as_ref().is_ok_and(special) {
+        if !o_path && special(&st) {
             return Some(open_special(&file, flags));
         }
-        let dir = st.map(|s| s.is_dir()).unwrap_or(false);
+        let dir = st.is_dir();
         let rel = if dir { self.physical(rel) } else { rel };
         let served = Served::new(file, rel, dir, flags, false);
         Some(self.install(served, flags & libc::O_CLOEXEC != 0))

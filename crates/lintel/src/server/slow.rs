@@ -159,7 +159,15 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
         // returns of our loans and the descriptors it passed.
         if req.in_bufs > 0 {
             let mut dropped = Vec::new();
-            let _ = buffer::receive(&w.conn, slot, req.in_bufs as usize, true, w.slot, seq, &mut dropped);
+            let _ = buffer::receive(
+                &w.conn,
+                slot,
+                req.in_bufs as usize,
+                true,
+                w.slot,
+                seq,
+                &mut dropped,
+            );
         }
         return Err(Failure::taken(e));
     }
