@@ -267,9 +267,31 @@ pub(super) fn placeholder_fd(fd: i32) -> bool {
 /// What `/proc/self/fd/N` reads for a placeholder.
 pub(super) const PLACEHOLDER_LINK: &[u8] = b"/memfd:lintel-served";
 
-/// A placeholder descriptor: an empty memfd of its own, named so that an
-/// image this one `exec`s recognizes it.
+/// A placeholder descriptor for a served file: a `dup` of this process's
+/// [`template`] at the lowest free number, as `open` gives. Nothing is
+/// ever written to it: a placeholder that must carry a record for another
+/// image gets a memfd of its own first ([`private_placeholder`]; see
+/// `Emulation::record_all`). A `dup` and its `close` cost about 1 µs
+/// here, a `memfd_create` and its `close` about 8 µs: a served `open`
+/// paid that on every call.
 pub(super) fn placeholder(cloexec: bool) -> i64 {
+    let Some(t) = template() else {
+        return private_placeholder(cloexec);
+    };
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    match trap::raw_syscall(libc::SYS_fcntl, [t as u64, cmd as u64, 0, 0, 0, 0]) {
+        fd if fd >= 0 => fd,
+        _ => private_placeholder(cloexec),
+    }
+}
+
+/// A placeholder of its own: an empty memfd, named so that an image this
+/// one `exec`s recognizes it, to hold a record.
+pub(super) fn private_placeholder(cloexec: bool) -> i64 {
     let flags = if cloexec { libc::MFD_CLOEXEC } else { 0 };
     trap::raw_syscall(
         libc::SYS_memfd_create,
@@ -277,9 +299,69 @@ pub(super) fn placeholder(cloexec: bool) -> i64 {
     )
 }
 
+static TEMPLATE: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+
+/// The memfd every [`placeholder`] is a `dup` of: made at the first one,
+/// kept at the runtime's descriptor floor or above (where the program's
+/// calls do not reach), close-on-exec (each image makes its own). A
+/// forked child keeps its parent's, which nobody writes.
+fn template() -> Option<i32> {
+    *TEMPLATE.get_or_init(|| {
+        let fd = private_placeholder(true);
+        if fd < 0 {
+            return None;
+        }
+        let floor = lintel::descriptor_floor().max(0) as u64;
+        let high = trap::raw_syscall(
+            libc::SYS_fcntl,
+            [fd as u64, libc::F_DUPFD_CLOEXEC as u64, floor, 0, 0, 0],
+        );
+        trap::raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        (high >= 0).then_some(high as i32)
+    })
+}
+
+/// The template's number, if this process (or the parent it was forked
+/// from) made one: not a served file's placeholder.
+pub(super) fn template_fd() -> Option<i32> {
+    TEMPLATE.get().copied().flatten()
+}
+
+/// Whether placeholder `fd` is a `dup` of the template, so holds no record
+/// of its own (asked of the kernel with `kcmp`; where that is refused,
+/// assumed so, which costs a memfd and is right either way).
+pub(super) fn shares_template(fd: i32) -> bool {
+    let Some(t) = template_fd() else { return false };
+    let pid = std::process::id() as u64;
+    const KCMP_FILE: u64 = 0;
+    let r = trap::raw_syscall(libc::SYS_kcmp, [pid, pid, KCMP_FILE, t as u64, fd as u64, 0]);
+    !(r == 1 || r == 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholders_share_a_template_and_private_ones_do_not() {
+        let (a, b) = (placeholder(true), placeholder(false));
+        let own = private_placeholder(true);
+        assert!(a >= 0 && b >= 0 && own >= 0);
+        assert!(shares_template(a as i32) && shares_template(b as i32));
+        assert!(
+            !shares_template(own as i32),
+            "a private placeholder shares the template"
+        );
+        assert!(placeholder_fd(b as i32) && placeholder_fd(own as i32));
+        assert!(!placeholder_fd(template_fd().unwrap()) || template_fd() != Some(b as i32));
+        let cloexec =
+            |fd: i64| trap::raw_syscall(libc::SYS_fcntl, [fd as u64, libc::F_GETFD as u64, 0, 0, 0, 0]);
+        assert_eq!(cloexec(a) & libc::FD_CLOEXEC as i64, libc::FD_CLOEXEC as i64);
+        assert_eq!(cloexec(b) & libc::FD_CLOEXEC as i64, 0);
+        for fd in [a, b, own] {
+            trap::raw_syscall(libc::SYS_close, [fd as u64, 0, 0, 0, 0, 0]);
+        }
+    }
 
     #[test]
     fn placeholders_are_told_from_other_descriptors() {

@@ -11,7 +11,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 
-use super::descriptors::{PLACEHOLDER_LINK, Served, placeholder};
+use super::descriptors::{PLACEHOLDER_LINK, Served, private_placeholder, shares_template, template_fd};
 use super::open::options_for;
 use super::{Emulation, R};
 use crate::paths;
@@ -29,7 +29,10 @@ impl Emulation {
         }
         let fds = self.fds.entries();
         for (fd, s) in fds {
-            if s.recorded.load(std::sync::atomic::Ordering::Acquire) {
+            // A placeholder that is still a `dup` of the template needs a
+            // record of its own, whatever its open file's other numbers have.
+            let shared = shares_template(fd);
+            if !shared && s.recorded.load(std::sync::atomic::Ordering::Acquire) {
                 continue;
             }
             let Ok(key) = self.fs.share(&s.file) else { continue };
@@ -39,11 +42,7 @@ impl Emulation {
             rec.push(s.dir as u8);
             rec.extend_from_slice(&(s.path.len() as u32).to_le_bytes());
             rec.extend_from_slice(&s.path);
-            let r = trap::raw_syscall(
-                libc::SYS_pwrite64,
-                [fd as u64, rec.as_ptr() as u64, rec.len() as u64, 0, 0, 0],
-            );
-            if r == rec.len() as i64 {
+            if record(fd, shared, &rec) {
                 s.recorded.store(true, std::sync::atomic::Ordering::Release);
             }
         }
@@ -54,7 +53,7 @@ impl Emulation {
     /// too). Closed again by [`Self::exec_failed`].
     pub(super) fn record_cwd(&self) {
         let Some(cwd) = self.served_cwd() else { return };
-        let fd = placeholder(false);
+        let fd = private_placeholder(false);
         if fd < 0 {
             return;
         }
@@ -93,7 +92,7 @@ impl Emulation {
             paths::join(&self.served_cwd()?, &p)?
         };
         let flags = flags as i32;
-        let fd = placeholder(flags & libc::O_CLOEXEC != 0);
+        let fd = private_placeholder(flags & libc::O_CLOEXEC != 0);
         if fd < 0 {
             return Some(fd);
         }
@@ -119,6 +118,9 @@ impl Emulation {
             let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
+            if template_fd() == Some(fd) {
+                continue; // a forked child's copy of its parent's template
+            }
             let is_placeholder = std::fs::read_link(entry.path())
                 .is_ok_and(|l| l.as_os_str().as_bytes().starts_with(PLACEHOLDER_LINK));
             if !is_placeholder {
@@ -191,6 +193,35 @@ impl Emulation {
         self.serve(fd, served);
         Ok(())
     }
+}
+
+/// Write record `rec` into placeholder `fd`; one that `shared` the
+/// template gets a memfd of its own holding the record at its number
+/// first (close-on-exec as it was). Whether the record is in place.
+fn record(fd: i32, shared: bool, rec: &[u8]) -> bool {
+    let write = |to: i64| {
+        trap::raw_syscall(
+            libc::SYS_pwrite64,
+            [to as u64, rec.as_ptr() as u64, rec.len() as u64, 0, 0, 0],
+        ) == rec.len() as i64
+    };
+    if !shared {
+        return write(fd as i64);
+    }
+    let flags = trap::raw_syscall(libc::SYS_fcntl, [fd as u64, libc::F_GETFD as u64, 0, 0, 0, 0]);
+    if flags < 0 {
+        return false;
+    }
+    let cloexec = flags & libc::FD_CLOEXEC as i64 != 0;
+    let own = private_placeholder(cloexec);
+    if own < 0 {
+        return false;
+    }
+    let dup3_flags = if cloexec { libc::O_CLOEXEC as u64 } else { 0 };
+    let done =
+        write(own) && trap::raw_syscall(libc::SYS_dup3, [own as u64, fd as u64, dup3_flags, 0, 0, 0]) >= 0;
+    trap::raw_syscall(libc::SYS_close, [own as u64, 0, 0, 0, 0, 0]);
+    done
 }
 
 /// What a placeholder memfd holds once its open file is shared: magic,
