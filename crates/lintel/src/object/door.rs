@@ -538,7 +538,9 @@ impl Door {
     /// arguments would; a handler that validates then uses its arguments
     /// should copy them out first (`args().to_vec()`), as the default
     /// does. Async doors and calls from this domain get a private copy
-    /// as usual.
+    /// as usual. A handler that reads only `req.data` (as the servers
+    /// `#[lintel::interface]` generates do) must not be made trusting:
+    /// its large arguments would arrive empty.
     ///
     /// ```
     /// use lintel::{Door, Reply, Request};
