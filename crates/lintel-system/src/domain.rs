@@ -260,22 +260,22 @@ pub(crate) fn run(registry: &Registry, args: DomainArgs) -> ! {
 
 fn run_root(registry: &Registry, root: &str, ctx: &Context, tag: &str) -> i32 {
     let Some(Kind::Driver(run)) = registry.kind(root) else {
-        eprintln!("{tag}: root service `{root}` is not a registered driver");
+        say!("{tag}: root service `{root}` is not a registered driver");
         return 1;
     };
     if let Err(e) = ctx.names.await_ready(READY_WAIT) {
-        eprintln!("{tag}: root service `{root}` not started: {e}");
+        say!("{tag}: root service `{root}` not started: {e}");
         return 1;
     }
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(ctx))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            eprintln!("{tag}: root service `{root}` failed: {e}");
+            say!("{tag}: root service `{root}` failed: {e}");
             1
         }
         // The panic message is already on stderr.
         Err(_) => {
-            eprintln!("{tag}: root service `{root}` panicked");
+            say!("{tag}: root service `{root}` panicked");
             101
         }
     }
@@ -296,6 +296,6 @@ fn finish(doors: Vec<Door>) -> ! {
 }
 
 fn fail(tag: &str, msg: &str, code: i32) -> ! {
-    eprintln!("{tag}: {msg}");
+    say!("{tag}: {msg}");
     std::process::exit(code)
 }

@@ -108,6 +108,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod line;
 mod domain;
 mod exit;
 mod link;
@@ -196,7 +198,7 @@ impl Tool {
         match print(&socket, self.json, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("{name}: {e}");
+                say!("{name}: {e}");
                 ExitCode::FAILURE
             }
         }
@@ -246,7 +248,7 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
             match boot(registry, &m) {
                 Ok(status) => ExitCode::from(status.clamp(0, 255) as u8),
                 Err(e) => {
-                    eprintln!("{}: {e}", m.system);
+                    say!("{}: {e}", m.system);
                     ExitCode::FAILURE
                 }
             }
@@ -290,6 +292,6 @@ pub fn run(registry: &Registry, args: impl IntoIterator<Item = impl Into<OsStrin
 }
 
 fn refused(e: ManifestError) -> ExitCode {
-    eprintln!("{e}");
+    say!("{e}");
     ExitCode::from(2)
 }

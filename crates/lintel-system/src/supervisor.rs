@@ -205,7 +205,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
     let status = loop {
         let sig = signal.load(SeqCst);
         if sig != 0 {
-            eprintln!("{sys}: {} received, shutting down", signal_name(sig as i32));
+            say!("{sys}: {} received, shutting down", signal_name(sig as i32));
             break 128 + sig as i32;
         }
         if let Some(code) = sup.reap(&mut domains, ready, root_domain) {
@@ -215,7 +215,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
             .iter()
             .all(|d| matches!(d.phase, Phase::Down | Phase::GivenUp))
         {
-            eprintln!("{sys}: no domain is left running");
+            say!("{sys}: no domain is left running");
             break 1;
         }
         if !ready {
@@ -225,10 +225,10 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
                     d.phase = Phase::Running;
                 }
                 let n = domains.len();
-                eprintln!("{sys}: system ready: {n} domain{}", if n == 1 { "" } else { "s" });
+                say!("{sys}: system ready: {n} domain{}", if n == 1 { "" } else { "s" });
                 ns.announce_ready();
             } else if started.elapsed() > READY_TIMEOUT {
-                eprintln!(
+                say!(
                     "{sys}: boot failed: not ready after {} s: {}",
                     READY_TIMEOUT.as_secs(),
                     ns.not_ready().join(", ")
@@ -240,7 +240,7 @@ pub fn boot(registry: &Registry, manifest: &Manifest) -> Result<i32, BootError> 
         }
         if let Some(code) = ns.root_exit() {
             let root = manifest.root.as_deref().unwrap_or("root");
-            eprintln!("{sys}: root service {root} returned (status {code}), shutting down");
+            say!("{sys}: root service {root} returned (status {code}), shutting down");
             break code;
         }
         sup.publish(&domains, root_domain);
@@ -317,7 +317,7 @@ impl Supervisor<'_> {
         }
         self.ns
             .bind_as(i, &format!("domain/{}/stats", d.name), doors.remove(1));
-        eprintln!("{}: domain {} started (pid {pid})", self.sys, d.name);
+        say!("{}: domain {} started (pid {pid})", self.sys, d.name);
         Ok(())
     }
 
@@ -337,12 +337,12 @@ impl Supervisor<'_> {
             let name = d.name.clone();
             if !ready {
                 self.ns.domain_exited(i, &format!("exited: {how}"), false);
-                eprintln!("{sys}: boot failed: domain {name} exited during start-up: {how}");
+                say!("{sys}: boot failed: domain {name} exited during start-up: {how}");
                 return Some(1);
             }
             if Some(i) == root {
                 self.ns.domain_exited(i, &format!("exited: {how}"), false);
-                eprintln!("{sys}: domain {name} (root) exited: {how}");
+                say!("{sys}: domain {name} (root) exited: {how}");
                 return Some(exit_code(st));
             }
             let exit = Exit::of(st);
@@ -372,7 +372,7 @@ impl Supervisor<'_> {
             Next::RestartAt(at) => {
                 d.phase = Phase::Waiting(at);
                 let wait = at.saturating_duration_since(now);
-                eprintln!(
+                say!(
                     "{sys}: domain {name} exited: {how}; restarting it in {} (restart {})",
                     humantime::format_duration(round_ms(wait)),
                     d.tracker.restarts()
@@ -380,7 +380,7 @@ impl Supervisor<'_> {
             }
             Next::Down => {
                 d.phase = Phase::Down;
-                eprintln!(
+                say!(
                     "{sys}: domain {name} exited: {how}; left down (restart = {})",
                     policy_word(&policy)
                 );
@@ -394,12 +394,10 @@ impl Supervisor<'_> {
                 );
                 match how_up {
                     GiveUp::Leave => {
-                        eprintln!(
-                            "{sys}: domain {name} exited: {how}; giving up after {too_many}: it stays down"
-                        )
+                        say!("{sys}: domain {name} exited: {how}; giving up after {too_many}: it stays down")
                     }
                     GiveUp::Stop => {
-                        eprintln!(
+                        say!(
                             "{sys}: domain {name} exited: {how}; giving up after {too_many}: stopping the system"
                         );
                         return Some(1);
@@ -425,9 +423,11 @@ impl Supervisor<'_> {
             {
                 continue;
             }
-            eprintln!(
+            say!(
                 "{}: domain {} took doors of {} when it started: restarting it too",
-                self.sys, d.name, domains[i].name
+                self.sys,
+                d.name,
+                domains[i].name
             );
             let d = &mut domains[dep];
             d.phase = Phase::Stopping(Instant::now());
@@ -467,7 +467,7 @@ impl Supervisor<'_> {
                 Phase::Starting if self.ns.is_ready(i) => domains[i].phase = Phase::Running,
                 Phase::Stopping(since) if now.duration_since(since) > STOP_TIMEOUT => {
                     if let Some(Process { child, .. }) = domains[i].process.as_mut() {
-                        eprintln!(
+                        say!(
                             "{}: domain {} did not stop within {} s; killing it",
                             self.sys,
                             domains[i].name,
@@ -622,7 +622,7 @@ fn stop_all(sys: &str, domains: &mut [Domain]) {
             match child.try_wait() {
                 Ok(Some(st)) => {
                     if !st.success() {
-                        eprintln!("{sys}: domain {} exited while stopping: {}", d.name, describe(st));
+                        say!("{sys}: domain {} exited while stopping: {}", d.name, describe(st));
                     }
                     d.process = None;
                 }
@@ -639,7 +639,7 @@ fn stop_all(sys: &str, domains: &mut [Domain]) {
     }
     for d in domains.iter_mut() {
         if let Some(Process { mut child, .. }) = d.process.take() {
-            eprintln!(
+            say!(
                 "{sys}: domain {} did not stop within {} s; killing it",
                 d.name,
                 STOP_TIMEOUT.as_secs()
