@@ -647,6 +647,9 @@ mod regressions {
             "unlink - l/c 0x0",
         ]);
         replay(&["symlink @/a - l", "rename - l/x - b", "link - l/x - b 0x0"]);
+        // The old name's last symlinks, followed (`AT_SYMLINK_FOLLOW`),
+        // lead out of the tree: across its boundary, not made.
+        replay(&["symlink l - d", "symlink %/o - l", "link - d - a 0x400"]);
     }
 
     /// `link` and `rename` between a served name and one relative to a

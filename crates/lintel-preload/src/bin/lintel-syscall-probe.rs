@@ -455,7 +455,12 @@ impl Probe {
                 // these answer `EXDEV`.
                 "not made: a name through a symlink with an absolute target".into()
             }
-            "rename" | "link" if self.crosses(a(1), a(2), a(3), a(4)) => {
+            "rename" | "link"
+                if self.crosses(a(1), a(2), a(3), a(4))
+                    || (w[0] == "link"
+                        && n(5) & 0x400 != 0
+                        && self.follows_across(a(1), a(2), a(3), a(4))) =>
+            {
                 // The host moves or links across it (one file system);
                 // the service is a file system of its own (`EXDEV`).
                 "not made: the names are on both sides of the tree's boundary".into()
@@ -670,6 +675,25 @@ impl Probe {
             };
             n > 0 && buf[0] == b'/'
         })
+    }
+
+    /// Whether a `linkat(AT_SYMLINK_FOLLOW)` of these names crosses the
+    /// tree's boundary: the old name, followed to the end, is on the
+    /// other side of it from the new name's directory.
+    fn follows_across(&self, d1: &str, p1: &str, d2: &str, p2: &str) -> bool {
+        let p = self.path(p1);
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe { libc::openat(self.dir(d1), p.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return false;
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+        // SAFETY: ours.
+        unsafe { libc::close(fd) };
+        let Ok(link) = link else { return false };
+        let (link, root) = (link.as_os_str().as_encoded_bytes(), self.root.as_bytes());
+        let old_inside = link.starts_with(root) && matches!(link.get(root.len()), None | Some(b'/'));
+        matches!(self.inside(d2, p2), Some(new_inside) if new_inside != old_inside)
     }
 
     /// Whether a `rename` or `link` of these names crosses the tree's
