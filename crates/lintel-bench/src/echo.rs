@@ -184,8 +184,7 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
 
 fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
-    let mut failure = None;
-    let mut round = || -> Result<bool, CallError> {
+    let round = || -> Result<bool, CallError> {
         let mut loan = Loan::new(data.len())?;
         loan.as_mut_slice().copy_from_slice(data);
         door.call_with(&[], &[], vec![Buffer::Loan(loan)], &mut reply)?;
@@ -200,54 +199,47 @@ fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Res
         reply.buffers.clear();
         Ok(ok)
     };
+    checked_rounds("loan echo", data.len(), iters, batch, round)
+}
+
+/// Time `round` (one call, true if its answer was right), stopping at the first wrong answer
+/// or error, which fails the case.
+fn checked_rounds(
+    what: &str,
+    bytes: usize,
+    iters: u64,
+    batch: u64,
+    mut round: impl FnMut() -> Result<bool, CallError>,
+) -> anyhow::Result<Stats> {
+    let mut failure = None;
     let stats = measure_batched(iters, batch, || {
         if failure.is_some() {
             return;
         }
         match round() {
             Ok(true) => {}
-            Ok(false) => failure = Some("the loan came back changed".to_string()),
+            Ok(false) => failure = Some("the answer came back changed".to_string()),
             Err(e) => failure = Some(e.to_string()),
         }
     });
     match failure {
-        Some(f) => bail!("loan echo of {} bytes: {f}", data.len()),
+        Some(f) => bail!("{what} of {bytes} bytes: {f}"),
         None => Ok(stats),
     }
 }
 
 fn measure_trusted(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
-    let mut failure = None;
     let (first, last) = (data.first().copied(), data.last().copied());
-    let stats = measure_batched(iters, batch, || {
-        if failure.is_some() {
-            return;
-        }
-        let same = door.call_in_place(data, |r| {
+    checked_rounds("trusted echo", data.len(), iters, batch, || {
+        door.call_in_place(data, |r| {
             r.len() == data.len() && r.get(0) == first && r.get(data.len() - 1) == last
-        });
-        match same {
-            Ok(true) => {}
-            Ok(false) => failure = Some("the echo came back changed".to_string()),
-            Err(e) => failure = Some(e.to_string()),
-        }
-    });
-    match failure {
-        Some(f) => bail!("trusted echo of {} bytes: {f}", data.len()),
-        None => Ok(stats),
-    }
+        })
+    })
 }
 
 fn measure_null(door: &Door, iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
-    let mut failure = None;
-    let stats = measure_batched(iters, batch, || {
-        if failure.is_none() {
-            failure = door.call(&[], &[], &mut reply).err();
-        }
-    });
-    match failure {
-        Some(e) => bail!("null call: {e}"),
-        None => Ok(stats),
-    }
+    checked_rounds("null call", 0, iters, batch, || {
+        door.call(&[], &[], &mut reply).map(|()| true)
+    })
 }

@@ -189,8 +189,8 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     }
     let reply = &mut bufs.reply;
     reply.clear();
+    let offered = in_place.is_some();
     let data = match in_place {
-        // (Withdrawn below: only a call this large can have been offered.)
         Some(view) => in_place::offer_args(view, in_len),
         None => &args[skip..],
     };
@@ -202,7 +202,7 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     };
     let _serving = buffer::serving(w.conn.id);
     let ran = core.invoke(req, reply);
-    if in_len > DATA_CAP {
+    if offered {
         in_place::withdraw_args();
     }
     ran.map_err(Failure::taken)?;
