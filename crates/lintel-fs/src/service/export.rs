@@ -250,7 +250,8 @@ impl Inner {
             // itself says why.
             return self.resolve(path, flags, mode).map(Openable::File);
         };
-        match FileType::from_raw_mode(rustix::fs::fstat(&probe)?.st_mode) {
+        let seen = rustix::fs::fstat(&probe)?;
+        match FileType::from_raw_mode(seen.st_mode) {
             // `O_CREAT` of what is there: the kernel's own answer for the
             // path (`EISDIR` for a directory).
             FileType::RegularFile | FileType::Directory if flags.contains(OFlags::CREATE) => {
@@ -258,14 +259,50 @@ impl Inner {
             }
             // The very file that was looked at, opened as asked (the
             // kernel checks access as for the path).
-            FileType::RegularFile | FileType::Directory => Ok(Openable::File(reopen(
-                &probe,
-                flags - OFlags::NOFOLLOW - OFlags::CREATE - OFlags::EXCL,
-            )?)),
+            FileType::RegularFile | FileType::Directory => self.open_looked_at(path, &probe, &seen, flags),
             // `O_NOFOLLOW` met a symlink: the open's `ELOOP`.
             FileType::Symlink => self.resolve(path, flags, mode).map(Openable::File),
             _ => Ok(Openable::Special(probe)),
         }
+    }
+
+    /// Open the regular file or directory `probe` found at `path` (its
+    /// metadata `seen`), as asked by `flags`.
+    ///
+    /// By its path again, which costs one lookup: reopening the probe
+    /// through its `/proc/self/fd` link costs half as much again, a walk
+    /// through procfs and its checks (about 6.5 µs here against 4.4 µs).
+    /// Between the two lookups the path may have come to name another
+    /// file, even a FIFO or a device, so the second open does not wait
+    /// (`O_NONBLOCK`, taken back after) nor take a terminal (`O_NOCTTY`),
+    /// and what it opened is kept only if it is the probe's file; anything
+    /// else (another file, an error) is closed and the probe reopened
+    /// through its link, as the kernel then answers for that file.
+    fn open_looked_at(
+        &self,
+        path: &[u8],
+        probe: &OwnedFd,
+        seen: &rustix::fs::Stat,
+        flags: OFlags,
+    ) -> Result<Openable, FsError> {
+        let flags = flags - OFlags::CREATE - OFlags::EXCL;
+        let quiet = flags | OFlags::NONBLOCK | OFlags::NOCTTY;
+        if let Ok(fd) = self.resolve(path, quiet, Mode::empty()) {
+            if let Ok(got) = rustix::fs::fstat(&fd)
+                && (got.st_dev, got.st_ino) == (seen.st_dev, seen.st_ino)
+            {
+                if !flags.contains(OFlags::NONBLOCK) {
+                    // `F_SETFL` sets the status flags it can change:
+                    // those asked, `O_NONBLOCK` now off.
+                    rustix::fs::fcntl_setfl(
+                        &fd,
+                        flags & (OFlags::APPEND | OFlags::DIRECT | OFlags::NOATIME),
+                    )?;
+                }
+                return Ok(Openable::File(fd));
+            }
+        }
+        Ok(Openable::File(reopen(probe, flags - OFlags::NOFOLLOW)?))
     }
 
     fn writable(&self) -> Result<(), FsError> {
@@ -719,4 +756,39 @@ struct Access {
     readable: bool,
     writable: bool,
     regular: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// The path came to name another file between the look and the open
+    /// (a race the client can make): what opens is the file looked at,
+    /// never the one the path names now.
+    #[test]
+    fn an_open_keeps_to_the_file_its_lookup_saw() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("seen"), b"looked at").unwrap();
+        std::fs::write(dir.path().join("now"), b"swapped in").unwrap();
+        let service = Service::new(dir.path(), false).unwrap();
+        let inner = &service.inner;
+        let look = OFlags::PATH | OFlags::CLOEXEC;
+        let probe = rustix::fs::openat(&inner.root, "seen", look, Mode::empty()).unwrap();
+        let seen = rustix::fs::fstat(&probe).unwrap();
+        let read = |path: &[u8]| {
+            let Openable::File(fd) = inner.open_looked_at(path, &probe, &seen, OFlags::RDONLY).unwrap() else {
+                panic!("a regular file opens")
+            };
+            let flags = rustix::fs::fcntl_getfl(&fd).unwrap();
+            assert!(!flags.contains(OFlags::NONBLOCK), "O_NONBLOCK was not asked for");
+            let mut text = String::new();
+            std::fs::File::from(fd).read_to_string(&mut text).unwrap();
+            text
+        };
+        assert_eq!(read(b"seen"), "looked at");
+        assert_eq!(read(b"now"), "looked at");
+        assert_eq!(read(b"missing"), "looked at");
+    }
 }
