@@ -287,20 +287,16 @@ impl Inner {
     ) -> Result<Openable, FsError> {
         let flags = flags - OFlags::CREATE - OFlags::EXCL;
         let quiet = flags | OFlags::NONBLOCK | OFlags::NOCTTY;
-        if let Ok(fd) = self.resolve(path, quiet, Mode::empty()) {
-            if let Ok(got) = rustix::fs::fstat(&fd)
-                && (got.st_dev, got.st_ino) == (seen.st_dev, seen.st_ino)
-            {
-                if !flags.contains(OFlags::NONBLOCK) {
-                    // `F_SETFL` sets the status flags it can change:
-                    // those asked, `O_NONBLOCK` now off.
-                    rustix::fs::fcntl_setfl(
-                        &fd,
-                        flags & (OFlags::APPEND | OFlags::DIRECT | OFlags::NOATIME),
-                    )?;
-                }
-                return Ok(Openable::File(fd));
+        if let Ok(fd) = self.resolve(path, quiet, Mode::empty())
+            && let Ok(got) = rustix::fs::fstat(&fd)
+            && (got.st_dev, got.st_ino) == (seen.st_dev, seen.st_ino)
+        {
+            if !flags.contains(OFlags::NONBLOCK) {
+                // `F_SETFL` sets the status flags it can change:
+                // those asked, `O_NONBLOCK` now off.
+                rustix::fs::fcntl_setfl(&fd, flags & (OFlags::APPEND | OFlags::DIRECT | OFlags::NOATIME))?;
             }
+            return Ok(Openable::File(fd));
         }
         Ok(Openable::File(reopen(probe, flags - OFlags::NOFOLLOW)?))
     }
@@ -778,7 +774,8 @@ mod tests {
         let probe = rustix::fs::openat(&inner.root, "seen", look, Mode::empty()).unwrap();
         let seen = rustix::fs::fstat(&probe).unwrap();
         let read = |path: &[u8]| {
-            let Openable::File(fd) = inner.open_looked_at(path, &probe, &seen, OFlags::RDONLY).unwrap() else {
+            let Openable::File(fd) = inner.open_looked_at(path, &probe, &seen, OFlags::RDONLY).unwrap()
+            else {
                 panic!("a regular file opens")
             };
             let flags = rustix::fs::fcntl_getfl(&fd).unwrap();
