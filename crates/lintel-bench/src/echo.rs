@@ -22,6 +22,9 @@
 //! - `null`: a door call with no data, to the same child (the floor's fixed part).
 //! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
 //!
+//! Each lintel case also gives `slept`: the share of its calls whose caller slept for the reply
+//! rather than spinning until it came (`lintel::stats`, summed over the size classes).
+//!
 //! `LINTEL_BENCH_ECHO_SIZES=64k,1m` limits the run to those sizes.
 
 pub mod iceoryx2;
@@ -84,17 +87,38 @@ pub fn child(_args: &[String]) -> anyhow::Result<()> {
     serve_all_forever(doors())
 }
 
-/// One case's rounds.
+/// One case's rounds, and of the calls they made to other domains, how
+/// many there were and how many slept for their reply (`lintel::stats`).
 #[derive(Default)]
-struct Rounds(Vec<Stats>);
+struct Rounds {
+    stats: Vec<Stats>,
+    calls: u64,
+    slept: u64,
+}
 
 impl Rounds {
     fn add(&mut self, s: anyhow::Result<Stats>) -> anyhow::Result<()> {
-        self.0.push(s?);
+        self.stats.push(s?);
         Ok(())
     }
+
+    /// Add the round `measure` times, counting its calls' sleeps.
+    fn add_counted(&mut self, measure: impl FnOnce() -> anyhow::Result<Stats>) -> anyhow::Result<()> {
+        let before = lintel::stats::snapshot();
+        let s = measure();
+        let d = lintel::stats::snapshot().since(&before);
+        self.calls += d.sized.iter().sum::<u64>();
+        self.slept += d.slept.iter().sum::<u64>();
+        self.add(s)
+    }
+
     fn pooled(&self) -> Stats {
-        Stats::pooled(&self.0)
+        Stats::pooled(&self.stats)
+    }
+
+    /// The share of calls whose caller slept for the reply.
+    fn slept_share(&self) -> f64 {
+        self.slept as f64 / self.calls.max(1) as f64
     }
 }
 
@@ -114,13 +138,14 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         let per_round = (n / ROUNDS).max(batch);
         let [mut c, mut l, mut t, mut m, mut i]: [Rounds; 5] = Default::default();
         for _ in 0..ROUNDS {
-            c.add(measure_echo(copy, &data, per_round, batch))?;
+            c.add_counted(|| measure_echo(copy, &data, per_round, batch))?;
             i.add(ice.measure(&data, per_round, batch))?;
-            l.add(measure_loan(loan, &data, per_round, batch))?;
-            t.add(measure_trusted(trusted, &data, per_round, batch))?;
+            l.add_counted(|| measure_loan(loan, &data, per_round, batch))?;
+            t.add_counted(|| measure_trusted(trusted, &data, per_round, batch))?;
             m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
             null_rounds.add(measure_null(null, per_round.min(1000), 20))?;
         }
+        let slept = [c.slept_share(), l.slept_share(), t.slept_share()];
         let (c, l, t, m, i) = (c.pooled(), l.pooled(), t.pooled(), m.pooled(), i.pooled());
         let null_ns = null_rounds.pooled().median_ns;
         let floor = null_ns + COPY_PATH_COPIES * m.median_ns;
@@ -132,12 +157,15 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .with_field("vs_iceoryx2", c.median_ns / i.median_ns)
                 .with_field("floor_ns", floor)
                 .with_field("vs_floor", c.median_ns / floor)
+                .with_field("slept", slept[0])
                 .with_note(format!(
                     "{size} bytes each way, copied; {:.2}× iceoryx2 (target ≤ 1.5 at 64k and 1m); \
-                     {:.2}× its floor of {} copies and a null call, {floor:.0} ns (target ≤ 1.5)",
+                     {:.2}× its floor of {} copies and a null call, {floor:.0} ns (target ≤ 1.5); \
+                     the caller slept on {:.1}% of calls",
                     c.median_ns / i.median_ns,
                     c.median_ns / floor,
-                    COPY_PATH_COPIES
+                    COPY_PATH_COPIES,
+                    100.0 * slept[0]
                 )),
         );
         report.push(
@@ -145,9 +173,12 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .compare_to("baseline", &ice_case)
                 .with_field("bytes", size as f64)
                 .with_field("vs_iceoryx2", l.median_ns / i.median_ns)
+                .with_field("slept", slept[1])
                 .with_note(format!(
-                    "{size} bytes each way in loans, one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m)",
-                    l.median_ns / i.median_ns
+                    "{size} bytes each way in loans, one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m); \
+                     the caller slept on {:.1}% of calls",
+                    l.median_ns / i.median_ns,
+                    100.0 * slept[1]
                 )),
         );
         report.push(
@@ -155,10 +186,13 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .compare_to("baseline", &ice_case)
                 .with_field("bytes", size as f64)
                 .with_field("vs_iceoryx2", t.median_ns / i.median_ns)
+                .with_field("slept", slept[2])
                 .with_note(format!(
                     "{size} bytes each way, trusted placement (arguments and result read in place), \
-                     one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m)",
-                    t.median_ns / i.median_ns
+                     one copy each way; {:.2}× iceoryx2 (target ≤ 1 at 64k and 1m); \
+                     the caller slept on {:.1}% of calls",
+                    t.median_ns / i.median_ns,
+                    100.0 * slept[2]
                 )),
         );
         report.push(
