@@ -242,26 +242,26 @@ impl Inner {
         use rustix::fs::FileType;
         if flags.contains(OFlags::CREATE | OFlags::EXCL) {
             // A new file, regular: nothing else to meet.
-            return self.resolve(path, flags, mode).map(Openable::File);
+            return self.resolve(path, flags, mode).map(|fd| Openable::File(fd, None));
         }
         let look = OFlags::PATH | (flags & (OFlags::NOFOLLOW | OFlags::DIRECTORY));
         let Ok(probe) = self.resolve(path, look, Mode::empty()) else {
             // Missing (`O_CREAT` makes it), or not to be had: the open
             // itself says why.
-            return self.resolve(path, flags, mode).map(Openable::File);
+            return self.resolve(path, flags, mode).map(|fd| Openable::File(fd, None));
         };
         let seen = rustix::fs::fstat(&probe)?;
         match FileType::from_raw_mode(seen.st_mode) {
             // `O_CREAT` of what is there: the kernel's own answer for the
             // path (`EISDIR` for a directory).
             FileType::RegularFile | FileType::Directory if flags.contains(OFlags::CREATE) => {
-                self.resolve(path, flags, mode).map(Openable::File)
+                self.resolve(path, flags, mode).map(|fd| Openable::File(fd, None))
             }
             // The very file that was looked at, opened as asked (the
             // kernel checks access as for the path).
             FileType::RegularFile | FileType::Directory => self.open_looked_at(path, &probe, &seen, flags),
             // `O_NOFOLLOW` met a symlink: the open's `ELOOP`.
-            FileType::Symlink => self.resolve(path, flags, mode).map(Openable::File),
+            FileType::Symlink => self.resolve(path, flags, mode).map(|fd| Openable::File(fd, None)),
             _ => Ok(Openable::Special(probe)),
         }
     }
@@ -296,9 +296,9 @@ impl Inner {
                 // those asked, `O_NONBLOCK` now off.
                 rustix::fs::fcntl_setfl(&fd, flags & (OFlags::APPEND | OFlags::DIRECT | OFlags::NOATIME))?;
             }
-            return Ok(Openable::File(fd));
+            return Ok(Openable::File(fd, Some(got)));
         }
-        Ok(Openable::File(reopen(probe, flags - OFlags::NOFOLLOW)?))
+        Ok(Openable::File(reopen(probe, flags - OFlags::NOFOLLOW)?, None))
     }
 
     fn writable(&self) -> Result<(), FsError> {
@@ -343,17 +343,20 @@ impl Export for ExportImpl {
         // O_TRUNC is applied after the file's token is back: a holder's
         // write-back must land before the truncation, not after it.
         let truncate = flags.contains(OFlags::TRUNC);
-        let fd = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
+        let (fd, seen) = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
             Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
                 return Err(FsError::ReadOnly);
             }
             Ok(Openable::Special(fd)) => return self.path_only(fd),
             other => match other? {
-                Openable::File(fd) => fd,
+                Openable::File(fd, st) => (fd, st),
                 Openable::Special(_) => unreachable!("answered above"),
             },
         };
-        let st = rustix::fs::fstat(&fd)?;
+        let st = match seen {
+            Some(st) => st,
+            None => rustix::fs::fstat(&fd)?,
+        };
         let node = self.node((st.st_dev, st.st_ino));
         let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
         let directory = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
@@ -739,8 +742,8 @@ impl ExportImpl {
 
 /// What [`Inner::resolve_openable`] found.
 enum Openable {
-    /// Opened as asked.
-    File(OwnedFd),
+    /// Opened as asked, with its metadata if that was read on the way.
+    File(OwnedFd, Option<rustix::fs::Stat>),
     /// A FIFO, socket or device, not opened: its `O_PATH` descriptor.
     Special(OwnedFd),
 }
@@ -774,7 +777,7 @@ mod tests {
         let probe = rustix::fs::openat(&inner.root, "seen", look, Mode::empty()).unwrap();
         let seen = rustix::fs::fstat(&probe).unwrap();
         let read = |path: &[u8]| {
-            let Openable::File(fd) = inner.open_looked_at(path, &probe, &seen, OFlags::RDONLY).unwrap()
+            let Openable::File(fd, _) = inner.open_looked_at(path, &probe, &seen, OFlags::RDONLY).unwrap()
             else {
                 panic!("a regular file opens")
             };
