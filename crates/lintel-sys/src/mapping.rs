@@ -54,6 +54,23 @@ impl Mapping {
         };
     }
 
+    /// Keep this mapping out of children this process forks
+    /// (`MADV_DONTFORK`): a writable mapping of a snapshot about to be
+    /// sealed against writing, which a child forked meanwhile would
+    /// otherwise hold until it execs, and the seal would fail (`EBUSY`).
+    pub fn dont_fork(&self) -> io::Result<()> {
+        // SAFETY: the range is this live mapping, whole; the advice changes
+        // only what a fork copies, not the contents or this process's access.
+        unsafe {
+            rustix::mm::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                rustix::mm::Advice::LinuxDontFork,
+            )
+        }?;
+        Ok(())
+    }
+
     /// Map `len` bytes of `fd` shared and read-only (a peer's bulk segment,
     /// checked by [`check_segment`](crate::check_segment) to be sealed at `len` bytes or more).
     pub fn map_read(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {

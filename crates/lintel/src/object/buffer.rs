@@ -115,7 +115,13 @@ impl SealedWriter {
         let fd = sys::snapshot_memfd(len)?;
         let map = match len {
             0 => None,
-            _ => Some(Mapping::map(fd.as_fd(), len)?),
+            _ => {
+                let map = Mapping::map(fd.as_fd(), len)?;
+                // A child forked by another thread before `seal` would hold
+                // this writable mapping and make the seal fail.
+                map.dont_fork()?;
+                Some(map)
+            }
         };
         Ok(SealedWriter { fd, map, len })
     }
@@ -820,6 +826,34 @@ fn loaned(conn: &Arc<Conn>, len: usize, off: u64) -> Result<Loaned, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child forked while a snapshot is being written (by another thread
+    /// of a program, say) does not keep its writable mapping, which would
+    /// make the seal fail until the child ends or execs.
+    #[test]
+    fn a_snapshot_seals_while_a_child_forked_meanwhile_lives() {
+        let mut w = SealedWriter::new(8192).unwrap();
+        w.as_mut_slice().fill(7);
+        // SAFETY: the child calls only async-signal-safe functions (`pause`,
+        // `_exit`) before it is killed below.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::pause();
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0, "fork failed");
+        let sealed = w.seal();
+        // SAFETY: `child` is our own child's pid, killed and reaped once.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        let sealed = sealed.expect("the seal is not held up by the child");
+        assert_eq!(sealed.as_slice(), &[7u8; 8192][..]);
+    }
 
     #[test]
     fn ranges_take_first_fit_and_merge_on_give() {
