@@ -323,7 +323,16 @@ impl Conn {
     }
 
     /// Up to `max` queued loan returns, to write into a request.
+    ///
+    /// None without the lock while the connection is off the watcher's
+    /// list: a return is queued before the connection is listed, and the
+    /// list is left only by a flush that takes the whole queue. (A return
+    /// queued by another thread just now may miss this request; the
+    /// watcher sends it.)
     pub fn take_returns(&self, max: usize) -> Vec<(u64, u32)> {
+        if !self.returns_listed.load(Acquire) {
+            return Vec::new();
+        }
         let mut q = self.returns.lock();
         let n = q.len().min(max);
         q.drain(..n).collect()
