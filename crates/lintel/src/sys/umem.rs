@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::abi::{
-    AREA_HEADER, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, INLINE, OFF_CLIENT_CPU, OFF_CLIENT_STATE,
-    OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG,
-    OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ,
-    OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
+    AREA_HEADER, DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, OFF_CLIENT_CPU,
+    OFF_CLIENT_STATE, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE,
+    OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG,
+    OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
 use crate::sys::{Mapping, copy_from_shared, copy_raw};
 
@@ -63,6 +63,17 @@ impl RequestHeader {
     pub fn is_inline(&self) -> bool {
         // `in_doors` above `in_len` in one word: any door makes it large.
         self.flags & !FLAG_ALERT == 0 && pair(self.in_len, self.in_doors) <= INLINE as u64
+    }
+
+    /// A request that carries only bytes in the slot's data region (at
+    /// most [`DATA_CAP`]): no doors, buffers, deadline or alert, written by
+    /// the caller's checked path ([`FLAG_VANILLA`]).
+    #[inline]
+    pub fn is_plain_data(&self) -> bool {
+        self.flags == FLAG_VANILLA
+            && self.in_doors == 0
+            && self.in_bufs == 0
+            && self.in_len as usize <= DATA_CAP
     }
 
     #[inline(always)]
