@@ -317,12 +317,7 @@ fn handle(w: &Work, ss: &SlotServer, slot: &Slot, seq: u32, bufs: &mut Buffers) 
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     debug_assert!(reply.doors.is_empty() && reply.buffers.is_empty());
     let ran = core.run_bytes(&slot.read_inline(OFF_IN_INLINE)[..req.in_len as usize], reply);
-    if ran != Ran::Done
-        || reply.data.len() > INLINE
-        || !reply.doors.is_empty()
-        || !reply.buffers.is_empty()
-        || in_place::placed()
-    {
+    if !answered_plainly(ran, reply, INLINE) {
         core.leave(&bufs.runner);
         answered_slowly(w, slot, seq, bufs, ran, Path::Fast);
         return false;
@@ -365,12 +360,7 @@ fn handle_data(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, len: usize) 
     let reply = &mut bufs.reply;
     reply.data.clear(); // its doors and buffers are empty between calls (`finish_slow`)
     let ran = core.run_bytes(args, reply);
-    if ran != Ran::Done
-        || reply.data.len() > DATA_CAP
-        || !reply.doors.is_empty()
-        || !reply.buffers.is_empty()
-        || in_place::placed()
-    {
+    if !answered_plainly(ran, reply, DATA_CAP) {
         core.leave(&bufs.runner);
         answered_slowly(w, slot, seq, bufs, ran, Path::Vanilla);
         return false;
@@ -387,6 +377,18 @@ fn handle_data(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, len: usize) 
     core.leave(&bufs.runner);
     bufs.counters.served(Path::Vanilla);
     false
+}
+
+/// Whether a handler's answer is one a fast path writes itself: it ran to
+/// the end with at most `max` bytes in `data`, and passes no doors or
+/// buffers and no result written in place.
+#[inline(always)]
+fn answered_plainly(ran: Ran, reply: &Reply, max: usize) -> bool {
+    ran == Ran::Done
+        && reply.data.len() <= max
+        && reply.doors.is_empty()
+        && reply.buffers.is_empty()
+        && !in_place::placed()
 }
 
 /// A call [`handle`] or [`handle_data`] let in was answered with what only
