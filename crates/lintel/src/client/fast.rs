@@ -1,7 +1,10 @@
 //! The fast path of a cross-domain call: at most 16 bytes each way, no
 //! doors, no deadline or cancel, on the slot this thread called through
 //! last. Its entry is [`call`]; everything its guards turn away goes to
-//! `checked::call_checked`, which serves every case.
+//! `checked::call_checked`, which serves every case. Beside it,
+//! [`data_call`] takes the same guards' calls of up to the data region's
+//! 5 KiB each way (about 450 instructions fewer than the checked path for
+//! a 1 KiB echo's caller, callgrind).
 //!
 //! The path is a chain of short steps, each out of line and entered by a
 //! jump (a tail call), not one function: each step holds only the values it
@@ -10,6 +13,7 @@
 //!
 //! ```text
 //! Door::call ─► call ──guards fail──────────────────────────► to_checked ─► checked::call_checked
+//!                │ > 16 bytes ─► data_call (≤ 5 KiB, same guards) ─┘
 //!                │ guards pass: ≤ 16 bytes, no doors, no deadline, no
 //!                │ cancel, the last lease is on this connection and claimed
 //!                ▼
@@ -34,7 +38,7 @@
 //! lease is ended exactly once (`end`, or `reply_slow`'s `end_call`).
 //! Errors come boxed, one register wide, so that every step ends in a jump.
 
-use crate::abi::{FLAG_ALERT, INLINE, OFF_OUT_INLINE, ST_OK};
+use crate::abi::{DATA_CAP, FLAG_ALERT, FLAG_VANILLA, INLINE, OFF_OUT_INLINE, ST_OK, payload_offset};
 use crate::context::deadline;
 use crate::context::error::CallError;
 use crate::context::shuttle::{self};
@@ -51,7 +55,7 @@ use super::checked::{call_checked, take_reply};
 use super::held::{end_call, ended_kept, forget};
 use super::last::{self, Borrowed};
 use super::lease::Lease;
-use super::wait::{Unanswered, alert_late, hot_poll, kick, wait_reply_full};
+use super::wait::{Unanswered, alert_late, hot_poll, kick, post, wait_reply, wait_reply_full};
 
 /// What [`call`] needs of the calling thread's own state: its last lease and
 /// its deadline, read in the caller's code ([`Door::call`](crate::Door::call) is inlined
@@ -97,9 +101,12 @@ pub(crate) fn call(
     reply: &mut Reply,
     here: Here,
 ) -> Result<(), Box<CallError>> {
+    if data.len() > INLINE {
+        return data_call(rd, data, reply, here);
+    }
     // (A reply still holding doors or buffers has them dropped, which may
     // run code of a user's: not on the fast path.)
-    let inline = data.len() <= INLINE && reply.doors.is_empty() && reply.buffers.is_empty();
+    let inline = reply.doors.is_empty() && reply.buffers.is_empty();
     let keep = |l: &Lease| inline && here.deadline == 0 && lease_ready(l, &rd.conn);
     // SAFETY: `here` was read just before this call (`Here`), and `keep`
     // only reads the lease and begins its claim.
@@ -306,6 +313,77 @@ fn reply_slow(lease: Rc<Lease>, seq: u32, reply: &mut Reply) -> Result<(), Box<C
     let r = take_reply(&lease.at(), seq, h, &[], reply, false, None);
     let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
     lease.counters.call(Path::Fast, 0, 0, result);
+    shuttle::call_over(&lease.shuttle);
+    end_call(lease);
+    r.map_err(Box::new)
+}
+
+/// [`call`] of more than [`INLINE`] bytes: at most [`DATA_CAP`] and
+/// nothing else (no doors, deadline or cancel, no loan returns waiting to
+/// ride along) take the data region's path here, the counterpart of the
+/// server's `handle_data`; anything else goes to [`call_checked`].
+///
+/// It writes what the checked path's vanilla request would, less the words
+/// the server reads only when the header's flags name them, and reads the
+/// reply as that path does: the request the server sees and the result the
+/// caller gets are the same. One function, not a chain of steps as for
+/// [`call`]: at these sizes the copies, not saved registers, are the cost.
+#[inline(never)]
+fn data_call(rd: &RemoteDoor, data: &[u8], reply: &mut Reply, here: Here) -> Result<(), Box<CallError>> {
+    let plain =
+        data.len() <= DATA_CAP && reply.doors.is_empty() && reply.buffers.is_empty() && here.deadline == 0;
+    let keep = |l: &Lease| plain && !rd.conn.returns_waiting() && lease_ready(l, &rd.conn);
+    // SAFETY: `here` was read just before [`call`], which ran nothing
+    // since; `keep` only reads the lease and begins its claim.
+    let Some(lease) = (unsafe { last::borrow_if(here.last, keep) }) else {
+        return to_checked(rd, data, reply);
+    };
+    // ---- the lease is busy with this call: no return before the reply ----
+    let l = lease.get();
+    let (conn, slot, shuttle) = (&*l.conn, &l.slot, &*l.shuttle);
+    let (seq, index) = (l.next_seq(), l.claim.index);
+    shuttle::note_call(shuttle, conn.id, index, seq, slot.sync(SyncWord::RepSeq));
+    let alerted = shuttle.is_alerted();
+    let flags = FLAG_VANILLA | if alerted { FLAG_ALERT } else { 0 };
+    RequestHeader::write_data(slot, rd.grant, flags, data, l.cpu.get());
+    let class = stats::class(data.len());
+    let waited = post(slot, conn, index, seq, alerted, shuttle)
+        .and_then(|running| wait_reply(l, conn, seq, running, 0, class));
+    if let Err(why) = waited {
+        return data_unanswered(lease, data.len(), why);
+    }
+    let h = ReplyHeader::read(slot);
+    let len = h.out_len as usize;
+    if h.status != ST_OK || len > DATA_CAP || (h.out_doors | h.out_bufs) != 0 {
+        return data_reply_slow(lease.counted(), seq, data.len(), reply);
+    }
+    reply.data.clear(); // (its lists are empty: the guard)
+    slot.read_into(payload_offset(OFF_OUT_INLINE, len, true), len, &mut reply.data);
+    l.counters.call(Path::Vanilla, data.len(), 0, Some((len, 0)));
+    end(lease);
+    Ok(())
+}
+
+/// [`data_call`] got no reply: counted, the lease let go, the error
+/// returned.
+#[cold]
+#[inline(never)]
+fn data_unanswered(lease: Borrowed, len: usize, why: Unanswered) -> Result<(), Box<CallError>> {
+    lease.get().counters.call(Path::Vanilla, len, 0, None);
+    end(lease);
+    Err(Box::new(why.into()))
+}
+
+/// [`data_call`]'s reply is not a success in the data region: taken the
+/// full way (as [`reply_slow`] takes the fast path's), counted, the lease
+/// let go.
+#[cold]
+#[inline(never)]
+fn data_reply_slow(lease: Rc<Lease>, seq: u32, len: usize, reply: &mut Reply) -> Result<(), Box<CallError>> {
+    let h = ReplyHeader::read(&lease.slot);
+    let r = take_reply(&lease.at(), seq, h, &[], reply, true, None);
+    let result = r.as_ref().ok().map(|_| (reply.data.len(), reply.doors.len()));
+    lease.counters.call(Path::Vanilla, len, 0, result);
     shuttle::call_over(&lease.shuttle);
     end_call(lease);
     r.map_err(Box::new)

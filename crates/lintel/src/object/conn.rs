@@ -322,6 +322,13 @@ impl Conn {
         !self.returns_listed.swap(true, SeqCst)
     }
 
+    /// Whether loan returns may be queued to ride with a request: the
+    /// connection is on the watcher's list (see [`take_returns`](Self::take_returns)).
+    #[inline]
+    pub fn returns_waiting(&self) -> bool {
+        self.returns_listed.load(Acquire)
+    }
+
     /// Up to `max` queued loan returns, to write into a request.
     ///
     /// None without the lock while the connection is off the watcher's
@@ -330,7 +337,7 @@ impl Conn {
     /// queued by another thread just now may miss this request; the
     /// watcher sends it.)
     pub fn take_returns(&self, max: usize) -> Vec<(u64, u32)> {
-        if !self.returns_listed.load(Acquire) {
+        if !self.returns_waiting() {
             return Vec::new();
         }
         let mut q = self.returns.lock();

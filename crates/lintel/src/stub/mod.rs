@@ -1035,8 +1035,7 @@ pub fn decode_result<T: Wire, E: Wire>(r: &mut Reader<'_>) -> Result<Result<T, E
 pub fn decode_out(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), WireError> {
     let b = r.len_bytes()?;
     out.clear();
-    out.resize(b.len(), 0);
-    crate::sys::copy_bytes(out, b);
+    crate::sys::extend_bytes(out, b);
     Ok(())
 }
 
@@ -1216,9 +1215,7 @@ pub fn encode_result<T: Wire, E: Wire>(r: &Result<T, E>, reply: &mut Reply) {
 #[inline]
 pub fn encode_buf(buf: &[u8], reply: &mut Reply) {
     reply.data.extend_from_slice(&(buf.len() as u32).to_le_bytes());
-    let at = reply.data.len();
-    reply.data.resize(at + buf.len(), 0);
-    crate::sys::copy_bytes(&mut reply.data[at..], buf);
+    crate::sys::extend_bytes(&mut reply.data, buf);
 }
 
 /// A server-side buffer for an out or in-out parameter, taken from a
@@ -1240,8 +1237,7 @@ impl OutBuf {
     /// A buffer holding a copy of `b`.
     pub fn from_slice(b: &[u8]) -> OutBuf {
         let mut o = OutBuf::new();
-        o.0.resize(b.len(), 0);
-        crate::sys::copy_bytes(&mut o.0, b);
+        crate::sys::extend_bytes(&mut o.0, b);
         o
     }
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 use crate::abi::{
     AREA_HEADER, DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, OFF_CLIENT_CPU,
-    OFF_CLIENT_STATE, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE,
+    OFF_CLIENT_STATE, OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE,
     OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG,
     OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
@@ -121,6 +121,20 @@ impl RequestHeader {
         at.w64(OFF_IN_LEN).store(pair(len, 0), Relaxed);
         at.w64(OFF_IN_INLINE).store(lo, Relaxed);
         at.w64(OFF_IN_INLINE + 8).store(hi, Relaxed);
+        at.w32(OFF_CLIENT_CPU).store(cpu, Relaxed);
+    }
+
+    /// The caller's side of a request of `data` (at most [`DATA_CAP`]
+    /// bytes) in the data region and nothing else: the header the server's
+    /// [`RequestHeader::is_plain_data`] takes, no deadline, doors or
+    /// buffers. (Bulk segment, deadline and buffer words are read only
+    /// when the header says so, and are not written.)
+    #[inline]
+    pub fn write_data(slot: &Slot, grant: u32, flags: u32, data: &[u8], cpu: u32) {
+        slot.write(OFF_DATA, data);
+        let at = slot.at();
+        at.w64(OFF_GRANT).store(pair(grant, flags), Relaxed);
+        at.w64(OFF_IN_LEN).store(pair(data.len() as u32, 0), Relaxed);
         at.w32(OFF_CLIENT_CPU).store(cpu, Relaxed);
     }
 }
