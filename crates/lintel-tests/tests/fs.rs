@@ -1011,6 +1011,35 @@ fn a_truncating_open_comes_after_the_holders_writes() {
     assert!(out.is_empty());
 }
 
+/// An open that answers with the file's metadata (`open_with_stat`, what
+/// `lintel-run`'s `open` asks) reports what a client holding the file's
+/// token wrote through its window and has not yet written back: the
+/// metadata the open read on its way is the answer only when no client
+/// holds the token.
+#[test]
+fn an_open_reports_the_size_a_holders_window_writes_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let holder = FsClientPeer::start(svc.fs.door());
+    let h = holder.peer.open(b"f".to_vec(), O_RDWR | O_CREAT, MAPPED).unwrap();
+    assert!(holder.peer.is_mapped(h).unwrap());
+    holder.peer.write_at(h, 0, &vec![b'h'; 10_000]).unwrap();
+    let read = OpenOptions::new()
+        .read(true)
+        .io_path(lintel_fs::IoPath::Copy)
+        .clone();
+    let (_, st) = svc.fs.open_with_stat("f", &read).unwrap();
+    assert_eq!(st.size, 10_000, "the holder's writes are in the open's answer");
+    holder.peer.write_at(h, 10_000, &vec![b'i'; 2_000]).unwrap();
+    let (f, st) = svc.fs.open_with_stat("f", &read).unwrap();
+    assert_eq!(st.size, 12_000, "and so are its later ones");
+    assert_eq!(f.metadata().unwrap(), st, "as a stat of the open file says");
+    drop(holder);
+    std::fs::write(dir.path().join("f"), b"host").unwrap();
+    let (_, st) = svc.fs.open_with_stat("f", &read).unwrap();
+    assert_eq!(st.size, 4, "with no holder, the host's file as it is");
+}
+
 /// A file read through a pager fault, let go of, and another file mapped
 /// at once (at the same address and slot) reads whole: the pager's note
 /// that a range is mapped belongs to the mapping it resolved, never to

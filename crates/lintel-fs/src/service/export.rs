@@ -312,80 +312,7 @@ impl Inner {
 
 impl Export for ExportImpl {
     fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError> {
-        let _as = self.creds.adopt(As::Effective)?;
-        let flags = OFlags::from_bits(flags)
-            .filter(|f| CLIENT_FLAGS.contains(*f))
-            .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
-        if flags.contains(OFlags::PATH) {
-            return self.open_path(path, flags);
-        }
-        let access = flags & OFlags::ACCMODE;
-        if access == OFlags::ACCMODE {
-            return Err(FsError::Invalid("access mode O_ACCMODE".into()));
-        }
-        let writes = access != OFlags::RDONLY || flags.contains(OFlags::TRUNC);
-        if self.read_only && writes {
-            return Err(FsError::ReadOnly);
-        }
-        // A read-only export creates nothing: an existing file opens, a
-        // missing one is EROFS, as Linux answers on a read-only mount.
-        let (flags, create_refused) = if self.read_only && flags.contains(OFlags::CREATE) {
-            (flags - OFlags::CREATE - OFlags::EXCL, true)
-        } else {
-            (flags, false)
-        };
-        // openat2 refuses a mode unless it creates.
-        let mode = if flags.contains(OFlags::CREATE) {
-            Mode::from_bits_truncate(mode & 0o7777)
-        } else {
-            Mode::empty()
-        };
-        // O_TRUNC is applied after the file's token is back: a holder's
-        // write-back must land before the truncation, not after it.
-        let truncate = flags.contains(OFlags::TRUNC);
-        let (fd, seen) = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
-            Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
-                return Err(FsError::ReadOnly);
-            }
-            Ok(Openable::Special(fd)) => return self.path_only(fd),
-            other => match other? {
-                Openable::File(fd, st) => (fd, st),
-                Openable::Special(_) => unreachable!("answered above"),
-            },
-        };
-        let st = match seen {
-            Some(st) => st,
-            None => rustix::fs::fstat(&fd)?,
-        };
-        let node = self.node((st.st_dev, st.st_ino));
-        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
-        let directory = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
-        if truncate && directory {
-            // As Linux answers `O_TRUNC` on a directory, whatever the access.
-            return Err(Errno::ISDIR.into());
-        }
-        if truncate && regular {
-            let _token = node.settle(Instant::now() + self.timeout);
-            if access == OFlags::RDONLY {
-                // Linux truncates on `O_RDONLY|O_TRUNC` too (checking write
-                // permission); a read-only descriptor cannot, so the file is
-                // reopened for writing, as the same inode.
-                rustix::fs::ftruncate(reopen(&fd, OFlags::WRONLY)?, 0)?;
-            } else {
-                rustix::fs::ftruncate(&fd, 0)?;
-            }
-            node.truncate_cache(0);
-        }
-        Ok(self.opened(
-            fd,
-            node,
-            Access {
-                append: flags.contains(OFlags::APPEND),
-                readable: access != OFlags::WRONLY,
-                writable: access != OFlags::RDONLY,
-                regular,
-            },
-        ))
+        self.open_seen(path, flags, mode).map(|(file, _)| file)
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
@@ -646,9 +573,12 @@ impl Export for ExportImpl {
     }
 
     fn open_stat(&self, path: &[u8], flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError> {
-        let file = self.open(path, flags, mode)?;
-        // Served here: a direct call on the open file, no round trip.
-        let st = crate::proto::OpenFile::stat(&file)?;
+        let (file, seen) = self.open_seen(path, flags, mode)?;
+        let st = match seen {
+            Some(st) => st,
+            // Served here: a direct call on the open file, no round trip.
+            None => crate::proto::OpenFile::stat(&file)?,
+        };
         Ok((file, st))
     }
 
@@ -699,6 +629,95 @@ fn exec_descriptor(export: &Inner, path: &[u8]) -> Result<OwnedFd, FsError> {
 }
 
 impl ExportImpl {
+    /// [`Export::open`], and the file's metadata if the open read it on the
+    /// way and it is still the answer (for [`Export::open_stat`]).
+    fn open_seen(
+        &self,
+        path: &[u8],
+        flags: u32,
+        mode: u32,
+    ) -> Result<(OpenFileClient, Option<Stat>), FsError> {
+        let _as = self.creds.adopt(As::Effective)?;
+        let flags = OFlags::from_bits(flags)
+            .filter(|f| CLIENT_FLAGS.contains(*f))
+            .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
+        if flags.contains(OFlags::PATH) {
+            return Ok((self.open_path(path, flags)?, None));
+        }
+        let access = flags & OFlags::ACCMODE;
+        if access == OFlags::ACCMODE {
+            return Err(FsError::Invalid("access mode O_ACCMODE".into()));
+        }
+        let writes = access != OFlags::RDONLY || flags.contains(OFlags::TRUNC);
+        if self.read_only && writes {
+            return Err(FsError::ReadOnly);
+        }
+        // A read-only export creates nothing: an existing file opens, a
+        // missing one is EROFS, as Linux answers on a read-only mount.
+        let (flags, create_refused) = if self.read_only && flags.contains(OFlags::CREATE) {
+            (flags - OFlags::CREATE - OFlags::EXCL, true)
+        } else {
+            (flags, false)
+        };
+        // openat2 refuses a mode unless it creates.
+        let mode = if flags.contains(OFlags::CREATE) {
+            Mode::from_bits_truncate(mode & 0o7777)
+        } else {
+            Mode::empty()
+        };
+        // O_TRUNC is applied after the file's token is back: a holder's
+        // write-back must land before the truncation, not after it.
+        let truncate = flags.contains(OFlags::TRUNC);
+        let (fd, seen) = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
+            Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
+                return Err(FsError::ReadOnly);
+            }
+            Ok(Openable::Special(fd)) => return Ok((self.path_only(fd)?, None)),
+            other => match other? {
+                Openable::File(fd, st) => (fd, st),
+                Openable::Special(_) => unreachable!("answered above"),
+            },
+        };
+        let st = match seen {
+            Some(st) => st,
+            None => rustix::fs::fstat(&fd)?,
+        };
+        let node = self.node((st.st_dev, st.st_ino));
+        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
+        let directory = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+        if truncate && directory {
+            // As Linux answers `O_TRUNC` on a directory, whatever the access.
+            return Err(Errno::ISDIR.into());
+        }
+        if truncate && regular {
+            let _token = node.settle(Instant::now() + self.timeout);
+            if access == OFlags::RDONLY {
+                // Linux truncates on `O_RDONLY|O_TRUNC` too (checking write
+                // permission); a read-only descriptor cannot, so the file is
+                // reopened for writing, as the same inode.
+                rustix::fs::ftruncate(reopen(&fd, OFlags::WRONLY)?, 0)?;
+            } else {
+                rustix::fs::ftruncate(&fd, 0)?;
+            }
+            node.truncate_cache(0);
+        }
+        // What was read on the way is the answer to a `stat` now, unless
+        // the open truncated the file or a client holds its token (what
+        // it wrote may not have reached the host yet).
+        let current = (!truncate && node.holder_id.load(SeqCst) == 0).then(|| stat_from(&st));
+        let file = self.opened(
+            fd,
+            node,
+            Access {
+                append: flags.contains(OFlags::APPEND),
+                readable: access != OFlags::WRONLY,
+                writable: access != OFlags::RDONLY,
+                regular,
+            },
+        );
+        Ok((file, current))
+    }
+
     /// An `O_PATH` open ([`Export::open`]): Linux ignores every other flag
     /// but `O_DIRECTORY` and `O_NOFOLLOW`.
     fn open_path(&self, path: &[u8], flags: OFlags) -> Result<OpenFileClient, FsError> {
