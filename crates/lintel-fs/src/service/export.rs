@@ -95,6 +95,7 @@ impl Service {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
+        crate::service::host::reserve_descriptor_table(&root);
         Ok(Service {
             inner: Arc::new(Inner {
                 root,
