@@ -335,7 +335,8 @@ impl DoorCore {
     /// or its death): one heavy fence for all the doors that fall to zero.
     pub fn drop_holders(cores: impl IntoIterator<Item = Arc<DoorCore>>) {
         let fallen: Vec<_> = cores.into_iter().filter(|c| c.refs.drop_holder_later()).collect();
-        Refs::settle_all(&fallen, |c| &c.refs);
+        // Their `unreferenced` jobs go to the thread together.
+        crate::state::unref::batched(|| Refs::settle_all(&fallen, |c| &c.refs));
     }
 
     pub fn revoke(self: &Arc<Self>) {
