@@ -983,6 +983,16 @@ fn sessions_are_bounded_and_their_end_makes_room() {
     );
 }
 
+/// A client process holding the token of file `f`, with 10,000 bytes
+/// written through its window and not yet written back; and its file.
+fn token_holder(svc: &FsService) -> (FsClientPeer, u32) {
+    let holder = FsClientPeer::start(svc.fs.door());
+    let h = holder.peer.open(b"f".to_vec(), O_RDWR | O_CREAT, MAPPED).unwrap();
+    assert!(holder.peer.is_mapped(h).unwrap());
+    holder.peer.write_at(h, 0, &vec![b'h'; 10_000]).unwrap();
+    (holder, h)
+}
+
 /// An open with O_TRUNC while another process holds the file's token with
 /// bytes written through its window: the truncation wins (the holder's
 /// bytes are written back first, then cut), as on one Unix host.
@@ -990,10 +1000,7 @@ fn sessions_are_bounded_and_their_end_makes_room() {
 fn a_truncating_open_comes_after_the_holders_writes() {
     let dir = tempfile::tempdir().unwrap();
     let svc = FsService::start(dir.path(), false);
-    let holder = FsClientPeer::start(svc.fs.door());
-    let h = holder.peer.open(b"f".to_vec(), O_RDWR | O_CREAT, MAPPED).unwrap();
-    assert!(holder.peer.is_mapped(h).unwrap());
-    holder.peer.write_at(h, 0, &vec![b'h'; 10_000]).unwrap();
+    let (holder, h) = token_holder(&svc);
     let t = svc.fs.create("f").unwrap(); // O_WRONLY | O_CREAT | O_TRUNC
     assert_eq!(t.metadata().unwrap().size, 0);
     assert_eq!(
@@ -1020,10 +1027,7 @@ fn a_truncating_open_comes_after_the_holders_writes() {
 fn an_open_reports_the_size_a_holders_window_writes_made() {
     let dir = tempfile::tempdir().unwrap();
     let svc = FsService::start(dir.path(), false);
-    let holder = FsClientPeer::start(svc.fs.door());
-    let h = holder.peer.open(b"f".to_vec(), O_RDWR | O_CREAT, MAPPED).unwrap();
-    assert!(holder.peer.is_mapped(h).unwrap());
-    holder.peer.write_at(h, 0, &vec![b'h'; 10_000]).unwrap();
+    let (holder, h) = token_holder(&svc);
     let read = OpenOptions::new()
         .read(true)
         .io_path(lintel_fs::IoPath::Copy)
