@@ -602,6 +602,21 @@ mod regressions {
         }
     }
 
+    /// `/proc/self/fd/N` of a served file with no name left read as its
+    /// old path, without the kernel's ` (deleted)`: the probe took the
+    /// unlinked file for the directory made at its name since, and would
+    /// not remove that directory (found by a random seed in CI).
+    #[test]
+    fn an_unlinked_open_file_reads_as_deleted() {
+        replay(&[
+            "mknod - a 420 reg",
+            "open 0 - a 0x0 420",
+            "unlink - @/a 0x0",
+            "mkdir - a 420",
+            "rmdir @/a",
+        ]);
+    }
+
     /// `rmdir .` removed the working directory; Linux refuses a last
     /// name of `.` (`EINVAL`) or `..` (`ENOTEMPTY`), and `rename` either
     /// (`EBUSY`).

@@ -239,14 +239,20 @@ impl Emulation {
     }
 
     /// `readlink`: a served symlink's target; `/proc/self/fd/N` of a
-    /// served `N` reads as the path the program opened.
+    /// served `N` reads as the path the program opened, with the kernel's
+    /// ` (deleted)` after it once the file has no name left (its link
+    /// count is 0: unlinked, or a directory removed).
     pub(super) fn readlink(&self, dirfd: i32, path: u64, buf: u64, size: u64) -> R {
         if (size as i64) <= 0 {
             return self.path_at(dirfd, path).ok()?.map(|_| err(libc::EINVAL));
         }
         let p = user::cstr(path).ok()?;
         let target = if let Some(s) = fd_link(&p).and_then(|fd| self.served(fd as u64)) {
-            Ok(self.prefix.absolute(&s.path))
+            let mut link = self.prefix.absolute(&s.path);
+            if s.file.metadata().is_ok_and(|st| st.nlink == 0) {
+                link.extend_from_slice(b" (deleted)");
+            }
+            Ok(link)
         } else {
             match self.path_at(dirfd, path) {
                 Ok(Some(rel)) => self.fs.read_link(std::ffi::OsStr::from_bytes(&rel)),
