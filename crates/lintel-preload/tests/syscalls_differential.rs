@@ -605,7 +605,7 @@ mod regressions {
     /// `/proc/self/fd/N` of a served file with no name left read as its
     /// old path, without the kernel's ` (deleted)`: the probe took the
     /// unlinked file for the directory made at its name since, and would
-    /// not remove that directory (found by a random seed in CI).
+    /// not remove that directory (found by random seeds, as was the next).
     #[test]
     fn an_unlinked_open_file_reads_as_deleted() {
         replay(&[
@@ -614,6 +614,18 @@ mod regressions {
             "unlink - @/a 0x0",
             "mkdir - a 420",
             "rmdir @/a",
+        ]);
+    }
+
+    /// The same, for a file renamed while open: its link read as the old
+    /// path, where a directory was made since.
+    #[test]
+    fn a_renamed_open_file_reads_as_its_new_path() {
+        replay(&[
+            "open 0 - l 0x40 420",
+            "rename - l - a",
+            "mkdir - l 420",
+            "unlink - l 0x0",
         ]);
     }
 

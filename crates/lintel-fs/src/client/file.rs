@@ -403,6 +403,12 @@ impl File {
         self.file.path_descriptor()
     }
 
+    /// Where the file is now, relative to the export's root, as the
+    /// kernel names it (see [`crate::proto::OpenFile::current_path`]).
+    pub fn current_path(&self) -> Result<Vec<u8>, FsError> {
+        self.file.current_path()
+    }
+
     /// Truncate or extend the file to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<(), FsError> {
         self.changing().truncate(len)

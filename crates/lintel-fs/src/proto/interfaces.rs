@@ -262,4 +262,9 @@ pub trait OpenFile {
     /// access and a FIFO's open waits in the client for the other end, as
     /// on Linux. `EINVAL` for any other open.
     fn path_descriptor(&self) -> Result<OwnedFd, FsError>;
+    /// Where the file is now, relative to the export's root, as the
+    /// kernel names it (`/proc/self/fd`): after a rename, the new path;
+    /// with no name left, the last one and ` (deleted)`. `EXDEV` if it is
+    /// no longer beneath the root.
+    fn current_path(&self) -> Result<Vec<u8>, FsError>;
 }

@@ -62,6 +62,8 @@ pub struct Service {
 /// The export's state, shared by its doors.
 struct Inner {
     root: OwnedFd,
+    /// The root as the kernel names it (`/proc/self/fd`).
+    root_path: Arc<[u8]>,
     read_only: bool,
     timeout: Duration,
     /// Every open file, by its door's datum.
@@ -96,9 +98,13 @@ impl Service {
             Mode::empty(),
         )?;
         crate::service::host::reserve_descriptor_table(&root);
+        let root_path = crate::service::host::link_of(&root)
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?
+            .into();
         Ok(Service {
             inner: Arc::new(Inner {
                 root,
+                root_path,
                 read_only,
                 timeout: LOCK_TIMEOUT,
                 opens: Arc::default(),
@@ -754,6 +760,7 @@ impl ExportImpl {
             pipes: Mutex::new(Pipes::default()),
             export_read_only: self.read_only,
             creds: self.creds.clone(),
+            root_path: self.root_path.clone(),
         });
         self.opens.insert(&open);
         OpenFileClient::from_door(self.door_of(open))

@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 
 use crate::proto::{Attr, DirEntry, FsError, Kind, SetTime, Stat, Timespec};
 
@@ -36,6 +37,14 @@ pub(crate) fn reserve_descriptor_table(fd: &OwnedFd) {
         // there is taken or over the limit): the table covers it either way.
         drop(rustix::io::fcntl_dupfd_cloexec(fd, top));
     }
+}
+
+/// What the kernel names `fd`'s file (its `/proc/self/fd` link).
+pub(crate) fn link_of(fd: &OwnedFd) -> Result<Vec<u8>, FsError> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| FsError::from(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    Ok(link.into_os_string().into_encoded_bytes())
 }
 
 /// `fd`'s file opened anew (a new open file description of the same

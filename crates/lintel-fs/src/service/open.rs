@@ -74,6 +74,8 @@ pub(crate) struct Opened {
     /// as its caller, its writes landing too (a write by a user without
     /// `CAP_FSETID` clears set-user-ID bits, as Linux does).
     pub(crate) creds: Arc<Credentials>,
+    /// The export's root as the kernel names it (for [`OpenFile::current_path`]).
+    pub(crate) root_path: Arc<[u8]>,
 }
 
 impl Opened {
@@ -453,6 +455,11 @@ impl OpenFile for Opened {
 
     fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
         lock::test(self.fd.as_fd(), kind, start, len)
+    }
+
+    fn current_path(&self) -> Result<Vec<u8>, FsError> {
+        let link = crate::service::host::link_of(&self.fd)?;
+        crate::service::path::beneath(&self.root_path, &link).ok_or_else(|| Errno::XDEV.into())
     }
 
     fn path_descriptor(&self) -> Result<OwnedFd, FsError> {

@@ -46,9 +46,45 @@ pub(crate) fn split(path: &[u8]) -> Result<(&[u8], &[u8]), FsError> {
     }
 }
 
+/// The kernel's name of a file (`link`, as `/proc/self/fd` gives it)
+/// relative to the export's `root` (its name the same way): `.` for the
+/// root itself, a ` (deleted)` kept; `None` if it is not beneath the root.
+pub(crate) fn beneath(root: &[u8], link: &[u8]) -> Option<Vec<u8>> {
+    const DELETED: &[u8] = b" (deleted)";
+    let (name, deleted) = match link.strip_suffix(DELETED) {
+        Some(name) => (name, true),
+        None => (link, false),
+    };
+    let rest = name.strip_prefix(root)?;
+    let mut rel = match rest {
+        [] => b".".to_vec(),
+        // (The host's root exports every path: its name is `/` alone.)
+        [b'/', tail @ ..] if !tail.is_empty() => tail.to_vec(),
+        tail if root == b"/" && !tail.is_empty() => tail.to_vec(),
+        _ => return None,
+    };
+    if deleted {
+        rel.extend_from_slice(DELETED);
+    }
+    Some(rel)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_name_is_made_relative_to_the_root() {
+        assert_eq!(beneath(b"/srv/x", b"/srv/x/a/b").as_deref(), Some(&b"a/b"[..]));
+        assert_eq!(beneath(b"/srv/x", b"/srv/x").as_deref(), Some(&b"."[..]));
+        assert_eq!(
+            beneath(b"/srv/x", b"/srv/x/a (deleted)").as_deref(),
+            Some(&b"a (deleted)"[..])
+        );
+        assert_eq!(beneath(b"/srv/x", b"/srv/xy/a"), None, "a sibling, not beneath");
+        assert_eq!(beneath(b"/srv/x", b"/srv/a"), None);
+        assert_eq!(beneath(b"/", b"/etc/passwd").as_deref(), Some(&b"etc/passwd"[..]));
+    }
 
     #[test]
     fn paths_are_relative_and_whole() {

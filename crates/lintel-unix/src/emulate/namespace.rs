@@ -239,20 +239,18 @@ impl Emulation {
     }
 
     /// `readlink`: a served symlink's target; `/proc/self/fd/N` of a
-    /// served `N` reads as the path the program opened, with the kernel's
-    /// ` (deleted)` after it once the file has no name left (its link
-    /// count is 0: unlinked, or a directory removed).
+    /// served `N` reads as the kernel names the file in the service: its
+    /// path now (after a rename, the new one), with ` (deleted)` once it
+    /// has no name left. A service that cannot say (the file has left the
+    /// tree, an older service) leaves the path the program opened.
     pub(super) fn readlink(&self, dirfd: i32, path: u64, buf: u64, size: u64) -> R {
         if (size as i64) <= 0 {
             return self.path_at(dirfd, path).ok()?.map(|_| err(libc::EINVAL));
         }
         let p = user::cstr(path).ok()?;
         let target = if let Some(s) = fd_link(&p).and_then(|fd| self.served(fd as u64)) {
-            let mut link = self.prefix.absolute(&s.path);
-            if s.file.metadata().is_ok_and(|st| st.nlink == 0) {
-                link.extend_from_slice(b" (deleted)");
-            }
-            Ok(link)
+            let now = s.file.current_path().unwrap_or_else(|_| s.path.clone());
+            Ok(self.prefix.absolute(&now))
         } else {
             match self.path_at(dirfd, path) {
                 Ok(Some(rel)) => self.fs.read_link(std::ffi::OsStr::from_bytes(&rel)),
