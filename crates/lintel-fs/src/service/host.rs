@@ -176,7 +176,7 @@ mod tests {
             .unwrap_or(u64::MAX);
         let want = soft.min(DESCRIPTOR_TABLE);
         let dir = tempfile::tempdir().unwrap();
-        let _service = crate::Service::new(dir.path(), false).unwrap();
+        let _service = crate::service::Service::new(dir.path(), false).unwrap();
         assert!(
             table_size() >= want,
             "table of {} slots, {want} wanted",
