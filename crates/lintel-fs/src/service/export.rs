@@ -98,9 +98,7 @@ impl Service {
             Mode::empty(),
         )?;
         crate::service::host::reserve_descriptor_table(&root);
-        let root_path = crate::service::host::link_of(&root)
-            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?
-            .into();
+        let root_path = crate::service::host::link_of(&root)?.into();
         Ok(Service {
             inner: Arc::new(Inner {
                 root,

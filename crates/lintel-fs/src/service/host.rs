@@ -4,7 +4,6 @@
 use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
-use rustix::io::Errno;
 
 use crate::proto::{Attr, DirEntry, FsError, Kind, SetTime, Stat, Timespec};
 
@@ -26,10 +25,7 @@ pub(crate) const DESCRIPTOR_TABLE: u64 = 16 << 10;
 /// once, at the start, and none after unless the service holds more
 /// descriptors than this.
 pub(crate) fn reserve_descriptor_table(fd: &OwnedFd) {
-    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
-    let top = soft.min(DESCRIPTOR_TABLE).saturating_sub(1);
+    let top = table_wanted().saturating_sub(1);
     if let Ok(top) = i32::try_from(top)
         && top > 64
     {
@@ -39,11 +35,18 @@ pub(crate) fn reserve_descriptor_table(fd: &OwnedFd) {
     }
 }
 
-/// What the kernel names `fd`'s file (its `/proc/self/fd` link).
-pub(crate) fn link_of(fd: &OwnedFd) -> Result<Vec<u8>, FsError> {
+/// The slots [`reserve_descriptor_table`] grows the table to: the soft
+/// limit, if lower than [`DESCRIPTOR_TABLE`].
+fn table_wanted() -> u64 {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    soft.unwrap_or(u64::MAX).min(DESCRIPTOR_TABLE)
+}
+
+/// What the kernel names `fd`'s file (its `/proc/self/fd` link): a path,
+/// with ` (deleted)` once it has no name, or `anon_inode:[kind]`.
+pub(crate) fn link_of(fd: impl AsFd) -> std::io::Result<Vec<u8>> {
     use std::os::fd::AsRawFd;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-        .map_err(|e| FsError::from(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))?;
     Ok(link.into_os_string().into_encoded_bytes())
 }
 
@@ -171,10 +174,7 @@ mod tests {
     /// later stalls an `open` for an RCU grace period.
     #[test]
     fn a_services_descriptor_table_is_grown_at_its_start() {
-        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-            .current
-            .unwrap_or(u64::MAX);
-        let want = soft.min(DESCRIPTOR_TABLE);
+        let want = table_wanted();
         let dir = tempfile::tempdir().unwrap();
         let _service = crate::service::Service::new(dir.path(), false).unwrap();
         assert!(

@@ -458,7 +458,8 @@ impl OpenFile for Opened {
     }
 
     fn current_path(&self) -> Result<Vec<u8>, FsError> {
-        let link = crate::service::host::link_of(&self.fd)?;
+        let link = crate::service::host::link_of(&self.fd)
+            .map_err(|e| FsError::from(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
         crate::service::path::beneath(&self.root_path, &link).ok_or_else(|| Errno::XDEV.into())
     }
 

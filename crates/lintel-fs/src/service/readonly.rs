@@ -24,7 +24,6 @@ use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{CWD, Mode, OFlags};
 use rustix::mount::{OpenTreeFlags, open_tree};
@@ -117,8 +116,7 @@ fn proc_fd(fd: i32, buf: &mut [u8; 32]) -> &std::ffi::CStr {
 /// of its own, clones the file's mount there by path, and sends back the
 /// descriptor it opens through the read-only clone.
 fn in_a_namespace_of_its_own(fd: &OwnedFd) -> io::Result<OwnedFd> {
-    let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
-    let path = CString::new(path.as_os_str().as_bytes())?;
+    let path = CString::new(crate::service::host::link_of(fd)?)?;
     let (ours, theirs) = rustix::net::socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,

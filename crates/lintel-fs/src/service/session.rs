@@ -275,9 +275,8 @@ pub(crate) struct Sessions {
 /// What kind of anonymous-inode descriptor `fd` is (`[userfaultfd]`,
 /// `[eventfd]`), as the kernel names it.
 fn anon_kind(fd: &OwnedFd) -> Option<String> {
-    use std::os::fd::AsRawFd;
-    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    link.to_str()?.strip_prefix("anon_inode:").map(str::to_string)
+    let link = String::from_utf8(crate::service::host::link_of(fd).ok()?).ok()?;
+    link.strip_prefix("anon_inode:").map(str::to_string)
 }
 
 /// Start a session: map its page, start its pager.

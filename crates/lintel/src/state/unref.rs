@@ -68,7 +68,11 @@ pub(crate) fn batched<R>(f: impl FnOnce() -> R) -> R {
     let outermost = HELD
         .try_with(|h| {
             let mut h = h.borrow_mut();
-            h.is_none().then(|| *h = Some(Vec::new())).is_some()
+            let outermost = h.is_none();
+            if outermost {
+                *h = Some(Vec::new());
+            }
+            outermost
         })
         .unwrap_or(false);
     // (Made only when it is to flush: a `Flush` dropped unused would
