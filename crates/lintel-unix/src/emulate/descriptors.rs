@@ -233,8 +233,11 @@ fn refused_on_path_only(nr: i64, a: [u64; 6]) -> bool {
 
 /// Whether descriptor `fd` is a served file's placeholder (asked of the
 /// kernel, with no allocation: a forked child may hold no malloc lock).
+/// Only a regular file with no links (a memfd is one) is asked by name:
+/// an `fstat` costs a fraction of a `/proc` lookup, and a new image asks
+/// this of every descriptor it inherits.
 pub(super) fn placeholder_fd(fd: i32) -> bool {
-    if fd < 0 {
+    if fd < 0 || !unlinked_file(fd) {
         return false;
     }
     let mut path = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
@@ -262,6 +265,26 @@ pub(super) fn placeholder_fd(fd: i32) -> bool {
         ],
     );
     n > 0 && link[..n as usize].starts_with(PLACEHOLDER_LINK)
+}
+
+/// Whether `fd` is open on a regular file with no links (`statx` into
+/// bytes: `stx_nlink` is at 16, `stx_mode` at 28).
+fn unlinked_file(fd: i32) -> bool {
+    let mut stx = [0u8; 256];
+    let r = trap::raw_syscall(
+        libc::SYS_statx,
+        [
+            fd as u64,
+            c"".as_ptr() as u64,
+            libc::AT_EMPTY_PATH as u64,
+            (libc::STATX_TYPE | libc::STATX_NLINK) as u64,
+            stx.as_mut_ptr() as u64,
+            0,
+        ],
+    );
+    let nlink = u32::from_ne_bytes([stx[16], stx[17], stx[18], stx[19]]);
+    let mode = u16::from_ne_bytes([stx[28], stx[29]]) as u32;
+    r == 0 && mode & libc::S_IFMT == libc::S_IFREG && nlink == 0
 }
 
 /// What `/proc/self/fd/N` reads for a placeholder.

@@ -11,7 +11,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 
-use super::descriptors::{PLACEHOLDER_LINK, Served, private_placeholder, shares_template, template_fd};
+use super::descriptors::{Served, placeholder_fd, private_placeholder, shares_template, template_fd};
 use super::open::options_for;
 use super::{Emulation, R};
 use crate::paths;
@@ -114,16 +114,20 @@ impl Emulation {
         let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
             return;
         };
+        // The runtime's own descriptors are at the floor and above; the
+        // program's, placeholders among them, below it.
+        let floor = match lintel::descriptor_floor() {
+            f if f > 0 => f,
+            _ => i32::MAX,
+        };
         for entry in dir.flatten() {
             let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            if template_fd() == Some(fd) {
+            if fd >= floor || template_fd() == Some(fd) {
                 continue; // a forked child's copy of its parent's template
             }
-            let is_placeholder = std::fs::read_link(entry.path())
-                .is_ok_and(|l| l.as_os_str().as_bytes().starts_with(PLACEHOLDER_LINK));
-            if !is_placeholder {
+            if !placeholder_fd(fd) {
                 continue;
             }
             let mut rec = vec![0u8; 4096 + 64];
