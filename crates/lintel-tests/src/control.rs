@@ -280,6 +280,13 @@ impl Control {
                     Err(e) => return Err(Fault(100 + error_code(&e))),
                 }
             }
+            m::CALL_HELD_AFTER => {
+                let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
+                let arg = arg.to_vec();
+                lintel::after_reply(move || {
+                    let _ = d.call(&arg, &[], &mut Reply::new());
+                });
+            }
             m::CALL_HELD_IN_PLACE => {
                 let d = st.lock().unwrap().held.first().cloned().ok_or(Fault(4))?;
                 let read = d.call_in_place(arg, |r| {

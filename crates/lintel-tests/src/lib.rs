@@ -94,6 +94,10 @@ pub mod m {
     /// result was shared (1) or private (0), then the result's bytes as
     /// read, a piece at a time, in place.
     pub const CALL_HELD_IN_PLACE: u8 = 40;
+    /// Answer at once (empty), leaving for after the reply
+    /// (`lintel::after_reply`) a call of the first held door with the
+    /// argument.
+    pub const CALL_HELD_AFTER: u8 = 41;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

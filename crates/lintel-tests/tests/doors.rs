@@ -285,6 +285,45 @@ fn doors_pass_both_ways_and_come_back_local() {
     assert_eq!(p.call(m::CALL_HELD, b"", &[]).unwrap().data, 5u64.to_le_bytes());
 }
 
+/// Work a handler leaves with `lintel::after_reply` runs after its caller
+/// has the reply: here the work calls a door of ours that waits until the
+/// reply has come. Were the work run first, the reply would wait for the
+/// work, the work for the reply, and the door would give up after a long
+/// timeout and say so (no wait on success: it returns as the reply lands).
+#[test]
+fn work_left_for_after_the_reply_runs_after_the_caller_has_it() {
+    use std::sync::{Arc, Condvar, Mutex};
+    let p = Peer::start("plain");
+    // (reply came, what the door found when the work called it)
+    let seen = Arc::new((Mutex::new((false, None::<bool>)), Condvar::new()));
+    let s = seen.clone();
+    let waits = Door::create(0, move |req: Request<'_>, _: &mut Reply| {
+        let (m, cv) = &*s;
+        let guard = m.lock().unwrap();
+        let (mut guard, _) = cv
+            .wait_timeout_while(guard, std::time::Duration::from_secs(60), |st| !st.0)
+            .unwrap();
+        guard.1 = Some(guard.0 && req.data == b"work");
+        cv.notify_all();
+        Ok(())
+    });
+    p.call(m::HOLD, b"", std::slice::from_ref(&waits)).unwrap();
+    let r = p.call(m::CALL_HELD_AFTER, b"work", &[]).unwrap();
+    assert!(r.data.is_empty());
+    let (m, cv) = &*seen;
+    let mut st = m.lock().unwrap();
+    st.0 = true;
+    cv.notify_all();
+    let (st, _) = cv
+        .wait_timeout_while(st, std::time::Duration::from_secs(120), |st| st.1.is_none())
+        .unwrap();
+    assert_eq!(
+        st.1,
+        Some(true),
+        "the work ran after the reply, with its argument"
+    );
+}
+
 #[test]
 fn same_door_received_twice_has_one_entry() {
     let p = Peer::start("plain");

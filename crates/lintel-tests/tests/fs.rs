@@ -1292,6 +1292,61 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     );
 }
 
+/// A long sequential read of a mapped file waits for a splice only at its
+/// start: after each pipeful the service fills the handle's second pipe
+/// with the next one while the first is drained. The bytes are the
+/// file's, also where another open wrote inside a pipeful already filled
+/// ahead.
+#[test]
+fn a_long_read_finds_each_next_pipeful_filled_ahead() {
+    both_placements(|fs, host| {
+        let mut data: Vec<u8> = (0..(5 << 20) + 123)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        let opts = OpenOptions::new().read(true).mapped_max(4096).clone();
+        let mut f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        let before = fs.counters().unwrap();
+        let mut piece = vec![0u8; 64 << 10];
+        let mut got = Vec::new();
+        while got.len() < 3 << 19 {
+            let n = f.read(&mut piece).unwrap();
+            assert_eq!(n, piece.len(), "full reads inside the file");
+            got.extend_from_slice(&piece);
+        }
+        // Past the first pipeful (under 1 MiB): the service filled the
+        // one after the second while this read drained the second. Another
+        // open writes inside it.
+        let at = got.len() + 600_000;
+        let w = fs
+            .open_with("f", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0xA5; 30_000], at as u64).unwrap();
+        data[at..at + 30_000].fill(0xA5);
+        loop {
+            let n = f.read(&mut piece).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&piece[..n]);
+        }
+        assert_eq!(got.len(), data.len());
+        let first = got.iter().zip(&data).position(|(a, b)| a != b);
+        assert_eq!(
+            first, None,
+            "the first byte read that is not the file's (written at {at})"
+        );
+        let after = fs.counters().unwrap();
+        let filled = after.filled_ahead - before.filled_ahead;
+        let on_the_spot = after.splices - before.splices - filled;
+        assert!(filled >= 2, "{filled} pipefuls filled ahead");
+        // The first pipeful, and the first after the write (the token went
+        // to the writer and back, so what was filled is not used).
+        assert!(on_the_spot <= 3, "{on_the_spot} pipefuls spliced on the spot");
+    });
+}
+
 /// A mapped file read at its offset in large pieces reads ahead in its
 /// pipe (a call per pipeful), and what it read ahead never outlives a
 /// write, a truncation or a seek.

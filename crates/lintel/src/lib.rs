@@ -112,6 +112,7 @@ pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set
 pub use api::tuning::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
 pub use api::{boot, introspect, pool};
 pub use client::AsyncCall;
+pub use context::after_reply::after_reply;
 pub use context::attached::Attached;
 pub use context::caller::{Caller, caller};
 pub use context::error::{BootError, CallError, Fault};

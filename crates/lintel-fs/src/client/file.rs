@@ -13,7 +13,7 @@ use rustix::fs::OFlags;
 
 use crate::client::credentials::tell;
 use crate::client::mapped::{Mapped, MappedSession, View};
-use crate::client::spliced::{Pipe, SPLICE_MIN};
+use crate::client::spliced::{Pipes, SPLICE_MIN};
 use crate::proto::{
     Attr, DirEntry, FsError, LockHolder, LockKind, MAX_IO, OpenFile, OpenFileClient, Stat, Whence,
 };
@@ -163,8 +163,8 @@ pub struct File {
     pub(super) file: OpenFileClient,
     /// Where replies land before they are copied to the caller's buffer.
     scratch: Mutex<Vec<u8>>,
-    /// The pipe of spliced reads, shared with this handle's clones.
-    pub(super) pipe: Arc<Mutex<Pipe>>,
+    /// The pipes of spliced reads, shared with this handle's clones.
+    pub(super) pipe: Arc<Mutex<Pipes>>,
     /// The mapped window, shared with this handle's clones.
     pub(super) window: Arc<Window>,
     pub(super) path: IoPath,
@@ -277,7 +277,7 @@ impl File {
             {
                 return Ok(n);
             }
-            if let Some(n) = pipe.read(&self.file, None, buf)? {
+            if let Some(n) = pipe.now.read(&self.file, None, buf)? {
                 return Ok(n);
             }
         }
@@ -346,7 +346,7 @@ impl File {
             return Ok(n);
         }
         if buf.len() >= self.splice_min
-            && let Some(n) = self.pipe.lock().read(&self.file, Some(at), buf)?
+            && let Some(n) = self.pipe.lock().now.read(&self.file, Some(at), buf)?
         {
             return Ok(n);
         }

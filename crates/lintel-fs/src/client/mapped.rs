@@ -28,11 +28,11 @@ use lintel::stub::StubError;
 use parking_lot::Mutex;
 
 use crate::client::keeper::Keeper;
-use crate::client::spliced::{self, Ahead, Pipe};
+use crate::client::spliced::{self, Ahead, Pipe, Pipes};
 use crate::proto::token::{self, Begin, Desc, Held, PAGE_LEN};
 use crate::proto::{
-    Export, ExportClient, FsError, MAX_WINDOW, MIN_WINDOW, OpenFileClient, Session, SessionClient, Stat,
-    Whence,
+    Export, ExportClient, FsError, MAX_IO, MAX_WINDOW, MIN_WINDOW, OpenFileClient, Session, SessionClient,
+    Stat, Whence,
 };
 use crate::uffd;
 use lintel_sys::Mapping;
@@ -261,6 +261,16 @@ pub(crate) struct Mapped {
 
 /// `Mapped::epoch` odd for as long as it lives (its holder holds `local`,
 /// so it is the only writer).
+/// Why [`Mapped::refill`] put nothing in the pipe.
+enum Refused {
+    /// No pipe could be attached.
+    NoPipe,
+    /// The service would not use the pipe, or said too much: drop the pipes.
+    Spoiled,
+    /// The call failed.
+    Failed(FsError),
+}
+
 struct Epoch<'a>(&'a AtomicU64);
 
 impl<'a> Epoch<'a> {
@@ -464,19 +474,21 @@ impl Mapped {
         Ok(Some(n as usize))
     }
 
-    /// Read at the shared offset through `pipe`, reading ahead: while
-    /// this descriptor holds the token, nobody else writes the file or
-    /// moves the offset, so the service splices a pipe's worth from the
-    /// offset on ([`Session::read_ahead`])
-    /// and reads that follow take their bytes from the pipe with no call,
-    /// one `read` of the pipe each, as a native `read` of the file. What
-    /// the pipe holds is used only at the offset it was read for and under
-    /// the grant it was read under; anything else, and any write through
-    /// the window (the host file then lags the cache), sends the read
-    /// elsewhere. `None`: read another way.
+    /// Read at the shared offset through the handle's pipes, reading
+    /// ahead: while this descriptor holds the token, nobody else writes the
+    /// file or moves the offset, so the service splices a pipeful from the
+    /// offset on ([`Session::read_ahead`]) and reads that follow take their
+    /// bytes from the pipe with no call, one `read` of the pipe each, as a
+    /// native `read` of the file. Each such call also names the second
+    /// pipe, which the service fills with the next pipeful after its reply
+    /// while this one is drained: a long sequential read waits for a splice
+    /// only at its start. What a pipe holds is used only at the offset it
+    /// was read for and under the grant it was read under; anything else,
+    /// and any write through the window (the host file then lags the
+    /// cache), sends the read elsewhere. `None`: read another way.
     pub(crate) fn read_streamed(
         &self,
-        pipe: &mut Pipe,
+        pipes: &mut Pipes,
         file: &OpenFileClient,
         buf: &mut [u8],
     ) -> Result<Option<usize>, FsError> {
@@ -487,49 +499,37 @@ impl Mapped {
             let grant = self.grants.load(SeqCst);
             let off = a.held.offset;
             let n = (buf.len() as u64).min(a.held.size.saturating_sub(off)) as usize;
-            let fresh = |h: &Ahead| h.start == off && h.grant == grant;
-            // Bytes in the pipe for another offset or grant: drop the pipe
-            // (reading them out to throw away would cost their copy).
-            let keep = matches!(pipe, Pipe::Attached { ahead: Some(h), .. } if fresh(h));
-            let Some((read, number, per_call, ahead)) = pipe.ready(file, keep) else {
-                return Ok(None);
-            };
-            // `spoiled`: the pipe's contents are no longer known; drop it.
+            // `spoiled`: a pipe's contents are no longer known; drop both.
             let (mut done, mut spoiled) = (0, false);
             while done < n {
                 let at = off + done as u64;
-                let held = match *ahead {
-                    Some(h) if h.len > 0 && h.start == at && h.grant == grant => h,
-                    _ => match self
-                        .session
-                        .session
-                        .read_ahead(self.slot, number, at, per_call as u32)
-                    {
-                        Ok(0) => break,
-                        Ok(k) if k as usize <= per_call => {
-                            let h = Ahead {
-                                start: at,
-                                len: k as usize,
-                                grant,
-                            };
-                            *ahead = Some(h);
-                            h
-                        }
-                        // More than asked for, or a pipe the service will
-                        // not use: read the rest another way.
-                        Ok(_) | Err(FsError::Invalid(_)) => {
+                let here = |h: &Ahead| h.len > 0 && h.start == at && h.grant == grant;
+                if !matches!(&pipes.now, Pipe::Attached { ahead: Some(h), .. } if here(h)) {
+                    match self.refill(pipes, file, at, grant) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(Refused::Spoiled) => {
                             spoiled = true;
                             break;
                         }
-                        Err(e) if done == 0 => return Err(e),
-                        // A late splice may still land in the pipe.
-                        Err(_) => {
+                        Err(Refused::NoPipe) if done == 0 => return Ok(None),
+                        Err(Refused::NoPipe) => break,
+                        Err(Refused::Failed(e)) if done == 0 => return Err(e),
+                        // A late splice may still land in a pipe.
+                        Err(Refused::Failed(_)) => {
                             spoiled = true;
                             break;
                         }
-                    },
+                    }
+                }
+                let Pipe::Attached {
+                    read, ahead: Some(h), ..
+                } = &mut pipes.now
+                else {
+                    spoiled = true;
+                    break;
                 };
-                let k = (n - done).min(held.len);
+                let k = (n - done).min(h.len);
                 if let Err(e) = spliced::drain(read, &mut buf[done..done + k]) {
                     if done == 0 {
                         return Err(e);
@@ -537,11 +537,8 @@ impl Mapped {
                     spoiled = true;
                     break;
                 }
-                *ahead = Some(Ahead {
-                    start: at + k as u64,
-                    len: held.len - k,
-                    grant,
-                });
+                h.start += k as u64;
+                h.len -= k;
                 done += k;
             }
             a.held.offset = off + done as u64;
@@ -550,19 +547,69 @@ impl Mapped {
         match r {
             Ok(Some(Some((done, spoiled)))) => {
                 if spoiled {
-                    *pipe = Pipe::Unattached;
+                    pipes.drop_all();
                 }
                 // Nothing read and the pipe spoiled: the caller reads
                 // another way.
                 Ok((done > 0 || !spoiled).then_some(done))
             }
-            // Not read here: the pipe stays (a read through it drops what it
+            // Not read here: the pipes stay (a read through one drops what it
             // holds ahead, if anything).
             Ok(_) => Ok(None),
             Err(e) => {
-                *pipe = Pipe::Unattached;
+                pipes.drop_all();
                 Err(e)
             }
+        }
+    }
+
+    /// Put the file's bytes from `at` in `pipes.now` (under token grant
+    /// `grant`, held active): the pipeful the service filled in `then`
+    /// if that was asked for `at` (the pipes swap), else one spliced now;
+    /// and name the other pipe for the service to fill next. `false`: the
+    /// file ends at `at`.
+    fn refill(&self, pipes: &mut Pipes, file: &OpenFileClient, at: u64, grant: u64) -> Result<bool, Refused> {
+        let asked = pipes.asked.take();
+        if asked == Some((at, grant)) {
+            std::mem::swap(&mut pipes.now, &mut pipes.then);
+            if !pipes.then.is_empty_attached() {
+                // Bytes left for another offset: of no use.
+                pipes.then = Pipe::Unattached;
+            }
+        } else if asked.is_some() || !pipes.then.is_empty_attached() {
+            // Filled, or being filled, for another offset or grant (its
+            // `ahead` does not say so: only `asked` does).
+            pipes.then = Pipe::Unattached;
+        }
+        let next = pipes
+            .then
+            .ready(file, false)
+            .map_or(0, |(_, number, _, _)| number);
+        let Some((_, number, per_call, ahead)) = pipes.now.ready(file, false) else {
+            return Err(Refused::NoPipe);
+        };
+        match self
+            .session
+            .session
+            .read_ahead(self.slot, number, at, per_call as u32, next)
+        {
+            Ok(0) => Ok(false),
+            Ok(k) if k as usize <= per_call => {
+                *ahead = Some(Ahead {
+                    start: at,
+                    len: k as usize,
+                    grant,
+                });
+                // The service fills `then` only after a full pipeful.
+                if next != 0 && k as usize == per_call.min(MAX_IO as usize) {
+                    pipes.asked = Some((at + k as u64, grant));
+                }
+                Ok(true)
+            }
+            // More than asked for, or a pipe the service will not use: read
+            // the rest another way.
+            Ok(_) | Err(FsError::Invalid(_)) => Err(Refused::Spoiled),
+            Err(e) => Err(Refused::Failed(e)),
         }
     }
 

@@ -69,6 +69,34 @@ pub(crate) enum Pipe {
     Refused,
 }
 
+/// A handle's pipes. Reads come through `now`. A read ahead (mapped files
+/// only) also names `then`, empty, and the service fills it with the
+/// pipeful that follows after its reply, while `now` is drained; the read
+/// that reaches that offset swaps the two and finds the bytes waiting.
+#[derive(Default)]
+pub(crate) struct Pipes {
+    pub now: Pipe,
+    pub then: Pipe,
+    /// What `then` was asked to hold: the file's bytes from `.0` on, read
+    /// under token grant `.1`. `None`: `then` is empty.
+    pub asked: Option<(u64, u64)>,
+}
+
+impl Pipes {
+    /// Drop both pipes: a call that failed may still fill either.
+    pub(crate) fn drop_all(&mut self) {
+        *self = Pipes::default();
+    }
+}
+
+impl Pipe {
+    /// Whether this pipe is attached with nothing in it (a pipe that held
+    /// bytes for a read that took them all is).
+    pub(crate) fn is_empty_attached(&self) -> bool {
+        matches!(self, Pipe::Attached { ahead, .. } if ahead.is_none_or(|h| h.len == 0))
+    }
+}
+
 /// What a pipe holds ahead of the reader: `len` bytes of the file from
 /// `start` on, spliced under the token grant numbered `grant`.
 #[derive(Clone, Copy, Debug)]

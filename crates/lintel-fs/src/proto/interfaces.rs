@@ -145,8 +145,12 @@ pub trait Session {
     /// [`OpenFile::read_spliced_at`] does, but without taking the token
     /// back: the caller holds it active, with nothing written, so the host
     /// file is current, and it reads ahead in the pipe while the token
-    /// stays with it. Returns how many.
-    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32) -> Result<u32, FsError>;
+    /// stays with it. Returns how many. If all `len` came and `next` (not
+    /// 0) names another pipe of the client's, empty, the service fills it
+    /// with the `len` bytes that follow after replying, while the client
+    /// drains `pipe`: a call for `next` from where `pipe`'s bytes end finds
+    /// them there (a call for it from anywhere else is refused).
+    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32, next: u32) -> Result<u32, FsError>;
     /// Make the cache cover the file's first `end` bytes, so that a view
     /// of them faults into the pager rather than past the memfd's end.
     /// Returns the bytes covered.

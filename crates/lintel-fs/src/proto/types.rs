@@ -160,8 +160,11 @@ pub struct Counters {
     pub file_calls: u64,
     /// Bytes it moved into clients' pipes (spliced reads).
     pub spliced_bytes: u64,
-    /// Calls that spliced them (a read ahead is one call for a pipeful).
+    /// Splices that moved them (a read ahead is one for a pipeful).
     pub splices: u64,
+    /// Of those, read aheads made after a reply, into a client's second
+    /// pipe while it drained the first.
+    pub filled_ahead: u64,
 }
 
 /// How to set one of a file's times.

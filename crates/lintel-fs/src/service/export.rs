@@ -492,6 +492,7 @@ impl Export for ExportImpl {
             file_calls: c.file_calls.load(SeqCst),
             spliced_bytes: c.spliced_bytes.load(SeqCst),
             splices: c.splices.load(SeqCst),
+            filled_ahead: c.filled_ahead.load(SeqCst),
         })
     }
 

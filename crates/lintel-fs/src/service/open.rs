@@ -115,6 +115,57 @@ impl Opened {
         Ok(done)
     }
 
+    /// Read ahead into pipe `pipe` for `holder`, the token's holder, who
+    /// holds it active ([`Session::read_ahead`]): up to `len` bytes at
+    /// `at`. If all `len` came and `next` names another pipe (one the
+    /// client emptied), that pipe is filled with the `len` bytes after
+    /// them once the reply is out (`lintel::after_reply`), while the
+    /// client drains this one; its next call finds them there.
+    ///
+    /// [`Session::read_ahead`]: crate::proto::Session::read_ahead
+    pub(crate) fn read_ahead(
+        self: &Arc<Self>,
+        pipe: u32,
+        at: u64,
+        len: u32,
+        next: u32,
+        holder: u64,
+    ) -> Result<usize, FsError> {
+        let mut pipes = self.pipes.lock();
+        let (got, spliced) = pipes.read_ahead(&self.fd, pipe, at, len)?;
+        let full = got == len.min(MAX_IO) as usize && got > 0;
+        let scheduled = next != 0 && next != pipe && full && pipes.schedule(next, at + got as u64, len);
+        drop(pipes);
+        if spliced {
+            self.tally.spliced_bytes.fetch_add(got as u64, SeqCst);
+            self.tally.splices.fetch_add(1, SeqCst);
+        }
+        if scheduled {
+            let me = self.clone();
+            lintel::after_reply(move || me.fill_ahead(next, holder));
+        }
+        Ok(got)
+    }
+
+    /// Make pipe `next`'s scheduled fill if the token is still `holder`'s.
+    /// Under the token's lock, so no recall lands while the bytes are
+    /// spliced; but only if the lock is free at once: a recall that holds
+    /// it waits for the holder, who may be waiting for this thread's next
+    /// reply. A fill not made leaves the pipe empty, and the client's next
+    /// call splices.
+    fn fill_ahead(&self, next: u32, holder: u64) {
+        let token = self.node.token.try_lock();
+        if token.is_none() || self.node.holder_id.load(SeqCst) != holder {
+            self.pipes.lock().unschedule(next);
+            return;
+        }
+        if let Some(got) = self.pipes.lock().fill(&self.fd, next) {
+            self.tally.spliced_bytes.fetch_add(got as u64, SeqCst);
+            self.tally.splices.fetch_add(1, SeqCst);
+            self.tally.filled_ahead.fetch_add(1, SeqCst);
+        }
+    }
+
     fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
         // Exactly `len` bytes asked of the host: a read into the vector's
         // spare capacity would read as much as it happens to have, and a

@@ -536,14 +536,15 @@ impl Session for SessionImpl {
         open.node.grow(end)
     }
 
-    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32) -> Result<u32, FsError> {
+    fn read_ahead(&self, slot: u32, pipe: u32, at: u64, len: u32, next: u32) -> Result<u32, FsError> {
         let (open, _) = self.core.binding(slot)?;
         // Held active by the caller, the token cannot be taken back while
         // the bytes are spliced: no write lands in between.
-        if open.node.holder_id.load(SeqCst) != self.core.holder_id(slot as usize) {
+        let holder = self.core.holder_id(slot as usize);
+        if open.node.holder_id.load(SeqCst) != holder {
             return Err(FsError::Invalid("the token is not held".into()));
         }
-        open.splice_into(pipe, at, len).map(|n| n as u32)
+        open.read_ahead(pipe, at, len, next, holder).map(|n| n as u32)
     }
 
     fn detach(&self, slot: u32) -> Result<(), FsError> {

@@ -15,6 +15,7 @@ pub(crate) struct Tally {
     pub file_calls: AtomicU64,
     pub spliced_bytes: AtomicU64,
     pub splices: AtomicU64,
+    pub filled_ahead: AtomicU64,
     /// Pipes attached now (a gauge).
     pub pipes: AtomicU64,
 }

@@ -1,4 +1,5 @@
 //! Layer 3, a call's context as plain values.
+pub mod after_reply;
 pub mod attached;
 pub mod caller;
 pub mod deadline;

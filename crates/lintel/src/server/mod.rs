@@ -29,6 +29,7 @@ use crate::abi::{
     BUSY, DATA_CAP, FLAG_ALERT, INLINE, OFF_IN_INLINE, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE,
     OFF_OUT_LEN, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SPINNING, ST_OK, payload_offset,
 };
+use crate::context::after_reply;
 use crate::context::shuttle::{self, Shuttle};
 use crate::context::stats::{Counters, Path};
 use crate::object::conn::Conn;
@@ -85,9 +86,11 @@ pub(crate) fn run_worker(pool: &'static Pool<Work>) {
         shuttle: shuttle::current_arc(),
         runner: crate::state::running::workers().register(),
     };
+    after_reply::mark_worker();
     loop {
         let w = pool.take();
         serve(&w, &mut bufs, pool);
+        after_reply::run_queued();
         bufs.door = None;
         pool.went_idle();
     }
@@ -188,6 +191,8 @@ fn wait_request(
     spinner: &mut bool,
     shared_cpu: &mut u32,
 ) -> Option<u32> {
+    // The last call's reply is out: what its handler left for now.
+    after_reply::run_queued();
     let req = slot.sync(SyncWord::ReqSeq);
     let last = ss.last_seq();
     let fresh = |r: u32| handshake::fresh(r, last);
