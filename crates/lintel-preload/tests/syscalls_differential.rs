@@ -30,6 +30,9 @@
 //! calls do not follow them), moves and removals of directories in use
 //! (a served directory descriptor or working directory is a path),
 //! symlinks outside the tree into it (the host's kernel follows them),
+//! symlinks at the tree's root that climb past it (natively they lead
+//! into the host directory holding the tree, served into the prefix's
+//! parent),
 //! `exec` of a file open for writing (`ETXTBSY` natively, unseen
 //! served), directory offsets other than 0. It reduces to Linux's
 //! promises what Linux leaves to the file system: `SEEK_DATA`/`SEEK_HOLE`
@@ -614,6 +617,26 @@ mod regressions {
             "unlink - @/a 0x0",
             "mkdir - a 420",
             "rmdir @/a",
+        ]);
+    }
+
+    /// A symlink made at the tree's root (here through `l`, which leads
+    /// there) with a target that climbs past it leads natively into the
+    /// host directory holding the tree, served into the prefix's parent:
+    /// different places, one of them outside everything the test made
+    /// (a random seed wrote a script into the native tree's parent). The
+    /// probe makes no such symlink, nor moves or links one there.
+    #[test]
+    fn symlinks_climbing_out_past_the_root_are_not_made() {
+        replay(&["symlink .. - l", "symlink ../b - l/o", "script l/o 493"]);
+        replay(&[
+            "mkdir - d 493",
+            "symlink ../b - d/o",
+            "symlink .. - l",
+            "rename - d/o - l/o",
+            "link - d/o - l/p 0x0",
+            "script l/o 493",
+            "script l/p 493",
         ]);
     }
 

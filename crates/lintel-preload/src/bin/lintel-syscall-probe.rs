@@ -240,6 +240,18 @@ impl Probe {
                 // and the prefix is not on the host.
                 "not made: a symlink outside the tree into it".into()
             }
+            "symlink" if self.climbs_out(self.path(a(1)).as_bytes(), a(2), a(3)) => {
+                "not made: a symlink climbing out of the tree past its root".into()
+            }
+            "rename" | "link"
+                if (w[0] == "rename" || n(5) & 0x400 == 0)
+                    && self
+                        .link_target(a(1), a(2))
+                        .is_some_and(|t| self.climbs_out(&t, a(3), a(4))) =>
+            {
+                // The same symlink, moved or linked to where it would.
+                "not made: a symlink climbing out of the tree past its root".into()
+            }
             "open" => {
                 let (s, dir, p) = (self.slot(a(1)), self.dir(a(2)), self.path(a(3)));
                 // SAFETY: a NUL-terminated path; flags and mode as given.
@@ -576,6 +588,54 @@ impl Probe {
     /// Whether the directory holding `path`'s last name (from `dir`) is
     /// in the tree: `None` if it cannot be found.
     fn inside(&self, dir: &str, path: &str) -> Option<bool> {
+        let link = self.parent_path(dir, path)?;
+        let root = self.root.as_bytes();
+        Some(link.starts_with(root) && matches!(link.get(root.len()), None | Some(b'/')))
+    }
+
+    /// Whether a symlink to `target` at `path` (from `dir`) would climb
+    /// out of the tree past its root: natively into the host directory
+    /// holding the tree, served into the prefix's parent, which are not
+    /// the same place (the probe keeps to the tree and `%`).
+    fn climbs_out(&self, target: &[u8], dir: &str, path: &str) -> bool {
+        if target.first() == Some(&b'/') {
+            return false;
+        }
+        let Some(parent) = self.parent_path(dir, path) else {
+            return false;
+        };
+        let root = self.root.as_bytes();
+        if !(parent.starts_with(root) && matches!(parent.get(root.len()), None | Some(b'/'))) {
+            return false;
+        }
+        let mut depth = parent[root.len()..]
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .count();
+        for c in target.split(|&b| b == b'/') {
+            match c {
+                b"" | b"." => {}
+                b".." if depth == 0 => return true,
+                b".." => depth -= 1,
+                _ => depth += 1,
+            }
+        }
+        false
+    }
+
+    /// The target of the symlink `path` names (from `dir`, its last name
+    /// not followed), if it is one.
+    fn link_target(&self, dir: &str, path: &str) -> Option<Vec<u8>> {
+        let p = self.path(path);
+        let mut buf = [0u8; 4096];
+        // SAFETY: a NUL-terminated path and a buffer of its length.
+        let n = unsafe { libc::readlinkat(self.dir(dir), p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        (n >= 0).then(|| buf[..n as usize].to_vec())
+    }
+
+    /// The path of the directory holding `path`'s last name (from `dir`),
+    /// as `/proc` names it: `None` if it cannot be found.
+    fn parent_path(&self, dir: &str, path: &str) -> Option<Vec<u8>> {
         let p = self.path(path);
         let p = p.as_bytes();
         let trimmed = p.len() - p.iter().rev().take_while(|&&b| b == b'/').count();
@@ -599,10 +659,7 @@ impl Probe {
         let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
         // SAFETY: ours.
         unsafe { libc::close(fd) };
-        let link = link.ok()?;
-        let link = link.as_os_str().as_encoded_bytes();
-        let root = self.root.as_bytes();
-        Some(link.starts_with(root) && matches!(link.get(root.len()), None | Some(b'/')))
+        Some(link.ok()?.into_os_string().into_encoded_bytes())
     }
 
     /// The path of what (`dir`, `path`) names, if a directory (not
