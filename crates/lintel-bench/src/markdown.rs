@@ -309,7 +309,7 @@ const HEADLINE: [(&str, &str, Versus, &str, bool); 23] = [
         "`sqlite3` workload under `lintel-run`",
         "unix/sqlite3_lintel",
         Versus::Times("unix/sqlite3_native"),
-        "≤ 1.5×",
+        "≤ 1.2×",
         true,
     ),
     (

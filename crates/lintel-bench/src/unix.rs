@@ -263,7 +263,6 @@ fn programs(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         report.push(CaseResult::new(SUITE, &native_case, &n));
         let target = match name {
             "pread1" | "pread1_64m" => " (target: ≥ 3× faster)",
-            "sqlite3" => " (target ≤ 1.5×)",
             "static_cat_256m" => " (static mode: measured, no target)",
             _ => " (target ≤ 1.2×)",
         };
