@@ -110,8 +110,7 @@ impl Opened {
     /// reference ([`Pipes::splice`]); how many.
     pub(crate) fn splice_into(&self, pipe: u32, at: u64, len: u32) -> Result<usize, FsError> {
         let done = self.pipes.lock().splice(&self.fd, pipe, at, len)?;
-        self.tally.spliced_bytes.fetch_add(done as u64, SeqCst);
-        self.tally.splices.fetch_add(1, SeqCst);
+        self.tally.spliced(done);
         Ok(done)
     }
 
@@ -137,8 +136,7 @@ impl Opened {
         let scheduled = next != 0 && next != pipe && full && pipes.schedule(next, at + got as u64, len);
         drop(pipes);
         if spliced {
-            self.tally.spliced_bytes.fetch_add(got as u64, SeqCst);
-            self.tally.splices.fetch_add(1, SeqCst);
+            self.tally.spliced(got);
         }
         if scheduled {
             let me = self.clone();
@@ -160,8 +158,7 @@ impl Opened {
             return;
         }
         if let Some(got) = self.pipes.lock().fill(&self.fd, next) {
-            self.tally.spliced_bytes.fetch_add(got as u64, SeqCst);
-            self.tally.splices.fetch_add(1, SeqCst);
+            self.tally.spliced(got);
             self.tally.filled_ahead.fetch_add(1, SeqCst);
         }
     }

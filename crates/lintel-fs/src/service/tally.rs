@@ -1,7 +1,7 @@
 //! The service's counters, bumped where the work happens and read out as
 //! [`crate::proto::Counters`].
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 /// The service's counters ([`crate::proto::Counters`]), and the pipes
 /// attached now.
@@ -18,4 +18,12 @@ pub(crate) struct Tally {
     pub filled_ahead: AtomicU64,
     /// Pipes attached now (a gauge).
     pub pipes: AtomicU64,
+}
+
+impl Tally {
+    /// One splice moved `bytes` into a client's pipe.
+    pub fn spliced(&self, bytes: usize) {
+        self.spliced_bytes.fetch_add(bytes as u64, SeqCst);
+        self.splices.fetch_add(1, SeqCst);
+    }
 }

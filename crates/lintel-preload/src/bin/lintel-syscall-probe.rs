@@ -588,9 +588,14 @@ impl Probe {
     /// Whether the directory holding `path`'s last name (from `dir`) is
     /// in the tree: `None` if it cannot be found.
     fn inside(&self, dir: &str, path: &str) -> Option<bool> {
-        let link = self.parent_path(dir, path)?;
-        let root = self.root.as_bytes();
-        Some(link.starts_with(root) && matches!(link.get(root.len()), None | Some(b'/')))
+        Some(self.below_root(&self.parent_path(dir, path)?).is_some())
+    }
+
+    /// What of `path` (as `/proc` names it) lies below the tree's root, if
+    /// it is in the tree.
+    fn below_root<'p>(&self, path: &'p [u8]) -> Option<&'p [u8]> {
+        let rest = path.strip_prefix(self.root.as_bytes())?;
+        (rest.is_empty() || rest[0] == b'/').then_some(rest)
     }
 
     /// Whether a symlink to `target` at `path` (from `dir`) would climb
@@ -604,14 +609,10 @@ impl Probe {
         let Some(parent) = self.parent_path(dir, path) else {
             return false;
         };
-        let root = self.root.as_bytes();
-        if !(parent.starts_with(root) && matches!(parent.get(root.len()), None | Some(b'/'))) {
+        let Some(below) = self.below_root(&parent) else {
             return false;
-        }
-        let mut depth = parent[root.len()..]
-            .split(|&b| b == b'/')
-            .filter(|c| !c.is_empty())
-            .count();
+        };
+        let mut depth = below.split(|&b| b == b'/').filter(|c| !c.is_empty()).count();
         for c in target.split(|&b| b == b'/') {
             match c {
                 b"" | b"." => {}

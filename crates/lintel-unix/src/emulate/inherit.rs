@@ -124,8 +124,10 @@ impl Emulation {
             let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
+            // (Below no floor, a forked child's copy of its parent's
+            // template is skipped by its number.)
             if fd >= floor || template_fd() == Some(fd) {
-                continue; // a forked child's copy of its parent's template
+                continue;
             }
             if !placeholder_fd(fd) {
                 continue;
