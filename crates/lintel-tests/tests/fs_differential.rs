@@ -1224,6 +1224,31 @@ mod regressions {
         }
     }
 
+    /// A directory sought to its end (ext4: the largest offset) and then
+    /// removed still says where it is: the service set the host's offset
+    /// again before each seek, which a removed directory refuses past a
+    /// regular file's limit (`EINVAL`). Found by a random seed.
+    #[test]
+    fn a_removed_directory_at_its_end_says_where_it_is() {
+        replay(&[
+            Mkdir { name: 5, mode: 420 },
+            Open {
+                client: 0,
+                name: 5,
+                flags: 0,
+                mode: 420,
+                io: Auto,
+            },
+            Seek {
+                h: 0,
+                whence: 2,
+                delta: 0,
+            },
+            Rmdir { name: 5 },
+            Read { h: 0, len: 0 },
+        ]);
+    }
+
     /// `O_RDONLY|O_APPEND`: an empty write is `EBADF` (the file once
     /// opened for writing too, as `append` implies in `OpenOptions`).
     #[test]

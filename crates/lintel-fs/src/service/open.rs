@@ -322,9 +322,15 @@ impl OpenFile for Opened {
         let mut offset = self.offset.lock();
         if !self.regular {
             // A directory's offsets are its file system's to define (ext4
-            // puts its end at the largest offset): the kernel seeks.
+            // puts its end at the largest offset): the kernel seeks, from
+            // the shared offset. Set only where the host's differs: a
+            // directory removed since refuses offsets past a regular
+            // file's limit, its end among them, while `SEEK_CUR` by 0
+            // still answers where it is.
             use rustix::fs::SeekFrom;
-            rustix::fs::seek(&self.fd, SeekFrom::Start(*offset))?;
+            if rustix::fs::seek(&self.fd, SeekFrom::Current(0))? != *offset {
+                rustix::fs::seek(&self.fd, SeekFrom::Start(*offset))?;
+            }
             let to = rustix::fs::seek(
                 &self.fd,
                 match whence {
