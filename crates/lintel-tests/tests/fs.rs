@@ -1292,6 +1292,39 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     );
 }
 
+/// A sync writes back the pages a client wrote through its window, not
+/// the span between the lowest and highest of them: a database that
+/// rewrites its first page and appends pays for those pages per commit,
+/// not for the whole file. The host file gets every byte written.
+#[test]
+fn a_sync_writes_back_the_pages_written_not_the_span_between() {
+    both_placements(|fs, host| {
+        let mut data: Vec<u8> = (0..4u32 << 20)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        std::fs::write(host.join("db"), &data).unwrap();
+        let f = fs.open_with("db", &rw()).unwrap();
+        assert!(f.is_mapped());
+        for round in 0..3u8 {
+            let before = fs.counters().unwrap();
+            for at in [10usize, 2 << 20, (4 << 20) - 200 + usize::from(round)] {
+                let piece = [0xC0 | round; 100];
+                f.write_at(&piece, at as u64).unwrap();
+                data[at..at + 100].copy_from_slice(&piece);
+            }
+            f.sync_data().unwrap();
+            let written = fs.counters().unwrap().written_back - before.written_back;
+            assert!(
+                (300..=3 * 4096).contains(&written),
+                "round {round}: {written} bytes written back for three writes of 100"
+            );
+            let on_host = std::fs::read(host.join("db")).unwrap();
+            let first = on_host.iter().zip(&data).position(|(a, b)| a != b);
+            assert_eq!((on_host.len(), first), (data.len(), None), "round {round}");
+        }
+    });
+}
+
 /// A long sequential read of a mapped file waits for a splice only at its
 /// start: after each pipeful the service fills the handle's second pipe
 /// with the next one while the first is drained. The bytes are the

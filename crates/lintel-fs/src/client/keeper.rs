@@ -7,7 +7,7 @@
 //! death would take such bytes with it, were it not for this: for each
 //! file it may write through a window, a client keeps a descriptor of the
 //! host file (the service hands one out with the mapping,
-//! [`crate::proto::Session::host_descriptor`]: the client opened the file
+//! [`crate::proto::Session::attach`]: the client opened the file
 //! for writing, so the descriptor gives it nothing it did not have) and a
 //! descriptor of the cache. When the client's watcher sees the service
 //! die, it takes back every token the client holds and writes the range
@@ -16,8 +16,8 @@
 //! done (the service's `Node::recall`), with the same function
 //! (`proto::write_back`).
 //!
-//! Only pages the cache holds are written: the dirty range is one span,
-//! and a page inside it that the service never filled (a hole of the
+//! Only pages the cache holds are written, within the chunks the dirty
+//! map marks: a page inside them that the service never filled (a hole of the
 //! memfd, found with `SEEK_DATA`) holds nothing this client wrote; its
 //! zeros must not reach the host. A page the service filled but this
 //! client did not write holds the host's bytes (the service keeps filled
@@ -33,7 +33,7 @@ use std::os::fd::OwnedFd;
 use rustix::io::Errno;
 
 use crate::proto::FsError;
-use crate::proto::token::{self, Held, Words};
+use crate::proto::token::{self, DirtyMap, Held, Words};
 use crate::proto::write_back::copy_back;
 
 /// The two descriptors a client needs to write one file back.
@@ -53,16 +53,20 @@ impl Keeper {
         let Some(held) = token::salvage(desc) else {
             return Ok(0);
         };
-        write_back(&self.cache, &self.host, held)
+        write_back(&self.cache, &self.host, held, token::dirty_map(desc))
     }
 }
 
-/// Write `held`'s dirty range (within its size) from `cache` to `host`,
-/// data pages only, then give `host` the token's size.
-pub(crate) fn write_back(cache: &OwnedFd, host: &OwnedFd, held: Held) -> Result<u64, FsError> {
+/// Write the marked chunks of `held`'s dirty range (within its size) from
+/// `cache` to `host`, data pages only, then give `host` the token's size.
+pub(crate) fn write_back(cache: &OwnedFd, host: &OwnedFd, held: Held, map: DirtyMap) -> Result<u64, FsError> {
     let lo = held.dirty.0.min(held.size);
     let hi = held.dirty.1.min(held.size);
-    copy_back(cache, host, &data_runs(cache, lo, hi)?, held.size)
+    let mut runs = Vec::new();
+    for (from, to) in map.runs(lo, hi) {
+        runs.extend(data_runs(cache, from, to)?);
+    }
+    copy_back(cache, host, &runs, held.size)
 }
 
 /// The runs of `[lo, hi)` that `fd` holds data for (not holes).
@@ -89,6 +93,8 @@ fn data_runs(fd: &OwnedFd, lo: u64, hi: u64) -> Result<Vec<(u64, u64)>, FsError>
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use super::*;
 
     fn memfd(name: &str) -> OwnedFd {
@@ -122,11 +128,48 @@ mod tests {
             size: 300_000,
             dirty: (10, 250_010),
         };
-        write_back(&cache, &host, held).unwrap();
+        write_back(&cache, &host, held, DirtyMap::ALL).unwrap();
         let mut want = vec![7u8; 300_000];
         want[10..20].fill(1);
         want[250_000..250_010].fill(2);
         assert_eq!(contents(&host), want);
+    }
+
+    #[test]
+    fn only_the_chunks_the_client_marked_are_written_back() {
+        // Every page of the cache holds data (the service filled them
+        // all); the client wrote at 10 and at 250,000 only.
+        let host = memfd("host");
+        rustix::io::pwrite(&host, &vec![7u8; 300_000], 0).unwrap();
+        let cache = memfd("cache");
+        rustix::io::pwrite(&cache, &vec![7u8; 300_000], 0).unwrap();
+        let desc = token::Plain::new();
+        token::grant(
+            &desc,
+            0,
+            300_000,
+            &[0; token::STAT_WORDS],
+            Instant::now() + Duration::from_secs(5),
+        )
+        .unwrap();
+        for (at, byte) in [(10u64, 1u8), (250_000, 2)] {
+            token::client_mark(&desc, at, at + 10);
+            rustix::io::pwrite(&cache, &[byte; 10], at).unwrap();
+        }
+        let held = Held {
+            offset: 0,
+            size: 300_000,
+            dirty: (10, 250_010),
+        };
+        let written = write_back(&cache, &host, held, token::dirty_map(&desc)).unwrap();
+        let mut want = vec![7u8; 300_000];
+        want[10..20].fill(1);
+        want[250_000..250_010].fill(2);
+        assert_eq!(contents(&host), want);
+        assert!(
+            written <= 2 * 4096,
+            "the two marked pages, not the span: {written} bytes"
+        );
     }
 
     #[test]
@@ -142,7 +185,7 @@ mod tests {
             size: 13,
             dirty: (10, 13),
         };
-        write_back(&cache, &host, grown).unwrap();
+        write_back(&cache, &host, grown, DirtyMap::ALL).unwrap();
         assert_eq!(contents(&host), b"0123456789abc");
         // Cut to 4 with nothing written since.
         let cut = Held {
@@ -150,7 +193,7 @@ mod tests {
             size: 4,
             dirty: (u64::MAX, 0),
         };
-        assert_eq!(write_back(&cache, &host, cut).unwrap(), 0);
+        assert_eq!(write_back(&cache, &host, cut, DirtyMap::ALL).unwrap(), 0);
         assert_eq!(contents(&host), b"0123");
     }
 }

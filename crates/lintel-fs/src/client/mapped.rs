@@ -296,16 +296,18 @@ impl Mapped {
     /// Map `file` (a regular file opened for reading) through `session`.
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
-        let (slot, cache, span, writable) = session.session.attach(file.door().clone())?;
+        let (slot, cache, host, span, writable) = session.session.attach(file.door().clone())?;
         // A file we may write is one we must be able to write back
         // ourselves (see `keeper`); without that it takes the copy path.
         let keeper = || -> Result<Option<Keeper>, FsError> {
             if !writable {
                 return Ok(None);
             }
+            let host =
+                host.ok_or_else(|| FsError::Invalid("no host descriptor to write back through".into()))?;
             Ok(Some(Keeper {
                 slot: slot as usize,
-                host: lintel::above_descriptor_floor(session.session.host_descriptor(slot)?),
+                host: lintel::above_descriptor_floor(host),
                 cache: lintel::above_descriptor_floor(cache.try_clone()?),
             }))
         };
@@ -631,6 +633,7 @@ impl Mapped {
                 if off + n > self.map.len() as u64 {
                     return Ok(None);
                 }
+                token::client_mark(&self.desc(), off, off + n);
                 let mut done = 0;
                 while done < n {
                     let avail = a.ensure(off + done)?;

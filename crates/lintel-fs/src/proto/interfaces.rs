@@ -124,13 +124,14 @@ pub trait Session {
     /// Give `file` (an open-file door of this export, regular and
     /// readable) a descriptor. Returns the descriptor's number, the file's
     /// cache (a memfd, read-only unless the file was opened for writing),
-    /// the bytes to map of it, and whether the mapping may be written.
-    fn attach(&self, file: Door) -> Result<(u32, OwnedFd, u64, bool), FsError>;
-    /// A descriptor of the host file behind writable descriptor `slot`,
-    /// writing at the offsets given: the client writes back what it wrote
-    /// through its window should the service die (the client's keeper). It
-    /// opened the file for writing, so this gives it nothing more.
-    fn host_descriptor(&self, slot: u32) -> Result<OwnedFd, FsError>;
+    /// for a file opened for writing a descriptor of the host file
+    /// (writing at the offsets given: the client writes back what it wrote
+    /// through its window should the service die, its keeper; it opened
+    /// the file for writing, so this gives it nothing more), the bytes to
+    /// map of the cache, and whether the mapping may be written. One call
+    /// for both descriptors: each reply that carries descriptors waits for
+    /// the connection's socket.
+    fn attach(&self, file: Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError>;
     /// The client mapped the cache at `base` and registered the mapping
     /// with its userfaultfd.
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError>;

@@ -34,7 +34,7 @@ use crate::proto::types::{Stat, Timespec};
 use lintel_sys::Mapping;
 
 /// Bytes per descriptor.
-pub const DESC: usize = 256;
+pub const DESC: usize = 512;
 /// Descriptors in a session's shared page.
 pub const SLOTS: usize = 64;
 /// The shared page's length.
@@ -75,6 +75,23 @@ pub const STAT_WORDS: usize = 16;
 pub const FLAGS: usize = STAT + 8 * STAT_WORDS;
 /// Writes through the window append (`O_APPEND`).
 pub const FLAG_APPEND: u32 = 1;
+/// The dirty map's chunk size, as a shift (a 32-bit word): chunk `i` is
+/// bytes `[i << shift, (i + 1) << shift)`. A grant stores
+/// [`MIN_DIRTY_SHIFT`]; the client raises it when it writes past what
+/// the map covers ([`client_mark`]).
+pub const DIRTY_SHIFT: usize = FLAGS + 4;
+/// The dirty map: [`DIRTY_MAP_WORDS`] 64-bit words, one bit per chunk,
+/// set for each chunk the client may have written through its window
+/// since the grant. What is written back is the set chunks within
+/// [`DIRTY_LO`]..[`DIRTY_HI`] (and the token's size): the range bounds
+/// it, the map says which parts of the range.
+pub const DIRTY_MAP: usize = 256;
+/// The 64-bit words of the dirty map.
+pub const DIRTY_MAP_WORDS: usize = 32;
+/// The smallest chunk: a page.
+pub const MIN_DIRTY_SHIFT: u32 = 12;
+/// Chunks the map holds.
+const DIRTY_CHUNKS: u64 = DIRTY_MAP_WORDS as u64 * 64;
 
 /// Token state: not held by this descriptor; the client asks the service
 /// for it (`Session::acquire`).
@@ -285,6 +302,123 @@ pub(crate) fn client_end(d: &impl Words, held: Held) {
     }
 }
 
+/// Mark bytes `[lo, hi)` in the dirty map: the client does it inside
+/// an operation, before [`client_end`] stores the range that bounds the
+/// write, so a range another process reads never covers a write whose
+/// chunks are unmarked. While the token is `ACTIVE` only the client
+/// writes the map: plain loads and stores. A write past what the map
+/// covers makes the chunks larger ([`coarsen`]) until it fits.
+#[inline]
+pub(crate) fn client_mark(d: &impl Words, lo: u64, hi: u64) {
+    if lo >= hi {
+        return;
+    }
+    let mut shift = d.w32(DIRTY_SHIFT).load(Relaxed);
+    if !(MIN_DIRTY_SHIFT..64).contains(&shift) {
+        // Only a coarsening cut short leaves this, and only in a process
+        // now dead; the service stored a valid one at the grant.
+        shift = MIN_DIRTY_SHIFT;
+    }
+    if (hi - 1) >> shift >= DIRTY_CHUNKS {
+        shift = coarsen(d, shift, hi - 1);
+    }
+    let (first, last) = (lo >> shift, (hi - 1) >> shift);
+    for word in first / 64..=last / 64 {
+        let from = if word == first / 64 { first % 64 } else { 0 };
+        let to = if word == last / 64 { last % 64 } else { 63 };
+        let bits = (u64::MAX >> (63 - (to - from))) << from;
+        let w = d.w64(DIRTY_MAP + 8 * word as usize);
+        w.store(w.load(Relaxed) | bits, Relaxed);
+    }
+}
+
+/// Grow the chunks from `1 << shift` bytes until byte `last` falls in
+/// the map, folding the bits (a new chunk is dirty if any old one in it
+/// was); the new shift. Rare: once per doubling of the file's written
+/// extent past 8 MiB. The shift word holds 0 while the bits are
+/// refolded, so a client killed halfway leaves a map the service reads as
+/// "all of the range" ([`DirtyMap::runs`]).
+#[cold]
+fn coarsen(d: &impl Words, shift: u32, last: u64) -> u32 {
+    let mut to = shift;
+    while last >> to >= DIRTY_CHUNKS {
+        to += 1;
+    }
+    let by = to - shift;
+    d.w32(DIRTY_SHIFT).store(0, Relaxed);
+    std::sync::atomic::fence(Release);
+    let old: [u64; DIRTY_MAP_WORDS] = std::array::from_fn(|i| d.w64(DIRTY_MAP + 8 * i).load(Relaxed));
+    let mut new = [0u64; DIRTY_MAP_WORDS];
+    for chunk in 0..DIRTY_CHUNKS {
+        if old[chunk as usize / 64] & (1 << (chunk % 64)) != 0 {
+            let c = chunk >> by;
+            new[c as usize / 64] |= 1 << (c % 64);
+        }
+    }
+    for (i, w) in new.iter().enumerate() {
+        d.w64(DIRTY_MAP + 8 * i).store(*w, Relaxed);
+    }
+    d.w32(DIRTY_SHIFT).store(to, Release);
+    to
+}
+
+/// The dirty map as one side read it: which chunks of the range a client
+/// reported may hold its writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirtyMap {
+    shift: u32,
+    words: [u64; DIRTY_MAP_WORDS],
+}
+
+impl DirtyMap {
+    /// A map that marks everything: a range is written back whole.
+    #[cfg(test)]
+    pub(crate) const ALL: DirtyMap = DirtyMap {
+        shift: 0,
+        words: [0; DIRTY_MAP_WORDS],
+    };
+
+    /// The byte runs of `[lo, hi)` in marked chunks, in order, adjacent
+    /// ones joined. A shift no honest client leaves (one cut short by its
+    /// death while coarsening, or a hostile client's value) marks all of
+    /// `[lo, hi)`: writing back more of the cache than was written puts
+    /// back bytes the host already has, or that the holder wrote.
+    pub(crate) fn runs(&self, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        if lo >= hi {
+            return runs;
+        }
+        if !(MIN_DIRTY_SHIFT..64).contains(&self.shift) {
+            runs.push((lo, hi));
+            return runs;
+        }
+        let shift = self.shift;
+        let first = lo >> shift;
+        let last = ((hi - 1) >> shift).min(DIRTY_CHUNKS - 1);
+        let mut chunk = first;
+        while chunk <= last {
+            if self.words[chunk as usize / 64] & (1 << (chunk % 64)) != 0 {
+                let from = (chunk << shift).max(lo);
+                let to = ((u128::from(chunk) + 1) << shift).min(u128::from(hi)) as u64;
+                match runs.last_mut() {
+                    Some(r) if r.1 == from => r.1 = to,
+                    _ => runs.push((from, to)),
+                }
+            }
+            chunk += 1;
+        }
+        runs
+    }
+}
+
+/// Read the dirty map (after [`take`], [`peek`] or [`salvage`]).
+pub(crate) fn dirty_map(d: &impl Words) -> DirtyMap {
+    DirtyMap {
+        shift: d.w32(DIRTY_SHIFT).load(SeqCst),
+        words: std::array::from_fn(|i| d.w64(DIRTY_MAP + 8 * i).load(SeqCst)),
+    }
+}
+
 /// The service is dead: take this client's token back for its own
 /// write-back (the client's keeper). `None` if the token was not here.
 ///
@@ -336,6 +470,10 @@ pub(crate) fn grant(
     d.w64(WIN_LEN).store(0, SeqCst);
     d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
     d.w64(DIRTY_HI).store(0, SeqCst);
+    d.w32(DIRTY_SHIFT).store(MIN_DIRTY_SHIFT, SeqCst);
+    for i in 0..DIRTY_MAP_WORDS {
+        d.w64(DIRTY_MAP + 8 * i).store(0, SeqCst);
+    }
     for (i, w) in stat.iter().enumerate() {
         d.w64(STAT + 8 * i).store(*w, SeqCst);
     }
@@ -746,5 +884,72 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(d.w64(SIZE).load(SeqCst), 4 * 5000, "no increment lost");
+    }
+
+    fn granted() -> Plain {
+        let d = Plain::new();
+        grant(&d, 0, 0, &[0; STAT_WORDS], soon()).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_dirty_map_gives_the_marked_pages_of_the_range_joined() {
+        let d = granted();
+        client_mark(&d, 10, 20);
+        client_mark(&d, 4096, 4097); // the next page: joined to the first
+        client_mark(&d, 40_000, 50_000);
+        let map = dirty_map(&d);
+        assert_eq!(map.runs(0, 100_000), vec![(0, 8192), (36_864, 53_248)]);
+        // Clipped to the range asked for.
+        assert_eq!(map.runs(100, 40_000), vec![(100, 8192), (36_864, 40_000)]);
+        assert_eq!(map.runs(9000, 30_000), vec![]);
+        assert_eq!(map.runs(5, 5), vec![]);
+        // A new grant starts with nothing marked.
+        grant(&d, 0, 0, &[0; STAT_WORDS], soon()).unwrap();
+        assert_eq!(dirty_map(&d).runs(0, u64::MAX), vec![]);
+    }
+
+    #[test]
+    fn a_map_left_halfway_through_coarsening_covers_the_whole_range() {
+        let d = granted();
+        client_mark(&d, 10, 20);
+        // As a client killed between its two stores of the shift leaves it.
+        d.w32(DIRTY_SHIFT).store(0, SeqCst);
+        assert_eq!(dirty_map(&d).runs(7, 1 << 40), vec![(7, 1 << 40)]);
+        // So does any value no client stores.
+        d.w32(DIRTY_SHIFT).store(200, SeqCst);
+        assert_eq!(dirty_map(&d).runs(7, 9), vec![(7, 9)]);
+    }
+
+    proptest::proptest! {
+        /// Wherever and however much a client writes, every byte it wrote
+        /// is in a run of the map, and the map marks little more: each
+        /// write adds at most its own length and two chunks.
+        #[test]
+        fn every_byte_marked_is_in_a_run(writes in proptest::collection::vec(
+            (0u64..1 << 44, 1u64..1 << 21), 1..40)
+        ) {
+            let d = granted();
+            for &(at, len) in &writes {
+                client_mark(&d, at, at + len);
+            }
+            let map = dirty_map(&d);
+            let runs = map.runs(0, u64::MAX);
+            for &(at, len) in &writes {
+                for b in [at, at + len / 2, at + len - 1] {
+                    proptest::prop_assert!(
+                        runs.iter().any(|&(lo, hi)| lo <= b && b < hi),
+                        "byte {} of a write at {}+{} is in no run", b, at, len
+                    );
+                }
+            }
+            let chunk = 1u64 << d.w32(DIRTY_SHIFT).load(SeqCst);
+            let covered: u64 = runs.iter().map(|r| r.1 - r.0).sum();
+            let bound: u64 = writes.iter().map(|&(_, len)| len + 2 * chunk).sum();
+            proptest::prop_assert!(covered <= bound, "{} bytes marked for {:?}", covered, writes);
+            for w in runs.windows(2) {
+                proptest::prop_assert!(w[0].1 < w[1].0, "runs in order, apart: {:?}", runs);
+            }
+        }
     }
 }

@@ -493,6 +493,7 @@ impl Export for ExportImpl {
             spliced_bytes: c.spliced_bytes.load(SeqCst),
             splices: c.splices.load(SeqCst),
             filled_ahead: c.filled_ahead.load(SeqCst),
+            written_back: c.written_back.load(SeqCst),
         })
     }
 

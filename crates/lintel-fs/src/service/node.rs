@@ -12,8 +12,8 @@
 //! **Coherence.** While a client holds the token, the bytes it wrote
 //! through its window are in the cache only, and the size it extended to
 //! is in its descriptor only. Taking the token back ([`Node::recall`])
-//! writes the dirty range it reports back to the host file and sets the
-//! host size, so that whenever no token is out, the host file is the truth
+//! writes back what it reports dirty (the chunks its dirty map marks,
+//! within its dirty range) and sets the host size, so that whenever no token is out, the host file is the truth
 //! and the copy path reads and writes it directly; copy-path writes also
 //! update resident cache pages, and truncation drops the pages past the
 //! end. Every copy-path call on the file runs under the token lock, so no
@@ -159,7 +159,10 @@ impl Node {
             Ok(held) => {
                 h.set_offset(held.offset);
                 match h.write_back_fd() {
-                    Some(Ok(fd)) => self.write_back(fd, held),
+                    Some(Ok(fd)) => {
+                        let bytes = self.write_back(fd, held, token::dirty_map(&h.desc()));
+                        h.tally().written_back.fetch_add(bytes, SeqCst);
+                    }
                     // Reopening failed (out of descriptors): the
                     // bytes stay in the cache; say so.
                     Some(Err(e)) => tracing::warn!("cannot write a file back: {e}"),
@@ -173,28 +176,38 @@ impl Node {
         }
     }
 
-    /// Write the token's dirty range (within its size) from the cache to
-    /// the host file, and set the host size to the token's.
+    /// Write what the token reports dirty (within its size) from the
+    /// cache to the host file, and set the host size to the token's; the
+    /// bytes written.
     ///
-    /// Only resident pages are written: the dirty range is one span from
-    /// the lowest to the highest byte written, and a client writes only
-    /// through windows, which are filled before it can touch them, so a
-    /// page in the span that was never filled holds nothing the client
-    /// wrote, and its zeros must not reach the host.
-    fn write_back(&self, fd: &OwnedFd, held: token::Held) {
+    /// The dirty range spans the lowest to the highest byte written; its
+    /// dirty map says which chunks of it (pages, for a file written within
+    /// its first 8 MiB): a database that rewrites its first page and
+    /// appends has two runs written back per commit, not the whole file.
+    /// Only resident pages are written: a client writes only through
+    /// windows, which are filled before it can touch them, so a page never
+    /// filled holds nothing the client wrote, and its zeros must not reach
+    /// the host.
+    fn write_back(&self, fd: &OwnedFd, held: token::Held, map: token::DirtyMap) -> u64 {
         let size = held.size;
         let cache = self.cache.lock();
         let r = match cache.as_ref() {
             Some(c) => {
                 let lo = held.dirty.0.min(size);
                 let hi = held.dirty.1.min(size).min(c.len);
-                copy_back(&c.memfd, fd, &c.resident_runs(lo, hi), size).map(drop)
+                let runs: Vec<(u64, u64)> = map
+                    .runs(lo, hi)
+                    .into_iter()
+                    .flat_map(|(from, to)| c.resident_runs(from, to))
+                    .collect();
+                copy_back(&c.memfd, fd, &runs, size)
             }
-            None => set_size(fd, size),
+            None => set_size(fd, size).map(|()| 0),
         };
-        if let Err(e) = r {
+        r.unwrap_or_else(|e| {
             tracing::warn!("cannot write a file back: {e}");
-        }
+            0
+        })
     }
 
     /// The token lock, for a copy-path call: the token is back and the

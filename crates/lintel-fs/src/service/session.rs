@@ -370,7 +370,7 @@ fn pager_loop(core: Weak<SessionCore>) {
 }
 
 impl Session for SessionImpl {
-    fn attach(&self, file: lintel::Door) -> Result<(u32, OwnedFd, u64, bool), FsError> {
+    fn attach(&self, file: lintel::Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError> {
         if self.core.is_evicted() {
             return Err(FsError::Closed);
         }
@@ -395,10 +395,10 @@ impl Session for SessionImpl {
             ));
         }
         let cache = open.node.cache_fd()?;
-        let cache = if open.writable {
-            cache
+        let (cache, host) = if open.writable {
+            (cache, Some(open.positional_fd()?.try_clone()?))
         } else {
-            node::read_only(&cache)?
+            (node::read_only(&cache)?, None)
         };
         let mut bindings = self.core.bindings.lock();
         let slot = bindings
@@ -413,15 +413,7 @@ impl Session for SessionImpl {
             base: None,
             mapped: Mapped::default(),
         });
-        Ok((slot as u32, cache, SPAN, writable))
-    }
-
-    fn host_descriptor(&self, slot: u32) -> Result<OwnedFd, FsError> {
-        let (open, _) = self.core.binding(slot)?;
-        if !open.writable {
-            return Err(rustix::io::Errno::BADF.into());
-        }
-        Ok(open.positional_fd()?.try_clone()?)
+        Ok((slot as u32, cache, host, SPAN, writable))
     }
 
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError> {
