@@ -1325,6 +1325,61 @@ fn a_sync_writes_back_the_pages_written_not_the_span_between() {
     });
 }
 
+/// Threads reading one open file at its shared offset each get the next
+/// bytes: every 8-byte word of the file comes to exactly one of them,
+/// whichever way each read goes (inside the share lock without a call,
+/// or with the token taken back by another open's calls and asked for
+/// again). The words hold their own offsets.
+#[test]
+fn threads_reading_at_one_shared_offset_never_read_a_word_twice() {
+    both_placements(|fs, host| {
+        const WORDS: u64 = 48 << 10; // 384 KiB: the window moves
+        let data: Vec<u8> = (0..WORDS).flat_map(|w| (w * 8).to_le_bytes()).collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        let f = fs.open_with("f", OpenOptions::new().read(true)).unwrap();
+        assert!(f.is_mapped());
+        let other = fs
+            .open_with("f", OpenOptions::new().read(true).mapped_max(0))
+            .unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let seen: Vec<Vec<u64>> = std::thread::scope(|s| {
+            // Another open's copy-path calls take the token back now and then.
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    other.metadata().unwrap();
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            });
+            let readers: Vec<_> = (0..3)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut got = Vec::new();
+                        let mut w = [0u8; 8];
+                        loop {
+                            match f.read_shared(&mut w).unwrap() {
+                                0 => return got,
+                                8 => got.push(u64::from_le_bytes(w)),
+                                n => panic!("a read of {n} bytes of an 8-byte word"),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let seen = readers.into_iter().map(|r| r.join().unwrap()).collect();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            seen
+        });
+        for got in &seen {
+            assert!(got.windows(2).all(|p| p[0] < p[1]), "each thread reads forwards");
+        }
+        let mut all: Vec<u64> = seen.concat();
+        all.sort_unstable();
+        let want: Vec<u64> = (0..WORDS).map(|w| w * 8).collect();
+        assert_eq!(all.len(), want.len(), "words read in all");
+        assert!(all == want, "every word once");
+    });
+}
+
 /// A long sequential read of a mapped file waits for a splice only at its
 /// start: after each pipeful the service fills the handle's second pipe
 /// with the next one while the first is drained. The bytes are the

@@ -398,6 +398,25 @@ impl Mapped {
         Ok(None)
     }
 
+    /// Run `f` as a short operation ([`token::client_short`]): inside the
+    /// share lock, the token left `PASSIVE`, with neither the handle's
+    /// local lock nor a call. For what only reads the cache where it is
+    /// mapped and moves the offset (the reads and seeks of a program that
+    /// `lseek`s and `read`s): nothing another thread of ours reads without
+    /// the lock changes ([`Self::read_passive`] looks at the size and the
+    /// state only). `None`: the token is not `PASSIVE` here, or `f`
+    /// declined; take [`Self::with_token`].
+    #[inline]
+    fn short<R>(&self, f: impl FnOnce(&mut Held, (u64, u64)) -> Option<R>) -> Result<Option<R>, FsError> {
+        if self.refused.load(Relaxed) {
+            return Ok(None);
+        }
+        let r = token::client_short(&self.desc(), f);
+        // As in `with_token`: a service that died may have left zeros.
+        self.session.check()?;
+        Ok(r)
+    }
+
     /// Read at `at` (or the shared offset, moving it); `None`: use the
     /// copy path.
     pub(crate) fn read(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
@@ -405,6 +424,23 @@ impl Mapped {
             && let Some(n) = self.read_passive(at, buf)?
         {
             return Ok(Some(n));
+        }
+        // Within the window (mapped when it was moved there): a short
+        // operation.
+        let short = self.short(|h, (w_off, w_len)| {
+            let off = at.unwrap_or(h.offset);
+            let n = (buf.len() as u64).min(h.size.saturating_sub(off));
+            if n > 0 && !(off >= w_off && off + n <= w_off + w_len && off + n <= self.map.len() as u64) {
+                return None;
+            }
+            self.map.read(off as usize, &mut buf[..n as usize]);
+            if at.is_none() {
+                h.offset = off + n;
+            }
+            Some(n as usize)
+        })?;
+        if short.is_some() {
+            return Ok(short);
         }
         Ok(self
             .with_token(|a| {
@@ -664,16 +700,28 @@ impl Mapped {
             // takes the token back and asks it.
             return Ok(None);
         }
-        self.with_token(|a| {
+        let target = |h: &Held| {
             let base = match whence {
                 Whence::Start => 0,
-                Whence::Current => a.held.offset,
-                Whence::End | Whence::Data | Whence::Hole => a.held.size,
+                Whence::Current => h.offset,
+                Whence::End | Whence::Data | Whence::Hole => h.size,
             };
-            let to = base
-                .checked_add_signed(delta)
+            base.checked_add_signed(delta)
                 .filter(|&t| t <= token::MAX_OFFSET)
-                .ok_or_else(|| FsError::Invalid(format!("seek to {base} + {delta}")))?;
+                .ok_or_else(|| FsError::Invalid(format!("seek to {base} + {delta}")))
+        };
+        // A seek that fails declines the short way and says why the long
+        // way.
+        let short = self.short(|h, _| {
+            let to = target(h).ok()?;
+            h.offset = to;
+            Some(to)
+        })?;
+        if short.is_some() {
+            return Ok(short);
+        }
+        self.with_token(|a| {
+            let to = target(&a.held)?;
             a.held.offset = to;
             Ok(to)
         })
@@ -681,6 +729,11 @@ impl Mapped {
 
     /// The file's metadata from the shared page, without a call.
     pub(crate) fn stat(&self) -> Result<Option<Stat>, FsError> {
+        let short =
+            self.short(|h, _| Some(token::stat_from_words(&token::stat_words(&self.desc()), h.size)))?;
+        if short.is_some() {
+            return Ok(short);
+        }
         self.with_token(|a| {
             Ok(token::stat_from_words(
                 &token::stat_words(&self.desc()),

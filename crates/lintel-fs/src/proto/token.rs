@@ -12,12 +12,15 @@
 //! the file.
 //!
 //! The share lock serializes the two sides on the descriptor's words, and
-//! orders them: the client's two hot functions touch the words inside it
+//! orders them: the client's hot functions touch the words inside it
 //! with relaxed loads and stores, so an operation costs the lock's two
 //! atomic read-modify-writes at each end and nothing more (each
 //! sequentially consistent store is a locked instruction on x86, a full
-//! barrier on every read through the window). A positional read need not
-//! take the lock at all (`client_passive_size`). The
+//! barrier on every read through the window). An operation that cannot
+//! wait for the service (a seek, a read inside the window) runs wholly
+//! inside one taking of the lock, the token left `PASSIVE`
+//! (`client_short`): two read-modify-writes in all. A positional read
+//! need not take the lock at all (`client_passive_size`). The
 //! client spins on it (it trusts the service); the service takes it with
 //! test-and-set and sleeps with a timeout (it trusts no client). Both use
 //! the same three-state futex mutex: 0 free, 1 held, 2 held with a
@@ -250,6 +253,46 @@ pub(crate) fn client_begin(d: &impl Words) -> Begin {
     } else {
         Begin::Acquire
     };
+    unlock(d.w32(LOCK));
+    r
+}
+
+/// A short operation: if the token is here and `PASSIVE`, run `f` inside
+/// the share lock on what the token carries and the window, and store
+/// what it changed before the lock goes ([`END_ORDER`]). Two atomic
+/// read-modify-writes in all, against four for [`client_begin`] and
+/// [`client_end`], and the token never `ACTIVE`: the lock alone keeps the
+/// service, and this process's other threads, off the words meanwhile.
+/// `None`: the token is not here, or `f` declined (returned `None`),
+/// and nothing was stored.
+///
+/// `f` must not wait for the service: no call, nothing but loads and
+/// stores of memory that is mapped, or that the pager maps without the
+/// lock. (A recall meanwhile sleeps on the lock, with its timeout.)
+#[inline]
+pub(crate) fn client_short<R>(
+    d: &impl Words,
+    f: impl FnOnce(&mut Held, (u64, u64)) -> Option<R>,
+) -> Option<R> {
+    lock_spin(d.w32(LOCK));
+    let mut r = None;
+    if d.w32(STATE).load(Relaxed) == PASSIVE {
+        let before = Held {
+            offset: d.w64(OFFSET).load(Relaxed),
+            size: d.w64(SIZE).load(Relaxed),
+            dirty: (d.w64(DIRTY_LO).load(Relaxed), d.w64(DIRTY_HI).load(Relaxed)),
+        };
+        let window = (d.w64(WIN_OFF).load(Relaxed), d.w64(WIN_LEN).load(Relaxed));
+        let mut held = before;
+        r = f(&mut held, window);
+        if r.is_some() {
+            for word in END_ORDER {
+                if held.word(word) != before.word(word) {
+                    d.w64(word).store(held.word(word), Release);
+                }
+            }
+        }
+    }
     unlock(d.w32(LOCK));
     r
 }
