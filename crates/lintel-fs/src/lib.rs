@@ -53,7 +53,9 @@ pub mod proto;
 mod service;
 mod uffd;
 
-pub use client::{File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN, mapped, spliced};
+pub use client::{
+    ATTACH_AFTER, ATTACH_AFTER_BYTES, File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN, mapped, spliced,
+};
 pub use lintel_sys::prefetch;
 pub use proto::{
     Attr, DirEntry, FsError, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence, token,

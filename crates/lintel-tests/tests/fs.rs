@@ -1325,6 +1325,53 @@ fn a_sync_writes_back_the_pages_written_not_the_span_between() {
     });
 }
 
+/// A handle read or written a few times in all pays through calls: its
+/// window (a cache mapping, a token, a pager registration) is attached
+/// only at its `ATTACH_AFTER`th read or write, and from then on serves.
+#[test]
+fn a_handle_used_a_few_times_attaches_no_window() {
+    both_placements(|fs, host| {
+        let before = fs.counters().unwrap();
+        let f = fs.open_with("journal", &rw()).unwrap();
+        f.write_at(b"header..", 0).unwrap();
+        f.write_at(b"record", 8).unwrap();
+        let mut back = [0u8; 14];
+        assert_eq!(f.read_at(&mut back, 0).unwrap(), 14);
+        assert_eq!(&back, b"header..record");
+        f.sync_data().unwrap();
+        drop(f);
+        let mid = fs.counters().unwrap();
+        assert_eq!(
+            (mid.grants - before.grants, mid.windows - before.windows),
+            (0, 0),
+            "three calls: no token, no window"
+        );
+        assert_eq!(std::fs::read(host.join("journal")).unwrap(), b"header..record");
+        let f = fs.open_with("journal", &rw()).unwrap();
+        for i in 0..lintel_fs::ATTACH_AFTER as u64 + 2 {
+            f.write_at(&[b'0' + i as u8], 14 + i).unwrap();
+        }
+        let after = fs.counters().unwrap();
+        assert!(
+            after.grants > mid.grants,
+            "the window taken at the {}th write",
+            lintel_fs::ATTACH_AFTER
+        );
+        let calls_then = after.file_calls;
+        f.write_at(b"!", 30).unwrap();
+        assert_eq!(
+            fs.counters().unwrap().file_calls,
+            calls_then,
+            "then writes make no call"
+        );
+        drop(f);
+        assert_eq!(
+            std::fs::read(host.join("journal")).unwrap()[..20],
+            *b"header..record012345"
+        );
+    });
+}
+
 /// Threads reading one open file at its shared offset each get the next
 /// bytes: every 8-byte word of the file comes to exactly one of them,
 /// whichever way each read goes (inside the share lock without a call,

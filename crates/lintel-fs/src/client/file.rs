@@ -5,7 +5,8 @@
 //! traits a Rust program expects.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -22,11 +23,29 @@ use crate::proto::{
 /// file is mapped); larger ones move in one call on the copy path.
 pub const MAPPED_MAX: usize = 1 << 20;
 
+/// Reads and writes of a handle that go through calls before its window
+/// is attached (with [`IoPath::Auto`]), unless [`ATTACH_AFTER_BYTES`]
+/// came first. Attaching costs some 100–200 µs here (a call that hands
+/// over the cache and, for a file opened for writing, the host file; the
+/// mapping; its registration with the pager; the token; the first
+/// window) and letting go again at the close about 30: more than a file
+/// read or written a few times in all pays through calls, at 2–10 µs
+/// each (a database's journal, some ten writes and a sync per commit,
+/// then removed; a header a compiler reads). A handle used more attaches
+/// at its next read or write; [`File::is_mapped`] attaches at once.
+pub const ATTACH_AFTER: u32 = 16;
+
+/// Bytes read or written through calls after which a handle attaches its
+/// window at its next read or write (see [`ATTACH_AFTER`]): a large file
+/// read or written in large pieces attaches at its second.
+pub const ATTACH_AFTER_BYTES: u64 = 64 << 10;
+
 /// Which path a file's reads and writes take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoPath {
     /// Mapped for calls up to [`MAPPED_MAX`] bytes when the file can be
-    /// mapped, copy otherwise.
+    /// mapped, once the handle has been used enough ([`ATTACH_AFTER`]);
+    /// copy otherwise.
     #[default]
     Auto,
     /// Always one call on the file's door.
@@ -228,8 +247,12 @@ impl File {
         self.window.get(&self.file)
     }
 
-    /// The mapping, if this call of `len` bytes should take it.
+    /// The mapping, if this read or write of `len` bytes should take it:
+    /// attached now if this is the handle's [`ATTACH_AFTER`]th.
     fn mapped_for(&self, len: usize) -> Option<&Mapped> {
+        if self.path != IoPath::Mapped && !self.window.due() {
+            return None;
+        }
         let m = self.mapped()?;
         (len <= self.mapped_max || self.path == IoPath::Mapped).then_some(m)
     }
@@ -270,9 +293,11 @@ impl File {
         {
             return Ok(n);
         }
-        if buf.len() >= self.splice_min {
+        // A pipe is attached at its first use: not for the first reads of
+        // a handle that has not taken its window yet.
+        if buf.len() >= self.splice_min && !self.window.pending() {
             let mut pipe = self.pipe.lock();
-            if let Some(m) = self.mapped()
+            if let Some(m) = self.window.attached()
                 && let Some(n) = m.read_streamed(&mut pipe, &self.file, buf)?
             {
                 return Ok(n);
@@ -283,7 +308,7 @@ impl File {
         }
         let mut scratch = self.scratch.lock();
         self.file.read(io_len(buf.len()), &mut scratch)?;
-        Ok(copy_out(&scratch, buf))
+        Ok(self.window.moved(copy_out(&scratch, buf)))
     }
 
     /// Write at the shared offset (at the end, if opened to append).
@@ -294,7 +319,7 @@ impl File {
             return Ok(n);
         }
         let n = self.file.write(&buf[..io_len(buf.len()) as usize])?;
-        Ok(n as usize)
+        Ok(self.window.moved(n as usize))
     }
 
     /// A descriptor of the host file to map shared (`mmap(MAP_SHARED)`,
@@ -346,13 +371,14 @@ impl File {
             return Ok(n);
         }
         if buf.len() >= self.splice_min
+            && !self.window.pending()
             && let Some(n) = self.pipe.lock().now.read(&self.file, Some(at), buf)?
         {
             return Ok(n);
         }
         let mut scratch = self.scratch.lock();
         self.file.read_at(at, io_len(buf.len()), &mut scratch)?;
-        Ok(copy_out(&scratch, buf))
+        Ok(self.window.moved(copy_out(&scratch, buf)))
     }
 
     /// Write at `at`, leaving the offset alone.
@@ -363,7 +389,7 @@ impl File {
             return Ok(n);
         }
         let n = self.file.write_at(at, &buf[..io_len(buf.len()) as usize])?;
-        Ok(n as usize)
+        Ok(self.window.moved(n as usize))
     }
 
     /// The file's metadata; from the shared page, without a call, while
@@ -506,6 +532,11 @@ pub(super) struct Window {
     /// The session to attach through; `None`: the file takes the copy path.
     session: Option<Arc<MappedSession>>,
     attached: std::sync::OnceLock<Option<Arc<Mapped>>>,
+    /// Reads and writes asked of the handle and its clones so far, up to
+    /// [`ATTACH_AFTER`].
+    asked: AtomicU32,
+    /// Bytes they moved through calls.
+    moved: AtomicU64,
 }
 
 impl Window {
@@ -514,6 +545,8 @@ impl Window {
         Window {
             session: None,
             attached: std::sync::OnceLock::new(),
+            asked: AtomicU32::new(0),
+            moved: AtomicU64::new(0),
         }
     }
 
@@ -522,7 +555,34 @@ impl Window {
         Window {
             session: Some(session),
             attached: std::sync::OnceLock::new(),
+            asked: AtomicU32::new(0),
+            moved: AtomicU64::new(0),
         }
+    }
+
+    /// Whether the handle will attach its window but has not yet tried.
+    fn pending(&self) -> bool {
+        self.session.is_some() && self.attached.get().is_none()
+    }
+
+    /// Whether a read or write should take the window: once it was
+    /// attached (or found unmappable), or from the [`ATTACH_AFTER`]th read
+    /// or write on, or after [`ATTACH_AFTER_BYTES`], which attaches it.
+    /// Counts this one.
+    fn due(&self) -> bool {
+        self.session.is_some()
+            && (self.attached.get().is_some()
+                || self.moved.load(Relaxed) >= ATTACH_AFTER_BYTES
+                || self.asked.load(Relaxed) >= ATTACH_AFTER - 1
+                || self.asked.fetch_add(1, Relaxed) >= ATTACH_AFTER - 1)
+    }
+
+    /// A read or write before the window moved `n` bytes through a call.
+    fn moved(&self, n: usize) -> usize {
+        if self.pending() {
+            self.moved.fetch_add(n as u64, Relaxed);
+        }
+        n
     }
 
     /// The window, attached now if it was not; `None` if the file cannot

@@ -6,7 +6,9 @@
 //!   a regular file opened for reading go through a window of the file's
 //!   pages mapped into this process, guarded by a token in a page shared
 //!   with the service ([`mapped`]); no call while the window covers
-//!   the access and the token is here;
+//!   the access and the token is here. A handle takes its window at its
+//!   [`ATTACH_AFTER`]th read or write, or after [`ATTACH_AFTER_BYTES`]: one
+//!   used less pays through calls;
 //! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
 //!   data above the vanilla path's size through lintel's bulk segments;
 //!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
@@ -42,6 +44,6 @@ mod keeper;
 pub mod mapped;
 pub mod spliced;
 
-pub use file::{File, IoPath, MAPPED_MAX, OpenOptions};
+pub use file::{ATTACH_AFTER, ATTACH_AFTER_BYTES, File, IoPath, MAPPED_MAX, OpenOptions};
 pub use fs::Fs;
 pub use spliced::SPLICE_MIN;
