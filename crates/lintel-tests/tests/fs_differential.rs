@@ -1249,6 +1249,63 @@ mod regressions {
         ]);
     }
 
+    /// An `O_CREAT|O_TRUNC` open of a missing name is made with `O_EXCL`
+    /// (known new: nothing to truncate); through a dangling symlink that
+    /// is `EEXIST`, and the open as asked then makes the link's target,
+    /// as Linux does. `O_CREAT|O_EXCL` itself refuses the link.
+    #[test]
+    fn a_new_file_made_through_a_dangling_symlink_is_its_target() {
+        for io in [Auto, Copy] {
+            replay(&[
+                Symlink { target: 4, name: 5 },
+                Open {
+                    client: 0,
+                    name: 5,
+                    flags: 2 | O_CREAT | O_EXCL,
+                    mode: 0o644,
+                    io,
+                },
+                Open {
+                    client: 0,
+                    name: 5,
+                    flags: 2 | O_CREAT | O_TRUNC,
+                    mode: 0o640,
+                    io,
+                },
+                WriteAt {
+                    h: 0,
+                    at: 3,
+                    len: 10,
+                    seed: 7,
+                },
+                Stat {
+                    name: 5,
+                    follow: true,
+                },
+                Stat {
+                    name: 5,
+                    follow: false,
+                },
+                Open {
+                    client: 0,
+                    name: 0,
+                    flags: 1 | O_CREAT | O_TRUNC,
+                    mode: 0o600,
+                    io,
+                },
+                Write {
+                    h: 1,
+                    len: 5,
+                    seed: 3,
+                },
+                Stat {
+                    name: 0,
+                    follow: true,
+                },
+            ]);
+        }
+    }
+
     /// `O_RDONLY|O_APPEND`: an empty write is `EBADF` (the file once
     /// opened for writing too, as `append` implies in `OpenOptions`).
     #[test]

@@ -251,8 +251,15 @@ impl Inner {
         }
         let look = OFlags::PATH | (flags & (OFlags::NOFOLLOW | OFlags::DIRECTORY));
         let Ok(probe) = self.resolve(path, look, Mode::empty()) else {
-            // Missing (`O_CREAT` makes it), or not to be had: the open
-            // itself says why.
+            // Missing: `O_CREAT` makes it, and made with `O_EXCL` it is
+            // known new (a dangling symlink, or a name made meanwhile, is
+            // `EEXIST` then, and opened as asked). Or not to be had: the
+            // open itself says why.
+            if flags.contains(OFlags::CREATE)
+                && let Ok(fd) = self.resolve(path, flags | OFlags::EXCL, mode)
+            {
+                return Ok(Openable::Created(fd));
+            }
             return self.resolve(path, flags, mode).map(|fd| Openable::File(fd, None));
         };
         let seen = rustix::fs::fstat(&probe)?;
@@ -674,7 +681,7 @@ impl ExportImpl {
         };
         // O_TRUNC is applied after the file's token is back: a holder's
         // write-back must land before the truncation, not after it.
-        let truncate = flags.contains(OFlags::TRUNC);
+        let mut truncate = flags.contains(OFlags::TRUNC);
         let (fd, seen) = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
             Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
                 return Err(FsError::ReadOnly);
@@ -682,6 +689,10 @@ impl ExportImpl {
             Ok(Openable::Special(fd)) => return Ok((self.path_only(fd)?, None)),
             other => match other? {
                 Openable::File(fd, st) => (fd, st),
+                Openable::Created(fd) => {
+                    truncate = false;
+                    (fd, None)
+                }
                 Openable::Special(_) => unreachable!("answered above"),
             },
         };
@@ -771,6 +782,9 @@ impl ExportImpl {
 enum Openable {
     /// Opened as asked, with its metadata if that was read on the way.
     File(OwnedFd, Option<rustix::fs::Stat>),
+    /// Made by this open (`O_CREAT` of a missing name): empty, so an
+    /// `O_TRUNC` has nothing to cut.
+    Created(OwnedFd),
     /// A FIFO, socket or device, not opened: its `O_PATH` descriptor.
     Special(OwnedFd),
 }
