@@ -102,7 +102,10 @@ impl Creds {
         // `fs::read_to_string` then reads in doubling pieces from 32
         // bytes (eight reads for a status of some 1,400 bytes).
         let mut status = String::with_capacity(4096);
-        std::io::Read::read_to_string(&mut std::fs::File::open(format!("/proc/{pid}/status"))?, &mut status)?;
+        std::io::Read::read_to_string(
+            &mut std::fs::File::open(format!("/proc/{pid}/status"))?,
+            &mut status,
+        )?;
         Creds::parse(&status)
             .ok_or_else(|| std::io::Error::other(format!("/proc/{pid}/status: no credentials")))
     }
