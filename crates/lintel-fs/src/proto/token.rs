@@ -81,7 +81,7 @@ pub const FLAG_APPEND: u32 = 1;
 /// The dirty map's chunk size, as a shift (a 32-bit word): chunk `i` is
 /// bytes `[i << shift, (i + 1) << shift)`. A grant stores
 /// [`MIN_DIRTY_SHIFT`]; the client raises it when it writes past what
-/// the map covers ([`client_mark`]).
+/// the map covers (`client_mark`).
 pub const DIRTY_SHIFT: usize = FLAGS + 4;
 /// The dirty map: [`DIRTY_MAP_WORDS`] 64-bit words, one bit per chunk,
 /// set for each chunk the client may have written through its window
