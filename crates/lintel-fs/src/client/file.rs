@@ -542,18 +542,17 @@ pub(super) struct Window {
 impl Window {
     /// No window: the copy path.
     pub(super) fn none() -> Window {
-        Window {
-            session: None,
-            attached: std::sync::OnceLock::new(),
-            asked: AtomicU32::new(0),
-            moved: AtomicU64::new(0),
-        }
+        Window::of(None)
     }
 
     /// A window to attach through `session` when first needed.
     pub(super) fn through(session: Arc<MappedSession>) -> Window {
+        Window::of(Some(session))
+    }
+
+    fn of(session: Option<Arc<MappedSession>>) -> Window {
         Window {
-            session: Some(session),
+            session,
             attached: std::sync::OnceLock::new(),
             asked: AtomicU32::new(0),
             moved: AtomicU64::new(0),
