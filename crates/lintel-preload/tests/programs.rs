@@ -929,6 +929,55 @@ fn a_program_that_exits_without_closing_keeps_its_writes() {
     );
 }
 
+/// A served program kills a child in the middle of its writes, reaps it,
+/// and looks at the file twice: Linux has finished the child's last
+/// `write` by the time `waitpid` returns, so the file does not change
+/// after. (The emulation asks the service to finish what the child left
+/// running before `wait4` returns; without that, the service's thread
+/// can land the last write after the parent has looked.) Each write opens
+/// the file anew, so every write is a call to the service, not a copy
+/// into a mapped window.
+#[test]
+fn a_killed_and_reaped_childs_last_write_lands_before_the_parent_looks() {
+    assert!(
+        have("/usr/bin/python3"),
+        "/usr/bin/python3 is missing: .ci/run installs Debian's python3"
+    );
+    let script = r#"
+import os, random, signal, sys, time
+path = sys.argv[1]
+chunk = b"w" * (1 << 20)
+moved = []
+for round in range(40):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.close(fd)
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, chunk)
+            os.close(fd)
+    time.sleep(random.uniform(0.002, 0.02))
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    seen = os.stat(path).st_size
+    time.sleep(0.02)
+    later = os.stat(path).st_size
+    if later != seen:
+        moved.append((round, seen, later))
+print(moved)
+"#;
+    let s = tempfile::tempdir().unwrap();
+    let target = format!("{PREFIX}/written");
+    let (code, out, err) = lintel_run(s.path(), &["/usr/bin/python3", "-c", script, &target]);
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    assert_eq!(
+        String::from_utf8_lossy(&out).trim(),
+        "[]",
+        "rounds whose file grew after the killed writer was reaped (round, size seen, size later)"
+    );
+}
+
 /// `O_RDONLY|O_CREAT` creates, `O_RDONLY|O_TRUNC` truncates and
 /// `O_RDONLY|O_CREAT|O_EXCL` of an existing file is `EEXIST`, as on Linux
 /// (served, the first two were `EINVAL`, so `flock(1)` could not open its

@@ -72,6 +72,18 @@ pub fn pidfd(pid: u32) -> io::Result<OwnedFd> {
     )?))
 }
 
+/// Whether `fd` is readable now (a pidfd: its process has exited),
+/// without waiting.
+pub fn readable(fd: BorrowedFd<'_>) -> bool {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fds, Some(&now)), Ok(n) if n > 0)
+}
+
 /// Inode number identifying an open file (socket ends have distinct ones).
 pub fn inode(fd: BorrowedFd<'_>) -> io::Result<u64> {
     Ok(rustix::fs::fstat(fd)?.st_ino)

@@ -48,7 +48,7 @@ pub use cpu::{current_cpu, membarrier, membarrier_register, monotonic_ns, move_o
 pub use dir::getdents;
 pub use fd::{
     above_floor, clear_cloexec, descriptor_floor, eventfd, eventfd_clear, eventfd_signal, inherit_fd, inode,
-    pidfd, replace_fd, set_descriptor_floor, take_inherited, take_inherited_socket,
+    pidfd, readable, replace_fd, set_descriptor_floor, take_inherited, take_inherited_socket,
 };
 pub use futex::{futex_wait, futex_wake, futex_wake_addr};
 pub use mapping::{Mapping, shared_memfd};

@@ -20,6 +20,8 @@ pub struct Counts {
     pub active: AtomicU64,
     pub max_active: AtomicU64,
     pub slept_full: AtomicU64,
+    /// `HOLD_UNTIL_RELEASED` calls that ended.
+    pub held_ended: AtomicU64,
     /// Calls on a door never handed out (counted by the peer program).
     pub secret: AtomicU64,
     /// Shortages its pool watcher saw (counted by the peer program).
@@ -50,6 +52,8 @@ struct State {
     held: Vec<Door>,
     made: Vec<Door>,
     kept: Vec<Buffer>,
+    /// `RELEASE` was called.
+    released: bool,
 }
 
 /// The control object behind the door.
@@ -384,6 +388,34 @@ impl Control {
                 put(reply, alerted as u64);
             }
             m::SLEEP_PLAIN => std::thread::sleep(Duration::from_millis(u64_arg(arg))),
+            m::HOLD_UNTIL_RELEASED => {
+                c.sleep_starts();
+                let end = std::time::Instant::now() + Duration::from_secs(60);
+                let mut s = st.lock().unwrap();
+                while !s.released && std::time::Instant::now() < end {
+                    s = self
+                        .gathering
+                        .wait_timeout(s, Duration::from_millis(100))
+                        .unwrap()
+                        .0;
+                }
+                drop(s);
+                c.active.fetch_sub(1, SeqCst);
+                c.held_ended.fetch_add(1, SeqCst);
+            }
+            m::RELEASE => {
+                st.lock().unwrap().released = true;
+                self.gathering.notify_all();
+            }
+            m::HELD_ENDED => put(reply, c.held_ended.load(SeqCst)),
+            m::SETTLE_DEAD => {
+                let (pid, ms) = arg.split_at(arg.len().min(4));
+                let pid = u32::from_le_bytes(pid.try_into().map_err(|_| Fault(1))?);
+                put(
+                    reply,
+                    lintel::settle_dead(pid, Duration::from_millis(u64_arg(ms))) as u64,
+                );
+            }
             m::REMAINING_MS => put(
                 reply,
                 lintel::deadline::remaining().map_or(u64::MAX, |d| d.as_millis() as u64),

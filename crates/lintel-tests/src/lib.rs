@@ -98,6 +98,17 @@ pub mod m {
     /// (`lintel::after_reply`) a call of the first held door with the
     /// argument.
     pub const CALL_HELD_AFTER: u8 = 41;
+    /// Counted active, then waits (not alertably: a dead caller's alert
+    /// does not end it) until `RELEASE`, or 60 s; then counts itself in
+    /// `HELD_ENDED` and returns.
+    pub const HOLD_UNTIL_RELEASED: u8 = 42;
+    /// Lets every `HOLD_UNTIL_RELEASED` call go on.
+    pub const RELEASE: u8 = 43;
+    /// `HOLD_UNTIL_RELEASED` calls that have ended (u64).
+    pub const HELD_ENDED: u8 = 44;
+    /// `lintel::settle_dead` here for the pid (u32) and ms (u64) given:
+    /// 1 if settled, 0 if the time ran out.
+    pub const SETTLE_DEAD: u8 = 45;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

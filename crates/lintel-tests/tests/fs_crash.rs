@@ -16,6 +16,9 @@
 //!   goes on and is compared as before; after the service's, a new
 //!   service of the same directory serves every file as the host has it.
 //!
+//! A killed client is reaped, then the service is asked to finish what
+//! it left running (`Fs::settle_dead`) before anything is looked at.
+//!
 //! Each seed runs with the service in another process and in this one
 //! (where only a client dies). The seed is printed; `LINTEL_FS_CRASH_SEED`
 //! (decimal) replays one, `LINTEL_FS_CRASH_ROUNDS` sets the rounds
@@ -420,7 +423,15 @@ fn play(seed: u64, here: bool, log: &mut Vec<Step>) -> Result<(), String> {
     match kill {
         Kill::Client(c) => {
             if let Some(mut p) = w.peers[c].take() {
+                let pid = p.pid();
                 p.kill();
+                // Reaped; the call it left running in the service ends
+                // before anything is looked at, as a killed process's
+                // system call is over once Linux has reaped it.
+                let settled = fs.settle_dead(pid).map_err(|e| format!("settle_dead: {e}"))?;
+                if !settled {
+                    return Err("the killed client's call still runs after the service's timeout".into());
+                }
             }
         }
         Kill::Service => svc.as_mut().expect("a service process").kill(),

@@ -149,6 +149,55 @@ fn caller_killed_mid_call_alerts_the_server_thread() {
     assert_eq!(server.call(m::ECHO, b"alive", &[]).unwrap().data, b"alive");
 }
 
+/// A call still running when its caller is killed goes on to its end, and
+/// `settle_dead` waits for that end: what the dead caller's calls change is
+/// whole once it returns, as a killed process's system calls are once it is
+/// reaped. The handler here ignores the death's alert and waits for a
+/// release, so the order is the test's, not the scheduler's.
+#[test]
+fn settle_dead_waits_for_the_calls_a_killed_caller_left_running() {
+    let server = Peer::start("plain");
+    let mut client = Peer::start("plain");
+    client
+        .call(m::HOLD, b"", std::slice::from_ref(&server.ctl))
+        .unwrap();
+    let ctl = client.ctl.clone();
+    let t = std::thread::spawn(move || {
+        lintel_tests::call(&ctl, m::CALL_HELD, &[m::HOLD_UNTIL_RELEASED], &[]).map(|_| ())
+    });
+    assert!(eventually(WAIT, || server.u64(m::MAX_CONCURRENT, b"") >= 1));
+    let pid = client.pid();
+    client.kill();
+    assert_eq!(t.join().unwrap().unwrap_err(), CallError::PeerDied);
+    let settle = |ms: u64| {
+        let mut arg = pid.to_le_bytes().to_vec();
+        arg.extend_from_slice(&ms.to_le_bytes());
+        server.u64(m::SETTLE_DEAD, &arg)
+    };
+    // Reaped, and its call still runs: not settled.
+    assert_eq!(settle(0), 0, "settled while the dead caller's call runs");
+    assert_eq!(server.u64(m::HELD_ENDED, b""), 0);
+    let release = {
+        let ctl = server.ctl.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            lintel_tests::call(&ctl, m::RELEASE, b"", &[]).unwrap();
+        })
+    };
+    assert_eq!(settle(60_000), 1, "the dead caller's call ended");
+    assert_eq!(server.u64(m::HELD_ENDED, b""), 1, "settled before the call ended");
+    release.join().unwrap();
+    // A live process, or one that never called: nothing to wait for.
+    assert_eq!(
+        {
+            let mut arg = std::process::id().to_le_bytes().to_vec();
+            arg.extend_from_slice(&0u64.to_le_bytes());
+            server.u64(m::SETTLE_DEAD, &arg)
+        },
+        1
+    );
+}
+
 #[test]
 fn death_in_the_middle_of_a_chain() {
     // A (this test) -> B -> C; B dies while C sleeps.

@@ -108,7 +108,9 @@ mod state;
 pub mod stub;
 mod sys;
 
-pub use api::process::{above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor};
+pub use api::process::{
+    above_descriptor_floor, after_fork, descriptor_floor, set_descriptor_floor, settle_dead,
+};
 pub use api::tuning::{set_force_vanilla, set_max_server_threads, set_spin, spinning};
 pub use api::{boot, introspect, pool};
 pub use client::AsyncCall;

@@ -10,9 +10,9 @@ use lintel::Door;
 use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
-use crate::client::credentials;
 use crate::client::file::{File, IoPath, OpenOptions, Window};
 use crate::client::mapped::MappedSession;
+use crate::client::{credentials, reaped};
 use crate::proto::{
     Attr, Counters, DirEntry, Export, ExportClient, FsError, FsStat, MAX_IO, OpenFile, OpenFileClient, Stat,
 };
@@ -34,6 +34,9 @@ pub struct Fs {
     export: ExportClient,
     /// The [`credentials`] generation the service was last told of.
     told: Arc<AtomicU64>,
+    /// How many of the children this process reaped the service was asked
+    /// to settle ([`reaped`]).
+    reaped: Arc<AtomicU64>,
     /// This process's mapped-window session with the export, made on the
     /// first open that maps.
     session: Arc<Mutex<Option<Arc<MappedSession>>>>,
@@ -52,6 +55,7 @@ impl Fs {
         Fs {
             export: ExportClient::from_door(door),
             told: Arc::default(),
+            reaped: Arc::new(AtomicU64::new(reaped::now())),
             session: Arc::new(Mutex::new(None)),
         }
     }
@@ -72,9 +76,35 @@ impl Fs {
         credentials::changed();
     }
 
-    /// The export, told first of a change of credentials it has not heard of.
+    /// This process reaped its child `pid` (`waitpid`): before this
+    /// process's next call to each service that names a path, the service
+    /// finishes the calls that child left running (see
+    /// [`Fs::settle_dead`]), so what the child was writing when it was
+    /// killed is there, or not, for good. Only stores a word, so a
+    /// `SIGCHLD` handler may call it. The emulation calls it for every
+    /// child a served program reaps. (A read through a file opened before
+    /// is not ordered so; an `open` or `stat` after is.)
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let service = lintel_fs::Service::new(dir.path(), false).unwrap();
+    /// # let fs = lintel_fs::Fs::from_door(service.door());
+    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// child.wait().unwrap();
+    /// lintel_fs::Fs::child_reaped(child.id());
+    /// assert!(fs.stat("what the child wrote").is_err()); // the service asked first
+    /// ```
+    pub fn child_reaped(pid: u32) {
+        reaped::note(pid);
+    }
+
+    /// The export, told first of a change of credentials it has not heard
+    /// of, and asked to settle the children reaped since it was last asked.
     fn export(&self) -> &ExportClient {
         credentials::tell(&self.told, || self.export.credentials_changed());
+        reaped::ask(&self.reaped, |pid| {
+            let _ = self.export.settle_dead(pid);
+        });
         &self.export
     }
 
@@ -210,6 +240,26 @@ impl Fs {
     /// does.
     pub fn rename(&self, from: impl AsRef<Path>, to: impl AsRef<Path>) -> Result<(), FsError> {
         self.export().rename(bytes(&from), bytes(&to))
+    }
+
+    /// Wait until no call that process `pid`, dead by now, made to the
+    /// service still runs; whether none does (false: the service's
+    /// timeout passed first). The service runs a call it has begun to its
+    /// end even if its caller is killed meanwhile, so a process that reaps
+    /// a killed client and then looks at the files asks this first, as
+    /// Linux's killed process's system calls are over once it is reaped.
+    /// The emulation asks it for every child a served program reaps.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let service = lintel_fs::Service::new(dir.path(), false).unwrap();
+    /// let fs = lintel_fs::Fs::from_door(service.door());
+    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// child.wait().unwrap();
+    /// assert!(fs.settle_dead(child.id()).unwrap());
+    /// ```
+    pub fn settle_dead(&self, pid: u32) -> Result<bool, FsError> {
+        self.export.settle_dead(pid)
     }
 
     /// The exported file system's figures (`statfs(2)` of the root).

@@ -33,8 +33,10 @@
 //! - [`spliced`]: the client's side of spliced reads (its pipe).
 //! - `credentials`: the process's changes of credentials, which each
 //!   service is told of before its next call.
+//! - `reaped`: children the process reaped, whose calls each service
+//!   finishes before the process's next call that names a path.
 //!
-//! `fs` uses `file`, `mapped` and `credentials`; `file` uses `mapped`,
+//! `fs` uses `file`, `mapped`, `credentials` and `reaped`; `file` uses `mapped`,
 //! `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
 
 mod credentials;
@@ -42,6 +44,7 @@ mod file;
 mod fs;
 mod keeper;
 pub mod mapped;
+mod reaped;
 pub mod spliced;
 
 pub use file::{ATTACH_AFTER, ATTACH_AFTER_BYTES, File, IoPath, MAPPED_MAX, OpenOptions};

@@ -115,6 +115,13 @@ pub trait Export {
     /// that opens a file and asks what it is (the emulation of `open`
     /// does, to tell directories and devices) pays one round trip.
     fn open_stat(&self, path: &[u8], flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError>;
+    /// Wait until no call that process `pid`, dead by now, made to the
+    /// service still runs (at most the service's timeout); whether none
+    /// does. The service runs a call it has begun to its end even if the
+    /// caller dies meanwhile: a process that reaps a killed client and
+    /// then looks at the files asks this first, as a killed process's
+    /// system calls are over once Linux has reaped it (`lintel::settle_dead`).
+    fn settle_dead(&self, pid: u32) -> Result<bool, FsError>;
 }
 
 /// A client process's mapped windows on one export: descriptors in the

@@ -400,6 +400,10 @@ impl Export for ExportImpl {
         Ok(self.read_only)
     }
 
+    fn settle_dead(&self, pid: u32) -> Result<bool, FsError> {
+        Ok(lintel::settle_dead(pid, self.timeout))
+    }
+
     fn statfs(&self) -> Result<FsStat, FsError> {
         let s = rustix::fs::fstatfs(&self.root)?;
         let v = rustix::fs::fstatvfs(&self.root)?;

@@ -129,15 +129,21 @@ fn main() -> ExitCode {
         .env("LD_PRELOAD", &lib)
         .env(lintel_unix::ENV_SOCKET, &sock)
         .env(lintel_unix::ENV_PREFIX, &prefix)
-        .status();
+        .spawn()
+        .and_then(|mut child| child.wait().map(|s| (s, child.id())));
     if service.is_none() {
         let _ = std::fs::remove_file(&sock);
     }
-    // What the program wrote through its windows is on the host before
-    // this process, and its service, ends.
+    // A call the program left running (it was killed in it) ends, and what
+    // the program wrote through its windows is on the host, before this
+    // process, and its service, ends.
     if let Some(export) = &export {
+        if let Ok((_, pid)) = &status {
+            lintel::settle_dead(*pid, std::time::Duration::from_secs(2));
+        }
         export.write_out();
     }
+    let status = status.map(|(s, _)| s);
     match status {
         Ok(s) => match s.code() {
             Some(c) => ExitCode::from(c as u8),

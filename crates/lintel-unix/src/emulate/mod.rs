@@ -32,6 +32,8 @@
 //!   records, the working directory);
 //! - `forked`: a forked child that cannot reach the service;
 //! - `exec`: `execve` of a served program;
+//! - `reaped`: children reaped (`wait4`, `waitid`), whose calls to the
+//!   service end before the program's next call that names a path;
 //! - `credentials`, `floor`: calls the emulation watches, not serves.
 //!
 //! Served descriptors are real numbers: each holds an empty memfd of its
@@ -54,6 +56,7 @@ mod memory;
 mod metadata;
 mod namespace;
 mod open;
+mod reaped;
 mod resolve;
 mod sockets;
 mod table;

@@ -14,6 +14,9 @@ impl Emulation {
         let nofollow = libc::AT_SYMLINK_NOFOLLOW;
         // Reading, writing or changing a file through its `O_PATH`
         // descriptor: `EBADF` before anything else.
+        if nr == libc::SYS_wait4 || nr == libc::SYS_waitid {
+            return self.reap(nr, a);
+        }
         if self.path_only_refuses(nr, a) {
             return Some(err(libc::EBADF));
         }

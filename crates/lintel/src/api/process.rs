@@ -56,3 +56,23 @@ pub fn after_fork() {
     crate::client::forget_thread_leases();
     crate::domain::after_fork()
 }
+
+/// Wait until no call that process `pid` made into this process still
+/// runs, once `pid` has died; false if `timeout` passed first. A server
+/// runs a call it has begun to its end even when its caller dies
+/// meanwhile (a call not yet begun is dropped), so a process that reaps a
+/// killed client and then looks at what the client's calls change (files
+/// a service writes, say) calls this first, as Linux guarantees of a
+/// killed process's system calls once it is reaped. Returns at once for a
+/// process that is alive or made no call here.
+///
+/// ```
+/// # use std::time::Duration;
+/// // A child that called nothing here: nothing to wait for.
+/// let mut child = std::process::Command::new("true").spawn().unwrap();
+/// child.wait().unwrap();
+/// assert!(lintel::settle_dead(child.id(), Duration::from_secs(1)));
+/// ```
+pub fn settle_dead(pid: u32, timeout: std::time::Duration) -> bool {
+    crate::domain::get().settle_dead(pid, std::time::Instant::now() + timeout)
+}

@@ -38,6 +38,10 @@ pub(crate) struct Domain {
     /// The call area each peer made for its calls to us, by connection.
     inbound: Mutex<HashMap<u64, Arc<InArea>>>,
     by_pid: Mutex<HashMap<u32, Weak<Conn>>>,
+    /// The call areas of peers that died, by their pid, while a call of
+    /// theirs may still run here: every thread serving one holds the area,
+    /// so the last call has ended when nothing does ([`Domain::settle_dead`]).
+    dying: Mutex<Vec<(u32, Weak<InArea>)>>,
     remotes: Mutex<HashMap<(u64, u32), Weak<RemoteDoor>>>,
     tickets: Mutex<Tickets>,
     poller: Poller,
@@ -155,6 +159,7 @@ impl Domain {
             conns: Mutex::new(HashMap::new()),
             inbound: Mutex::new(HashMap::new()),
             by_pid: Mutex::new(HashMap::new()),
+            dying: Mutex::new(Vec::new()),
             remotes: Mutex::new(HashMap::new()),
             tickets: Mutex::new(Tickets::default()),
             poller: Poller::new().expect("lintel: cannot create epoll instance"),
@@ -342,6 +347,51 @@ impl Domain {
     pub fn ticket_count(&self) -> usize {
         self.tickets.lock().by_key.len()
     }
+
+    // ---- deaths ----
+
+    /// Wait until no call that process `pid`, dead by now, made here still
+    /// runs (see [`crate::settle_dead`]); false if `deadline` came first.
+    ///
+    /// A death the watcher has not handled yet is handled here first: the
+    /// peer's pidfd is readable once it has exited, before its parent can
+    /// reap it.
+    pub fn settle_dead(&'static self, pid: u32, deadline: Instant) -> bool {
+        let conns: Vec<Arc<Conn>> = {
+            let conns = self.conns.lock();
+            conns.values().filter(|c| c.peer_pid() == pid).cloned().collect()
+        };
+        for conn in conns {
+            let exited = match conn.pidfd.lock().as_ref() {
+                Some(fd) => sys::readable(fd.as_fd()),
+                // No pidfd (the peer was gone when it connected): its
+                // socket's hang-up says it.
+                None => !conn.pump(),
+            };
+            if exited {
+                self.conn_died(&conn);
+            }
+        }
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let running = {
+                let mut dying = self.dying.lock();
+                dying.retain(|(_, a)| a.strong_count() > 0);
+                dying.iter().any(|(p, _)| *p == pid)
+            };
+            if !running {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            // Rare, and a dead caller's call is usually short: a sleep that
+            // grows, not a wake-up every call would have to pay for.
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
 }
 
 impl Home for Domain {
@@ -403,6 +453,9 @@ impl Home for Domain {
         let inbound = self.inbound.lock().remove(&conn.id);
         if let Some(area) = inbound {
             area.caller_died();
+            let mut dying = self.dying.lock();
+            dying.retain(|(_, a)| a.strong_count() > 0);
+            dying.push((conn.peer_pid(), Arc::downgrade(&area)));
         }
         conn.tear_down();
         crate::object::buffer::conn_gone(conn.id);
