@@ -225,6 +225,13 @@ impl Control {
                 l.as_mut_slice().copy_from_slice(&crate::pattern(n));
                 reply.buffers.push(Buffer::Loan(l));
             }
+            m::RETURN_LOAN_FILLED => {
+                let n = u64_arg(arg) as usize;
+                let fill = *arg.get(8).ok_or(Fault(1))?;
+                let mut l = Loan::new(n).map_err(|_| Fault(6))?;
+                l.as_mut_slice().fill(fill);
+                reply.buffers.push(Buffer::Loan(l));
+            }
             m::BIG => reply.data.extend((0..u64_arg(arg) as usize).map(|i| i as u8)),
             m::LEN => put(reply, arg.len() as u64),
             m::MAKE_DOOR => {

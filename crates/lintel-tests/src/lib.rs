@@ -109,6 +109,9 @@ pub mod m {
     /// `lintel::settle_dead` here for the pid (u32) and ms (u64) given:
     /// 1 if settled, 0 if the time ran out.
     pub const SETTLE_DEAD: u8 = 45;
+    /// Returns a loan of the server's pool of the length given (u64), each
+    /// byte the argument's ninth.
+    pub const RETURN_LOAN_FILLED: u8 = 46;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

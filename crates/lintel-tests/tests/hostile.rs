@@ -597,6 +597,59 @@ fn lying_bulk_segments_snapshots_and_loans_are_refused_and_fault_nobody() {
     scene.assert_healthy();
 }
 
+/// Loans come back only from the peer they were lent to: an attacker that
+/// returns every page of the victim's arena, by message and inside
+/// requests, frees nothing lent to this process. Were our loan's pages
+/// taken back, the loans the victim makes next would be cut from them and
+/// their bytes would show through ours.
+#[test]
+fn forged_loan_returns_free_only_what_the_forger_was_lent() {
+    let mut scene = Scene::new();
+    let filled = |len: u64, byte: u8| {
+        let mut arg = len.to_le_bytes().to_vec();
+        arg.push(byte);
+        arg
+    };
+    let mut held = scene
+        .victim
+        .call(m::RETURN_LOAN_FILLED, &filled(64 << 10, 0xAA), &[])
+        .expect("a loan");
+    let ours = held.buffers.pop().expect("a loan in the reply");
+    assert!(
+        matches!(ours, lintel::Buffer::Loaned(_)),
+        "a loan of the victim's arena"
+    );
+    let lent = scene.victim.u64(m::LENT, b"");
+    assert!(lent >= 64 << 10, "the victim counts our loan: {lent}");
+    let attack = launch(&scene, "loan-return", seed(9), 100);
+    let report = attack.finish(Duration::from_secs(60));
+    eprintln!("loan-return: {}", report.line);
+    report.assert_attacked();
+    assert!(
+        report.get("returns_forged") >= (lintel::abi::LOAN_ARENA_SIZE / 4096) as u64,
+        "{}",
+        report.line
+    );
+    assert_eq!(
+        scene.victim.u64(m::LENT, b""),
+        lent,
+        "forged returns freed loans lent to others"
+    );
+    for _ in 0..64 {
+        let r = scene
+            .victim
+            .call(m::RETURN_LOAN_FILLED, &filled(64 << 10, 0x55), &[])
+            .expect("another loan");
+        assert_eq!(lintel_tests::buffer_bytes(&r.buffers[0]), vec![0x55; 64 << 10]);
+    }
+    assert!(
+        lintel_tests::buffer_bytes(&ours).iter().all(|&b| b == 0xAA),
+        "our loan's bytes were reused for another loan"
+    );
+    drop(ours);
+    scene.assert_healthy();
+}
+
 /// The trusted placement under the same attacks: a victim whose control
 /// door trusts its callers (`Door::create_trusting`, its echo reading
 /// arguments in place) survives scribbled shared memory, lying segments,

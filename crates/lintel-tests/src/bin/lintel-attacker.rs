@@ -50,6 +50,10 @@
 //!   huge; snapshots not sealed or short; loans without a pool, outside
 //!   it, misaligned), each checked against the status it must get, and an
 //!   honest loan and segment scribbled on while the victim copies them.
+//! - `loan-return`: returns loans it was never lent: a `Returned` message
+//!   naming every page of the victim's loan arena, and requests carrying
+//!   `BUF_RETURNED` descriptors for its first pages, where the victim's
+//!   first loans (those it lent the test) lie. Counts `returns_forged`.
 //! - `other-version`: speaks the next protocol version's hello on its boot
 //!   connection (no runtime at all), which the spawning domain must refuse.
 //!
@@ -214,6 +218,8 @@ struct Stats {
     planted: AtomicU64,
     bulk_cases: AtomicU64,
     bulk_expected: AtomicU64,
+    /// Loan returns sent for loans never lent to the attacker.
+    returns_forged: AtomicU64,
 }
 
 impl Stats {
@@ -250,6 +256,7 @@ impl Stats {
             ("planted", &self.planted),
             ("bulk_cases", &self.bulk_cases),
             ("bulk_expected", &self.bulk_expected),
+            ("returns_forged", &self.returns_forged),
         ] {
             s.push_str(&f(name, c));
         }
@@ -1185,6 +1192,79 @@ fn forge(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>, slot: usize, budget: Du
 
 // --------------------------------------------------------- targeted attacks
 
+/// Return loans never lent to us: every page of the victim's arena by
+/// message, then its first pages again in requests (`BUF_RETURNED`
+/// descriptors, `MAX_BUFFERS` a request, on an echo). The victim must
+/// take back only what it lent this connection (nothing): the loans it
+/// lent others stay theirs.
+fn forge_returns(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
+    use lintel::abi::control::{encode, Ctl};
+    use lintel::abi::descriptor::BufferDescriptor;
+    use lintel::abi::{BUF_RETURNED, LOAN_ARENA_SIZE};
+    const PAGE: usize = 4096;
+    let stats = &ctx.stats;
+    let pages: Vec<(u64, u32)> = (0..LOAN_ARENA_SIZE / PAGE)
+        .map(|i| ((i * PAGE) as u64, PAGE as u32))
+        .collect();
+    // Sent without blocking: a full socket is waited out (the victim's
+    // watcher drains it), for at most a few seconds in all.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let patient = |bytes: &[u8]| loop {
+        if send(sock, bytes, &[]) {
+            return true;
+        }
+        if Instant::now() > give_up {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    for batch in pages.chunks(512) {
+        if patient(&encode(&Ctl::Returned {
+            loans: batch.to_vec(),
+        })) {
+            Stats::add(&stats.msgs_sent, 1);
+            Stats::add(&stats.returns_forged, batch.len() as u64);
+        }
+    }
+    // Whole loans too, of the lengths a lender rounds to.
+    for len in [64u32 << 10, 1 << 20] {
+        let whole: Vec<(u64, u32)> = (0..64).map(|i| (i * u64::from(len), len)).collect();
+        if patient(&encode(&Ctl::Returned { loans: whole })) {
+            Stats::add(&stats.returns_forged, 64);
+        }
+    }
+    let Some(&grant) = ctx.held.first() else {
+        return;
+    };
+    let mut f = Forger {
+        area,
+        slot: SLOTS - 1,
+        seq: 5000,
+        sock,
+        stats,
+    };
+    let first: Vec<u64> = (0..4096u64).map(|i| i * PAGE as u64).collect();
+    for chunk in first.chunks(MAX_BUFFERS) {
+        let a = f.area;
+        a.put(f.off(OFF_FLAGS), FLAG_BUFS);
+        a.put(f.off(OFF_IN_LEN), 1);
+        a.put_bytes(f.off(OFF_IN_INLINE), &[m::ECHO]);
+        a.put(f.off(OFF_IN_DOORS), 0);
+        a.put(f.off(OFF_IN_BUFS), chunk.len() as u32);
+        for (i, &off) in chunk.iter().enumerate() {
+            let d = BufferDescriptor {
+                kind: BUF_RETURNED,
+                len: 64 << 10,
+                off,
+            };
+            a.put_bytes(f.off(BufferDescriptor::offset(i)), &d.to_bytes());
+        }
+        if f.publish(grant, Duration::from_secs(3)).is_some() {
+            Stats::add(&stats.returns_forged, chunk.len() as u64);
+        }
+    }
+}
+
 /// Bulk segments and buffers that lie: each forged request must be refused
 /// with the status expected (or served, for the honest controls), and the
 /// victim must neither fault nor hang. Counts `bulk_cases` and
@@ -1652,6 +1732,7 @@ fn main() {
         "ticket-pid0" => pass_with_pid_zero(&ctx, &area),
         "fd-flood" => flood_fds(&ctx, vfd),
         "bulk" => bulk_attacks(&ctx, &area, vfd),
+        "loan-return" => forge_returns(&ctx, &area, vfd),
         other => {
             println!("HOSTILE_ERROR unknown mode {other}");
             std::process::exit(2);
