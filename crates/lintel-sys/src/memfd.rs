@@ -50,11 +50,26 @@ pub fn snapshot_memfd(len: usize) -> io::Result<OwnedFd> {
 }
 
 /// Seal a snapshot against writing (its writable mapping must be gone).
+///
+/// `EBUSY` while a writable mapping of it lives anywhere: a child that
+/// another thread forked in the moment between the writer's `mmap` and its
+/// `MADV_DONTFORK` holds a copy until it `exec`s or exits (seen in CI, with
+/// tests spawning peers on other threads). That is waited out, up to a
+/// second; past that the error is the caller's. (The kernel itself waits
+/// for pages pinned by I/O.)
 pub fn seal_snapshot(fd: BorrowedFd<'_>) -> io::Result<()> {
-    Ok(rustix::fs::fcntl_add_seals(
-        fd,
-        SealFlags::WRITE | SealFlags::SEAL,
-    )?)
+    let seals = SealFlags::WRITE | SealFlags::SEAL;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut pause = std::time::Duration::from_micros(50);
+    loop {
+        match rustix::fs::fcntl_add_seals(fd, seals) {
+            Err(rustix::io::Errno::BUSY) if std::time::Instant::now() < end => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(20));
+            }
+            r => return Ok(r?),
+        }
+    }
 }
 
 /// Check a sealed snapshot a peer sent: a memfd nobody can write, shrink
@@ -84,4 +99,31 @@ pub fn check_segment(fd: BorrowedFd<'_>) -> Result<usize, &'static str> {
         return Err("bulk segment has a size no call needs");
     }
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// A writable mapping that outlives the writer's (as a forked child's
+    /// copy does until it `exec`s) delays the seal, not fails it; one
+    /// that stays past the wait fails it with the kernel's `EBUSY`.
+    #[test]
+    fn a_seal_waits_out_a_writable_mapping_that_goes_away() {
+        let fd = snapshot_memfd(4096).unwrap();
+        let other = crate::Mapping::map(fd.as_fd(), 4096).unwrap();
+        let gone = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(other);
+        });
+        seal_snapshot(fd.as_fd()).expect("sealed once the mapping went");
+        gone.join().unwrap();
+        check_snapshot(fd.as_fd(), 4096).unwrap();
+
+        let fd = snapshot_memfd(4096).unwrap();
+        let _kept = crate::Mapping::map(fd.as_fd(), 4096).unwrap();
+        let e = seal_snapshot(fd.as_fd()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY));
+    }
 }

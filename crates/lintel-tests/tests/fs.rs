@@ -1482,6 +1482,64 @@ fn a_long_read_finds_each_next_pipeful_filled_ahead() {
     });
 }
 
+/// Long positional reads of a mapped file, its token here and nothing
+/// dirty, read the host file itself: no splice and no call each. Another
+/// open's write in the middle takes the token back first, so the bytes
+/// read are the file's, the written ones included. (A read-only export
+/// hands out no host descriptor: there they take a call and a splice.)
+#[test]
+fn long_positional_reads_read_the_host_file_while_the_token_is_here() {
+    both_placements(|fs, host| {
+        let mut data: Vec<u8> = (0..(3 << 20) + 123)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        let opts = OpenOptions::new().read(true).mapped_max(4096).clone();
+        let f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        let before = fs.counters().unwrap();
+        let mut piece = vec![0u8; 64 << 10];
+        let len = data.len();
+        let read_all = |got: &mut Vec<u8>, piece: &mut [u8]| {
+            // Backwards, so that no read ahead at an offset could serve it.
+            let mut at = len;
+            let mut parts = Vec::new();
+            while at > 0 {
+                let from = at.saturating_sub(piece.len());
+                let n = f.read_at(&mut piece[..at - from], from as u64).unwrap();
+                assert_eq!(n, at - from, "full reads inside the file");
+                parts.push(piece[..n].to_vec());
+                at = from;
+            }
+            got.clear();
+            for p in parts.iter().rev() {
+                got.extend_from_slice(p);
+            }
+        };
+        let mut got = Vec::new();
+        read_all(&mut got, &mut piece);
+        assert!(got == data, "the file's bytes");
+        let w = fs
+            .open_with("f", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0xA5; 30_000], 1_000_000).unwrap();
+        data[1_000_000..1_030_000].fill(0xA5);
+        read_all(&mut got, &mut piece);
+        let first = got.iter().zip(&data).position(|(a, b)| a != b);
+        assert_eq!(first, None, "the first byte read that is not the file's");
+        let after = fs.counters().unwrap();
+        assert_eq!(after.splices, before.splices, "no splice: the host file was read");
+        assert!(after.recalls > before.recalls, "the write took the token back");
+        // The other open's write, and at most a call or two of ours.
+        assert!(
+            after.file_calls - before.file_calls <= 3,
+            "{} calls on open files for {} reads",
+            after.file_calls - before.file_calls,
+            2 * got.len().div_ceil(piece.len())
+        );
+    });
+}
+
 /// A mapped file read at its offset in large pieces reads ahead in its
 /// pipe (a call per pipeful), and what it read ahead never outlives a
 /// write, a truncation or a seek.

@@ -257,6 +257,25 @@ pub(crate) struct Mapped {
     /// `local` and letting it go): a lock-free read (`read_passive`) that
     /// saw the same even value before and after raced none of them.
     epoch: AtomicU64,
+    /// The host file, read directly by a long read while the token is here
+    /// and nothing is dirty ([`Mapped::read_streamed`]); none from a
+    /// read-only export.
+    host: Option<OwnedFd>,
+}
+
+/// Read `buf.len()` bytes of `host` at `at`, fewer at its end.
+fn read_host(host: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::pread(host, &mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) if done == 0 => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
 }
 
 /// `Mapped::epoch` odd for as long as it lives (its holder holds `local`,
@@ -297,6 +316,10 @@ impl Mapped {
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
         let (slot, cache, host, span, writable) = session.session.attach(file.door().clone())?;
+        let reads = match &host {
+            Some(h) => Some(lintel::above_descriptor_floor(h.try_clone()?)),
+            None => None,
+        };
         // A file we may write is one we must be able to write back
         // ourselves (see `keeper`); without that it takes the copy path.
         let keeper = || -> Result<Option<Keeper>, FsError> {
@@ -334,6 +357,7 @@ impl Mapped {
             grants: AtomicU64::new(0),
             refused: std::sync::atomic::AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            host: reads,
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
@@ -512,6 +536,36 @@ impl Mapped {
         Ok(Some(n as usize))
     }
 
+    /// Read at `at` (or at the shared offset, moving it) from the host
+    /// file itself, while the token is here and nothing is dirty: the host
+    /// file is then the file (a write anywhere else takes the token back
+    /// first), and one `pread` moves its bytes as a native read does, with
+    /// no call. `None`: no host descriptor (a read-only export), something
+    /// dirty here, or no token: read another way. For long positional
+    /// reads, which would otherwise make a call and a splice each.
+    pub(crate) fn read_host(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        Ok(self
+            .with_token(|a| {
+                if a.held.dirty.0 < a.held.dirty.1 {
+                    return Ok(None);
+                }
+                let off = at.unwrap_or(a.held.offset);
+                // At most what one call moves: the token stays active (a
+                // recall waits) only as long as a call would take.
+                let most = buf.len().min(crate::proto::MAX_IO as usize) as u64;
+                let n = most.min(a.held.size.saturating_sub(off)) as usize;
+                let done = read_host(host, &mut buf[..n], off)?;
+                if at.is_none() {
+                    a.held.offset = off + done as u64;
+                }
+                Ok(Some(done))
+            })?
+            .flatten())
+    }
+
     /// Read at the shared offset through the handle's pipes, reading
     /// ahead: while this descriptor holds the token, nobody else writes the
     /// file or moves the offset, so the service splices a pipeful from the
@@ -523,7 +577,9 @@ impl Mapped {
     /// only at its start. What a pipe holds is used only at the offset it
     /// was read for and under the grant it was read under; anything else,
     /// and any write through the window (the host file then lags the
-    /// cache), sends the read elsewhere. `None`: read another way.
+    /// cache), sends the read elsewhere. `None`: read another way. (Faster
+    /// than [`Mapped::read_host`] for a long read at the offset: the page
+    /// lookups move to the service's CPU, ahead of this one's copying.)
     pub(crate) fn read_streamed(
         &self,
         pipes: &mut Pipes,

@@ -131,11 +131,12 @@ pub trait Session {
     /// Give `file` (an open-file door of this export, regular and
     /// readable) a descriptor. Returns the descriptor's number, the file's
     /// cache (a memfd, read-only unless the file was opened for writing),
-    /// for a file opened for writing a descriptor of the host file
-    /// (writing at the offsets given: the client writes back what it wrote
-    /// through its window should the service die, its keeper; it opened
-    /// the file for writing, so this gives it nothing more), the bytes to
-    /// map of the cache, and whether the mapping may be written. One call
+    /// a descriptor of the host file (writing at the offsets given: the
+    /// client writes back what it wrote through its window should the
+    /// service die, its keeper; and reads through it while it holds the
+    /// token with nothing dirty; it opened the file so, so this gives it
+    /// nothing more; none for a read-only file of a read-only export), the
+    /// bytes to map of the cache, and whether the mapping may be written. One call
     /// for both descriptors: each reply that carries descriptors waits for
     /// the connection's socket.
     fn attach(&self, file: Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError>;

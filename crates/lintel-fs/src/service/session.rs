@@ -395,10 +395,18 @@ impl Session for SessionImpl {
             ));
         }
         let cache = open.node.cache_fd()?;
+        // The host file: a writer writes back through it should we die
+        // (its keeper); a reader reads through it while it holds the token
+        // with nothing dirty. Either way it gives the client nothing it
+        // could not do through calls with its own credentials, but for a
+        // read-only export, whose files its owner could change through a
+        // descriptor (`fchmod`): none there.
         let (cache, host) = if open.writable {
             (cache, Some(open.positional_fd()?.try_clone()?))
-        } else {
+        } else if open.export_read_only {
             (node::read_only(&cache)?, None)
+        } else {
+            (node::read_only(&cache)?, Some(open.fd.try_clone()?))
         };
         let mut bindings = self.core.bindings.lock();
         let slot = bindings
