@@ -999,6 +999,22 @@ impl Forger<'_> {
         slot_base(self.slot) + field
     }
 
+    /// Write a request for `method` carrying buffer descriptors `ds`.
+    fn buffers(&self, method: u8, ds: &[lintel::abi::descriptor::BufferDescriptor]) {
+        let a = self.area;
+        a.put(self.off(OFF_FLAGS), FLAG_BUFS);
+        a.put(self.off(OFF_IN_LEN), 1);
+        a.put_bytes(self.off(OFF_IN_INLINE), &[method]);
+        a.put(self.off(OFF_IN_DOORS), 0);
+        a.put(self.off(OFF_IN_BUFS), ds.len() as u32);
+        for (i, d) in ds.iter().enumerate() {
+            a.put_bytes(
+                self.off(lintel::abi::descriptor::BufferDescriptor::offset(i)),
+                &d.to_bytes(),
+            );
+        }
+    }
+
     fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1);
         if self.seq == 0 || self.seq == u32::MAX {
@@ -1245,20 +1261,15 @@ fn forge_returns(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     };
     let first: Vec<u64> = (0..4096u64).map(|i| i * PAGE as u64).collect();
     for chunk in first.chunks(MAX_BUFFERS) {
-        let a = f.area;
-        a.put(f.off(OFF_FLAGS), FLAG_BUFS);
-        a.put(f.off(OFF_IN_LEN), 1);
-        a.put_bytes(f.off(OFF_IN_INLINE), &[m::ECHO]);
-        a.put(f.off(OFF_IN_DOORS), 0);
-        a.put(f.off(OFF_IN_BUFS), chunk.len() as u32);
-        for (i, &off) in chunk.iter().enumerate() {
-            let d = BufferDescriptor {
+        let ds: Vec<BufferDescriptor> = chunk
+            .iter()
+            .map(|&off| BufferDescriptor {
                 kind: BUF_RETURNED,
                 len: 64 << 10,
                 off,
-            };
-            a.put_bytes(f.off(BufferDescriptor::offset(i)), &d.to_bytes());
-        }
+            })
+            .collect();
+        f.buffers(m::ECHO, &ds);
         if f.publish(grant, Duration::from_secs(3)).is_some() {
             Stats::add(&stats.returns_forged, chunk.len() as u64);
         }
@@ -1361,17 +1372,7 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
     // Buffers: a sealed snapshot that is not sealed.
     use lintel::abi::descriptor::BufferDescriptor;
     let d = |kind: u32, len: u32, off: u64| BufferDescriptor { kind, len, off };
-    let descs = |f: &Forger<'_>, ds: &[BufferDescriptor]| {
-        let a = f.area;
-        a.put(f.off(OFF_FLAGS), FLAG_BUFS);
-        a.put(f.off(OFF_IN_LEN), 1);
-        a.put_bytes(f.off(OFF_IN_INLINE), &[m::BUFFERS_INFO]);
-        a.put(f.off(OFF_IN_DOORS), 0);
-        a.put(f.off(OFF_IN_BUFS), ds.len() as u32);
-        for (i, d) in ds.iter().enumerate() {
-            a.put_bytes(f.off(BufferDescriptor::offset(i)), &d.to_bytes());
-        }
-    };
+    let descs = |f: &Forger<'_>, ds: &[BufferDescriptor]| f.buffers(m::BUFFERS_INFO, ds);
     let buffers_msg = |seq: u32| {
         lintel::abi::control::encode(&lintel::abi::control::Ctl::Buffers {
             request: true,
