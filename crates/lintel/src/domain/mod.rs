@@ -362,8 +362,11 @@ impl Domain {
             conns.values().filter(|c| c.peer_pid() == pid).cloned().collect()
         };
         for conn in conns {
-            let exited = match conn.pidfd.lock().as_ref() {
-                Some(fd) => sys::readable(fd.as_fd()),
+            // (The pidfd's lock is let go before `pump`, which may end in
+            // `conn_died`, which takes it.)
+            let by_pidfd = conn.pidfd.lock().as_ref().map(|fd| sys::readable(fd.as_fd()));
+            let exited = match by_pidfd {
+                Some(exited) => exited,
                 // No pidfd (the peer was gone when it connected): its
                 // socket's hang-up says it.
                 None => !conn.pump(),
