@@ -83,6 +83,13 @@ pub fn read_into(addr: u64, to: &mut [u8]) -> Result<(), i32> {
     Ok(())
 }
 
+/// Copy `to.len()` bytes from the program's address `addr` through the
+/// kernel, remembering nothing: for a call made in a signal handler that
+/// may have interrupted the emulation itself.
+pub fn read_through_kernel(addr: u64, to: &mut [u8]) -> Result<(), i32> {
+    vm_read(addr, to)
+}
+
 /// Copy `from` to the program's address `addr`.
 pub fn write(addr: u64, from: &[u8]) -> Result<(), i32> {
     with_writable(addr, from.len(), |to| to.copy_from_slice(from))

@@ -20,7 +20,9 @@ impl Emulation {
             libc::SYS_wait4 if r > 0 => r as u32,
             libc::SYS_waitid if r == 0 && a[2] != 0 => {
                 let mut b = [0u8; 4];
-                match user::read_into(a[2] + SI_PID, &mut b) {
+                // Not `read_into`: its per-thread memory of checked ranges
+                // may be in use by the code this handler interrupted.
+                match user::read_through_kernel(a[2] + SI_PID, &mut b) {
                     Ok(()) => u32::from_le_bytes(b),
                     Err(_) => 0,
                 }

@@ -14,9 +14,6 @@ impl Emulation {
         let nofollow = libc::AT_SYMLINK_NOFOLLOW;
         // Reading, writing or changing a file through its `O_PATH`
         // descriptor: `EBADF` before anything else.
-        if nr == libc::SYS_wait4 || nr == libc::SYS_waitid {
-            return self.reap(nr, a);
-        }
         if self.path_only_refuses(nr, a) {
             return Some(err(libc::EBADF));
         }
@@ -111,6 +108,8 @@ impl Emulation {
             libc::SYS_chdir => self.chdir(a[0]),
             libc::SYS_fchdir => self.fchdir(a[0]),
             libc::SYS_getcwd => self.getcwd(a[0], a[1]),
+            // children
+            libc::SYS_wait4 | libc::SYS_waitid => self.reap(nr, a),
             _ => None,
         }
     }
