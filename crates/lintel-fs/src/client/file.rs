@@ -375,7 +375,7 @@ impl File {
         }
         if buf.len() >= self.splice_min && !self.window.pending() {
             if let Some(m) = self.window.attached()
-                && let Some(n) = m.read_host(Some(at), buf)?
+                && let Some(n) = m.read_host(at, buf)?
             {
                 return Ok(n);
             }

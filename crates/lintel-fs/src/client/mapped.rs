@@ -257,14 +257,14 @@ pub(crate) struct Mapped {
     /// `local` and letting it go): a lock-free read (`read_passive`) that
     /// saw the same even value before and after raced none of them.
     epoch: AtomicU64,
-    /// The host file, read directly by a long read while the token is here
-    /// and nothing is dirty ([`Mapped::read_streamed`]); none from a
-    /// read-only export.
+    /// The host file, read directly by a long positional read while the
+    /// token is here and nothing is dirty ([`Mapped::read_host`]); none
+    /// from a read-only export.
     host: Option<OwnedFd>,
 }
 
 /// Read `buf.len()` bytes of `host` at `at`, fewer at its end.
-fn read_host(host: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+fn pread_full(host: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
     let mut done = 0;
     while done < buf.len() {
         match rustix::io::pread(host, &mut buf[done..], at + done as u64) {
@@ -316,10 +316,11 @@ impl Mapped {
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
         let (slot, cache, host, span, writable) = session.session.attach(file.door().clone())?;
-        let reads = match &host {
-            Some(h) => Some(lintel::above_descriptor_floor(h.try_clone()?)),
-            None => None,
-        };
+        // (Without a copy, out of descriptors, long reads take the pipes.)
+        let reads = host
+            .as_ref()
+            .and_then(|h| h.try_clone().ok())
+            .map(lintel::above_descriptor_floor);
         // A file we may write is one we must be able to write back
         // ourselves (see `keeper`); without that it takes the copy path.
         let keeper = || -> Result<Option<Keeper>, FsError> {
@@ -536,14 +537,14 @@ impl Mapped {
         Ok(Some(n as usize))
     }
 
-    /// Read at `at` (or at the shared offset, moving it) from the host
-    /// file itself, while the token is here and nothing is dirty: the host
-    /// file is then the file (a write anywhere else takes the token back
-    /// first), and one `pread` moves its bytes as a native read does, with
-    /// no call. `None`: no host descriptor (a read-only export), something
-    /// dirty here, or no token: read another way. For long positional
-    /// reads, which would otherwise make a call and a splice each.
-    pub(crate) fn read_host(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+    /// Read at `at` from the host file itself, while the token is here and
+    /// nothing is dirty: the host file is then the file (a write anywhere
+    /// else takes the token back first), and one `pread` moves its bytes as
+    /// a native read does, with no call. `None`: no host descriptor (a
+    /// read-only export), something dirty here, or no token: read another
+    /// way. For long positional reads, which would otherwise make a call
+    /// and a splice each.
+    pub(crate) fn read_host(&self, at: u64, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
         let Some(host) = &self.host else {
             return Ok(None);
         };
@@ -552,16 +553,11 @@ impl Mapped {
                 if a.held.dirty.0 < a.held.dirty.1 {
                     return Ok(None);
                 }
-                let off = at.unwrap_or(a.held.offset);
                 // At most what one call moves: the token stays active (a
                 // recall waits) only as long as a call would take.
                 let most = buf.len().min(crate::proto::MAX_IO as usize) as u64;
-                let n = most.min(a.held.size.saturating_sub(off)) as usize;
-                let done = read_host(host, &mut buf[..n], off)?;
-                if at.is_none() {
-                    a.held.offset = off + done as u64;
-                }
-                Ok(Some(done))
+                let n = most.min(a.held.size.saturating_sub(at)) as usize;
+                pread_full(host, &mut buf[..n], at).map(Some)
             })?
             .flatten())
     }
