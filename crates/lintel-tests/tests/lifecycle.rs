@@ -169,13 +169,13 @@ fn settle_dead_waits_for_the_calls_a_killed_caller_left_running() {
     let pid = client.pid();
     client.kill();
     assert_eq!(t.join().unwrap().unwrap_err(), CallError::PeerDied);
-    let settle = |ms: u64| {
+    let settle = |pid: u32, ms: u64| {
         let mut arg = pid.to_le_bytes().to_vec();
         arg.extend_from_slice(&ms.to_le_bytes());
         server.u64(m::SETTLE_DEAD, &arg)
     };
     // Reaped, and its call still runs: not settled.
-    assert_eq!(settle(0), 0, "settled while the dead caller's call runs");
+    assert_eq!(settle(pid, 0), 0, "settled while the dead caller's call runs");
     assert_eq!(server.u64(m::HELD_ENDED, b""), 0);
     let release = {
         let ctl = server.ctl.clone();
@@ -184,18 +184,11 @@ fn settle_dead_waits_for_the_calls_a_killed_caller_left_running() {
             lintel_tests::call(&ctl, m::RELEASE, b"", &[]).unwrap();
         })
     };
-    assert_eq!(settle(60_000), 1, "the dead caller's call ended");
+    assert_eq!(settle(pid, 60_000), 1, "the dead caller's call ended");
     assert_eq!(server.u64(m::HELD_ENDED, b""), 1, "settled before the call ended");
     release.join().unwrap();
     // A live process, or one that never called: nothing to wait for.
-    assert_eq!(
-        {
-            let mut arg = std::process::id().to_le_bytes().to_vec();
-            arg.extend_from_slice(&0u64.to_le_bytes());
-            server.u64(m::SETTLE_DEAD, &arg)
-        },
-        1
-    );
+    assert_eq!(settle(std::process::id(), 0), 1);
 }
 
 #[test]

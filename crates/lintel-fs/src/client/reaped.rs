@@ -51,10 +51,11 @@ pub(crate) fn ask(asked: &AtomicU64, mut settle: impl FnMut(u32)) {
     let mut pending = None;
     for n in from.max(now.saturating_sub(RING_LEN as u64))..now {
         let e = RING[n as usize % RING_LEN].load(Acquire);
-        let (have, want) = (e >> 32, tag(n));
-        if have == want {
+        // How far the entry's number is past the one wanted (modulo 2^32).
+        let ahead = ((e >> 32) as u32).wrapping_sub(tag(n) as u32) as i32;
+        if ahead == 0 {
             settle(e as u32);
-        } else if have.wrapping_sub(want) & 0x8000_0000 != 0 || have == 0 {
+        } else if ahead < 0 || e == 0 {
             // Older than wanted: not stored yet.
             pending = pending.or(Some(n));
         }

@@ -136,9 +136,9 @@ pub trait Session {
     /// service die, its keeper; and reads through it while it holds the
     /// token with nothing dirty; it opened the file so, so this gives it
     /// nothing more; none for a read-only file of a read-only export), the
-    /// bytes to map of the cache, and whether the mapping may be written. One call
-    /// for both descriptors: each reply that carries descriptors waits for
-    /// the connection's socket.
+    /// bytes to map of the cache, and whether the mapping may be written.
+    /// One call for both descriptors: each reply that carries descriptors
+    /// waits for the connection's socket.
     fn attach(&self, file: Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError>;
     /// The client mapped the cache at `base` and registered the mapping
     /// with its userfaultfd.

@@ -139,7 +139,7 @@ fn main() -> ExitCode {
     // process, and its service, ends.
     if let Some(export) = &export {
         if let Ok((_, pid)) = &status {
-            lintel::settle_dead(*pid, std::time::Duration::from_secs(2));
+            lintel::settle_dead(*pid, lintel_fs::LOCK_TIMEOUT);
         }
         export.write_out();
     }
