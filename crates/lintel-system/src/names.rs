@@ -227,9 +227,15 @@ impl Names {
                 }
                 Ok(door) => return Ok(door),
                 // The bound door could not be passed on: its domain is dying
-                // and the supervisor has not seen it exit yet. Ask again
-                // shortly; the answer will be `Gone`.
-                Err(NameError::Call(e)) if e != CallError::PeerDied && Instant::now() < retry_until => {
+                // and the supervisor has not seen it exit yet (passing a
+                // door of a domain that has just died fails with `PeerDied`
+                // too, which is the name service's own death only if its
+                // door says so). Ask again shortly; the answer will be the
+                // new instance, or `Gone`.
+                Err(NameError::Call(e))
+                    if (e != CallError::PeerDied || !self.client.door().is_dead())
+                        && Instant::now() < retry_until =>
+                {
                     tracing::debug!(name, "lookup: passing the door failed ({e}); retrying");
                     std::thread::sleep(Duration::from_millis(5));
                 }
