@@ -26,6 +26,17 @@ pub struct Counts {
     pub secret: AtomicU64,
     /// Shortages its pool watcher saw (counted by the peer program).
     pub watched: AtomicU64,
+    /// Handlers of `MAKE_UNKEPT` doors dropped.
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// Counts its drop: held by a handler, it says the door behind it is gone.
+struct DropCounter(Arc<AtomicU64>);
+
+impl Drop for DropCounter {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
 }
 
 impl Counts {
@@ -250,6 +261,17 @@ impl Control {
                 st.lock().unwrap().made.push(d.clone());
                 reply.doors.push(d);
             }
+            m::MAKE_UNKEPT => {
+                let guard = DropCounter(self.counts.dropped.clone());
+                reply
+                    .doors
+                    .push(Door::create(0, move |r: Request<'_>, reply: &mut Reply| {
+                        let _held = &guard;
+                        reply.data.extend_from_slice(r.data);
+                        Ok(())
+                    }));
+            }
+            m::HANDLERS_DROPPED => put(reply, self.counts.dropped.load(SeqCst)),
             m::MAKE_MANY => {
                 // arg: count; returns that many fresh doors (datum = index).
                 for i in 0..u64_arg(arg) {

@@ -112,6 +112,11 @@ pub mod m {
     /// Returns a loan of the server's pool of the length given (u64), each
     /// byte the argument's ninth.
     pub const RETURN_LOAN_FILLED: u8 = 46;
+    /// Returns a door the peer does not keep, which echoes; its handler
+    /// counts its own end (`HANDLERS_DROPPED`).
+    pub const MAKE_UNKEPT: u8 = 47;
+    /// How many handlers of `MAKE_UNKEPT` doors have been dropped.
+    pub const HANDLERS_DROPPED: u8 = 48;
 }
 
 /// Path of the peer program: beside the test binary's `deps/` folder, where

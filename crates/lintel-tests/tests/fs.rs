@@ -1093,41 +1093,62 @@ fn a_new_mapping_never_inherits_the_last_ones_pages() {
 /// Byte-range locks are the service's, per open file: two opens conflict
 /// as two processes' would, a waiting lock is had once the holder lets go,
 /// `test_lock` names the holder's range, and closing the holder's file
-/// frees its locks. Over both placements.
+/// frees its locks. Over both placements, for handles on the copy path
+/// (locks through calls), mapped ones (locks on the open's own host
+/// open file description, without a call) and one of each.
 #[test]
 fn byte_range_locks_conflict_between_open_files_and_go_with_them() {
+    use lintel_fs::IoPath::{Copy, Mapped};
+    for (pa, pb) in [(Copy, Copy), (Mapped, Mapped), (Mapped, Copy), (Copy, Mapped)] {
+        both_placements(|fs, _root| byte_range_locks(fs, pa, pb));
+    }
+}
+
+fn byte_range_locks(fs: &Fs, pa: lintel_fs::IoPath, pb: lintel_fs::IoPath) {
     use lintel_fs::LockKind::{Read, Unlock, Write};
-    both_placements(|fs, _root| {
-        fs.write("db", &[0u8; 4096]).unwrap();
-        let a = fs.open_with("db", &rw()).unwrap();
-        let b = fs.open_with("db", &rw()).unwrap();
-        a.lock(Write, 100, 10, false).unwrap();
-        assert_eq!(errno(b.lock(Read, 105, 1, false)), libc::EAGAIN);
-        b.lock(Read, 110, 0, false).unwrap();
-        let h = b
-            .test_lock(Write, 0, 200)
-            .unwrap()
-            .expect("a's lock is in the way");
-        assert_eq!((h.kind, h.start, h.len), (Write, 100, 10));
-        assert_eq!(a.test_lock(Read, 0, 100).unwrap(), None);
-        // A waiting lock is had when the holder lets go.
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            a.lock(Unlock, 0, 0, false).unwrap();
-            a
-        });
-        let start = Instant::now();
-        b.lock(Write, 100, 10, true).unwrap();
-        assert!(start.elapsed() >= Duration::from_millis(50), "it waited");
-        let a = t.join().unwrap();
-        assert_eq!(errno(a.lock(Read, 100, 1, false)), libc::EAGAIN);
-        // Closing the holder's file frees its locks.
-        drop(b);
-        assert!(lintel_tests::eventually(Duration::from_secs(5), || a
-            .lock(Write, 0, 0, false)
-            .is_ok()));
-        assert_eq!(errno(a.lock(Read, u64::MAX, 1, false)), libc::EINVAL);
+    let case = format!("{pa:?} against {pb:?}");
+    fs.write("db", &[0u8; 4096]).unwrap();
+    let a = fs.open_with("db", rw().io_path(pa)).unwrap();
+    let b = fs.open_with("db", rw().io_path(pb)).unwrap();
+    assert_eq!(a.is_mapped(), pa == lintel_fs::IoPath::Mapped, "{case}");
+    assert_eq!(b.is_mapped(), pb == lintel_fs::IoPath::Mapped, "{case}");
+    let calls = fs.counters().unwrap().file_calls;
+    a.lock(Write, 100, 10, false).unwrap();
+    if a.is_mapped() {
+        assert_eq!(fs.counters().unwrap().file_calls, calls, "{case}: no call");
+    }
+    assert_eq!(errno(b.lock(Read, 105, 1, false)), libc::EAGAIN, "{case}");
+    b.lock(Read, 110, 0, false).unwrap();
+    let h = b
+        .test_lock(Write, 0, 200)
+        .unwrap()
+        .expect("a's lock is in the way");
+    assert_eq!((h.kind, h.start, h.len), (Write, 100, 10), "{case}");
+    assert_eq!(a.test_lock(Read, 0, 100).unwrap(), None, "{case}");
+    // A waiting lock is had when the holder lets go.
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        a.lock(Unlock, 0, 0, false).unwrap();
+        a
     });
+    let start = Instant::now();
+    b.lock(Write, 100, 10, true).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(50), "{case}: it waited");
+    let a = t.join().unwrap();
+    assert_eq!(errno(a.lock(Read, 100, 1, false)), libc::EAGAIN, "{case}");
+    // `flock` is apart from the byte-range locks, and conflicts the same.
+    b.flock(Write, false).unwrap();
+    assert_eq!(errno(a.flock(Read, false)), libc::EAGAIN, "{case}");
+    // Closing the holder's file frees its locks.
+    drop(b);
+    assert!(
+        lintel_tests::eventually(Duration::from_secs(5), || a.lock(Write, 0, 0, false).is_ok()
+            && a.flock(Read, false).is_ok()),
+        "{case}: the closed file's locks are gone"
+    );
+    assert_eq!(errno(a.lock(Read, u64::MAX, 1, false)), libc::EINVAL, "{case}");
+    a.lock(Unlock, 0, 0, false).unwrap();
+    a.flock(Unlock, false).unwrap();
 }
 
 #[test]

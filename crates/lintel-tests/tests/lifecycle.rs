@@ -39,6 +39,35 @@ fn unreferenced_once_per_transition_and_again_after_reuse() {
     assert_eq!(p.u64(m::UNREF_COUNT, b""), 2, "exactly one per transition");
 }
 
+/// A door whose holders have all let go goes then, with the object behind
+/// it (a file and its locks), even while the thread that served its last
+/// call waits, bound to the caller's slot, for a next call that may never
+/// come.
+#[test]
+fn a_released_door_goes_while_its_last_server_waits_for_more() {
+    use std::sync::mpsc::channel;
+    let p = Arc::new(Peer::start("plain"));
+    // An observer thread with a server thread of its own in the peer (its
+    // slot's): its questions queue no work that would make the server
+    // thread bound to our slot let go.
+    let (ready_tx, ready_rx) = channel();
+    let (go_tx, go_rx) = channel::<()>();
+    let q = p.clone();
+    let observer = std::thread::spawn(move || {
+        assert_eq!(q.u64(m::HANDLERS_DROPPED, b""), 0);
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+        eventually(WAIT, || q.u64(m::HANDLERS_DROPPED, b"") == 1)
+    });
+    ready_rx.recv().unwrap();
+    let d = p.door(m::MAKE_UNKEPT, 0);
+    assert_eq!(d.call_bytes(b"x").unwrap(), b"x");
+    drop(d);
+    // This thread calls no more.
+    go_tx.send(()).unwrap();
+    assert!(observer.join().unwrap(), "the door's handler was never dropped");
+}
+
 #[test]
 fn holder_killed_counts_as_released() {
     let unrefs = Arc::new(AtomicU64::new(0));

@@ -15,6 +15,7 @@ use rustix::fs::OFlags;
 use crate::client::credentials::tell;
 use crate::client::mapped::{Mapped, MappedSession, View};
 use crate::client::spliced::{Pipes, SPLICE_MIN};
+use crate::proto::lock;
 use crate::proto::{
     Attr, DirEntry, FsError, LockHolder, LockKind, MAX_IO, OpenFile, OpenFileClient, Stat, Whence,
 };
@@ -414,20 +415,49 @@ impl File {
     /// + len)` (`len` 0: to any end), held by this open file and every
     /// holder of its door; with `wait`, until it can be had (see
     /// [`crate::proto::OpenFile::lock`]).
+    ///
+    /// A mapped handle holding the open's own open file description takes
+    /// the lock through it without a call, and calls only to wait for one
+    /// another open file holds.
     pub fn lock(&self, kind: LockKind, start: u64, len: u64, wait: bool) -> Result<(), FsError> {
+        if let Some(owner) = self.lock_owner()? {
+            match lock::set(owner, kind, start, len) {
+                Err(e) if wait && e.errno() == libc::EAGAIN => {}
+                r => return r,
+            }
+        }
         self.file.lock(kind, start, len, wait)
     }
 
     /// The first lock of another open file that would conflict with `kind`
     /// on the range.
     pub fn test_lock(&self, kind: LockKind, start: u64, len: u64) -> Result<Option<LockHolder>, FsError> {
+        if let Some(owner) = self.lock_owner()? {
+            return lock::test(owner, kind, start, len);
+        }
         self.file.test_lock(kind, start, len)
     }
 
     /// Take, change or drop a `flock(2)` lock on the whole file, held by
-    /// this open file (see [`crate::proto::OpenFile::flock`]).
+    /// this open file (see [`crate::proto::OpenFile::flock`]); without a
+    /// call as [`File::lock`].
     pub fn flock(&self, kind: LockKind, wait: bool) -> Result<(), FsError> {
+        if let Some(owner) = self.lock_owner()? {
+            match lock::whole_file(owner, kind) {
+                Err(e) if wait && e.errno() == libc::EAGAIN => {}
+                r => return r,
+            }
+        }
         self.file.flock(kind, wait)
+    }
+
+    /// The open's own open file description, if its window is attached
+    /// and holds one ([`Mapped::lock_owner`]).
+    fn lock_owner(&self) -> Result<Option<std::os::fd::BorrowedFd<'_>>, FsError> {
+        match self.window.attached() {
+            Some(m) => m.lock_owner(),
+            None => Ok(None),
+        }
     }
 
     /// The host's `O_PATH` descriptor of the FIFO, socket or device this

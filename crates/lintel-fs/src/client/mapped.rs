@@ -18,7 +18,7 @@
 //! `EIO` (service gone) or `EBADF` (evicted) and never returns those
 //! zeros as data.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -261,6 +261,9 @@ pub(crate) struct Mapped {
     /// token is here and nothing is dirty ([`Mapped::read_host`]); none
     /// from a read-only export.
     host: Option<OwnedFd>,
+    /// `host` is the open's own open file description: its byte-range
+    /// and `flock` locks are the open's, taken without a call.
+    locks: bool,
 }
 
 /// Read `buf.len()` bytes of `host` at `at`, fewer at its end.
@@ -315,7 +318,7 @@ impl Mapped {
     /// Map `file` (a regular file opened for reading) through `session`.
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
-        let (slot, cache, host, span, writable) = session.session.attach(file.door().clone())?;
+        let (slot, cache, host, locks, span, writable) = session.session.attach(file.door().clone())?;
         // (Without a copy, out of descriptors, long reads take the pipes.)
         let reads = host
             .as_ref()
@@ -358,6 +361,7 @@ impl Mapped {
             grants: AtomicU64::new(0),
             refused: std::sync::atomic::AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            locks: locks && reads.is_some(),
             host: reads,
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
@@ -743,6 +747,15 @@ impl Mapped {
                 Ok(Some(n as usize))
             })?
             .flatten())
+    }
+
+    /// The open's own open file description, for its locks: `None` if
+    /// this handle has none (a read-only export, an appending writer's
+    /// second open), or the session is over (the locks then fail as
+    /// calls would).
+    pub(crate) fn lock_owner(&self) -> Result<Option<BorrowedFd<'_>>, FsError> {
+        self.session.check()?;
+        Ok(self.host.as_ref().filter(|_| self.locks).map(|h| h.as_fd()))
     }
 
     /// Move the shared offset without a call.

@@ -124,6 +124,12 @@ pub trait Export {
     fn settle_dead(&self, pid: u32) -> Result<bool, FsError>;
 }
 
+/// What [`Session::attach`] hands back: the descriptor's number, the
+/// cache, the host file (if any), whether that is the open's own open
+/// file description, the bytes to map, and whether the mapping may be
+/// written.
+pub type Attached = (u32, OwnedFd, Option<OwnedFd>, bool, u64, bool);
+
 /// A client process's mapped windows on one export: descriptors in the
 /// shared page, one per open file it maps, each with its token.
 #[lintel::interface]
@@ -135,11 +141,13 @@ pub trait Session {
     /// client writes back what it wrote through its window should the
     /// service die, its keeper; and reads through it while it holds the
     /// token with nothing dirty; it opened the file so, so this gives it
-    /// nothing more; none for a read-only file of a read-only export), the
-    /// bytes to map of the cache, and whether the mapping may be written.
-    /// One call for both descriptors: each reply that carries descriptors
-    /// waits for the connection's socket.
-    fn attach(&self, file: Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError>;
+    /// nothing more; none for a read-only file of a read-only export),
+    /// whether that descriptor is the open's own open file description
+    /// (its byte-range locks are the open's: the client takes them
+    /// without a call), the bytes to map of the cache, and whether the
+    /// mapping may be written. One call for both descriptors: each reply
+    /// that carries descriptors waits for the connection's socket.
+    fn attach(&self, file: Door) -> Result<Attached, FsError>;
     /// The client mapped the cache at `base` and registered the mapping
     /// with its userfaultfd.
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError>;

@@ -16,14 +16,15 @@
 
 mod error;
 mod interfaces;
+pub(crate) mod lock;
 pub mod token;
 mod types;
 pub(crate) mod write_back;
 
 pub use error::FsError;
 pub use interfaces::{
-    Export, ExportClient, ExportServer, OpenFile, OpenFileClient, OpenFileServer, Session, SessionClient,
-    SessionServer,
+    Attached, Export, ExportClient, ExportServer, OpenFile, OpenFileClient, OpenFileServer, Session,
+    SessionClient, SessionServer,
 };
 pub(crate) use interfaces::{MAX_WINDOW, MIN_WINDOW};
 pub use types::{

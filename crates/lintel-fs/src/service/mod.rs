@@ -51,7 +51,6 @@
 mod credentials;
 mod export;
 mod host;
-mod lock;
 mod node;
 mod open;
 mod path;

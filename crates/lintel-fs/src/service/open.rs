@@ -13,14 +13,15 @@ use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::proto::lock;
 use crate::proto::{Attr, DirEntry, FsError, LockHolder, LockKind, MAX_IO, OpenFile, Stat, Whence};
 use crate::service::credentials::{As, Credentials};
 use crate::service::host::{list_of, reopen, set_attr, stat_of};
 use crate::service::node::{Node, TokenState};
+use crate::service::readonly;
 use crate::service::splice::{self, Pipes};
 use crate::service::tally::Tally;
 use crate::service::weak_map::WeakMap;
-use crate::service::{lock, readonly};
 
 /// Every open file of an export, by its doors' datum. Entries are weak:
 /// one whose open is gone is harmless until swept (`WeakMap`).

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::proto::token::{self, Desc, PAGE_LEN, SLOTS};
-use crate::proto::{FsError, MAX_WINDOW, MIN_WINDOW, OpenFileServer, Session, SessionServer};
+use crate::proto::{Attached, FsError, MAX_WINDOW, MIN_WINDOW, OpenFileServer, Session, SessionServer};
 use crate::service::credentials::As;
 use crate::service::host::stat_of;
 use crate::service::node::{self, Node, SPAN, TokenHolder};
@@ -370,7 +370,7 @@ fn pager_loop(core: Weak<SessionCore>) {
 }
 
 impl Session for SessionImpl {
-    fn attach(&self, file: lintel::Door) -> Result<(u32, OwnedFd, Option<OwnedFd>, u64, bool), FsError> {
+    fn attach(&self, file: lintel::Door) -> Result<Attached, FsError> {
         if self.core.is_evicted() {
             return Err(FsError::Closed);
         }
@@ -401,12 +401,16 @@ impl Session for SessionImpl {
         // could not do through calls with its own credentials, but for a
         // read-only export, whose files its owner could change through a
         // descriptor (`fchmod`): none there.
-        let (cache, host) = if open.writable {
-            (cache, Some(open.positional_fd()?.try_clone()?))
+        // (A writer's positional descriptor is a second open of the file
+        // when it appends: a lock through it would not be this open's.)
+        let (cache, host, locks) = if open.writable {
+            let positional = open.positional_fd()?;
+            let own = std::ptr::eq(positional, &open.fd);
+            (cache, Some(positional.try_clone()?), own)
         } else if open.export_read_only {
-            (node::read_only(&cache)?, None)
+            (node::read_only(&cache)?, None, false)
         } else {
-            (node::read_only(&cache)?, Some(open.fd.try_clone()?))
+            (node::read_only(&cache)?, Some(open.fd.try_clone()?), true)
         };
         let mut bindings = self.core.bindings.lock();
         let slot = bindings
@@ -421,7 +425,7 @@ impl Session for SessionImpl {
             base: None,
             mapped: Mapped::default(),
         });
-        Ok((slot as u32, cache, host, SPAN, writable))
+        Ok((slot as u32, cache, host, locks, SPAN, writable))
     }
 
     fn mapped(&self, slot: u32, base: u64) -> Result<(), FsError> {

@@ -222,7 +222,7 @@ impl FsPeer for Client {
             return Err(std::io::Error::last_os_error().into());
         }
         let (session, page_fd) = export.session(fake_uffd.try_clone()?, evicted.try_clone()?)?;
-        let (slot, cache, _, _, _) = session.attach(file.door().clone())?;
+        let (slot, cache, _, _, _, _) = session.attach(file.door().clone())?;
         session.acquire(slot)?;
         let page = Page::map(&page_fd);
         let at = slot as usize * token::DESC;

@@ -146,7 +146,7 @@ fn serve(w: &Work, bufs: &mut Buffers, pool: &'static Pool<Work>) {
     // A request handed to an async handler's task (`handle` is true) gets
     // its reply from the task: this thread lets go of the slot at once.
     'serve: loop {
-        if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, &mut bufs.spinner, &mut bufs.shared_cpu)
+        if let Some(seq) = wait_request(pool, &slot, ss, &w.conn, bufs)
             && !handle(w, ss, &slot, seq, bufs)
             && !pool.has_queued()
         {
@@ -188,9 +188,11 @@ fn wait_request(
     slot: &Slot,
     ss: &SlotServer,
     conn: &Conn,
-    spinner: &mut bool,
-    shared_cpu: &mut u32,
+    bufs: &mut Buffers,
 ) -> Option<u32> {
+    let Buffers {
+        spinner, shared_cpu, ..
+    } = bufs;
     // The last call's reply is out: what its handler left for now.
     after_reply::run_queued();
     let req = slot.sync(SyncWord::ReqSeq);
@@ -250,6 +252,12 @@ fn wait_request(
         pool.give_up_spinning();
         spun = Some(spin);
     }
+    // The last call's door is let go before a sleep: held while this
+    // thread waits, it would keep a door its holders have all released
+    // (and the object behind it: a file's locks) until the next call on
+    // this slot. A call after a sleep pays a wake-up; the grant table's
+    // lookup is nothing beside it.
+    bufs.door = None;
     // Asked before each sleep too: a caller that died during the call just
     // served woke nobody (the pool would count this thread busy until the
     // sleep's safety-net timeout).

@@ -9,6 +9,10 @@
 //! and process for this very reason). A client's `flock` is the host's
 //! `flock` of that open file ([`whole_file`]): as on Linux it holds
 //! whatever the access mode and never meets a byte-range lock.
+//!
+//! A client holding a descriptor of that very open file description (a
+//! mapped handle's host descriptor, `Session::attach`) takes the same
+//! locks through it without a call: the kernel sees one owner either way.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd};
