@@ -722,6 +722,20 @@ fn method_const_item(m: &Method, iface: &str) -> TokenStream {
     }
 }
 
+/// Whether `m`'s reply carries its one out buffer ahead of its result
+/// (`lintel::stub::end_leading_out`): a method with exactly one `&mut
+/// Vec<u8>` out parameter and no in-out ones. Its handler writes straight
+/// into the reply's bytes, one copy fewer than a buffer of its own.
+fn leading_out(m: &Method) -> bool {
+    let outs = m.params.iter().filter(|k| matches!(k, Kind::Out)).count();
+    let inouts = m
+        .params
+        .iter()
+        .filter(|k| matches!(k, Kind::InOutVec | Kind::InOutSlice))
+        .count();
+    outs == 1 && inouts == 0
+}
+
 /// The client's trait method, and the inherent method behind it that
 /// marshals the call.
 fn client_method(
@@ -744,6 +758,7 @@ fn client_method(
     let mut extra = Vec::new(); // co-located: result bytes of buffers
     let mut enc = Vec::new(); // remote: encode the arguments
     let mut dec = Vec::new(); // remote: decode buffers from the reply
+    let mut lead: Option<Ident> = None; // remote: the one out buffer, ahead of the result
     let mut clear = Vec::new(); // co-located: out buffers of a result too large to send
     for (k, a) in m.params.iter().zip(args) {
         match k {
@@ -783,7 +798,11 @@ fn client_method(
                 pre.push(quote!(#a.clear();));
                 clear.push(quote!(#a.clear();));
                 extra.push(quote!(+ #st::buf_size(#a.len())));
-                dec.push(quote_spanned!(ms=> #st::decode_out(__r, #a)?;));
+                if leading_out(m) {
+                    lead = Some(a.clone());
+                } else {
+                    dec.push(quote_spanned!(ms=> #st::decode_out(__r, #a)?;));
+                }
             }
             Kind::InOutVec => {
                 decl.push(quote!(#a: &mut ::std::vec::Vec<u8>));
@@ -868,20 +887,41 @@ fn client_method(
     };
     // The marshalled call, the same for the blocking client (`send`) and
     // the awaited one (`send_async(..).await`).
-    let marshalled = |send: TokenStream| {
+    let marshalled = |send: TokenStream, awaited: bool| {
+        // The one out buffer ahead of the result: the reply's bytes become
+        // the caller's vector (`Call::send_leading`).
+        let send_and_decode = match &lead {
+            Some(a) => {
+                let send = match awaited {
+                    true => quote_spanned!(ms=> __call.send_async_leading(&self.door, #a, __decode).await),
+                    false => quote_spanned!(ms=> __call.send_leading(&self.door, #a, __decode)),
+                };
+                quote_spanned! {ms=>
+                    let __decode = |__r: #st::Reader<'_>| {
+                        #st::decode_reply(&#client::#method, __r, |__r| {
+                            #st::decode_result::<#ok, #e>(__r)
+                        })
+                    };
+                    let __reply = #send;
+                }
+            }
+            None => quote_spanned! {ms=>
+                let __reply = #send.and_then(|__r| {
+                    #st::decode_reply(&#client::#method, __r, |__r| {
+                        let __v = #st::decode_result::<#ok, #e>(__r)?;
+                        #(#dec)*
+                        ::core::result::Result::Ok(__v)
+                    })
+                });
+            },
+        };
         quote_spanned! {ms=>
             let mut __call = #st::Call::new(#client::#method);
             {
                 let mut __w = __call.writer();
                 #(#enc)*
             }
-            let __reply = #send.and_then(|__r| {
-                #st::decode_reply(&#client::#method, __r, |__r| {
-                    let __v = #st::decode_result::<#ok, #e>(__r)?;
-                    #(#dec)*
-                    ::core::result::Result::Ok(__v)
-                })
-            });
+            #send_and_decode
             match __reply {
                 ::core::result::Result::Ok(v) => v,
                 ::core::result::Result::Err(e) => {
@@ -890,8 +930,8 @@ fn client_method(
             }
         }
     };
-    let blocking = marshalled(quote_spanned!(ms=> __call.send(&self.door)));
-    let awaiting = marshalled(quote_spanned!(ms=> __call.send_async(&self.door).await));
+    let blocking = marshalled(quote_spanned!(ms=> __call.send(&self.door)), false);
+    let awaiting = marshalled(quote_spanned!(ms=> __call.send_async(&self.door).await), true);
     let remote = quote_spanned! {ms=>
         #[doc(hidden)]
         #[allow(clippy::ptr_arg, clippy::too_many_arguments)]
@@ -919,6 +959,7 @@ fn dispatch_arm(m: &Method, tname: &Ident, asynk: Option<&Ident>) -> TokenStream
     let mut dec = Vec::new();
     let mut call_args = Vec::new();
     let mut outs = Vec::new();
+    let mut lead: Option<Ident> = None;
     for (k, a) in m.params.iter().zip(&m.args) {
         match k {
             Kind::Value(t) => {
@@ -938,6 +979,15 @@ fn dispatch_arm(m: &Method, tname: &Ident, asynk: Option<&Ident>) -> TokenStream
             Kind::Str => {
                 dec.push(quote_spanned!(ms=> let #a: &str = r.str().map_err(#st::bad_request)?;));
                 call_args.push(quote!(#a));
+            }
+            Kind::Out if leading_out(m) => {
+                // The reply's own bytes, empty before the handler runs.
+                dec.push(quote_spanned!(ms=>
+                    let mut #a = ::core::mem::take(&mut reply.data);
+                    #a.clear();
+                ));
+                call_args.push(quote!(&mut #a));
+                lead = Some(a.clone());
             }
             Kind::Out => {
                 dec.push(quote!(let mut #a = #st::OutBuf::new();));
@@ -965,13 +1015,23 @@ fn dispatch_arm(m: &Method, tname: &Ident, asynk: Option<&Ident>) -> TokenStream
             <__I as #atrait>::#name(&*imp, #(#call_args),*).await
         },
     };
+    let encode = match &lead {
+        Some(a) => quote_spanned! {ms=>
+            let __n = #a.len();
+            reply.data = #a;
+            #st::end_leading_out(__n, &__res, reply);
+        },
+        None => quote_spanned! {ms=>
+            #st::encode_result(&__res, reply);
+            #(#outs)*
+        },
+    };
     quote_spanned! {ms=>
         #number => {
             #(#dec)*
             r.finish().map_err(#st::bad_request)?;
             let __res = #run;
-            #st::encode_result(&__res, reply);
-            #(#outs)*
+            #encode
             ::core::result::Result::Ok(())
         }
     }

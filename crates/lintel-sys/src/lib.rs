@@ -41,7 +41,7 @@ pub mod pod;
 pub mod poll;
 pub mod socket;
 
-pub use copy::{copy_bytes, copy_from_shared, copy_raw, extend_bytes};
+pub use copy::{copy_bytes, copy_from_shared, copy_raw, extend_bytes, pread_append};
 #[cfg(target_arch = "x86_64")]
 pub use cpu::tsc;
 pub use cpu::{current_cpu, membarrier, membarrier_register, monotonic_ns, move_off_cpu, prefetch};

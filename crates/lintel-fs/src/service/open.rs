@@ -165,20 +165,17 @@ impl Opened {
     }
 
     fn read_into(&self, at: u64, len: u32, data: &mut Vec<u8>) -> Result<usize, FsError> {
-        // Exactly `len` bytes asked of the host: a read into the vector's
-        // spare capacity would read as much as it happens to have, and a
-        // shared-offset read would move the offset that far.
+        // Exactly `len` bytes asked of the host (not the vector's whole
+        // spare capacity: a shared-offset read would move the offset that
+        // far), and not zeroed first.
         let len = len.min(MAX_IO) as usize;
         data.clear();
-        data.resize(len, 0);
-        let n = loop {
-            match rustix::io::pread(&self.fd, &mut data[..], at) {
+        loop {
+            match lintel_sys::pread_append(self.fd.as_fd(), data, len, at) {
                 Err(Errno::INTR) => continue,
-                r => break r?,
+                r => return Ok(r?),
             }
-        };
-        data.truncate(n);
-        Ok(n)
+        }
     }
 
     /// Write all of `data` at `at` (or at the end, if appending); the

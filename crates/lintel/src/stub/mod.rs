@@ -1000,6 +1000,79 @@ impl Call {
 }
 
 impl Call {
+    /// [`Call::send`] for a method whose reply carries its one out buffer
+    /// ahead of its result ([`end_leading_out`]): the reply's bytes become
+    /// `out`'s, not copied, and `f` reads the result that follows them
+    /// before `out` is cut to the buffer. `out` is left empty if the call
+    /// fails or its reply is malformed.
+    pub fn send_leading<R>(
+        &mut self,
+        door: &Door,
+        out: &mut Vec<u8>,
+        f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
+    ) -> Result<R, StubError> {
+        let s = self.s.as_mut().expect("scratch present until drop");
+        self.m.check_items(s.longest)?;
+        let r = match s.buffers.is_empty() {
+            true => door.call(&s.args, &s.doors, &mut s.reply),
+            false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
+        };
+        r.map_err(|e| self.m.error(e))?;
+        s.doors.clear();
+        Self::leading(&self.m, s, out, f)
+    }
+
+    /// [`Call::send_leading`], awaited.
+    pub async fn send_async_leading<R>(
+        &mut self,
+        door: &Door,
+        out: &mut Vec<u8>,
+        f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
+    ) -> Result<R, StubError> {
+        let s = self.s.as_mut().expect("scratch present until drop");
+        self.m.check_items(s.longest)?;
+        let buffers = std::mem::take(&mut s.buffers);
+        s.reply = door
+            .call_with_async(&s.args, &s.doors, buffers)
+            .await
+            .map_err(|e| self.m.error(e))?;
+        s.doors.clear();
+        Self::leading(&self.m, s, out, f)
+    }
+
+    /// Hand the reply's bytes to `out` and read the result between them
+    /// and the length at the end.
+    fn leading<R>(
+        m: &Method,
+        s: &mut Scratch,
+        out: &mut Vec<u8>,
+        f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
+    ) -> Result<R, StubError> {
+        let data = &s.reply.data;
+        let n = data
+            .len()
+            .checked_sub(4)
+            .map(|split| {
+                (
+                    split,
+                    u32::from_le_bytes(data[split..].try_into().expect("four bytes")) as usize,
+                )
+            })
+            .filter(|&(split, n)| n <= split);
+        let Some((split, n)) = n else {
+            return Err(m.bad_reply(WireError("no out buffer ahead of the result")));
+        };
+        out.clear();
+        std::mem::swap(out, &mut s.reply.data);
+        let buffers = std::mem::take(&mut s.reply.buffers);
+        let v = f(Reader::with_buffers(&out[n..split], &s.reply.doors, buffers));
+        match v {
+            Ok(_) => out.truncate(n),
+            Err(_) => out.clear(),
+        }
+        v
+    }
+
     /// [`Call::send`], awaited ([`Door::call_async`]).
     pub async fn send_async(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
@@ -1048,6 +1121,15 @@ pub fn decode_out(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), WireError
     out.clear();
     crate::sys::extend_bytes(out, b);
     Ok(())
+}
+
+/// The server's side of [`Call::send_leading`]: a method whose one out
+/// buffer is `reply.data` itself (the handler wrote `n` bytes there, so
+/// they are not copied again) gets its result after them, then `n`.
+#[inline]
+pub fn end_leading_out<T: Wire, E: Wire>(n: usize, result: &Result<T, E>, reply: &mut Reply) {
+    encode_result(result, reply);
+    reply.data.extend_from_slice(&(n as u32).to_le_bytes());
 }
 
 /// Read an in-out slice back from a reply; its length must not change.
