@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lintel::Door;
 use parking_lot::Mutex;
@@ -163,7 +163,7 @@ impl Service {
     pub fn write_out(&self) {
         let nodes: Vec<Arc<Node>> = self.inner.nodes.lock().live();
         for n in nodes {
-            drop(n.settle(Instant::now() + self.inner.timeout));
+            drop(n.settle(self.inner.timeout));
         }
     }
 }
@@ -210,7 +210,7 @@ impl Inner {
     fn settle_key(&self, key: (u64, u64)) -> bool {
         let node = self.nodes.lock().get(&key);
         if let Some(n) = node {
-            drop(n.settle(Instant::now() + self.timeout));
+            drop(n.settle(self.timeout));
             return true;
         }
         false
@@ -520,7 +520,7 @@ impl Export for ExportImpl {
         let st = rustix::fs::fstat(&fd)?;
         let node = self.nodes.lock().get(&(st.st_dev, st.st_ino));
         // A holder's write-back must not land after the times are set.
-        let _token = node.as_ref().map(|n| n.settle(Instant::now() + self.timeout));
+        let _token = node.as_ref().map(|n| n.settle(self.timeout));
         set_attr(&fd, attr)
     }
 
@@ -771,7 +771,7 @@ impl ExportImpl {
             return Err(Errno::ISDIR.into());
         }
         if truncate && regular {
-            let _token = node.settle(Instant::now() + self.timeout);
+            let _token = node.settle(self.timeout);
             if access == OFlags::RDONLY {
                 // Linux truncates on `O_RDONLY|O_TRUNC` too (checking write
                 // permission); a read-only descriptor cannot, so the file is

@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{FallocateFlags, SealFlags};
@@ -212,9 +212,13 @@ impl Node {
 
     /// The token lock, for a copy-path call: the token is back and the
     /// host file is current until the guard drops.
-    pub(crate) fn settle(&self, deadline: Instant) -> MutexGuard<'_, TokenState> {
+    /// A recall waits for the holder up to `timeout` (the clock is read
+    /// only then: most copy-path calls find no holder).
+    pub(crate) fn settle(&self, timeout: Duration) -> MutexGuard<'_, TokenState> {
         let mut st = self.token.lock();
-        self.recall(&mut st, deadline);
+        if st.holder.is_some() {
+            self.recall(&mut st, Instant::now() + timeout);
+        }
         st
     }
 

@@ -7,7 +7,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{Mode, OFlags};
@@ -104,7 +104,7 @@ impl Opened {
             return Err(FsError::Closed);
         }
         self.tally.file_calls.fetch_add(1, SeqCst);
-        Ok(self.node.settle(Instant::now() + self.timeout))
+        Ok(self.node.settle(self.timeout))
     }
 
     /// Move up to `len` bytes at `at` into attached pipe `pipe` by
