@@ -106,7 +106,7 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `T` where `T: Wire` (integers, `bool`, floats, arrays, tuples, `Option`, `Vec`, `String`, derived types, `lintel::Door`, other interfaces' clients) | in | its encoding; doors in the door list |
 /// | `&[u8]`, `&str` | in | length and bytes |
-/// | `&mut Vec<u8>` | out: cleared, then filled by the server | length and bytes in the reply |
+/// | `&mut Vec<u8>` | out: cleared, then filled by the server | length and bytes in the reply; a method's only out buffer (no in-out ones) is its reply's bytes themselves, ahead of the result, its length last: the handler writes where the bytes travel and the caller's vector takes them, no copy on either side |
 /// | `#[inout] &mut Vec<u8>` | in and out, length may change | both ways |
 /// | `&mut [u8]` | in and out, fixed length | both ways |
 ///
