@@ -986,17 +986,36 @@ impl Call {
     #[inline]
     pub fn send(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        self.m.check_items(s.longest)?;
-        let r = match s.buffers.is_empty() {
-            true => door.call(&s.args, &s.doors, &mut s.reply),
-            false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
-        };
-        r.map_err(|e| self.m.error(e))?;
-        // Drop our clones of the argument doors now, not at the next call.
-        s.doors.clear();
+        exchange(&self.m, s, door)?;
         let buffers = std::mem::take(&mut s.reply.buffers);
         Ok(Reader::with_buffers(&s.reply.data, &s.reply.doors, buffers))
     }
+}
+
+/// Make the call of `s` on `door`; the reply is in `s.reply`.
+#[inline]
+fn exchange(m: &Method, s: &mut Scratch, door: &Door) -> Result<(), StubError> {
+    m.check_items(s.longest)?;
+    let r = match s.buffers.is_empty() {
+        true => door.call(&s.args, &s.doors, &mut s.reply),
+        false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
+    };
+    r.map_err(|e| m.error(e))?;
+    // Drop our clones of the argument doors now, not at the next call.
+    s.doors.clear();
+    Ok(())
+}
+
+/// [`exchange`], awaited ([`Door::call_async`]).
+async fn exchange_async(m: &Method, s: &mut Scratch, door: &Door) -> Result<(), StubError> {
+    m.check_items(s.longest)?;
+    let buffers = std::mem::take(&mut s.buffers);
+    s.reply = door
+        .call_with_async(&s.args, &s.doors, buffers)
+        .await
+        .map_err(|e| m.error(e))?;
+    s.doors.clear();
+    Ok(())
 }
 
 impl Call {
@@ -1012,13 +1031,7 @@ impl Call {
         f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
     ) -> Result<R, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        self.m.check_items(s.longest)?;
-        let r = match s.buffers.is_empty() {
-            true => door.call(&s.args, &s.doors, &mut s.reply),
-            false => door.call_with(&s.args, &s.doors, std::mem::take(&mut s.buffers), &mut s.reply),
-        };
-        r.map_err(|e| self.m.error(e))?;
-        s.doors.clear();
+        exchange(&self.m, s, door)?;
         Self::leading(&self.m, s, out, f)
     }
 
@@ -1030,13 +1043,7 @@ impl Call {
         f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
     ) -> Result<R, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        self.m.check_items(s.longest)?;
-        let buffers = std::mem::take(&mut s.buffers);
-        s.reply = door
-            .call_with_async(&s.args, &s.doors, buffers)
-            .await
-            .map_err(|e| self.m.error(e))?;
-        s.doors.clear();
+        exchange_async(&self.m, s, door).await?;
         Self::leading(&self.m, s, out, f)
     }
 
@@ -1076,13 +1083,7 @@ impl Call {
     /// [`Call::send`], awaited ([`Door::call_async`]).
     pub async fn send_async(&mut self, door: &Door) -> Result<Reader<'_>, StubError> {
         let s = self.s.as_mut().expect("scratch present until drop");
-        self.m.check_items(s.longest)?;
-        let buffers = std::mem::take(&mut s.buffers);
-        s.reply = door
-            .call_with_async(&s.args, &s.doors, buffers)
-            .await
-            .map_err(|e| self.m.error(e))?;
-        s.doors.clear();
+        exchange_async(&self.m, s, door).await?;
         let buffers = std::mem::take(&mut s.reply.buffers);
         Ok(Reader::with_buffers(&s.reply.data, &s.reply.doors, buffers))
     }
