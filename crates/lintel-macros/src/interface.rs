@@ -887,33 +887,39 @@ fn client_method(
     };
     // The marshalled call, the same for the blocking client (`send`) and
     // the awaited one (`send_async(..).await`).
-    let marshalled = |send: TokenStream, awaited: bool| {
-        // The one out buffer ahead of the result: the reply's bytes become
-        // the caller's vector (`Call::send_leading`).
+    let marshalled = |awaited: bool| {
+        let wait = awaited.then(|| quote!(.await));
         let send_and_decode = match &lead {
+            // The one out buffer ahead of the result: the reply's bytes
+            // become the caller's vector (`Call::send_leading`).
             Some(a) => {
                 let send = match awaited {
-                    true => quote_spanned!(ms=> __call.send_async_leading(&self.door, #a, __decode).await),
-                    false => quote_spanned!(ms=> __call.send_leading(&self.door, #a, __decode)),
+                    true => quote_spanned!(ms=> send_async_leading),
+                    false => quote_spanned!(ms=> send_leading),
                 };
                 quote_spanned! {ms=>
-                    let __decode = |__r: #st::Reader<'_>| {
+                    let __reply = __call.#send(&self.door, #a, |__r: #st::Reader<'_>| {
                         #st::decode_reply(&#client::#method, __r, |__r| {
                             #st::decode_result::<#ok, #e>(__r)
                         })
-                    };
-                    let __reply = #send;
+                    })#wait;
                 }
             }
-            None => quote_spanned! {ms=>
-                let __reply = #send.and_then(|__r| {
-                    #st::decode_reply(&#client::#method, __r, |__r| {
-                        let __v = #st::decode_result::<#ok, #e>(__r)?;
-                        #(#dec)*
-                        ::core::result::Result::Ok(__v)
-                    })
-                });
-            },
+            None => {
+                let send = match awaited {
+                    true => quote_spanned!(ms=> send_async),
+                    false => quote_spanned!(ms=> send),
+                };
+                quote_spanned! {ms=>
+                    let __reply = __call.#send(&self.door)#wait.and_then(|__r| {
+                        #st::decode_reply(&#client::#method, __r, |__r| {
+                            let __v = #st::decode_result::<#ok, #e>(__r)?;
+                            #(#dec)*
+                            ::core::result::Result::Ok(__v)
+                        })
+                    });
+                }
+            }
         };
         quote_spanned! {ms=>
             let mut __call = #st::Call::new(#client::#method);
@@ -930,8 +936,8 @@ fn client_method(
             }
         }
     };
-    let blocking = marshalled(quote_spanned!(ms=> __call.send(&self.door)), false);
-    let awaiting = marshalled(quote_spanned!(ms=> __call.send_async(&self.door).await), true);
+    let blocking = marshalled(false);
+    let awaiting = marshalled(true);
     let remote = quote_spanned! {ms=>
         #[doc(hidden)]
         #[allow(clippy::ptr_arg, clippy::too_many_arguments)]

@@ -361,7 +361,7 @@ impl Mapped {
             grants: AtomicU64::new(0),
             refused: std::sync::atomic::AtomicBool::new(false),
             epoch: AtomicU64::new(0),
-            locks: locks && reads.is_some(),
+            locks,
             host: reads,
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;

@@ -1055,18 +1055,13 @@ impl Call {
         out: &mut Vec<u8>,
         f: impl FnOnce(Reader<'_>) -> Result<R, StubError>,
     ) -> Result<R, StubError> {
-        let data = &s.reply.data;
-        let n = data
-            .len()
-            .checked_sub(4)
-            .map(|split| {
-                (
-                    split,
-                    u32::from_le_bytes(data[split..].try_into().expect("four bytes")) as usize,
-                )
-            })
-            .filter(|&(split, n)| n <= split);
-        let Some((split, n)) = n else {
+        // The buffer's length last, no longer than what precedes it.
+        let lengths = s
+            .reply
+            .data
+            .split_last_chunk::<4>()
+            .map(|(body, n)| (body.len(), u32::from_le_bytes(*n) as usize));
+        let Some((split, n)) = lengths.filter(|&(split, n)| n <= split) else {
             return Err(m.bad_reply(WireError("no out buffer ahead of the result")));
         };
         out.clear();
