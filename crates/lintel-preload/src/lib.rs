@@ -15,6 +15,8 @@ use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
 use lintel_unix::{ENV_EXEC, ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
 
+mod rebind;
+
 /// This process's emulation: made by the constructor, made anew by a
 /// forked child (the parent's is left behind, never freed).
 static EMULATION: AtomicPtr<Emulation> = AtomicPtr::new(std::ptr::null_mut());
@@ -87,6 +89,10 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
     match floor {
         Ok(f) => lintel::set_descriptor_floor(f.min(i32::MAX as u64) as i32),
         Err(e) => eprintln!("lintel-unix: no room kept for the runtime's descriptors: {e}"),
+    }
+    if static_program.is_none() {
+        // Before `connect` starts the runtime's threads.
+        rebind::bind(&libc_entries());
     }
     let Some(emulation) = connect(prefix) else { return };
     lintel_unix::emulate::set_reviver(revive);
@@ -798,4 +804,169 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
     // carries its served files and redirections to the image it `exec`s,
     // and an `exec` of a served program gives it a runtime first.)
     unsafe { recorded_fork(emulation()) }
+}
+
+// ---- more calls glibc makes as one system call each ----
+//
+// Answered as their traps would be (`emulated`): a served descriptor by
+// the emulation, anything else directly. Wrapped so that a program's call
+// and glibc's own (bound to these by `rebind`) make no trap.
+
+macro_rules! one_call {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $nr:expr;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// As the system call's.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let mut args = [0u64; 6];
+            let given = [$($arg as u64),*];
+            args[..given.len()].copy_from_slice(&given);
+            emulated($nr, args) as $ret
+        }
+    )*};
+}
+
+one_call! {
+    /// fcntl(2) (the third argument, when there is one, is read as a
+    /// word, as glibc reads it).
+    fn fcntl64(fd: i32, cmd: i32, arg: u64) -> i32 = libc::SYS_fcntl;
+    /// fcntl(2) (the same function as `fcntl64` on x86-64).
+    fn fcntl(fd: i32, cmd: i32, arg: u64) -> i32 = libc::SYS_fcntl;
+    /// fsync(2).
+    fn fsync(fd: i32) -> i32 = libc::SYS_fsync;
+    /// fdatasync(2).
+    fn fdatasync(fd: i32) -> i32 = libc::SYS_fdatasync;
+    /// ftruncate(2).
+    fn ftruncate64(fd: i32, len: i64) -> i32 = libc::SYS_ftruncate;
+    /// ftruncate(2) (the same function as `ftruncate64` on x86-64).
+    fn ftruncate(fd: i32, len: i64) -> i32 = libc::SYS_ftruncate;
+    /// fchown(2).
+    fn fchown(fd: i32, uid: u32, gid: u32) -> i32 = libc::SYS_fchown;
+    /// mmap(2) (the offset's alignment is the kernel's to check, as
+    /// glibc's own check answers).
+    fn mmap64(addr: *mut libc::c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut libc::c_void = libc::SYS_mmap;
+    /// mmap(2) (the same function as `mmap64` on x86-64).
+    fn mmap(addr: *mut libc::c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut libc::c_void = libc::SYS_mmap;
+    /// munmap(2).
+    fn munmap(addr: *mut libc::c_void, len: usize) -> i32 = libc::SYS_munmap;
+    /// ioctl(2) (the third argument read as a word, as glibc reads it).
+    fn ioctl(fd: i32, request: u64, arg: u64) -> i32 = libc::SYS_ioctl;
+    /// dup(2).
+    fn dup(fd: i32) -> i32 = libc::SYS_dup;
+    /// dup2(2).
+    fn dup2(fd: i32, to: i32) -> i32 = libc::SYS_dup2;
+    /// dup3(2).
+    fn dup3(fd: i32, to: i32, flags: i32) -> i32 = libc::SYS_dup3;
+    /// access(2).
+    fn access(path: *const libc::c_char, mode: i32) -> i32 = libc::SYS_access;
+    /// statx(2).
+    fn statx(dirfd: i32, path: *const libc::c_char, flags: i32, mask: u32, buf: *mut libc::c_void) -> i32 = libc::SYS_statx;
+    /// getxattr(2).
+    fn getxattr(path: *const libc::c_char, name: *const libc::c_char, value: *mut libc::c_void, size: usize) -> isize = libc::SYS_getxattr;
+    /// lgetxattr(2).
+    fn lgetxattr(path: *const libc::c_char, name: *const libc::c_char, value: *mut libc::c_void, size: usize) -> isize = libc::SYS_lgetxattr;
+    /// fgetxattr(2).
+    fn fgetxattr(fd: i32, name: *const libc::c_char, value: *mut libc::c_void, size: usize) -> isize = libc::SYS_fgetxattr;
+    /// readlink(2).
+    fn readlink(path: *const libc::c_char, buf: *mut libc::c_char, size: usize) -> isize = libc::SYS_readlink;
+    /// mkdir(2).
+    fn mkdir(path: *const libc::c_char, mode: u32) -> i32 = libc::SYS_mkdir;
+    /// rmdir(2).
+    fn rmdir(path: *const libc::c_char) -> i32 = libc::SYS_rmdir;
+    /// rename(2).
+    fn rename(from: *const libc::c_char, to: *const libc::c_char) -> i32 = libc::SYS_rename;
+    /// chmod(2).
+    fn chmod(path: *const libc::c_char, mode: u32) -> i32 = libc::SYS_chmod;
+    /// fchmod(2).
+    fn fchmod(fd: i32, mode: u32) -> i32 = libc::SYS_fchmod;
+    /// getpid(2): nothing to emulate, but a trap costs what a hundred
+    /// calls do. (glibc's own entries of these are too short to bind.)
+    fn getpid() -> i32 = libc::SYS_getpid;
+    /// getppid(2).
+    fn getppid() -> i32 = libc::SYS_getppid;
+    /// getuid(2).
+    fn getuid() -> u32 = libc::SYS_getuid;
+    /// geteuid(2).
+    fn geteuid() -> u32 = libc::SYS_geteuid;
+    /// getgid(2).
+    fn getgid() -> u32 = libc::SYS_getgid;
+    /// getegid(2).
+    fn getegid() -> u32 = libc::SYS_getegid;
+}
+
+/// getdents64(2), with glibc's cap on the buffer's size (the kernel's
+/// count is an `int`).
+///
+/// # Safety
+///
+/// As getdents64(2).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getdents64(fd: i32, buf: *mut libc::c_void, len: usize) -> isize {
+    let len = len.min(i32::MAX as usize);
+    emulated(libc::SYS_getdents64, [fd as u64, buf as u64, len as u64, 0, 0, 0])
+}
+
+/// How many system calls this process has trapped so far (each a
+/// SIGSYS, about 1.7 µs against 0.1 µs for a call a wrapper here takes):
+/// for tests and tuning, found with `dlsym(RTLD_DEFAULT,
+/// "lintel_unix_traps")` by a program that runs under `lintel-run`.
+#[unsafe(no_mangle)]
+pub extern "C" fn lintel_unix_traps() -> u64 {
+    trap::traps()
+}
+
+/// The entries of glibc that `rebind` points at this library's wrappers:
+/// each call's exported name (its aliases share its code) and the
+/// internal ones glibc's own code calls.
+fn libc_entries() -> Vec<rebind::Entry> {
+    let private = Some(c"GLIBC_PRIVATE");
+    let entry = |name, version, to: usize| rebind::Entry { name, version, to };
+    vec![
+        entry(c"read", None, read as *const () as usize),
+        entry(c"__read_nocancel", private, read as *const () as usize),
+        entry(c"write", None, write as *const () as usize),
+        entry(c"__write_nocancel", private, write as *const () as usize),
+        entry(c"pread64", None, pread64 as *const () as usize),
+        entry(c"__pread64_nocancel", private, pread64 as *const () as usize),
+        entry(c"pwrite64", None, pwrite64 as *const () as usize),
+        entry(c"lseek64", None, lseek64 as *const () as usize),
+        entry(c"open64", None, open64 as *const () as usize),
+        entry(c"__open64_nocancel", private, open64 as *const () as usize),
+        entry(c"openat64", None, openat64 as *const () as usize),
+        entry(c"close", None, close as *const () as usize),
+        entry(c"__close_nocancel", private, close as *const () as usize),
+        entry(c"fstatat64", None, fstatat64 as *const () as usize),
+        entry(c"fstat64", None, fstat64 as *const () as usize),
+        entry(c"stat64", None, stat64 as *const () as usize),
+        entry(c"lstat64", None, lstat64 as *const () as usize),
+        entry(c"unlinkat", None, unlinkat as *const () as usize),
+        entry(c"unlink", None, unlink as *const () as usize),
+        entry(c"fcntl64", None, fcntl64 as *const () as usize),
+        entry(c"fsync", None, fsync as *const () as usize),
+        entry(c"fdatasync", None, fdatasync as *const () as usize),
+        entry(c"ftruncate64", None, ftruncate64 as *const () as usize),
+        entry(c"fchown", None, fchown as *const () as usize),
+        entry(c"mmap64", None, mmap64 as *const () as usize),
+        entry(c"__mmap", private, mmap64 as *const () as usize),
+        entry(c"munmap", None, munmap as *const () as usize),
+        entry(c"getdents64", None, getdents64 as *const () as usize),
+        entry(c"ioctl", None, ioctl as *const () as usize),
+        entry(c"dup", None, dup as *const () as usize),
+        entry(c"dup2", None, dup2 as *const () as usize),
+        entry(c"dup3", None, dup3 as *const () as usize),
+        entry(c"access", None, access as *const () as usize),
+        entry(c"statx", None, statx as *const () as usize),
+        entry(c"getxattr", None, getxattr as *const () as usize),
+        entry(c"lgetxattr", None, lgetxattr as *const () as usize),
+        entry(c"fgetxattr", None, fgetxattr as *const () as usize),
+        entry(c"readlink", None, readlink as *const () as usize),
+        entry(c"mkdir", None, mkdir as *const () as usize),
+        entry(c"rmdir", None, rmdir as *const () as usize),
+        entry(c"rename", None, rename as *const () as usize),
+        entry(c"chmod", None, chmod as *const () as usize),
+        entry(c"fchmod", None, fchmod as *const () as usize),
+    ]
 }

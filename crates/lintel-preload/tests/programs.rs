@@ -1180,3 +1180,113 @@ fn a_program_that_drops_privileges_and_execs_is_served_as_its_new_user() {
         "the trees the program left"
     );
 }
+
+/// A C program's stdio, directory and descriptor calls, which glibc makes
+/// through its own internal entry points (not the ones a preload library
+/// can define), answer as natively, and with the entries bound to the
+/// library's wrappers none of them traps: counted by the library itself
+/// (`lintel_unix_traps`), over a second round (the first grows the heap).
+/// With the binding switched off the same calls trap, so the count is
+/// the binding's doing.
+#[test]
+fn glibc_internal_calls_reach_the_emulation_without_a_trap() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("stdio.c");
+    std::fs::write(
+        &src,
+        r#"#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    unsigned long long (*traps)(void) = (unsigned long long (*)(void))dlsym(RTLD_DEFAULT, "lintel_unix_traps");
+    unsigned long long before = 0, after = 0;
+    char path[4096], line[64];
+    for (int round = 0; round < 2; round++) {
+        if (round == 1 && traps) before = traps();
+        snprintf(path, sizeof path, "%s/stdio-%d.txt", argv[1], round);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "round %d\n", round);
+        fputs("second line\n", f);
+        fclose(f);
+        f = fopen(path, "r");
+        while (fgets(line, sizeof line, f)) printf("read %s", line);
+        fclose(f);
+        f = fopen(path, "a+");
+        fseek(f, 0, SEEK_SET);
+        fgets(line, sizeof line, f);
+        fputs("third\n", f);
+        fclose(f);
+        printf("again %s", line);
+        DIR *d = opendir(argv[1]);
+        int entries = 0;
+        while (readdir(d)) entries++;
+        closedir(d);
+        struct stat st;
+        stat(path, &st);
+        int fd = open(path, O_RDONLY);
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        printf("entries %d size %lld cloexec %d\n", entries, (long long)st.st_size, fcntl(fd, F_GETFD));
+        close(fd);
+        fflush(stdout);
+        if (round == 1 && traps) after = traps();
+    }
+    if (traps) fprintf(stderr, "traps %llu\n", after - before);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("stdio");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc: {} (.ci/run installs Debian's libc6-dev)",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let exe = exe.to_str().unwrap();
+    let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let native = run(&[exe, n.path().to_str().unwrap()]);
+    assert_eq!(native.0, 0, "natively: {}", String::from_utf8_lossy(&native.2));
+    let served = |rebind: &str| {
+        check_library_is_current();
+        let out = Command::new(env!("CARGO_BIN_EXE_lintel-run"))
+            .arg("--root")
+            .arg(s.path())
+            .args(["--prefix", PREFIX, "--", exe, PREFIX])
+            .env(lintel_unix::ENV_REBIND, rebind)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string()
+            ),
+            (Some(0), String::from_utf8_lossy(&native.1).to_string()),
+            "served (left), native (right); stderr: {err}"
+        );
+        let traps = err
+            .lines()
+            .find_map(|l| l.strip_prefix("traps "))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        traps.unwrap_or_else(|| panic!("no trap count printed: {err}"))
+    };
+    assert_eq!(served("1"), 0, "glibc's internal calls trapped");
+    assert_eq!(snapshot(s.path()), snapshot(n.path()));
+    std::fs::remove_dir_all(s.path()).unwrap();
+    std::fs::create_dir(s.path()).unwrap();
+    let unbound = served("0");
+    assert!(
+        unbound >= 10,
+        "only {unbound} traps with glibc's entries left alone"
+    );
+    assert_eq!(snapshot(s.path()), snapshot(n.path()));
+}

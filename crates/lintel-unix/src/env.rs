@@ -28,6 +28,10 @@ pub const ENV_HOST: &str = "LINTEL_UNIX_HOST";
 /// `emulate`'s `exec`): the preload library's constructor starts it, with
 /// the process's arguments and environment (less this variable).
 pub const ENV_EXEC: &str = "LINTEL_UNIX_EXEC";
+/// Set to `0` by whoever starts the program: glibc's own calls are left
+/// to trap instead of being bound to the preload library's wrappers (a
+/// switch for comparing the two; the answers are the same).
+pub const ENV_REBIND: &str = "LINTEL_UNIX_REBIND";
 
 /// Descriptors kept free for the runtime above the floor, where the
 /// kernel's hard limit allows.

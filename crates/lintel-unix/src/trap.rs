@@ -393,6 +393,15 @@ pub fn allowed<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// System calls trapped in this process so far ([`traps`]).
+static TRAPS: AtomicU64 = AtomicU64::new(0);
+
+/// How many system calls this process's armed threads have trapped (each
+/// a SIGSYS): the calls that no wrapper took first.
+pub fn traps() -> u64 {
+    TRAPS.load(Relaxed)
+}
+
 extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let before = SELECTOR.with(|s| s.replace(ALLOW));
     // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
@@ -400,6 +409,7 @@ extern "C" fn on_sigsys(_sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c
     // SAFETY: and a valid ucontext, ours to edit until we return.
     let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
     if code == SYS_USER_DISPATCH {
+        TRAPS.fetch_add(1, Relaxed);
         let g = &uc.uc_mcontext.gregs;
         let nr = g[libc::REG_RAX as usize];
         let args = [
