@@ -1316,7 +1316,9 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
 /// A sync writes back the pages a client wrote through its window, not
 /// the span between the lowest and highest of them: a database that
 /// rewrites its first page and appends pays for those pages per commit,
-/// not for the whole file. The host file gets every byte written.
+/// not for the whole file. The host file gets every byte written, and
+/// the writer keeps its token: after the first round, no write asks for
+/// it again.
 #[test]
 fn a_sync_writes_back_the_pages_written_not_the_span_between() {
     both_placements(|fs, host| {
@@ -1342,7 +1344,16 @@ fn a_sync_writes_back_the_pages_written_not_the_span_between() {
             let on_host = std::fs::read(host.join("db")).unwrap();
             let first = on_host.iter().zip(&data).position(|(a, b)| a != b);
             assert_eq!((on_host.len(), first), (data.len(), None), "round {round}");
+            if round > 0 {
+                let grants = fs.counters().unwrap().grants - before.grants;
+                assert_eq!(grants, 0, "round {round}: the sync took the writer's token away");
+            }
         }
+        // Read back through the handle after the last sync: the token and
+        // the window it kept serve the bytes.
+        let mut back = vec![0u8; 100];
+        f.read_at(&mut back, 2 << 20).unwrap();
+        assert_eq!(back, data[2 << 20..(2 << 20) + 100]);
     });
 }
 

@@ -650,6 +650,44 @@ pub(crate) fn take(d: &impl Words, deadline: Instant, gone: &dyn Fn() -> bool) -
     Ok(held)
 }
 
+/// Give the token straight back to the descriptor [`take`] took it from,
+/// once what it carried is written out (a sync): `PASSIVE` again with the
+/// offset and size it carried, its window kept, nothing dirty, and the
+/// file's metadata `stat`. The client never sees it gone: an operation it
+/// begins meanwhile finds it `RECALLING`, asks for it, and the service
+/// answers once this is done. A client that wrote the state meanwhile
+/// broke the protocol.
+pub(crate) fn regrant(
+    d: &impl Words,
+    held: Held,
+    stat: &[u64; STAT_WORDS],
+    deadline: Instant,
+    gone: &dyn Fn() -> bool,
+) -> Result<(), Untaken> {
+    lock_until(d.w32(LOCK), deadline, gone)?;
+    if d.w32(STATE).load(SeqCst) != RECALLING {
+        unlock(d.w32(LOCK));
+        return Err(Untaken::Misbehaved(Misbehaved(
+            "wrote its token's state while the service held it",
+        )));
+    }
+    d.w64(OFFSET).store(held.offset, SeqCst);
+    d.w64(SIZE).store(held.size, SeqCst);
+    d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
+    d.w64(DIRTY_HI).store(0, SeqCst);
+    d.w32(DIRTY_SHIFT).store(MIN_DIRTY_SHIFT, SeqCst);
+    for i in 0..DIRTY_MAP_WORDS {
+        d.w64(DIRTY_MAP + 8 * i).store(0, SeqCst);
+    }
+    for (i, w) in stat.iter().enumerate() {
+        d.w64(STAT + 8 * i).store(*w, SeqCst);
+    }
+    d.w32(RECALL).store(0, SeqCst);
+    d.w32(STATE).store(PASSIVE, SeqCst);
+    unlock(d.w32(LOCK));
+    Ok(())
+}
+
 /// The service has written out what [`take`] returned: the token is
 /// `INVALID` (unless the client wrote something else there since, which
 /// the next grant or take judges).
@@ -737,6 +775,51 @@ mod tests {
             }
         );
         assert_eq!(client_begin(&d), Begin::Acquire, "taken back");
+    }
+
+    /// A sync takes the token, writes out what it carried and gives it
+    /// straight back: the client finds it as it left it, window and all,
+    /// with nothing dirty, and a client that wrote the state while the
+    /// service held it is caught.
+    #[test]
+    fn a_regrant_leaves_the_token_where_it_was_with_nothing_dirty() {
+        let d = Plain::new();
+        grant(&d, 0, 100, &[0; STAT_WORDS], soon()).unwrap();
+        set_window(&d, 65536, 65536);
+        let Begin::Ready(_, _) = client_begin(&d) else {
+            panic!("granted")
+        };
+        client_mark(&d, 70_000, 70_100);
+        let wrote = Held {
+            offset: 70_100,
+            size: 70_100,
+            dirty: (70_000, 70_100),
+        };
+        client_end(&d, wrote);
+        let held = take(&d, soon(), &|| false).unwrap();
+        assert_eq!(held, wrote);
+        assert!(dirty_map(&d).words.iter().any(|w| *w != 0), "marked");
+        // An operation begun while the service writes out asks for it.
+        assert_eq!(client_begin(&d), Begin::Acquire);
+        regrant(&d, held, &[5; STAT_WORDS], soon(), &|| false).unwrap();
+        let Begin::Ready(again, window) = client_begin(&d) else {
+            panic!("given back")
+        };
+        assert_eq!(
+            (again.offset, again.size, again.dirty, window),
+            (70_100, 70_100, (u64::MAX, 0), (65536, 65536))
+        );
+        assert!(dirty_map(&d).words.iter().all(|w| *w == 0), "nothing dirty");
+        assert_eq!(stat_words(&d), [5; STAT_WORDS]);
+        client_end(&d, again);
+        // The state written while the service held the token.
+        let held = take(&d, soon(), &|| false).unwrap();
+        d.w32(STATE).store(PASSIVE, SeqCst);
+        assert!(matches!(
+            regrant(&d, held, &[0; STAT_WORDS], soon(), &|| false),
+            Err(Untaken::Misbehaved(_))
+        ));
+        assert_eq!(d.w32(LOCK).load(SeqCst), 0, "the lock is not left held");
     }
 
     #[test]

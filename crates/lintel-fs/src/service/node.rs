@@ -157,22 +157,72 @@ impl Node {
         self.holder_id.store(0, SeqCst);
         match taken {
             Ok(held) => {
-                h.set_offset(held.offset);
-                match h.write_back_fd() {
-                    Some(Ok(fd)) => {
-                        let bytes = self.write_back(fd, held, token::dirty_map(&h.desc()));
-                        h.tally().written_back.fetch_add(bytes, SeqCst);
-                    }
-                    // Reopening failed (out of descriptors): the
-                    // bytes stay in the cache; say so.
-                    Some(Err(e)) => tracing::warn!("cannot write a file back: {e}"),
-                    None => {}
-                }
+                self.write_out(&*h, held);
                 // Written out: should the service die from here on, the
                 // client has nothing to write back for this token.
                 token::recalled(&h.desc());
             }
             Err(why) => h.evict(why.0),
+        }
+    }
+
+    /// Bring the host file up to date with what the token's holder wrote,
+    /// and leave it the token (a sync): taken, written out and given
+    /// straight back ([`token::regrant`]), its window kept and nothing
+    /// dirty, with the metadata of `host` (a descriptor of the file). The
+    /// holder id names the holder throughout, so an operation it begins
+    /// meanwhile asks for the token and is answered when this is done.
+    /// Before, a sync recalled the token, and the holder's next read or
+    /// write paid a call to get it back. A holder that is gone, evicted
+    /// or breaks the protocol is recalled as [`Node::recall`] does.
+    pub(crate) fn flush(&self, st: &mut TokenState, deadline: Instant, host: &OwnedFd) {
+        let Some(h) = st.holder.as_ref().filter(|h| !h.is_evicted() && !h.is_dead()) else {
+            return self.recall(st, deadline);
+        };
+        let held = match token::take(&h.desc(), deadline, &|| h.is_dead()) {
+            Ok(held) => held,
+            Err(token::Untaken::Gone) => return self.recall(st, deadline),
+            Err(token::Untaken::Misbehaved(why)) => {
+                h.evict(why.0);
+                return self.recall(st, deadline);
+            }
+        };
+        self.write_out(&**h, held);
+        let stat = match crate::service::host::stat_of(host) {
+            Ok(stat) => token::stat_to_words(&stat),
+            Err(_) => {
+                // The host would not say: the token stays taken.
+                token::recalled(&h.desc());
+                st.holder = None;
+                self.holder_id.store(0, SeqCst);
+                return;
+            }
+        };
+        match token::regrant(&h.desc(), held, &stat, deadline, &|| h.is_dead()) {
+            Ok(()) => {}
+            Err(why) => {
+                if let token::Untaken::Misbehaved(why) = why {
+                    h.evict(why.0);
+                }
+                st.holder = None;
+                self.holder_id.store(0, SeqCst);
+            }
+        }
+    }
+
+    /// What a holder's token carried, taken back: its offset to the open
+    /// file, its bytes and size to the host file.
+    fn write_out(&self, h: &dyn TokenHolder, held: token::Held) {
+        h.set_offset(held.offset);
+        match h.write_back_fd() {
+            Some(Ok(fd)) => {
+                let bytes = self.write_back(fd, held, token::dirty_map(&h.desc()));
+                h.tally().written_back.fetch_add(bytes, SeqCst);
+            }
+            // Reopening failed (out of descriptors): the
+            // bytes stay in the cache; say so.
+            Some(Err(e)) => tracing::warn!("cannot write a file back: {e}"),
+            None => {}
         }
     }
 
@@ -218,6 +268,16 @@ impl Node {
         let mut st = self.token.lock();
         if st.holder.is_some() {
             self.recall(&mut st, Instant::now() + timeout);
+        }
+        st
+    }
+
+    /// The token lock of the file, the host file brought up to date with
+    /// what a holder wrote, the holder keeping its token ([`Node::flush`]).
+    pub(crate) fn flushed(&self, timeout: Duration, host: &OwnedFd) -> MutexGuard<'_, TokenState> {
+        let mut st = self.token.lock();
+        if st.holder.is_some() {
+            self.flush(&mut st, Instant::now() + timeout, host);
         }
         st
     }
