@@ -507,10 +507,17 @@ pub(crate) fn grant(
         Untaken::Misbehaved(m) => m,
         Untaken::Gone => Misbehaved("left during a grant"),
     })?;
-    d.w64(OFFSET).store(offset, SeqCst);
-    d.w64(SIZE).store(size, SeqCst);
     d.w64(WIN_OFF).store(0, SeqCst);
     d.w64(WIN_LEN).store(0, SeqCst);
+    hand_over(d, offset, size, stat);
+    Ok(())
+}
+
+/// Under the lock: the token `PASSIVE` here with `offset`, `size` and
+/// `stat`, nothing dirty; then the lock goes.
+fn hand_over(d: &impl Words, offset: u64, size: u64, stat: &[u64; STAT_WORDS]) {
+    d.w64(OFFSET).store(offset, SeqCst);
+    d.w64(SIZE).store(size, SeqCst);
     d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
     d.w64(DIRTY_HI).store(0, SeqCst);
     d.w32(DIRTY_SHIFT).store(MIN_DIRTY_SHIFT, SeqCst);
@@ -523,7 +530,6 @@ pub(crate) fn grant(
     d.w32(RECALL).store(0, SeqCst);
     d.w32(STATE).store(PASSIVE, SeqCst);
     unlock(d.w32(LOCK));
-    Ok(())
 }
 
 /// Set the open file's status flags for the next grant: called before
@@ -671,20 +677,7 @@ pub(crate) fn regrant(
             "wrote its token's state while the service held it",
         )));
     }
-    d.w64(OFFSET).store(held.offset, SeqCst);
-    d.w64(SIZE).store(held.size, SeqCst);
-    d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
-    d.w64(DIRTY_HI).store(0, SeqCst);
-    d.w32(DIRTY_SHIFT).store(MIN_DIRTY_SHIFT, SeqCst);
-    for i in 0..DIRTY_MAP_WORDS {
-        d.w64(DIRTY_MAP + 8 * i).store(0, SeqCst);
-    }
-    for (i, w) in stat.iter().enumerate() {
-        d.w64(STAT + 8 * i).store(*w, SeqCst);
-    }
-    d.w32(RECALL).store(0, SeqCst);
-    d.w32(STATE).store(PASSIVE, SeqCst);
-    unlock(d.w32(LOCK));
+    hand_over(d, held.offset, held.size, stat);
     Ok(())
 }
 
