@@ -729,29 +729,49 @@ fn lock_free_positional_reads_never_see_a_write_half_done() {
 }
 
 /// A client that holds the share lock, keeps its token active, or writes
-/// garbage over its shared page is evicted after the timeout; the client
-/// waiting for the file goes on with the right bytes, and the evicted
-/// client's session and file are dead.
+/// garbage over its shared page is evicted after the timeout, whether
+/// another client's read or its sync (which writes the holder's bytes out
+/// and would leave it the token) runs into it; the client waiting for the
+/// file goes on with the right bytes, and the evicted client's session
+/// and file are dead.
 #[test]
 fn a_client_that_breaks_the_share_lock_is_evicted_and_the_others_go_on() {
     let timeout = Duration::from_millis(300);
-    for how in 0..3u8 {
+    for (how, by_sync) in (0..3u8).flat_map(|how| [(how, false), (how, true)]) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"honest bytes").unwrap();
         let svc = FsService::start_with(dir.path(), false, timeout);
         let bad = FsClientPeer::start(svc.fs.door());
         let good = FsClientPeer::start(svc.fs.door());
+        // Synced through the copy path and opened first (an open meeting
+        // a holder would take the token back itself): the sync is what
+        // meets the holder.
+        let synced = by_sync.then(|| good.peer.open(b"f".to_vec(), O_RDWR, COPY).unwrap());
         bad.peer.misbehave(b"f".to_vec(), how).unwrap();
-        assert_eq!(
-            bad.peer.misbehaved_probe().unwrap(),
-            (0, 0),
-            "not evicted before it is in the way"
-        );
-        let g = good.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
+        if !by_sync {
+            // (The probe's own read is in the way: it takes the token back.)
+            assert_eq!(
+                bad.peer.misbehaved_probe().unwrap(),
+                (0, 0),
+                "not evicted before it is in the way"
+            );
+        }
+        let g = match synced {
+            Some(g) => g,
+            None => good.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap(),
+        };
         let start = Instant::now();
         let mut out = Vec::new();
+        if by_sync {
+            good.peer.sync(g).unwrap();
+            assert_eq!(
+                bad.peer.misbehaved_probe().unwrap(),
+                (EBADF, EBADF),
+                "how {how}: the sync evicts the holder that broke the protocol"
+            );
+        }
         good.peer.read_at(g, 0, 12, &mut out).unwrap();
-        assert_eq!(out, b"honest bytes", "how {how}");
+        assert_eq!(out, b"honest bytes", "how {how}, by sync {by_sync}");
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "bounded wait: {:?}",
@@ -765,7 +785,7 @@ fn a_client_that_breaks_the_share_lock_is_evicted_and_the_others_go_on() {
         assert_eq!(
             bad.peer.misbehaved_probe().unwrap(),
             (EBADF, EBADF),
-            "how {how}: the evicted session and its file are revoked"
+            "how {how}, by sync {by_sync}: the evicted session and its file are revoked"
         );
     }
 }

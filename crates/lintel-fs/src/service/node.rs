@@ -169,12 +169,12 @@ impl Node {
     /// Bring the host file up to date with what the token's holder wrote,
     /// and leave it the token (a sync): taken, written out and given
     /// straight back ([`token::regrant`]), its window kept and nothing
-    /// dirty, with the metadata of `host` (a descriptor of the file). The
-    /// holder id names the holder throughout, so an operation it begins
-    /// meanwhile asks for the token and is answered when this is done.
-    /// Before, a sync recalled the token, and the holder's next read or
-    /// write paid a call to get it back. A holder that is gone, evicted
-    /// or breaks the protocol is recalled as [`Node::recall`] does.
+    /// dirty, with the metadata of `host` (a descriptor of the file), so
+    /// that the holder's next read or write makes no call. The holder id
+    /// names the holder throughout: an operation it begins meanwhile asks
+    /// for the token and is answered once this is done. A holder that is
+    /// gone, evicted or breaks the protocol is recalled as
+    /// [`Node::recall`] does.
     pub(crate) fn flush(&self, st: &mut TokenState, deadline: Instant, host: &OwnedFd) {
         let Some(h) = st.holder.as_ref().filter(|h| !h.is_evicted() && !h.is_dead()) else {
             return self.recall(st, deadline);
@@ -188,25 +188,23 @@ impl Node {
             }
         };
         self.write_out(&**h, held);
-        let stat = match crate::service::host::stat_of(host) {
-            Ok(stat) => token::stat_to_words(&stat),
-            Err(_) => {
-                // The host would not say: the token stays taken.
-                token::recalled(&h.desc());
-                st.holder = None;
-                self.holder_id.store(0, SeqCst);
-                return;
+        // Written out: from here on, a holder that cannot have the token
+        // back has nothing of it to write.
+        let given = crate::service::host::stat_of(host)
+            .map_err(|_| None)
+            .and_then(|stat| {
+                token::regrant(&h.desc(), held, &token::stat_to_words(&stat), deadline, &|| {
+                    h.is_dead()
+                })
+                .map_err(Some)
+            });
+        if let Err(why) = given {
+            if let Some(token::Untaken::Misbehaved(why)) = why {
+                h.evict(why.0);
             }
-        };
-        match token::regrant(&h.desc(), held, &stat, deadline, &|| h.is_dead()) {
-            Ok(()) => {}
-            Err(why) => {
-                if let token::Untaken::Misbehaved(why) = why {
-                    h.evict(why.0);
-                }
-                st.holder = None;
-                self.holder_id.store(0, SeqCst);
-            }
+            token::recalled(&h.desc());
+            st.holder = None;
+            self.holder_id.store(0, SeqCst);
         }
     }
 
