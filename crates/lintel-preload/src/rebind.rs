@@ -14,9 +14,10 @@
 //! so glibc's internal calls meet the same answers as the program's own.
 //!
 //! An entry is patched only when glibc's symbol table gives its size, it
-//! is at least the jump's size, and no jump inside it lands within the
-//! bytes the jump replaces (read at every offset, so that none is missed;
-//! a false match only leaves that entry as it was). An entry that cannot
+//! is at least the jump's size, no jump inside it lands within the bytes
+//! the jump replaces, and it has no jump through a register or a table
+//! (read at every offset, so that none is missed; a false match only
+//! leaves that entry as it was). An entry that cannot
 //! be found or checked is left alone and traps as before: the answers are
 //! the same either way, only slower. `LINTEL_UNIX_REBIND=0` in the
 //! environment leaves every entry alone.
@@ -225,8 +226,10 @@ const DT_SYMTAB: u64 = 6;
 const DT_GNU_HASH: u64 = 0x6fff_fef5;
 const STT_FUNC: u8 = 2;
 
-/// Whether a jump or call in `code` (a whole function) lands within its
-/// first [`JUMP`] bytes, other than at its start.
+/// Whether a jump or call in `code` (a whole function) may land within
+/// its first [`JUMP`] bytes, other than at its start: a direct one that
+/// does, or a jump through a register or a table (a `switch`'s jump
+/// table, whose targets the code does not show).
 ///
 /// Every offset is read as if an instruction started there, so a real
 /// jump is never missed; bytes that only look like one refuse the patch.
@@ -246,6 +249,8 @@ pub(crate) fn enters_jump(code: &[u8]) -> bool {
         0xe8 | 0xe9 => rel32(i + 1).is_some_and(|r| lands(i + 5, r)),
         // jcc with a 32-bit displacement
         0x0f => matches!(code.get(i + 1), Some(0x80..=0x8f)) && rel32(i + 2).is_some_and(|r| lands(i + 6, r)),
+        // jmp through a register, or through a table indexed by one
+        0xff => matches!(code.get(i + 1), Some(0xe0..=0xe7 | 0x24)),
         _ => false,
     })
 }
@@ -348,6 +353,15 @@ mod tests {
         let mut restart = CLOSE_NOCANCEL.to_vec();
         restart.extend_from_slice(&[0xeb, (0i64 - (restart.len() as i64 + 2)) as i8 as u8]);
         assert!(!enters_jump(&restart));
+    }
+
+    #[test]
+    fn a_jump_whose_target_the_code_does_not_show_refuses_it() {
+        for jump in [[0xff, 0xe0], [0xff, 0xe2], [0xff, 0x24]] {
+            let mut code = CLOSE_NOCANCEL.to_vec();
+            code.extend_from_slice(&jump);
+            assert!(enters_jump(&code), "{jump:x?}");
+        }
     }
 
     #[test]
