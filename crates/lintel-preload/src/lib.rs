@@ -919,54 +919,38 @@ pub extern "C" fn lintel_unix_traps() -> u64 {
 }
 
 /// The entries of glibc that `rebind` points at this library's wrappers:
-/// each call's exported name (its aliases share its code) and the
-/// internal ones glibc's own code calls.
+/// each call's exported name (its aliases share its code), then the
+/// internal ones glibc's own code calls (`GLIBC_PRIVATE`), each with the
+/// wrapper it goes to.
 fn libc_entries() -> Vec<rebind::Entry> {
-    let private = Some(c"GLIBC_PRIVATE");
-    let entry = |name, version, to: usize| rebind::Entry { name, version, to };
-    vec![
-        entry(c"read", None, read as *const () as usize),
-        entry(c"__read_nocancel", private, read as *const () as usize),
-        entry(c"write", None, write as *const () as usize),
-        entry(c"__write_nocancel", private, write as *const () as usize),
-        entry(c"pread64", None, pread64 as *const () as usize),
-        entry(c"__pread64_nocancel", private, pread64 as *const () as usize),
-        entry(c"pwrite64", None, pwrite64 as *const () as usize),
-        entry(c"lseek64", None, lseek64 as *const () as usize),
-        entry(c"open64", None, open64 as *const () as usize),
-        entry(c"__open64_nocancel", private, open64 as *const () as usize),
-        entry(c"openat64", None, openat64 as *const () as usize),
-        entry(c"close", None, close as *const () as usize),
-        entry(c"__close_nocancel", private, close as *const () as usize),
-        entry(c"fstatat64", None, fstatat64 as *const () as usize),
-        entry(c"fstat64", None, fstat64 as *const () as usize),
-        entry(c"stat64", None, stat64 as *const () as usize),
-        entry(c"lstat64", None, lstat64 as *const () as usize),
-        entry(c"unlinkat", None, unlinkat as *const () as usize),
-        entry(c"unlink", None, unlink as *const () as usize),
-        entry(c"fcntl64", None, fcntl64 as *const () as usize),
-        entry(c"fsync", None, fsync as *const () as usize),
-        entry(c"fdatasync", None, fdatasync as *const () as usize),
-        entry(c"ftruncate64", None, ftruncate64 as *const () as usize),
-        entry(c"fchown", None, fchown as *const () as usize),
-        entry(c"mmap64", None, mmap64 as *const () as usize),
-        entry(c"__mmap", private, mmap64 as *const () as usize),
-        entry(c"munmap", None, munmap as *const () as usize),
-        entry(c"getdents64", None, getdents64 as *const () as usize),
-        entry(c"ioctl", None, ioctl as *const () as usize),
-        entry(c"dup", None, dup as *const () as usize),
-        entry(c"dup2", None, dup2 as *const () as usize),
-        entry(c"dup3", None, dup3 as *const () as usize),
-        entry(c"access", None, access as *const () as usize),
-        entry(c"statx", None, statx as *const () as usize),
-        entry(c"getxattr", None, getxattr as *const () as usize),
-        entry(c"lgetxattr", None, lgetxattr as *const () as usize),
-        entry(c"fgetxattr", None, fgetxattr as *const () as usize),
-        entry(c"readlink", None, readlink as *const () as usize),
-        entry(c"mkdir", None, mkdir as *const () as usize),
-        entry(c"rmdir", None, rmdir as *const () as usize),
-        entry(c"rename", None, rename as *const () as usize),
-        entry(c"chmod", None, chmod as *const () as usize),
-        entry(c"fchmod", None, fchmod as *const () as usize),
+    macro_rules! entries {
+        ($($f:ident),* ; $($private:ident => $to:ident),*) => {
+            vec![
+                $(rebind::Entry { name: c_name!($f), version: None, to: $f as *const () as usize },)*
+                $(rebind::Entry {
+                    name: c_name!($private),
+                    version: Some(c"GLIBC_PRIVATE"),
+                    to: $to as *const () as usize,
+                },)*
+            ]
+        };
+    }
+    macro_rules! c_name {
+        ($f:ident) => {
+            const {
+                match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($f), "\0").as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a name without a NUL inside"),
+                }
+            }
+        };
+    }
+    entries![
+        read, write, pread64, pwrite64, lseek64, open64, openat64, close, fstatat64, fstat64, stat64,
+        lstat64, unlinkat, unlink, fcntl64, fsync, fdatasync, ftruncate64, fchown, mmap64, munmap,
+        getdents64, ioctl, dup, dup2, dup3, access, statx, getxattr, lgetxattr, fgetxattr, readlink,
+        mkdir, rmdir, rename, chmod, fchmod;
+        __read_nocancel => read, __write_nocancel => write, __pread64_nocancel => pread64,
+        __open64_nocancel => open64, __close_nocancel => close, __mmap => mmap64
     ]
 }

@@ -4,9 +4,9 @@
 //! linker. glibc's calls from inside itself do not go that way: `fopen`,
 //! `fread`, `fclose`, `opendir` and locale loading call its internal entry
 //! points (`__open`, `__read`, `__close_nocancel`, ...) directly, so each
-//! of those trapped: a SIGSYS, about 1.7 µs on the test machine against
-//! 0.1 µs for a plain call. A C program writing a file with stdio paid
-//! four traps per file; `sqlite3` reading its script, one per 4 KiB.
+//! of those traps: a SIGSYS, about 1.7 µs on the test machine against
+//! 0.1 µs for a plain call. A C program writing a file with stdio makes
+//! four such calls per file; `sqlite3` reading its script, one per 4 KiB.
 //!
 //! At load, before any thread starts, each such entry point of glibc is
 //! overwritten with a jump to the wrapper for the same call (`jmp
@@ -17,10 +17,10 @@
 //! is at least the jump's size, no jump inside it lands within the bytes
 //! the jump replaces, and it has no jump through a register or a table
 //! (read at every offset, so that none is missed; a false match only
-//! leaves that entry as it was). An entry that cannot
-//! be found or checked is left alone and traps as before: the answers are
-//! the same either way, only slower. `LINTEL_UNIX_REBIND=0` in the
-//! environment leaves every entry alone.
+//! leaves that entry as it was). An entry that cannot be found or
+//! checked is left alone and traps as before: the answers are the same
+//! either way, only slower. `LINTEL_UNIX_REBIND=0` in the environment
+//! leaves every entry alone.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, c_int, c_void};
@@ -102,7 +102,10 @@ struct Image {
     base: usize,
     /// Its executable segment, as addresses.
     text: std::ops::Range<usize>,
-    dynamic: *const Dyn,
+    /// Its dynamic symbols, their names and their GNU hash table.
+    symtab: usize,
+    strtab: usize,
+    gnu_hash: usize,
 }
 
 impl Image {
@@ -125,15 +128,21 @@ impl Image {
                 .map(|h| base + h.p_vaddr as usize..base + (h.p_vaddr + h.p_memsz) as usize)
                 .find(|r| r.contains(&search.at));
             let dynamic = headers.iter().find(|h| h.p_type == libc::PT_DYNAMIC);
-            if let (Some(text), Some(d)) = (text, dynamic) {
+            let (Some(text), Some(d)) = (text, dynamic) else {
+                return 0;
+            };
+            // SAFETY: the object's dynamic section, loaded with it.
+            let tables = unsafe { tables(base, (base + d.p_vaddr as usize) as *const Dyn) };
+            if let Some((symtab, strtab, gnu_hash)) = tables {
                 search.found = Some(Image {
                     base,
                     text,
-                    dynamic: (base + d.p_vaddr as usize) as *const Dyn,
+                    symtab,
+                    strtab,
+                    gnu_hash,
                 });
-                return 1;
             }
-            0
+            1
         }
         let mut search = Search { at, found: None };
         // SAFETY: `visit` matches the callback's type and reads `search`
@@ -151,34 +160,12 @@ impl Image {
     /// the object's dynamic symbol table, looked up through its GNU hash
     /// table (which touches a few of the table's pages, not all).
     fn size_of(&self, name: &CStr, at: usize) -> Option<usize> {
-        let (mut symtab, mut strtab, mut gnu_hash) = (0usize, 0usize, 0usize);
-        // The loader may have relocated the entries in place or not.
-        let addr = |p: u64| {
-            if (p as usize) < self.base {
-                self.base + p as usize
-            } else {
-                p as usize
-            }
-        };
-        for i in 0.. {
-            // SAFETY: the dynamic section is an array ended by DT_NULL.
-            let d = unsafe { &*self.dynamic.add(i) };
-            match d.tag {
-                0 => break,
-                DT_SYMTAB => symtab = addr(d.value),
-                DT_STRTAB => strtab = addr(d.value),
-                DT_GNU_HASH => gnu_hash = addr(d.value),
-                _ => {}
-            }
-        }
-        if symtab == 0 || strtab == 0 || gnu_hash == 0 {
-            return None;
-        }
+        let (symtab, strtab) = (self.symtab, self.strtab);
         let hash = name
             .to_bytes()
             .iter()
             .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32));
-        let table = gnu_hash as *const u32;
+        let table = self.gnu_hash as *const u32;
         // SAFETY: the GNU hash table as the loader reads it: a header of
         // four words (buckets, first hashed symbol, bloom words, shift),
         // the 64-bit bloom words, the buckets, then one chain word per
@@ -214,6 +201,36 @@ impl Image {
     }
 }
 
+/// Where the dynamic section at `dynamic` of the object loaded at `base`
+/// puts its symbols, their names and their GNU hash table, as addresses.
+///
+/// # Safety
+///
+/// `dynamic` is a loaded object's dynamic section.
+unsafe fn tables(base: usize, dynamic: *const Dyn) -> Option<(usize, usize, usize)> {
+    let (mut symtab, mut strtab, mut gnu_hash) = (0, 0, 0);
+    // The loader may have relocated the entries in place or not.
+    let addr = |p: u64| {
+        if (p as usize) < base {
+            base + p as usize
+        } else {
+            p as usize
+        }
+    };
+    for i in 0.. {
+        // SAFETY: the dynamic section is an array ended by DT_NULL.
+        let d = unsafe { &*dynamic.add(i) };
+        match d.tag {
+            0 => break,
+            DT_SYMTAB => symtab = addr(d.value),
+            DT_STRTAB => strtab = addr(d.value),
+            DT_GNU_HASH => gnu_hash = addr(d.value),
+            _ => {}
+        }
+    }
+    (symtab != 0 && strtab != 0 && gnu_hash != 0).then_some((symtab, strtab, gnu_hash))
+}
+
 /// An entry of a dynamic section (`Elf64_Dyn`).
 #[repr(C)]
 struct Dyn {
@@ -240,7 +257,8 @@ pub(crate) fn enters_jump(code: &[u8]) -> bool {
     };
     let rel32 = |at: usize| {
         code.get(at..at + 4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| i64::from(i32::from_le_bytes(b)))
     };
     (0..code.len()).any(|i| match code[i] {
         // jcc, jmp, loop and jrcxz with an 8-bit displacement

@@ -69,6 +69,29 @@ fn lintel_run_with(root: &Path, options: &[&str], cmd: &[&str]) -> (i32, Vec<u8>
     run(&full)
 }
 
+/// A C program built with `cc -O2` and `flags` from `source`, as `name`
+/// in `dir`.
+fn cc(dir: &Path, name: &str, flags: &[&str], source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let built = Command::new("cc")
+        .arg("-O2")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "cc {}: {} (.ci/run installs Debian's libc6-dev)",
+        flags.join(" "),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    exe
+}
+
 fn rename(bytes: &[u8], from: &str) -> String {
     String::from_utf8_lossy(bytes).replace(from, "ROOT")
 }
@@ -235,9 +258,10 @@ fn static_programs_are_served_in_static_mode() {
     // A static PIE (placed where the loader chooses) with thread-local
     // data and a heap from `brk`, built here from C.
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("pie.c");
-    std::fs::write(
-        &src,
+    let pie = cc(
+        dir.path(),
+        "pie",
+        &["-static-pie"],
         r#"#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,19 +281,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let pie = dir.path().join("pie");
-    let built = Command::new("cc")
-        .args(["-O2", "-static-pie", "-o"])
-        .arg(&pie)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "cc -static-pie: {} (.ci/run installs Debian's libc6-dev)",
-        String::from_utf8_lossy(&built.stderr)
     );
     assert!(lintel_unix::image::is_static(&pie));
     same(n, s, &[pie.to_str().unwrap(), "%R/a.txt", "%R/pie.out"]);
@@ -1191,9 +1202,10 @@ fn a_program_that_drops_privileges_and_execs_is_served_as_its_new_user() {
 #[test]
 fn glibc_internal_calls_reach_the_emulation_without_a_trap() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("stdio.c");
-    std::fs::write(
-        &src,
+    let exe = cc(
+        dir.path(),
+        "stdio",
+        &[],
         r#"#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -1237,19 +1249,6 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let exe = dir.path().join("stdio");
-    let built = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(
-        built.status.success(),
-        "cc: {} (.ci/run installs Debian's libc6-dev)",
-        String::from_utf8_lossy(&built.stderr)
     );
     let exe = exe.to_str().unwrap();
     let (n, s) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

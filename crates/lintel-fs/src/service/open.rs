@@ -100,11 +100,25 @@ impl Opened {
     /// The token lock of the file, the token back from any holder; or
     /// `Closed` if this open was revoked.
     fn settle(&self) -> Result<MutexGuard<'_, TokenState>, FsError> {
+        self.file_call()?;
+        Ok(self.node.settle(self.timeout))
+    }
+
+    /// The token lock of the file, what a holder wrote on the host and the
+    /// token left with it ([`Node::flush`](crate::service::node::Node::flush));
+    /// or `Closed` if this open was revoked.
+    fn flushed(&self) -> Result<MutexGuard<'_, TokenState>, FsError> {
+        self.file_call()?;
+        Ok(self.node.flushed(self.timeout, &self.fd))
+    }
+
+    /// A call on this open file begins: counted, unless it was revoked.
+    fn file_call(&self) -> Result<(), FsError> {
         if self.revoked.load(SeqCst) {
             return Err(FsError::Closed);
         }
         self.tally.file_calls.fetch_add(1, SeqCst);
-        Ok(self.node.settle(self.timeout))
+        Ok(())
     }
 
     /// Move up to `len` bytes at `at` into attached pipe `pipe` by
@@ -434,11 +448,7 @@ impl OpenFile for Opened {
         let _as = self.creds.adopt(As::Effective)?;
         // What a holder wrote goes to the host, and it keeps its token:
         // a sync does not cost its next read or write a call.
-        if self.revoked.load(SeqCst) {
-            return Err(FsError::Closed);
-        }
-        self.tally.file_calls.fetch_add(1, SeqCst);
-        let _token = self.node.flushed(self.timeout, &self.fd);
+        let _token = self.flushed()?;
         if data_only {
             rustix::fs::fdatasync(&self.fd)?;
         } else {
