@@ -63,10 +63,12 @@ fn main() -> ExitCode {
         eprintln!("lintel-run: liblintel_preload.so not found beside this program");
         return ExitCode::from(2);
     };
-    // `export`: the service this process runs for the program, if it does.
-    let (sock, service, export) = match (root, manifest) {
-        (Some(root), None) if service_name.is_none() => match serve(&root, read_only) {
-            Ok((sock, export)) => (sock, None, Some(export)),
+    // `listener`: the socket of the service this process runs for the
+    // program, if it does. The export itself starts once the program is
+    // spawned, while the program's image loads.
+    let (sock, service, listener) = match (root.as_deref(), manifest) {
+        (Some(_), None) if service_name.is_none() => match bind() {
+            Ok((sock, listener)) => (sock, None, Some(listener)),
             Err(code) => return code,
         },
         (None, Some(manifest)) if !read_only => {
@@ -124,13 +126,26 @@ fn main() -> ExitCode {
     if let Some(me) = &me {
         command.env(lintel_unix::ENV_HOST, me);
     }
-    let status = command
+    let mut child = command
         .args(&prog[1..])
         .env("LD_PRELOAD", &lib)
         .env(lintel_unix::ENV_SOCKET, &sock)
         .env(lintel_unix::ENV_PREFIX, &prefix)
-        .spawn()
-        .and_then(|mut child| child.wait().map(|s| (s, child.id())));
+        .spawn();
+    // `export`: the service this process runs for the program, if it does.
+    let mut export = None;
+    if let (Ok(c), Some(listener), Some(root)) = (&mut child, listener, &root) {
+        match serve(listener, root, read_only) {
+            Ok(e) => export = Some(e),
+            Err(code) => {
+                // The program has not got past its connect: it ran nothing.
+                let _ = c.kill();
+                let _ = c.wait();
+                return code;
+            }
+        }
+    }
+    let status = child.and_then(|mut child| child.wait().map(|s| (s, child.id())));
     if service.is_none() {
         let _ = std::fs::remove_file(&sock);
     }
@@ -158,19 +173,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Export `root` from this process; the socket every process image of the
-/// program connects to.
-fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), ExitCode> {
-    let export = match lintel_fs::Service::new(root, read_only) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("lintel-run: cannot export {root}: {e}");
-            return Err(ExitCode::from(2));
-        }
-    };
+/// The socket every process image of the program connects to, bound (its
+/// connections wait until [`serve`] answers them).
+fn bind() -> Result<(PathBuf, lintel::boot::Listener), ExitCode> {
     let sock = std::env::temp_dir().join(format!("lintel-run-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
-    let listener = match lintel::boot::listen(&sock) {
+    let listener = match lintel::boot::bind(&sock) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("lintel-run: cannot listen at {}: {e}", sock.display());
@@ -184,6 +192,28 @@ fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), E
     if let Err(e) = std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o777)) {
         eprintln!("lintel-run: programs that change user will not be served: {e}");
     }
+    Ok((sock, listener))
+}
+
+/// Export `root` from this process to the program's processes, which
+/// connect at `listener`.
+fn serve(
+    listener: lintel::boot::Listener,
+    root: &str,
+    read_only: bool,
+) -> Result<lintel_fs::Service, ExitCode> {
+    // Both while this process has one thread: the export grows the
+    // descriptor table, which with two threads waits out an RCU grace
+    // period (milliseconds), and so does the domain's start
+    // (`lintel::boot::listen`).
+    let export = match lintel_fs::Service::new(root, read_only) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("lintel-run: cannot export {root}: {e}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    listener.start();
     let service = export.door();
     // Every process of the program (each image after exec) connects.
     std::thread::spawn(move || {
@@ -194,7 +224,7 @@ fn serve(root: &str, read_only: bool) -> Result<(PathBuf, lintel_fs::Service), E
             });
         }
     });
-    Ok((sock, export))
+    Ok(export)
 }
 
 /// Whether process `pid` descends from this one (its parents' chain, as

@@ -171,7 +171,26 @@ pub struct Incoming {
 /// grace period then: 10–20 ms here, which every first caller would wait
 /// for).
 pub fn listen(path: &std::path::Path) -> Result<Listener, BootError> {
-    let _ = domain::get();
+    let listener = bind(path)?;
+    listener.start();
+    Ok(listener)
+}
+
+/// Bind a listening socket at `path`, as [`listen`] does, but leave this
+/// process's domain unstarted: for a process that needs its socket in
+/// place before something slow that makes no lintel call, such as
+/// spawning the program that will connect. Connections wait in the
+/// socket's queue meanwhile. Call [`Listener::start`] before this process
+/// starts threads of its own ([`listen`] says why).
+///
+/// ```no_run
+/// # let path = std::path::Path::new("/tmp/x.sock");
+/// let listener = lintel::boot::bind(path).unwrap();
+/// let child = std::process::Command::new("my-client").spawn().unwrap();
+/// listener.start(); // while the child starts, before any thread
+/// let incoming = listener.accept().unwrap();
+/// ```
+pub fn bind(path: &std::path::Path) -> Result<Listener, BootError> {
     Ok(Listener {
         sock: sys::seqpacket_listen(path)?,
         path: path.to_path_buf(),
@@ -179,6 +198,11 @@ pub fn listen(path: &std::path::Path) -> Result<Listener, BootError> {
 }
 
 impl Listener {
+    /// Start this process's domain, if it has none yet ([`bind`]).
+    pub fn start(&self) {
+        let _ = domain::get();
+    }
+
     /// Wait for the next connection from a process of this user. Other
     /// users' connections are closed and skipped.
     pub fn accept(&self) -> Result<Incoming, BootError> {
