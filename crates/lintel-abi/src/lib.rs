@@ -66,7 +66,7 @@
 
 /// Version of this protocol, sent in [`control::Ctl::Hello`]; a domain refuses
 /// a connection whose peer speaks another version.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 pub mod control;
 pub mod descriptor;
@@ -113,6 +113,9 @@ pub const OFF_CLIENT_CPU: usize = 40;
 pub const OFF_IN_SEG: usize = 44;
 pub const OFF_DEADLINE: usize = 48;
 pub const OFF_IN_BUFS: usize = 56;
+/// Of a streamed request's arguments ([`FLAG_STREAM`]), how many bytes
+/// from the segment's start the caller has written so far.
+pub const OFF_IN_STREAMED: usize = 60;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
 pub const OFF_SERVER_CPU: usize = 72;
@@ -144,7 +147,8 @@ const _: () = assert!(OFF_BUFS + MAX_BUFFERS * BUFFER_DESCRIPTOR <= SLOT_SIZE);
 const _: () = assert!(OFF_IN_INLINE + INLINE <= OFF_CLIENT_CPU);
 const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_IN_SEG && OFF_IN_SEG + 4 <= OFF_DEADLINE);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_OUT_BUFS);
-const _: () = assert!(OFF_OUT_BUFS + 4 <= OFF_DATA && OFF_IN_BUFS + 4 <= OFF_REP_SEQ);
+const _: () = assert!(OFF_OUT_BUFS + 4 <= OFF_DATA && OFF_IN_BUFS + 4 <= OFF_IN_STREAMED);
+const _: () = assert!(OFF_IN_STREAMED + 4 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_DEADLINE.is_multiple_of(8) && OFF_DEADLINE + 8 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 
@@ -172,6 +176,15 @@ pub const FLAG_BUFS: u32 = 4;
 /// Request flag: `deadline` holds the call's deadline (without it, the call
 /// has none and the word is not read, so a call without one skips its store).
 pub const FLAG_DEADLINE: u32 = 8;
+/// Request flag: the arguments' bulk segment is still being written when
+/// the request is posted; the server copies each part out once
+/// [`OFF_IN_STREAMED`] covers it, so the two copies overlap.
+pub const FLAG_STREAM: u32 = 16;
+/// A streamed request's arguments are written (and their progress
+/// published) in parts of this many bytes.
+pub const STREAM_PART: usize = 32 << 10;
+/// Arguments of at least this many bytes in a bulk segment are streamed.
+pub const STREAM_MIN: usize = 2 * STREAM_PART;
 
 /// Where `len` bytes of arguments or results sit in a slot: inline at
 /// `inline_at` ([`OFF_IN_INLINE`] in the client's half, [`OFF_OUT_INLINE`]

@@ -14,6 +14,35 @@ fn calls_cross_process_on_fast_and_vanilla_paths() {
     }
 }
 
+/// Arguments large enough to stream (the server copies each part while
+/// the caller writes the next) reach a handler in another process whole at
+/// every size around the streaming threshold and the parts' edges, on a
+/// plain door (a private copy) and on a trusting one (read in place once
+/// all written), between calls that grow and shrink the segment.
+#[test]
+fn streamed_arguments_arrive_whole_at_every_size() {
+    use lintel::abi::{STREAM_MIN, STREAM_PART};
+    let sizes = [
+        STREAM_MIN - 1,
+        STREAM_MIN,
+        STREAM_MIN + 1,
+        3 * STREAM_PART + 5,
+        (1 << 20) + 7,
+        5 * 1024,
+        (5 << 20) + 3,
+        STREAM_MIN + 8,
+    ];
+    for role in ["plain", "trusting"] {
+        let p = Peer::start(role);
+        for &len in &sizes {
+            // The method byte leads the payload: the pattern starts after it.
+            let data = lintel_tests::pattern(len);
+            let r = p.call(m::ECHO, &data, &[]).unwrap();
+            assert!(r.data == data, "{role}: echo of {len} bytes came back changed");
+        }
+    }
+}
+
 /// Results a handler writes in place (`Reply::data_in_place`) reach a
 /// caller in another process whole, at every size, on the fast and vanilla
 /// paths, as the segment grows and shrinks back, between results built in

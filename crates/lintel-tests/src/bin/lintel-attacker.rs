@@ -49,7 +49,10 @@
 //!   shorter than the header says, odd-sized, above the limit, sparse and
 //!   huge; snapshots not sealed or short; loans without a pool, outside
 //!   it, misaligned), each checked against the status it must get, and an
-//!   honest loan and segment scribbled on while the victim copies them.
+//!   honest loan and segment scribbled on while the victim copies them;
+//!   streamed arguments never written or dribbled out (refused once the
+//!   victim's time for them is up), written late, and claimed longer than
+//!   the request.
 //! - `loan-return`: returns loans it was never lent: a `Returned` message
 //!   naming every page of the victim's loan arena, and requests carrying
 //!   `BUF_RETURNED` descriptors for its first pages, where the victim's
@@ -71,11 +74,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lintel::abi::{
-    AREA_HEADER, AREA_SIZE, BUF_FD, BUF_LOAN, BUF_SEALED, BUSY, DATA_CAP, DOOR_DESCRIPTOR, FLAG_BUFS, INLINE,
-    MAX_BUFFERS, MAX_DOORS, OFF_CLIENT_STATE, OFF_DATA, OFF_DOORS, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS,
-    OFF_IN_DOORS, OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_REP_SEQ,
-    OFF_REQ_SEQ, OFF_SERVER_STATE, OFF_STATUS, SLEEPING, SLOTS, SLOT_SIZE, SPINNING, ST_BAD_MESSAGE, ST_OK,
-    ST_TOO_LARGE, ST_UNTAKEN, VERSION, WD_MINE, WD_THIRD, WD_YOURS,
+    AREA_HEADER, AREA_SIZE, BUF_FD, BUF_LOAN, BUF_SEALED, BUSY, DATA_CAP, DOOR_DESCRIPTOR, FLAG_BUFS,
+    FLAG_STREAM, INLINE, MAX_BUFFERS, MAX_DOORS, OFF_CLIENT_STATE, OFF_DATA, OFF_DOORS, OFF_FLAGS, OFF_GRANT,
+    OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE, OFF_IN_LEN, OFF_IN_SEG, OFF_IN_STREAMED, OFF_OUT_INLINE,
+    OFF_OUT_LEN, OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_STATE, OFF_STATUS, SLEEPING, SLOTS, SLOT_SIZE,
+    SPINNING, ST_BAD_MESSAGE, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, VERSION, WD_MINE, WD_THIRD, WD_YOURS,
 };
 use lintel::{Door, Reply};
 use lintel_tests::m;
@@ -1368,6 +1371,71 @@ fn bulk_attacks(ctx: &Ctx, area: &Region, sock: BorrowedFd<'_>) {
             map.put(i * 4, 0xdead_beef);
         }
     }
+    // Streamed arguments (`FLAG_STREAM`): never written or dribbled out, the
+    // victim refuses the call once the caller's time is up (2 s and a
+    // little), and its thread is free again; written late, it waits and
+    // serves; claimed written beyond the request, it reads the request's
+    // length and no more.
+    let seg = memfd(128 << 10, resize);
+    let map = Region::map_fd(&seg, 128 << 10);
+    map.put_bytes(0, &[m::LEN]);
+    segment(13, &seg);
+    let streamed = |f: &Forger<'_>, written: u32| {
+        bulk_header(f, 100_000, 13);
+        f.area.put(f.off(OFF_FLAGS), FLAG_STREAM);
+        f.area.put(f.off(OFF_IN_STREAMED), written);
+    };
+    // The same call area, seen from other threads (mappings stay).
+    let at = f.off(OFF_IN_STREAMED);
+    let area_again = || Region {
+        base: area.base,
+        len: area.len,
+    };
+    let refused_in_time = |name: &str, f: &mut Forger<'_>| {
+        Stats::add(&stats.bulk_cases, 1);
+        let t0 = Instant::now();
+        let got = f
+            .publish(grant, Duration::from_secs(30))
+            .map(|a| a.status & !ST_UNTAKEN);
+        if got == bad && t0.elapsed() >= Duration::from_secs(2) {
+            Stats::add(&stats.bulk_expected, 1);
+        } else {
+            eprintln!(
+                "attacker: bulk case {name}: status {got:?} after {:?}",
+                t0.elapsed()
+            );
+        }
+    };
+    streamed(&f, 8);
+    refused_in_time("streamed, never written", &mut f);
+    // Progress that keeps moving, 8 bytes at a time: the victim's time is
+    // for the whole request, not for each wait.
+    streamed(&f, 0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let dribble = {
+        let (stop, area) = (stop.clone(), area_again());
+        std::thread::spawn(move || {
+            let mut written = 0;
+            while !stop.load(SeqCst) && written < 90_000 {
+                written += 8;
+                area.put(at, written);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    refused_in_time("streamed, dribbled", &mut f);
+    stop.store(true, SeqCst);
+    let _ = dribble.join();
+    streamed(&f, 0);
+    let area_late = area_again();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        area_late.put(at, 100_000);
+    });
+    expect("streamed, written late", &mut f, ok);
+    let _ = late.join();
+    streamed(&f, u32::MAX);
+    expect("streamed, claimed written beyond the request", &mut f, ok);
 
     // Buffers: a sealed snapshot that is not sealed.
     use lintel::abi::descriptor::BufferDescriptor;

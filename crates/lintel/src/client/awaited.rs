@@ -363,6 +363,7 @@ impl<'a> AsyncCall<'a> {
                 seq,
                 false,
                 self.due,
+                false,
             ) {
                 Ok(sent) => call.sent = sent,
                 Err(e) => {

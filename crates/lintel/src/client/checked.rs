@@ -6,9 +6,10 @@
 //! slot's data region or its bulk segment, doors and buffers).
 
 use crate::abi::{
-    DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, MAX_BUFFERS, MAX_DOORS,
-    OFF_CLIENT_CPU, OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_LEN,
-    OFF_IN_SEG, OFF_OUT_INLINE, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, payload_offset,
+    DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_STREAM, FLAG_VANILLA, INLINE, MAX_BUFFERS,
+    MAX_DOORS, OFF_CLIENT_CPU, OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS,
+    OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_INLINE, ST_OK, ST_TOO_LARGE, ST_UNTAKEN, STREAM_MIN, STREAM_PART,
+    payload_offset,
 };
 use crate::context::error::CallError;
 use crate::context::shuttle::{self};
@@ -179,11 +180,15 @@ fn vanilla(
     let at = lease.at();
     let in_call = shuttle::enter_call(shuttle, conn.id, at.index, seq, slot.sync(SyncWord::RepSeq));
     let alerted = shuttle.is_alerted();
-    let sent = match write_vanilla(&at, rd.grant, data, doors, buffers, seq, alerted, due) {
+    let stream = streams(data);
+    let sent = match write_vanilla(&at, rd.grant, data, doors, buffers, seq, alerted, due, stream) {
         Ok(sent) => sent,
         Err(e) => return counted(Err(e), reply),
     };
     let waited = post(slot, conn, at.index, seq, alerted, shuttle).and_then(|running| {
+        if stream {
+            stream_args(&at, data);
+        }
         let r = wait_reply(lease, conn, seq, running, due, stats::class(data.len()));
         drop(in_call);
         r
@@ -228,6 +233,7 @@ pub(super) fn write_vanilla(
     seq: u32,
     alerted: bool,
     due: u64,
+    stream: bool,
 ) -> Result<Sent, CallError> {
     let (conn, slot, index) = (at.conn, at.slot, at.index);
     // Loans of the server's we let go of ride along (after the buffers).
@@ -239,9 +245,10 @@ pub(super) fn write_vanilla(
         FLAG_BUFS
     };
     let due_flag = if due != 0 { FLAG_DEADLINE } else { 0 };
+    let stream_flag = if stream { FLAG_STREAM } else { 0 };
     slot.set(
         OFF_FLAGS,
-        FLAG_VANILLA | bufs_flag | due_flag | if alerted { FLAG_ALERT } else { 0 },
+        FLAG_VANILLA | bufs_flag | due_flag | stream_flag | if alerted { FLAG_ALERT } else { 0 },
     );
     slot.set(OFF_IN_LEN, data.len() as u32);
     slot.set(OFF_CLIENT_CPU, at.cpu);
@@ -254,7 +261,7 @@ pub(super) fn write_vanilla(
         sent.requeue(conn);
         Err(e)
     };
-    match write_args(at, data) {
+    match write_args(at, data, stream) {
         Ok(generation) => slot.set(OFF_IN_SEG, generation),
         Err(e) => return undo(sent, e),
     }
@@ -312,13 +319,39 @@ pub(super) fn read_vanilla(
 /// Put the arguments where the server reads them: the slot's data region,
 /// or (larger than it) the slot's bulk segment, sent to the server first
 /// if it is new. Returns the generation to name in the header (0: none).
-fn write_args(at: &At<'_>, data: &[u8]) -> Result<u32, CallError> {
+/// Arguments to `stream` are only made room for: [`stream_args`] writes
+/// them once the request is posted.
+fn write_args(at: &At<'_>, data: &[u8], stream: bool) -> Result<u32, CallError> {
     if data.len() <= DATA_CAP {
         at.slot.write(OFF_DATA, data);
         return Ok(0);
     }
     let mut bulk = at.area.bulk[at.index as usize].lock();
+    if stream {
+        at.slot.sync(SyncWord::InStreamed).store(0, Relaxed);
+        return at.conn.prepare_bulk(&mut bulk.out, true, at.index, data.len());
+    }
     at.conn.put_bulk(&mut bulk.out, true, at.index, data)
+}
+
+/// Whether a synchronous call streams `data`: large enough that the
+/// server's copy of the first parts, made while this thread writes the
+/// rest, saves more than the parts' progress costs (a 1 MiB echo: 63 µs
+/// for the two copies one after the other, 40 µs overlapped).
+fn streams(data: &[u8]) -> bool {
+    data.len() >= STREAM_MIN && data.len() > DATA_CAP
+}
+
+/// Write the arguments of the posted streamed request into the slot's bulk
+/// segment part by part, publishing each part as it is written.
+fn stream_args(at: &At<'_>, data: &[u8]) {
+    let mut bulk = at.area.bulk[at.index as usize].lock();
+    let written = at.slot.sync(SyncWord::InStreamed);
+    for (i, part) in data.chunks(STREAM_PART).enumerate() {
+        let off = i * STREAM_PART;
+        bulk.out.write_at(off, part);
+        written.store((off + part.len()) as u32, Release);
+    }
 }
 
 /// Take a reply the fast path does not: an error status, a result in the

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 
-use crate::abi::{DATA_CAP, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, payload_offset};
+use crate::abi::{DATA_CAP, FLAG_STREAM, FLAG_VANILLA, INLINE, MAX_BUFFERS, OFF_IN_INLINE, payload_offset};
 use crate::context::error::CallError;
 use crate::context::stats::Path;
 use crate::object::async_handler::AsyncRequest;
@@ -14,7 +14,7 @@ use crate::object::conn::Conn;
 use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
 use crate::object::in_place;
 use crate::state::bulk::Inbox;
-use crate::sys::umem::{Bulk, RequestHeader, Slot};
+use crate::sys::umem::{Bulk, RequestHeader, Slot, SyncWord};
 use crate::{context::deadline, object::transfer};
 
 use super::deferred::{self, Served};
@@ -227,14 +227,72 @@ fn take_bulk_args(
     req: &RequestHeader,
     args: &mut Vec<u8>,
 ) -> Result<(), &'static str> {
-    bulk_args(w, slot, |inb| inb.read_into(req.in_len as usize, args))
+    let len = req.in_len as usize;
+    if req.flags & FLAG_STREAM != 0 {
+        let due = stream_due(len);
+        return bulk_args(w, slot, |inb| {
+            inb.read_streamed(len, args, |need| streamed(w, slot, need, due))
+        });
+    }
+    bulk_args(w, slot, |inb| inb.read_into(len, args))
 }
 
 /// The arguments larger than the data region as they lie in the caller's
 /// bulk segment, for a door that trusts its callers: a view, which keeps
-/// the segment mapped however it is replaced or trimmed meanwhile.
+/// the segment mapped however it is replaced or trimmed meanwhile. (Of a
+/// streamed request, once the caller has written it all.)
 fn view_bulk_args(w: &Work, slot: &Slot, req: &RequestHeader) -> Result<Bulk, &'static str> {
-    bulk_args(w, slot, |inb| inb.view(req.in_len as usize))
+    let len = req.in_len as usize;
+    if req.flags & FLAG_STREAM != 0 {
+        streamed(w, slot, len, stream_due(len))?;
+    }
+    bulk_args(w, slot, |inb| inb.view(len))
+}
+
+/// Rounds of spinning a streamed request's reader waits for each part
+/// before it naps between looks (the caller writes a part in a few
+/// microseconds unless it was preempted).
+const STREAM_SPINS: u32 = 1 << 14;
+/// A reader's nap between looks once spinning gave up.
+const STREAM_NAP: std::time::Duration = std::time::Duration::from_micros(50);
+/// The time a caller has to write `len` bytes of streamed arguments:
+/// [`STREAM_STALL`], and 10 ns a byte (an honest caller copies at
+/// gigabytes a second, and a preempted one resumes within milliseconds
+/// even on a busy machine). A caller that takes longer, though alive,
+/// broke the protocol: its call is refused, and a server thread is never
+/// held for it longer, however it dribbles its progress out.
+fn stream_due(len: usize) -> std::time::Instant {
+    std::time::Instant::now() + STREAM_STALL + std::time::Duration::from_nanos(10 * len as u64)
+}
+
+/// See [`stream_due`].
+pub(crate) const STREAM_STALL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Wait until the caller has written at least `need` bytes of its
+/// streamed arguments; how many it has. Fails if the caller dies, or has
+/// not by `due`.
+fn streamed(w: &Work, slot: &Slot, need: usize, due: std::time::Instant) -> Result<usize, &'static str> {
+    let word = slot.sync(SyncWord::InStreamed);
+    for _ in 0..STREAM_SPINS {
+        let have = word.load(Acquire) as usize;
+        if have >= need {
+            return Ok(have);
+        }
+        std::hint::spin_loop();
+    }
+    loop {
+        let have = word.load(Acquire) as usize;
+        if have >= need {
+            return Ok(have);
+        }
+        if std::time::Instant::now() > due {
+            return Err("the caller did not write its streamed arguments in time");
+        }
+        if w.conn.is_dead() {
+            return Err("the caller died while writing its arguments");
+        }
+        std::thread::sleep(STREAM_NAP);
+    }
 }
 
 /// `take` on the caller's bulk segment for the slot, mapping the segment

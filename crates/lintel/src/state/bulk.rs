@@ -78,6 +78,19 @@ impl Outbox {
         bulk.write(data);
     }
 
+    /// Copy `data` to byte `off` (a multiple of 8) of the segment, as
+    /// [`write`](Self::write) does to its start: a part of a streamed
+    /// request's arguments.
+    pub fn write_at(&mut self, off: usize, data: &[u8]) {
+        let (_, bulk) = self.seg.as_ref().expect("prepared before writing");
+        let end = off + data.len();
+        if end > self.populated {
+            bulk.populate_write(self.populated, end - self.populated);
+            self.populated = end;
+        }
+        bulk.write_at(off, data);
+    }
+
     /// Room for `len` bytes at the segment's start, which
     /// [`prepare`](Self::prepare) made, its pages made at once as
     /// [`write`](Self::write) would.
@@ -162,6 +175,34 @@ impl Inbox {
             Some(_) => Err("bulk data longer than its segment"),
             None => Err("bulk segment missing"),
         }
+    }
+
+    /// Append the first `len` bytes of the mapped segment to `dst` as the
+    /// writer writes them: `written(need)` waits until at least `need`
+    /// bytes from the start are written (or fails) and says how many are.
+    /// Each part is copied once it is all there, while the writer writes
+    /// the next.
+    pub fn read_streamed(
+        &self,
+        len: usize,
+        dst: &mut Vec<u8>,
+        mut written: impl FnMut(usize) -> Result<usize, &'static str>,
+    ) -> Result<(), &'static str> {
+        let b = match &self.seg {
+            Some(b) if len <= b.len() => b,
+            Some(_) => return Err("bulk data longer than its segment"),
+            None => return Err("bulk segment missing"),
+        };
+        dst.reserve(len);
+        let mut done = 0;
+        while done < len {
+            let have = written((done + 8).min(len))?.min(len);
+            // Parts start 8-aligned; the writer's own parts always do.
+            let upto = if have == len { len } else { have / 8 * 8 };
+            b.read_more(done, upto - done, dst);
+            done = upto;
+        }
+        Ok(())
     }
 
     /// A view of the mapped segment holding at least `len` bytes, read in
@@ -275,6 +316,47 @@ mod tests {
         );
         assert!(v.is_empty());
         assert_eq!(Inbox::default().read_into(1, &mut v), Err("bulk segment missing"));
+    }
+
+    /// A streamed segment is read part by part as its writer says the
+    /// parts are there: progress that is not a multiple of 8, progress
+    /// beyond the length, and a writer that fails midway (nothing more is
+    /// read, the error is the writer's).
+    #[test]
+    fn a_streamed_segment_is_read_as_far_as_it_is_written() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let (mut out, mut inb) = (Outbox::default(), Inbox::default());
+        let (g, fd) = out.prepare(data.len()).unwrap();
+        let fd = fd.unwrap().try_clone_to_owned().unwrap();
+        inb.accept(g, fd, 1 << 30).unwrap();
+        out.write(&data);
+        // Progress in odd steps: each wait asks for more than is read.
+        let steps = [13usize, 21, 4096 + 3, 70_000, 70_001, 199_999, 1 << 40];
+        let mut asked = Vec::new();
+        let mut got = Vec::new();
+        let mut next = steps.iter();
+        inb.read_streamed(data.len(), &mut got, |need| {
+            asked.push(need);
+            Ok(*next.find(|&&s| s >= need).expect("enough steps"))
+        })
+        .unwrap();
+        assert!(got == data, "the bytes read are the bytes written");
+        assert!(
+            asked.windows(2).all(|w| w[0] < w[1]),
+            "each wait asks for more: {asked:?}"
+        );
+        // A writer that stops: the reader's error, with what it read kept.
+        let mut got = Vec::new();
+        let mut calls = 0;
+        let r = inb.read_streamed(data.len(), &mut got, |_| {
+            calls += 1;
+            if calls == 1 { Ok(40_000) } else { Err("stalled") }
+        });
+        assert_eq!(r, Err("stalled"));
+        assert_eq!(got, &data[..40_000]);
+        // More than the segment holds is refused before any wait.
+        let r = inb.read_streamed((1 << 30) + 1, &mut Vec::new(), |_| panic!("no wait"));
+        assert!(r.is_err());
     }
 
     #[test]

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::Relaxed};
 use crate::abi::{
     AREA_HEADER, DATA_CAP, FLAG_ALERT, FLAG_BUFS, FLAG_DEADLINE, FLAG_VANILLA, INLINE, OFF_CLIENT_CPU,
     OFF_CLIENT_STATE, OFF_DATA, OFF_DEADLINE, OFF_FLAGS, OFF_GRANT, OFF_IN_BUFS, OFF_IN_DOORS, OFF_IN_INLINE,
-    OFF_IN_LEN, OFF_IN_SEG, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN, OFF_OUT_SEG,
-    OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
+    OFF_IN_LEN, OFF_IN_SEG, OFF_IN_STREAMED, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN,
+    OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
 use crate::sys::{Mapping, copy_from_shared, copy_raw};
 
@@ -41,6 +41,8 @@ pub enum SyncWord {
     RepSeq = OFF_REP_SEQ as isize,
     ClientState = OFF_CLIENT_STATE as isize,
     ServerState = OFF_SERVER_STATE as isize,
+    /// Bytes of a streamed request's arguments written so far.
+    InStreamed = OFF_IN_STREAMED as isize,
 }
 
 /// A request's header, copied out of the slot once: every decision about
@@ -621,20 +623,29 @@ impl Bulk {
     /// When the destination lies just past the source modulo 4 KiB, where
     /// glibc's `memcpy` slows ten-fold, words are stored instead.
     pub fn write(&self, src: &[u8]) {
-        let dst = self.base();
+        self.write_at(0, src);
+    }
+
+    /// [`write`](Self::write) at byte `off` of the view (a multiple of 8).
+    pub fn write_at(&self, off: usize, src: &[u8]) {
+        assert!(
+            off.is_multiple_of(8) && off.checked_add(src.len()).is_some_and(|end| end <= self.len),
+            "bulk write beyond the segment"
+        );
+        // SAFETY: `off` lies inside the view (checked above).
+        let dst = unsafe { self.base().add(off) };
         let gap = (dst as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
         if (1..=64).contains(&gap) {
-            return self.write_words(src);
+            return self.write_words(off, src);
         }
-        assert!(src.len() <= self.len(), "bulk write beyond the segment");
         // SAFETY: the destination is `src.len()` bytes inside our mapping
         // (checked above), which no Rust reference points into, and which
         // the peer maps read-only: nobody else writes it while we do.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
     }
 
-    fn write_words(&self, src: &[u8]) {
-        let words = self.words(src.len().div_ceil(8));
+    fn write_words(&self, off: usize, src: &[u8]) {
+        let words = &self.words((off + src.len()).div_ceil(8))[off / 8..];
         let mut chunks = src.chunks_exact(8);
         for (w, c) in words.iter().zip(&mut chunks) {
             w.store(u64::from_ne_bytes(c.try_into().expect("8 bytes")), Relaxed);
@@ -698,6 +709,21 @@ impl Bulk {
             self.read_raw(dst.as_mut_ptr().add(start), len);
             dst.set_len(start + len);
         }
+    }
+
+    /// Append `len` bytes of the view from byte `off` (a multiple of 8) to
+    /// `dst`, as [`read_into`](Self::read_into) does from the start.
+    pub fn read_more(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
+        assert!(
+            off.is_multiple_of(8) && off <= self.len,
+            "bulk access beyond the segment"
+        );
+        let part = Bulk {
+            map: self.map.clone(),
+            off: self.off + off,
+            len: self.len - off,
+        };
+        part.read_into(len, dst);
     }
 
     /// Copy the first `len` bytes of the view to `dst`: `rep movsb` where
@@ -792,6 +818,38 @@ mod tests {
         assert!(r.is_err(), "a read past the view must panic, not read on");
     }
 
+    /// Parts written at 8-aligned offsets, by memcpy or by words, read
+    /// back from those offsets (a streamed request's parts).
+    #[test]
+    fn bulk_parts_write_and_read_back_where_they_were_put() {
+        let fd = crate::sys::sealed_memfd("t", 1 << 16).unwrap();
+        let b = Bulk::new(Mapping::map(std::os::fd::AsFd::as_fd(&fd), 1 << 16).unwrap());
+        let src: Vec<u8> = (0..30_000u32).map(|i| (i * 29 + 5) as u8).collect();
+        for (at, len) in [
+            (0usize, 100usize),
+            (8, 4096),
+            (4096, 9999),
+            (32_768, 30_000),
+            (65_528, 8),
+        ] {
+            for words in [false, true] {
+                let part = &src[..len];
+                if words {
+                    b.write_words(at, part);
+                } else {
+                    b.write_at(at, part);
+                }
+                let mut got = vec![0xee];
+                b.read_more(at, len, &mut got);
+                assert_eq!(&got[1..], part, "at {at}, {len} bytes, words {words}");
+            }
+        }
+        let r = std::panic::catch_unwind(|| b.write_at(65_528, &[0; 9]));
+        assert!(r.is_err(), "a write past the view must panic");
+        let r = std::panic::catch_unwind(|| b.write_at(3, &[0; 1]));
+        assert!(r.is_err(), "a part at an offset not a multiple of 8 must panic");
+    }
+
     #[test]
     fn bulk_writes_and_reads_back_at_every_alignment() {
         let fd = crate::sys::sealed_memfd("t", 1 << 16).unwrap();
@@ -802,7 +860,7 @@ mod tests {
                 let part = &src[off..off + len];
                 for words in [false, true] {
                     if words {
-                        b.write_words(part);
+                        b.write_words(0, part);
                     } else {
                         b.write(part);
                     }
