@@ -655,6 +655,19 @@ mod regressions {
     /// `rmdir .` removed the working directory; Linux refuses a last
     /// name of `.` (`EINVAL`) or `..` (`ENOTEMPTY`), and `rename` either
     /// (`EBUSY`).
+    /// `/proc/self/fd/N` of a served file opens that file, as on Linux,
+    /// even once its name is gone (the probe reads the bytes back through
+    /// it to check `SEEK_DATA`).
+    #[test]
+    fn an_unlinked_open_file_reopens_through_its_descriptor() {
+        replay(&[
+            "open 3 - l 0x41 420",
+            "unlink - l 0x0",
+            "ftruncate 3 4096",
+            "lseek 3 0 3",
+        ]);
+    }
+
     #[test]
     fn removing_or_renaming_dot_is_refused() {
         replay(&["rmdir ."]);

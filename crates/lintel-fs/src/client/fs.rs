@@ -142,6 +142,17 @@ impl Fs {
         Ok((self.finish_open(file, options, flags), st))
     }
 
+    /// Open again the file `file` stands for, as `options` say, as Linux
+    /// opens `/proc/self/fd/N` of it (the same file, even renamed or
+    /// unlinked), and its metadata: see [`Fs::open_with_stat`].
+    pub fn reopen_with_stat(&self, file: &File, options: &OpenOptions) -> Result<(File, Stat), FsError> {
+        let flags = options.flags()?;
+        let (reopened, st) = self
+            .export()
+            .reopen_stat(file.door().clone(), flags, options.mode)?;
+        Ok((self.finish_open(reopened, options, flags), st))
+    }
+
     /// `flags`: the open's, whichever way they were given.
     fn finish_open(&self, file: OpenFileClient, options: &OpenOptions, flags: u32) -> File {
         let readable = flags & OFlags::ACCMODE.bits() != OFlags::WRONLY.bits();

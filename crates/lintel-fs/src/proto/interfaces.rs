@@ -122,6 +122,13 @@ pub trait Export {
     /// then looks at the files asks this first, as a killed process's
     /// system calls are over once Linux has reaped it (`lintel::settle_dead`).
     fn settle_dead(&self, pid: u32) -> Result<bool, FsError>;
+    /// Open again the file that `file` (an open-file door of this export)
+    /// stands for, with `flags`, as Linux opens `/proc/self/fd/N` of it:
+    /// the same file even once it was renamed or unlinked, its access
+    /// checked as the caller's, `O_TRUNC` and `O_EXCL` as on that path.
+    /// A FIFO, socket or device is not opened, as with [`Export::open`].
+    /// Its metadata comes back as with [`Export::open_stat`].
+    fn reopen_stat(&self, file: Door, flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError>;
 }
 
 /// What [`Session::attach`] hands back: the descriptor's number, the

@@ -383,7 +383,8 @@ impl Inner {
 
 impl Export for ExportImpl {
     fn open(&self, path: &[u8], flags: u32, mode: u32) -> Result<OpenFileClient, FsError> {
-        self.open_seen(path, flags, mode).map(|(file, _)| file)
+        self.open_seen(Source::Path(path), flags, mode)
+            .map(|(file, _)| file)
     }
 
     fn stat(&self, path: &[u8], follow: bool) -> Result<Stat, FsError> {
@@ -650,13 +651,18 @@ impl Export for ExportImpl {
     }
 
     fn open_stat(&self, path: &[u8], flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError> {
-        let (file, seen) = self.open_seen(path, flags, mode)?;
-        let st = match seen {
-            Some(st) => st,
-            // Served here: a direct call on the open file, no round trip.
-            None => crate::proto::OpenFile::stat(&file)?,
-        };
-        Ok((file, st))
+        let (file, seen) = self.open_seen(Source::Path(path), flags, mode)?;
+        with_stat(file, seen)
+    }
+
+    fn reopen_stat(&self, file: Door, flags: u32, mode: u32) -> Result<(OpenFileClient, Stat), FsError> {
+        let id = file
+            .with_local(|_: &OpenFileServer, datum| datum)
+            .and_then(Result::ok)
+            .ok_or_else(|| FsError::Invalid("not an open file of this export".into()))?;
+        let open = self.opens.get(id).ok_or(FsError::Closed)?;
+        let (file, seen) = self.open_seen(Source::Open(&open.fd), flags, mode)?;
+        with_stat(file, seen)
     }
 
     fn bind(&self, path: &[u8], socket: OwnedFd) -> Result<(), FsError> {
@@ -673,6 +679,16 @@ impl Export for ExportImpl {
         rustix::net::bind(&socket, &addr)?;
         Ok(())
     }
+}
+
+/// An open file and its metadata: as the open read it, else asked of it
+/// (served here: a direct call on the open file, no round trip).
+fn with_stat(file: OpenFileClient, seen: Option<Stat>) -> Result<(OpenFileClient, Stat), FsError> {
+    let st = match seen {
+        Some(st) => st,
+        None => crate::proto::OpenFile::stat(&file)?,
+    };
+    Ok((file, st))
 }
 
 /// [`Export::exec_descriptor`]: every check is the kernel's, made in the
@@ -710,7 +726,7 @@ impl ExportImpl {
     /// way and it is still the answer (for [`Export::open_stat`]).
     fn open_seen(
         &self,
-        path: &[u8],
+        source: Source<'_>,
         flags: u32,
         mode: u32,
     ) -> Result<(OpenFileClient, Option<Stat>), FsError> {
@@ -719,7 +735,7 @@ impl ExportImpl {
             .filter(|f| CLIENT_FLAGS.contains(*f))
             .ok_or_else(|| FsError::Invalid(format!("open flags {flags:#o}")))?;
         if flags.contains(OFlags::PATH) {
-            return Ok((self.open_path(path, flags)?, None));
+            return Ok((self.open_path(source, flags)?, None));
         }
         let access = flags & OFlags::ACCMODE;
         if access == OFlags::ACCMODE {
@@ -745,7 +761,11 @@ impl ExportImpl {
         // O_TRUNC is applied after the file's token is back: a holder's
         // write-back must land before the truncation, not after it.
         let mut truncate = flags.contains(OFlags::TRUNC);
-        let (fd, seen) = match self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode) {
+        let openable = match source {
+            Source::Path(path) => self.resolve_openable(path, flags - OFlags::CLOEXEC - OFlags::TRUNC, mode),
+            Source::Open(fd) => reopenable(fd, flags - OFlags::CLOEXEC - OFlags::TRUNC),
+        };
+        let (fd, seen) = match openable {
             Err(FsError::Os { errno }) if create_refused && errno == Errno::NOENT.raw_os_error() => {
                 return Err(FsError::ReadOnly);
             }
@@ -801,9 +821,12 @@ impl ExportImpl {
 
     /// An `O_PATH` open ([`Export::open`]): Linux ignores every other flag
     /// but `O_DIRECTORY` and `O_NOFOLLOW`.
-    fn open_path(&self, path: &[u8], flags: OFlags) -> Result<OpenFileClient, FsError> {
+    fn open_path(&self, source: Source<'_>, flags: OFlags) -> Result<OpenFileClient, FsError> {
         let look = OFlags::PATH | (flags & (OFlags::NOFOLLOW | OFlags::DIRECTORY));
-        let fd = self.resolve(path, look, Mode::empty())?;
+        let fd = match source {
+            Source::Path(path) => self.resolve(path, look, Mode::empty())?,
+            Source::Open(fd) => reopen(fd, look)?,
+        };
         self.path_only(fd)
     }
 
@@ -842,6 +865,29 @@ impl ExportImpl {
 }
 
 /// What [`Inner::resolve_openable`] found.
+/// What an open opens: a path beneath the root, or the file an open file
+/// of the export stands for ([`Export::reopen_stat`]).
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Path(&'a [u8]),
+    Open(&'a OwnedFd),
+}
+
+/// [`Inner::resolve_openable`] for the file `fd` stands for, opened again
+/// through its `/proc/self/fd` link as Linux opens that link (`O_EXCL` is
+/// `EEXIST`, `O_NOFOLLOW` is `ELOOP`); a FIFO, socket or device comes back
+/// as an `O_PATH` descriptor, not opened.
+fn reopenable(fd: &OwnedFd, flags: OFlags) -> Result<Openable, FsError> {
+    use rustix::fs::FileType;
+    let st = rustix::fs::fstat(fd)?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile | FileType::Directory | FileType::Symlink => {
+            Ok(Openable::File(reopen(fd, flags)?, None))
+        }
+        _ => Ok(Openable::Special(reopen(fd, OFlags::PATH)?)),
+    }
+}
+
 enum Openable {
     /// Opened as asked, with its metadata if that was read on the way.
     File(OwnedFd, Option<rustix::fs::Stat>),

@@ -40,7 +40,13 @@ impl Emulation {
         if o_path {
             o.io_path(lintel_fs::IoPath::Copy);
         }
-        let (file, st) = match self.fs.open_with_stat(std::ffi::OsStr::from_bytes(&rel), &o) {
+        // `/proc/self/fd/N` of a served `N` is that file, wherever its
+        // name went since.
+        let opened = match self.served_link(path) {
+            Some(s) => self.fs.reopen_with_stat(&s.file, &o),
+            None => self.fs.open_with_stat(std::ffi::OsStr::from_bytes(&rel), &o),
+        };
+        let (file, st) = match opened {
             Ok(f) => f,
             Err(e) => return Some(fs_err(e)),
         };

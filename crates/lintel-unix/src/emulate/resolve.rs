@@ -55,6 +55,15 @@ impl Emulation {
     }
 }
 
+impl Emulation {
+    /// The served descriptor `path` names as `/proc/self/fd/N` or
+    /// `/dev/fd/N`, if it does.
+    pub(super) fn served_link(&self, path: u64) -> Option<std::sync::Arc<super::descriptors::Served>> {
+        let p = user::cstr(path).ok()?;
+        self.served(fd_link(&p)? as u64)
+    }
+}
+
 /// The descriptor number in `/proc/self/fd/N` or `/dev/fd/N`.
 pub(super) fn fd_link(path: &[u8]) -> Option<i32> {
     let n = path
