@@ -269,5 +269,10 @@ pub fn connect(path: &std::path::Path, offer: &[Door]) -> Result<Vec<Door>, Boot
     let sock = sys::seqpacket_connect(path)?;
     let peer = sys::peer_pid(sock.as_fd())?;
     let conn = domain::get().add_conn(sock, Some(peer))?;
-    exchange(&conn, offer)
+    send_offer(&conn, offer)?;
+    // A process connects to call: its call area goes now, while the peer
+    // answers, and the peer maps it and readies a thread for it before
+    // the first call (which otherwise waits for both).
+    crate::client::prepare_calls(&conn);
+    receive_offer(&conn)
 }

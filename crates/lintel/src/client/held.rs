@@ -148,6 +148,13 @@ pub(super) fn out_area(conn: &Conn) -> Result<&Arc<OutArea>, CallError> {
     }
 }
 
+/// Make and send this domain's call area on `conn` now, ahead of its
+/// first call: the peer maps it, and starts a thread for it, while this
+/// domain goes on ([`crate::boot::connect`]).
+pub(crate) fn prepare_calls(conn: &Conn) {
+    let _ = out_area(conn);
+}
+
 #[cold]
 fn make_out_area(conn: &Conn) -> Result<&Arc<OutArea>, CallError> {
     let _made = conn.out_made.lock();

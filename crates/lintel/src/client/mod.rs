@@ -30,4 +30,4 @@ mod wait;
 
 pub use awaited::AsyncCall;
 pub(crate) use checked::{call_checked, call_in_place, call_with};
-pub(crate) use held::forget_thread_leases;
+pub(crate) use held::{forget_thread_leases, prepare_calls};

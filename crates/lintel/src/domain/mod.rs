@@ -468,7 +468,7 @@ impl Home for Domain {
         crate::object::buffer::returned(conn.id, loans);
     }
 
-    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd) {
+    fn call_area(&'static self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd) {
         let mut inbound = self.inbound.lock();
         if conn.is_dead() || inbound.contains_key(&conn.id) {
             return; // one area per connection
@@ -476,6 +476,8 @@ impl Home for Domain {
         match InArea::map(fd.as_fd(), notices) {
             Ok(area) => {
                 inbound.insert(conn.id, Arc::new(area));
+                // Its first call is on its way.
+                self.pool.expect_work();
             }
             Err(why) => tracing::warn!(conn = conn.id, why, "refused call area"),
         }

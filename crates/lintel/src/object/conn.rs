@@ -42,7 +42,7 @@ pub(crate) trait Home: Send + Sync + 'static {
     fn conn_died(&self, conn: &Arc<Conn>);
     /// The peer sent the call area for its calls to us, and the socket
     /// for notices to its parked calls.
-    fn call_area(&self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd);
+    fn call_area(&'static self, conn: &Arc<Conn>, fd: OwnedFd, notices: OwnedFd);
     /// The peer posted a call on `slot` and found no thread bound to it.
     fn kick(&'static self, conn: &Arc<Conn>, slot: u32);
     /// The caller of call `seq` on `slot` was alerted.
@@ -740,7 +740,7 @@ pub(crate) mod alone {
                 conn.tear_down();
             }
         }
-        fn call_area(&self, _: &Arc<Conn>, _: OwnedFd, _: OwnedFd) {}
+        fn call_area(&'static self, _: &Arc<Conn>, _: OwnedFd, _: OwnedFd) {}
         fn kick(&'static self, _: &Arc<Conn>, _: u32) {}
         fn alert(&self, _: &Arc<Conn>, _: u32, _: u32) {}
         fn loans_returned(&self, _: &Arc<Conn>, _: &[(u64, u32)]) {}
