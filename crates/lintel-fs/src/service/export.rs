@@ -864,7 +864,6 @@ impl ExportImpl {
     }
 }
 
-/// What [`Inner::resolve_openable`] found.
 /// What an open opens: a path beneath the root, or the file an open file
 /// of the export stands for ([`Export::reopen_stat`]).
 #[derive(Clone, Copy)]
@@ -888,6 +887,7 @@ fn reopenable(fd: &OwnedFd, flags: OFlags) -> Result<Openable, FsError> {
     }
 }
 
+/// What [`Inner::resolve_openable`] found.
 enum Openable {
     /// Opened as asked, with its metadata if that was read on the way.
     File(OwnedFd, Option<rustix::fs::Stat>),

@@ -24,9 +24,9 @@ impl Emulation {
         let f = flags as i32;
         let both = libc::O_CREAT | libc::O_DIRECTORY;
         let refused = f & libc::O_PATH == 0 && f & both == both;
-        let rel = match self.path_at(dirfd, path) {
+        let (rel, link) = match self.target_at(dirfd, path) {
             Ok(Some(_)) | Err(_) if refused => return Some(err(libc::EINVAL)),
-            Ok(Some(rel)) => rel,
+            Ok(Some(target)) => target,
             Ok(None) => return None,
             Err(e) => return Some(err(e)),
         };
@@ -42,7 +42,7 @@ impl Emulation {
         }
         // `/proc/self/fd/N` of a served `N` is that file, wherever its
         // name went since.
-        let opened = match self.served_link(path) {
+        let opened = match &link {
             Some(s) => self.fs.reopen_with_stat(&s.file, &o),
             None => self.fs.open_with_stat(std::ffi::OsStr::from_bytes(&rel), &o),
         };

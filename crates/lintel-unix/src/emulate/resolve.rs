@@ -4,41 +4,55 @@
 //! path has it ([`PathArg`]).
 
 use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
 
 use lintel_fs::{Fs, FsError};
 
+use super::descriptors::Served;
 use super::{Emulation, R, err, fs_err};
 use crate::links;
 use crate::paths;
 use crate::user;
+
+/// A served path relative to the export's root, and the served
+/// descriptor it was named through (`/proc/self/fd/N`), if it was.
+pub(super) type Target = (Vec<u8>, Option<Arc<Served>>);
 
 impl Emulation {
     /// The served path `path` names (relative to `dirfd`), if it is one:
     /// `Ok(None)` if not ours, `Err(errno)` if it cannot be read or
     /// leaves the served tree through a served directory.
     pub(super) fn path_at(&self, dirfd: i32, path: u64) -> Result<Option<Vec<u8>>, i32> {
+        self.target_at(dirfd, path).map(|t| t.map(|(rel, _)| rel))
+    }
+
+    /// [`Emulation::path_at`], and the served descriptor the path names
+    /// when it is `/proc/self/fd/N` or `/dev/fd/N` of one: that file,
+    /// wherever its name has gone since (`open` opens it again).
+    pub(super) fn target_at(&self, dirfd: i32, path: u64) -> Result<Option<Target>, i32> {
         let p = user::cstr(path)?;
         if let Some(fd) = fd_link(&p)
             && let Some(s) = self.served(fd as u64)
         {
-            return Ok(Some(s.path.clone()));
+            return Ok(Some((s.path.clone(), Some(s))));
         }
-        if p.first() == Some(&b'/') {
-            return Ok(self.prefix.strip(&p));
-        }
-        if dirfd == libc::AT_FDCWD {
+        let rel = if p.first() == Some(&b'/') {
+            self.prefix.strip(&p)
+        } else if dirfd == libc::AT_FDCWD {
             // Relative to a served working directory: served, unless it
             // climbs out of the tree (then it names nothing here).
-            return match self.served_cwd() {
-                Some(c) => paths::join(&c, &p).map(Some).ok_or(libc::ENOENT),
-                None => Ok(None),
-            };
-        }
-        match self.served(dirfd as u64) {
-            Some(d) if d.dir => paths::join(&d.path, &p).map(Some).ok_or(libc::ENOENT),
-            Some(_) => Err(libc::ENOTDIR),
-            None => Ok(None),
-        }
+            match self.served_cwd() {
+                Some(c) => Some(paths::join(&c, &p).ok_or(libc::ENOENT)?),
+                None => None,
+            }
+        } else {
+            match self.served(dirfd as u64) {
+                Some(d) if d.dir => Some(paths::join(&d.path, &p).ok_or(libc::ENOENT)?),
+                Some(_) => return Err(libc::ENOTDIR),
+                None => None,
+            }
+        };
+        Ok(rel.map(|r| (r, None)))
     }
 
     pub(super) fn on_path(
@@ -52,15 +66,6 @@ impl Emulation {
             Ok(None) => None,
             Err(e) => Some(err(e)),
         }
-    }
-}
-
-impl Emulation {
-    /// The served descriptor `path` names as `/proc/self/fd/N` or
-    /// `/dev/fd/N`, if it does.
-    pub(super) fn served_link(&self, path: u64) -> Option<std::sync::Arc<super::descriptors::Served>> {
-        let p = user::cstr(path).ok()?;
-        self.served(fd_link(&p)? as u64)
     }
 }
 
