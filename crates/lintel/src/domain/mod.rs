@@ -438,6 +438,11 @@ impl Home for Domain {
     /// The peer is gone: fail our calls into it (`Conn::tear_down`), alert
     /// its calls into us, and drop every reference it held. Once.
     fn conn_died(&self, conn: &Arc<Conn>) {
+        // Under `dying`'s lock from before the connection is marked dead
+        // until its running calls are recorded: `settle_dead` finds a dying
+        // connection either still listed or recorded, never in between
+        // (where it saw no call running while the dead caller's ran on).
+        let mut dying = self.dying.lock();
         if conn.dead.swap(true, SeqCst) {
             return;
         }
@@ -456,10 +461,10 @@ impl Home for Domain {
         let inbound = self.inbound.lock().remove(&conn.id);
         if let Some(area) = inbound {
             area.caller_died();
-            let mut dying = self.dying.lock();
             dying.retain(|(_, a)| a.strong_count() > 0);
             dying.push((conn.peer_pid(), Arc::downgrade(&area)));
         }
+        drop(dying);
         conn.tear_down();
         crate::object::buffer::conn_gone(conn.id);
     }
