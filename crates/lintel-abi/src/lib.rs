@@ -149,6 +149,8 @@ const _: () = assert!(OFF_CLIENT_CPU + 4 <= OFF_IN_SEG && OFF_IN_SEG + 4 <= OFF_
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_OUT_SEG && OFF_OUT_SEG + 4 <= OFF_OUT_BUFS);
 const _: () = assert!(OFF_OUT_BUFS + 4 <= OFF_DATA && OFF_IN_BUFS + 4 <= OFF_IN_STREAMED);
 const _: () = assert!(OFF_IN_STREAMED + 4 <= OFF_REP_SEQ);
+// Streamed arguments are always in a bulk segment.
+const _: () = assert!(STREAM_MIN > DATA_CAP);
 const _: () = assert!(OFF_DEADLINE.is_multiple_of(8) && OFF_DEADLINE + 8 <= OFF_REP_SEQ);
 const _: () = assert!(OFF_OUT_INLINE + INLINE <= OFF_DATA);
 

@@ -14,6 +14,7 @@ use crate::object::conn::Conn;
 use crate::object::door::{ActiveCall, DoorCore, Request, check_sizes};
 use crate::object::in_place;
 use crate::state::bulk::Inbox;
+use crate::sys::spin::Spinner;
 use crate::sys::umem::{Bulk, RequestHeader, Slot, SyncWord};
 use crate::{context::deadline, object::transfer};
 
@@ -249,11 +250,9 @@ fn view_bulk_args(w: &Work, slot: &Slot, req: &RequestHeader) -> Result<Bulk, &'
     bulk_args(w, slot, |inb| inb.view(len))
 }
 
-/// Rounds of spinning a streamed request's reader waits for each part
-/// before it naps between looks (the caller writes a part in a few
-/// microseconds unless it was preempted).
-const STREAM_SPINS: u32 = 1 << 14;
-/// A reader's nap between looks once spinning gave up.
+/// A streamed request's reader's nap between looks, once it has spun for
+/// the domain's budget (the caller writes a part in a few microseconds
+/// unless it was preempted).
 const STREAM_NAP: std::time::Duration = std::time::Duration::from_micros(50);
 /// The time a caller has to write `len` bytes of streamed arguments:
 /// [`STREAM_STALL`], and 10 ns a byte (an honest caller copies at
@@ -266,24 +265,21 @@ fn stream_due(len: usize) -> std::time::Instant {
 }
 
 /// See [`stream_due`].
-pub(crate) const STREAM_STALL: std::time::Duration = std::time::Duration::from_secs(2);
+const STREAM_STALL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Wait until the caller has written at least `need` bytes of its
 /// streamed arguments; how many it has. Fails if the caller dies, or has
 /// not by `due`.
 fn streamed(w: &Work, slot: &Slot, need: usize, due: std::time::Instant) -> Result<usize, &'static str> {
     let word = slot.sync(SyncWord::InStreamed);
-    for _ in 0..STREAM_SPINS {
-        let have = word.load(Acquire) as usize;
-        if have >= need {
-            return Ok(have);
-        }
-        std::hint::spin_loop();
-    }
+    let mut spin = Spinner::new(w.conn.settings.spin_budget_ns());
     loop {
         let have = word.load(Acquire) as usize;
         if have >= need {
             return Ok(have);
+        }
+        if spin.spin() {
+            continue;
         }
         if std::time::Instant::now() > due {
             return Err("the caller did not write its streamed arguments in time");

@@ -714,15 +714,10 @@ impl Bulk {
     /// Append `len` bytes of the view from byte `off` (a multiple of 8) to
     /// `dst`, as [`read_into`](Self::read_into) does from the start.
     pub fn read_more(&self, off: usize, len: usize, dst: &mut Vec<u8>) {
-        assert!(
-            off.is_multiple_of(8) && off <= self.len,
-            "bulk access beyond the segment"
-        );
-        let part = Bulk {
-            map: self.map.clone(),
-            off: self.off + off,
-            len: self.len - off,
-        };
+        let part = (off <= self.len)
+            .then(|| Bulk::range(self.map.clone(), self.off + off, self.len - off))
+            .flatten()
+            .expect("bulk access beyond the segment, or at an offset not a multiple of 8");
         part.read_into(len, dst);
     }
 
