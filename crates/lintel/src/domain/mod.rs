@@ -528,9 +528,13 @@ impl Home for Domain {
     /// The identifier for grant `grant` on `conn`: the existing one if this
     /// domain already holds the door, so a door received twice has one entry.
     fn remote_door(&self, conn: &Arc<Conn>, grant: u32) -> Arc<RemoteDoor> {
+        use std::collections::hash_map::Entry;
         let mut remotes = self.remotes.lock();
-        let key = (conn.id, grant);
-        if let Some(rd) = remotes.get(&key).and_then(Weak::upgrade) {
+        // One lookup: the entry found, or the place for a new one.
+        let slot = remotes.entry((conn.id, grant));
+        if let Entry::Occupied(e) = &slot
+            && let Some(rd) = e.get().upgrade()
+        {
             rd.received.fetch_add(1, SeqCst);
             return rd;
         }
@@ -539,15 +543,17 @@ impl Home for Domain {
             grant,
             received: std::sync::atomic::AtomicU32::new(1),
         });
-        remotes.insert(key, Arc::downgrade(&rd));
+        slot.insert_entry(Arc::downgrade(&rd));
         rd
     }
 
     fn forget_remote(&self, rd: &RemoteDoor) {
+        use std::collections::hash_map::Entry;
         let mut remotes = self.remotes.lock();
-        let key = (rd.conn.id, rd.grant);
-        if remotes.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), rd)) {
-            remotes.remove(&key);
+        if let Entry::Occupied(e) = remotes.entry((rd.conn.id, rd.grant))
+            && std::ptr::eq(e.get().as_ptr(), rd)
+        {
+            e.remove();
         }
     }
 

@@ -204,13 +204,25 @@ pub(crate) fn receive_doors(
     seq: u32,
     out: &mut Vec<Door>,
 ) -> Result<(), CallError> {
-    let wires: Vec<DoorDescriptor> = (0..n.min(MAX_DOORS))
-        .map(|i| {
-            let mut b = [0u8; DOOR_DESCRIPTOR];
-            slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
-            DoorDescriptor::from_bytes(&b)
-        })
-        .collect();
+    let wire = |i: usize| {
+        let mut b = [0u8; DOOR_DESCRIPTOR];
+        slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
+        DoorDescriptor::from_bytes(&b)
+    };
+    // Read once each: the peer may rewrite the slot meanwhile, and what
+    // was checked for tickets must be what is resolved. (A few on the
+    // stack: most calls pass one door, or none.)
+    let n = n.min(MAX_DOORS);
+    let (mut few, mut many) = ([DoorDescriptor::dead(0); 4], Vec::new());
+    let wires = if n <= few.len() {
+        &mut few[..n]
+    } else {
+        many.resize(n, DoorDescriptor::dead(0));
+        &mut many[..]
+    };
+    for (i, w) in wires.iter_mut().enumerate() {
+        *w = wire(i);
+    }
     let mut tickets: Vec<Option<OwnedFd>> = Vec::new();
     let mut missing = false;
     if wires.iter().any(|w| w.kind == WD_THIRD) {
@@ -219,7 +231,7 @@ pub(crate) fn receive_doors(
             None => missing = true,
         }
     }
-    let doors = resolve_all(conn, &wires, &mut tickets);
+    let resolved = resolve_all(conn, wires, &mut tickets, out);
     if missing {
         // An honest peer sends the tickets before it publishes the call or
         // reply; they are gone only if its connection was torn down since.
@@ -228,8 +240,7 @@ pub(crate) fn receive_doors(
             false => CallError::BadMessage("door tickets missing"),
         });
     }
-    out.extend(doors?);
-    Ok(())
+    resolved
 }
 
 /// A request with `n` doors was refused before they were taken: drop any
@@ -247,23 +258,30 @@ pub(crate) fn discard_doors(conn: &Arc<Conn>, slot: &Slot, n: usize, request: bo
 }
 
 /// Resolve every descriptor (even after a failure, so nothing is left
-/// behind); all the doors, or the first error.
+/// behind) onto `out`: all the doors, or none of them and the first error.
 fn resolve_all(
     conn: &Arc<Conn>,
     wires: &[DoorDescriptor],
     tickets: &mut [Option<OwnedFd>],
-) -> Result<Vec<Door>, CallError> {
+    out: &mut Vec<Door>,
+) -> Result<(), CallError> {
+    let start = out.len();
     let mut first_err = None;
-    let mut doors = Vec::with_capacity(wires.len());
     for &w in wires {
         match decode(conn, w, tickets) {
-            Ok(d) => doors.push(d),
+            Ok(d) => out.push(d),
             Err(e) => {
                 first_err.get_or_insert(e);
             }
         }
     }
-    first_err.map_or(Ok(doors), Err)
+    match first_err {
+        None => Ok(()),
+        Some(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
 }
 
 /// Encode doors for a socket message (boot); tickets travel with it. On
@@ -290,7 +308,14 @@ pub(crate) fn decode_from_socket(
     fds: Vec<OwnedFd>,
 ) -> Result<Vec<Door>, CallError> {
     let mut tickets: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
-    resolve_all(conn, &wires[..wires.len().min(MAX_DOORS)], &mut tickets)
+    let mut doors = Vec::with_capacity(wires.len().min(MAX_DOORS));
+    resolve_all(
+        conn,
+        &wires[..wires.len().min(MAX_DOORS)],
+        &mut tickets,
+        &mut doors,
+    )?;
+    Ok(doors)
 }
 
 #[cfg(test)]
@@ -334,5 +359,32 @@ mod tests {
         let r = receive_doors(&conn, &slot_with(&[third()]), 1, false, 0, 1, &mut out);
         assert_eq!(r.unwrap_err(), CallError::BadMessage("door tickets missing"));
         assert!(out.is_empty());
+    }
+
+    /// Every descriptor is resolved, the good ones before and after a bad
+    /// one too, but the message takes none of them: what the caller's
+    /// vector held before stays, and nothing is added. Past the few kept
+    /// on the stack as well.
+    #[test]
+    fn one_bad_descriptor_takes_none_of_the_message_s_doors() {
+        let (mine, _theirs) = sys::seqpacket_pair().unwrap();
+        let conn = crate::object::conn::alone::conn(mine);
+        let bad = DoorDescriptor {
+            kind: 0xee,
+            idx: 0,
+            pid: 0,
+        };
+        for n in [3, 9] {
+            let mut wires = vec![DoorDescriptor::dead(7); n];
+            wires[n / 2] = bad;
+            let mut out = vec![Door(Inner::Dead(1))];
+            let r = receive_doors(&conn, &slot_with(&wires), n, false, 0, 1, &mut out);
+            assert_eq!(r.unwrap_err(), CallError::BadMessage("unknown door descriptor"));
+            assert_eq!(out.len(), 1, "{n} descriptors: the one held before, no more");
+            let ok = vec![DoorDescriptor::dead(7); n];
+            receive_doors(&conn, &slot_with(&ok), n, false, 0, 1, &mut out).unwrap();
+            assert_eq!(out.len(), 1 + n);
+            assert!(out[1..].iter().all(|d| matches!(d.0, Inner::Dead(7))));
+        }
     }
 }

@@ -65,15 +65,27 @@ impl<D> Default for Grants<D> {
 impl<D: Granted> Grants<D> {
     /// Grant `door` to the peer once more; `None` once the table is closed.
     pub fn grant(&mut self, door: &D) -> Option<Granting> {
+        use std::collections::hash_map::Entry;
         if self.closed {
             return None;
         }
-        if let Some(&g) = self.by_door.get(&door.key())
-            && let Some((_, count)) = &mut self.entries[g as usize]
-        {
-            *count = count.saturating_add(1);
-            return Some(Granting::Again(g));
-        }
+        // One lookup: the door's grant, or the place for a new one.
+        let free = match self.by_door.entry(door.key()) {
+            Entry::Occupied(e) => {
+                let g = *e.get();
+                return Some(match &mut self.entries[g as usize] {
+                    Some((_, count)) => {
+                        *count = count.saturating_add(1);
+                        Granting::Again(g)
+                    }
+                    vacant => {
+                        *vacant = Some((door.clone(), 1));
+                        Granting::New(g)
+                    }
+                });
+            }
+            Entry::Vacant(v) => v,
+        };
         let e = Some((door.clone(), 1));
         let g = match self.free.pop() {
             Some(g) => {
@@ -85,7 +97,7 @@ impl<D: Granted> Grants<D> {
                 (self.entries.len() - 1) as u32
             }
         };
-        self.by_door.insert(door.key(), g);
+        free.insert(g);
         Some(Granting::New(g))
     }
 
