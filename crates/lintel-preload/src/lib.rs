@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use lintel_unix::emulate::Emulation;
 use lintel_unix::paths::Prefix;
 use lintel_unix::trap;
-use lintel_unix::{ENV_EXEC, ENV_FD_FLOOR, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
+use lintel_unix::{ENV_EXEC, ENV_FD_FLOOR, ENV_FRESH, ENV_PREFIX, ENV_SERVICE, ENV_SOCKET, ENV_STATIC};
 
 mod rebind;
 
@@ -64,6 +64,12 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
     let (Some(_), Some(prefix)) = (std::env::var_os(ENV_SOCKET), std::env::var_os(ENV_PREFIX)) else {
         return;
     };
+    // Started by the launcher itself: nothing served to take in. The mark
+    // goes before the program can copy its environment, so an image it
+    // `exec`s (which may inherit served descriptors) looks for them.
+    // SAFETY: the C runtime passes the process's environment vector,
+    // ending with a null pointer, and the process has one thread.
+    let fresh = unsafe { take_from_environment(envp, ENV_FRESH) };
     // Hosting a static program: the runtime's threads, started below,
     // must never run the program's signal handlers (see `trap`).
     let static_program = std::env::var_os(ENV_STATIC);
@@ -98,7 +104,9 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
     lintel_unix::emulate::set_reviver(revive);
     trap::set_fork(static_fork);
     // Served files this image inherits from the one that exec'd it.
-    emulation.adopt_inherited();
+    if !fresh {
+        emulation.adopt_inherited();
+    }
     EMULATION.store(emulation as *const Emulation as *mut Emulation, Ordering::Release);
     if let Err(e) = trap::arm(emulation) {
         eprintln!("lintel-unix: cannot arm syscall user dispatch: {e}");
@@ -112,6 +120,46 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
     if let Some(path) = std::env::var_os(ENV_EXEC) {
         run_served(emulation, &path, argv, envp);
     }
+}
+
+/// Take the variable `name` out of the environment vector `envp` (the
+/// process's, which `environ` and the program's `main` see), as
+/// `unsetenv` would; whether it was there. Not `unsetenv` itself: a
+/// program may define its own (bash does, over its table of variables,
+/// which it fills from this vector only once its `main` runs).
+///
+/// # Safety
+///
+/// `envp` is a null-terminated vector of C strings that nothing else
+/// reads or writes meanwhile.
+unsafe fn take_from_environment(envp: *const *const libc::c_char, name: &str) -> bool {
+    let envp = envp as *mut *const libc::c_char;
+    let mut found = false;
+    let (mut from, mut to) = (0usize, 0usize);
+    loop {
+        // SAFETY: up to and including its null pointer, the vector is
+        // ours to read (the caller's promise).
+        let entry = unsafe { *envp.add(from) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: a non-null entry is a C string.
+        let bytes = unsafe { std::ffi::CStr::from_ptr(entry) }.to_bytes();
+        let named = bytes
+            .strip_prefix(name.as_bytes())
+            .is_some_and(|r| r.first() == Some(&b'='));
+        if named {
+            found = true;
+        } else {
+            // SAFETY: `to` <= `from`, both within the vector.
+            unsafe { *envp.add(to) = entry };
+            to += 1;
+        }
+        from += 1;
+    }
+    // SAFETY: `to` <= `from`, the index of the null pointer.
+    unsafe { *envp.add(to) = std::ptr::null() };
+    found
 }
 
 /// `exec` the served program `path` with this process's arguments and

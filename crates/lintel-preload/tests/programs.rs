@@ -377,6 +377,32 @@ fn programs_choose_descriptor_numbers_freely() {
     assert_eq!(snapshot(s), snapshot(n));
 }
 
+/// The launcher tells the process it starts that it inherits nothing
+/// served (which spares it the look for inherited descriptors), and that
+/// word reaches no further: not the program's variables (bash keeps its
+/// own table of them, filled from the environment its `main` gets), so an
+/// image the program `exec`s takes in the served descriptor and the
+/// served working directory it inherits.
+#[test]
+fn only_the_launched_process_skips_the_look_for_inherited_files() {
+    let (n, s) = copy_tree();
+    let (n, s) = (n.path(), s.path());
+    for shell in ["sh", "bash"] {
+        if !have(shell) {
+            continue;
+        }
+        same(
+            n,
+            s,
+            &[
+                shell,
+                "-c",
+                "echo ${LINTEL_UNIX_FRESH-none}; exec 3<%R/a.txt; sh -c 'read x <&3; echo inherited=$x'; head -c 5 <&3; cd %R && sh -c 'cat a.txt'",
+            ],
+        );
+    }
+}
+
 /// A working directory in the served tree: `cd`, relative paths,
 /// `getcwd`, a subshell's `cd` and redirection, and the directory carried
 /// across `exec`.

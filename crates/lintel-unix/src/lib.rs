@@ -30,6 +30,6 @@ pub mod trap;
 pub mod user;
 
 pub use env::{
-    ENV_EXEC, ENV_FD_FLOOR, ENV_HOST, ENV_PREFIX, ENV_REBIND, ENV_SERVICE, ENV_SOCKET, ENV_STATIC,
+    ENV_EXEC, ENV_FD_FLOOR, ENV_FRESH, ENV_HOST, ENV_PREFIX, ENV_REBIND, ENV_SERVICE, ENV_SOCKET, ENV_STATIC,
     choose_descriptor_floor,
 };

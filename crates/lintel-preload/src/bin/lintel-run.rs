@@ -131,6 +131,7 @@ fn main() -> ExitCode {
         .env("LD_PRELOAD", &lib)
         .env(lintel_unix::ENV_SOCKET, &sock)
         .env(lintel_unix::ENV_PREFIX, &prefix)
+        .env(lintel_unix::ENV_FRESH, "1")
         .spawn();
     // `export`: the service this process runs for the program, if it does.
     let mut export = None;
