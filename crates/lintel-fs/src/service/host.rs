@@ -65,9 +65,10 @@ pub(crate) fn reopen(fd: &OwnedFd, access: OFlags) -> Result<OwnedFd, FsError> {
 /// Apply `attr` to the file `fd` names (an `O_PATH` descriptor will do:
 /// mode and times go through its `/proc/self/fd` link, the owner through
 /// `AT_EMPTY_PATH`).
-pub(crate) fn set_attr(fd: &OwnedFd, attr: Attr) -> Result<(), FsError> {
+pub(crate) fn set_attr(fd: impl AsFd, attr: Attr) -> Result<(), FsError> {
     use rustix::fs::{CWD, Timespec as Ts, Timestamps};
     use std::os::fd::AsRawFd;
+    let fd = fd.as_fd();
     let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
     if let Some(mode) = attr.mode {
         rustix::fs::chmodat(
