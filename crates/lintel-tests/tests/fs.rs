@@ -1003,6 +1003,32 @@ fn sessions_are_bounded_and_their_end_makes_room() {
     );
 }
 
+/// A client's session (its share of the service's room for them) is made
+/// when its first window attaches, not at its first open: a client that
+/// opens, looks and reads a little through calls leaves the room to
+/// others, and one that maps later finds none and reads through calls.
+#[test]
+fn a_client_that_maps_nothing_takes_no_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"bounded").unwrap();
+    let door = lintel_fs::Service::new(dir.path(), false)
+        .unwrap()
+        .with_max_sessions(1)
+        .into_door();
+    let looker = Fs::from_door(door.clone());
+    let a = looker.open("f").unwrap();
+    assert_eq!(a.metadata().unwrap().size, 7);
+    let mut buf = [0u8; 7];
+    assert_eq!(a.read_at(&mut buf, 0).unwrap(), 7);
+    let mapper = Fs::from_door(door);
+    let b = mapper.open("f").unwrap();
+    assert!(b.is_mapped(), "the looker took no session: room for this one");
+    assert!(!a.is_mapped(), "no room left: the copy path");
+    buf.fill(0);
+    assert_eq!(a.read_at(&mut buf, 0).unwrap(), 7);
+    assert_eq!(&buf, b"bounded");
+}
+
 /// A client process holding the token of file `f`, with 10,000 bytes
 /// written through its window and not yet written back; and its file.
 fn token_holder(svc: &FsService) -> (FsClientPeer, u32) {

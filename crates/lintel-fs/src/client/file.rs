@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
 use crate::client::credentials::tell;
-use crate::client::mapped::{Mapped, MappedSession, View};
+use crate::client::mapped::{Mapped, SessionSource, View};
 use crate::client::spliced::{Pipes, SPLICE_MIN};
 use crate::proto::lock;
 use crate::proto::{
@@ -566,8 +566,9 @@ impl File {
 /// Until then `seek` and `metadata` ask the service, which is where the
 /// offset and size are while no window holds the token.
 pub(super) struct Window {
-    /// The session to attach through; `None`: the file takes the copy path.
-    session: Option<Arc<MappedSession>>,
+    /// Where the session to attach through comes from; `None`: the file
+    /// takes the copy path.
+    session: Option<SessionSource>,
     attached: std::sync::OnceLock<Option<Arc<Mapped>>>,
     /// Reads and writes asked of the handle and its clones so far, up to
     /// [`ATTACH_AFTER`].
@@ -582,12 +583,13 @@ impl Window {
         Window::of(None)
     }
 
-    /// A window to attach through `session` when first needed.
-    pub(super) fn through(session: Arc<MappedSession>) -> Window {
+    /// A window to attach, when first needed, through the session
+    /// `session` gives then.
+    pub(super) fn through(session: SessionSource) -> Window {
         Window::of(Some(session))
     }
 
-    fn of(session: Option<Arc<MappedSession>>) -> Window {
+    fn of(session: Option<SessionSource>) -> Window {
         Window {
             session,
             attached: std::sync::OnceLock::new(),
@@ -624,9 +626,9 @@ impl Window {
     /// The window, attached now if it was not; `None` if the file cannot
     /// be mapped (a directory, say) or there is no session.
     fn get(&self, file: &OpenFileClient) -> Option<&Arc<Mapped>> {
-        let session = self.session.as_ref()?;
+        let source = self.session.as_ref()?;
         self.attached
-            .get_or_init(|| Mapped::attach(session, file).ok().map(Arc::new))
+            .get_or_init(|| Mapped::attach(&source.get()?, file).ok().map(Arc::new))
             .as_ref()
     }
 

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
 use crate::client::file::{File, IoPath, OpenOptions, Window};
-use crate::client::mapped::MappedSession;
+use crate::client::mapped::{MappedSession, SessionSource};
 use crate::client::{credentials, reaped};
 use crate::proto::{
     Attr, Counters, DirEntry, Export, ExportClient, FsError, FsStat, MAX_IO, OpenFile, OpenFileClient, Stat,
@@ -37,8 +37,8 @@ pub struct Fs {
     /// How many of the children this process reaped the service was asked
     /// to settle ([`reaped`]).
     reaped: Arc<AtomicU64>,
-    /// This process's mapped-window session with the export, made on the
-    /// first open that maps.
+    /// This process's mapped-window session with the export, made when
+    /// the first window attaches.
     session: Arc<Mutex<Option<Arc<MappedSession>>>>,
 }
 
@@ -160,13 +160,14 @@ impl Fs {
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
-        if options.path != IoPath::Copy
-            && readable
-            && let Some(session) = MappedSession::get(&self.session, &self.export)
-        {
-            // Attached at its first use (`Window`); directories and other
-            // files that cannot map stay on the copy path then.
-            f.window = Arc::new(Window::through(session));
+        if options.path != IoPath::Copy && readable {
+            // Attached at its first use (`Window`), the session made then;
+            // directories and other files that cannot map stay on the copy
+            // path then.
+            f.window = Arc::new(Window::through(SessionSource {
+                cell: self.session.clone(),
+                export: self.export.clone(),
+            }));
         }
         f
     }

@@ -94,6 +94,24 @@ struct MapEntry {
     keeper: Option<Keeper>,
 }
 
+/// Where a file's window finds its session when it first attaches: the
+/// process's session with the export, made then if there is none yet. An
+/// open does not make one: a program that only opens, looks and closes
+/// (directories, `stat` through an open, a shell's redirections it never
+/// reads) starts no pager thread and maps no shared page.
+#[derive(Clone)]
+pub(crate) struct SessionSource {
+    pub(crate) cell: Arc<Mutex<Option<Arc<MappedSession>>>>,
+    pub(crate) export: ExportClient,
+}
+
+impl SessionSource {
+    /// The session, made now if there is none ([`MappedSession::get`]).
+    pub(crate) fn get(&self) -> Option<Arc<MappedSession>> {
+        MappedSession::get(&self.cell, &self.export)
+    }
+}
+
 impl MappedSession {
     /// The session with `export` kept in `cell`, or a new one if there is
     /// none yet or the last one ended (its service died or evicted it);
