@@ -976,16 +976,23 @@ fn sessions_of_dead_and_closing_clients_leave_nothing_behind() {
     );
 }
 
-/// A service keeps a bounded number of sessions: a client beyond it takes
-/// the copy path, and a session that ends makes room.
-#[test]
-fn sessions_are_bounded_and_their_end_makes_room() {
+/// An export of a directory holding `f` ("bounded", 7 bytes) with room
+/// for one mapped-window session; the directory goes with the first.
+fn one_session_export() -> (tempfile::TempDir, lintel::Door) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), b"bounded").unwrap();
     let door = lintel_fs::Service::new(dir.path(), false)
         .unwrap()
         .with_max_sessions(1)
         .into_door();
+    (dir, door)
+}
+
+/// A service keeps a bounded number of sessions: a client beyond it takes
+/// the copy path, and a session that ends makes room.
+#[test]
+fn sessions_are_bounded_and_their_end_makes_room() {
+    let (_dir, door) = one_session_export();
     let first = Fs::from_door(door.clone());
     let a = first.open("f").unwrap();
     assert!(a.is_mapped());
@@ -1009,12 +1016,7 @@ fn sessions_are_bounded_and_their_end_makes_room() {
 /// others, and one that maps later finds none and reads through calls.
 #[test]
 fn a_client_that_maps_nothing_takes_no_session() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("f"), b"bounded").unwrap();
-    let door = lintel_fs::Service::new(dir.path(), false)
-        .unwrap()
-        .with_max_sessions(1)
-        .into_door();
+    let (_dir, door) = one_session_export();
     let looker = Fs::from_door(door.clone());
     let a = looker.open("f").unwrap();
     assert_eq!(a.metadata().unwrap().size, 7);

@@ -204,11 +204,6 @@ pub(crate) fn receive_doors(
     seq: u32,
     out: &mut Vec<Door>,
 ) -> Result<(), CallError> {
-    let wire = |i: usize| {
-        let mut b = [0u8; DOOR_DESCRIPTOR];
-        slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
-        DoorDescriptor::from_bytes(&b)
-    };
     // Read once each: the peer may rewrite the slot meanwhile, and what
     // was checked for tickets must be what is resolved. (A few on the
     // stack: most calls pass one door, or none.)
@@ -221,7 +216,7 @@ pub(crate) fn receive_doors(
         &mut many[..]
     };
     for (i, w) in wires.iter_mut().enumerate() {
-        *w = wire(i);
+        *w = wire_at(slot, i);
     }
     let mut tickets: Vec<Option<OwnedFd>> = Vec::new();
     let mut missing = false;
@@ -247,14 +242,17 @@ pub(crate) fn receive_doors(
 /// tickets that came for it, so their servers release them. (Grants of the
 /// caller's own doors are the caller's to take back.)
 pub(crate) fn discard_doors(conn: &Arc<Conn>, slot: &Slot, n: usize, request: bool, index: u32, seq: u32) {
-    let third = (0..n.min(MAX_DOORS)).any(|i| {
-        let mut b = [0u8; DOOR_DESCRIPTOR];
-        slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
-        DoorDescriptor::from_bytes(&b).kind == WD_THIRD
-    });
+    let third = (0..n.min(MAX_DOORS)).any(|i| wire_at(slot, i).kind == WD_THIRD);
     if third {
         drop(conn.take_tickets(request, index, seq));
     }
+}
+
+/// Door descriptor `i` of a slot, as it reads now.
+fn wire_at(slot: &Slot, i: usize) -> DoorDescriptor {
+    let mut b = [0u8; DOOR_DESCRIPTOR];
+    slot.read(OFF_DOORS + i * DOOR_DESCRIPTOR, &mut b);
+    DoorDescriptor::from_bytes(&b)
 }
 
 /// Resolve every descriptor (even after a failure, so nothing is left
@@ -307,14 +305,10 @@ pub(crate) fn decode_from_socket(
     wires: &[DoorDescriptor],
     fds: Vec<OwnedFd>,
 ) -> Result<Vec<Door>, CallError> {
+    let wires = &wires[..wires.len().min(MAX_DOORS)];
     let mut tickets: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
-    let mut doors = Vec::with_capacity(wires.len().min(MAX_DOORS));
-    resolve_all(
-        conn,
-        &wires[..wires.len().min(MAX_DOORS)],
-        &mut tickets,
-        &mut doors,
-    )?;
+    let mut doors = Vec::with_capacity(wires.len());
+    resolve_all(conn, wires, &mut tickets, &mut doors)?;
     Ok(doors)
 }
 
