@@ -294,14 +294,19 @@ impl File {
         {
             return Ok(n);
         }
-        // A pipe is attached at its first use: not for the first reads of
-        // a handle that has not taken its window yet.
-        // (Not `read_host`: at the offset, the pipes read ahead on the
-        // service's CPU while this one copies, which measured faster for a
-        // long read than reading the host file here.)
+        // A long read takes the host file itself where the window hands
+        // out a descriptor of it, else a pipe, attached at its first use:
+        // not for the first reads of a handle that has not taken its
+        // window yet.
         if buf.len() >= self.splice_min && !self.window.pending() {
+            let attached = self.window.attached();
+            if let Some(m) = attached
+                && let Some(n) = m.read_host(None, buf)?
+            {
+                return Ok(n);
+            }
             let mut pipe = self.pipe.lock();
-            if let Some(m) = self.window.attached()
+            if let Some(m) = attached
                 && let Some(n) = m.read_streamed(&mut pipe, &self.file, buf)?
             {
                 return Ok(n);
@@ -376,7 +381,7 @@ impl File {
         }
         if buf.len() >= self.splice_min && !self.window.pending() {
             if let Some(m) = self.window.attached()
-                && let Some(n) = m.read_host(at, buf)?
+                && let Some(n) = m.read_host(Some(at), buf)?
             {
                 return Ok(n);
             }

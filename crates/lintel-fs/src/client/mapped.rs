@@ -275,7 +275,7 @@ pub(crate) struct Mapped {
     /// `local` and letting it go): a lock-free read (`read_passive`) that
     /// saw the same even value before and after raced none of them.
     epoch: AtomicU64,
-    /// The host file, read directly by a long positional read while the
+    /// The host file, read directly by a long read while the
     /// token is here and nothing is dirty ([`Mapped::read_host`]); none
     /// from a read-only export.
     host: Option<OwnedFd>,
@@ -559,14 +559,14 @@ impl Mapped {
         Ok(Some(n as usize))
     }
 
-    /// Read at `at` from the host file itself, while the token is here and
-    /// nothing is dirty: the host file is then the file (a write anywhere
-    /// else takes the token back first), and one `pread` moves its bytes as
-    /// a native read does, with no call. `None`: no host descriptor (a
-    /// read-only export), something dirty here, or no token: read another
-    /// way. For long positional reads, which would otherwise make a call
-    /// and a splice each.
-    pub(crate) fn read_host(&self, at: u64, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
+    /// Read at `at` (or at the shared offset, moving it) from the host file
+    /// itself, while the token is here and nothing is dirty: the host file
+    /// is then the file (a write anywhere else takes the token back first),
+    /// and one `pread` moves its bytes as a native read does, with no call.
+    /// `None`: no host descriptor (a read-only export), something dirty
+    /// here, or no token: read another way. For long reads, which would
+    /// otherwise make a call and a splice each, or drain a pipe.
+    pub(crate) fn read_host(&self, at: Option<u64>, buf: &mut [u8]) -> Result<Option<usize>, FsError> {
         let Some(host) = &self.host else {
             return Ok(None);
         };
@@ -575,11 +575,16 @@ impl Mapped {
                 if a.held.dirty.0 < a.held.dirty.1 {
                     return Ok(None);
                 }
+                let from = at.unwrap_or(a.held.offset);
                 // At most what one call moves: the token stays active (a
                 // recall waits) only as long as a call would take.
                 let most = buf.len().min(crate::proto::MAX_IO as usize) as u64;
-                let n = most.min(a.held.size.saturating_sub(at)) as usize;
-                pread_full(host, &mut buf[..n], at).map(Some)
+                let n = most.min(a.held.size.saturating_sub(from)) as usize;
+                let got = pread_full(host, &mut buf[..n], from)?;
+                if at.is_none() {
+                    a.held.offset = from + got as u64;
+                }
+                Ok(Some(got))
             })?
             .flatten())
     }
@@ -595,9 +600,10 @@ impl Mapped {
     /// only at its start. What a pipe holds is used only at the offset it
     /// was read for and under the grant it was read under; anything else,
     /// and any write through the window (the host file then lags the
-    /// cache), sends the read elsewhere. `None`: read another way. (Faster
-    /// than [`Mapped::read_host`] for a long read at the offset: the page
-    /// lookups move to the service's CPU, ahead of this one's copying.)
+    /// cache), sends the read elsewhere. `None`: read another way. For a
+    /// window with no host descriptor (a read-only export's): where there
+    /// is one, [`Mapped::read_host`] is faster, one `pread` where this is a
+    /// `read` of the pipe and a call per pipeful.
     pub(crate) fn read_streamed(
         &self,
         pipes: &mut Pipes,
