@@ -1361,14 +1361,14 @@ fn pipes_a_client_attaches_are_checked_and_bounded() {
     );
 }
 
-/// A sync writes back the pages a client wrote through its window, not
-/// the span between the lowest and highest of them: a database that
-/// rewrites its first page and appends pays for those pages per commit,
-/// not for the whole file. The host file gets every byte written, and
-/// the writer keeps its token: after the first round, no write asks for
-/// it again.
+/// A write-out (here for a `stat` of the file) writes back the pages a
+/// client wrote through its window, not the span between the lowest and
+/// highest of them: a database that rewrites its first page and appends
+/// pays for those pages per commit, not for the whole file. The host file
+/// gets every byte written, and the writer keeps its token: after the
+/// first round, no write asks for it again.
 #[test]
-fn a_sync_writes_back_the_pages_written_not_the_span_between() {
+fn a_write_out_writes_back_the_pages_written_not_the_span_between() {
     both_placements(|fs, host| {
         let mut data: Vec<u8> = (0..4u32 << 20)
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
@@ -1383,7 +1383,7 @@ fn a_sync_writes_back_the_pages_written_not_the_span_between() {
                 f.write_at(&piece, at as u64).unwrap();
                 data[at..at + 100].copy_from_slice(&piece);
             }
-            f.sync_data().unwrap();
+            assert_eq!(fs.stat("db").unwrap().size, data.len() as u64);
             let written = fs.counters().unwrap().written_back - before.written_back;
             assert!(
                 (300..=3 * 4096).contains(&written),
@@ -1394,14 +1394,84 @@ fn a_sync_writes_back_the_pages_written_not_the_span_between() {
             assert_eq!((on_host.len(), first), (data.len(), None), "round {round}");
             if round > 0 {
                 let grants = fs.counters().unwrap().grants - before.grants;
-                assert_eq!(grants, 0, "round {round}: the sync took the writer's token away");
+                assert_eq!(
+                    grants, 0,
+                    "round {round}: the write-out took the writer's token away"
+                );
             }
         }
-        // Read back through the handle after the last sync: the token and
-        // the window it kept serve the bytes.
+        // Read back through the handle after the last write-out: the token
+        // and the window it kept serve the bytes.
         let mut back = vec![0u8; 100];
         f.read_at(&mut back, 2 << 20).unwrap();
         assert_eq!(back, data[2 << 20..(2 << 20) + 100]);
+    });
+}
+
+/// A handle that holds its file's token syncs with no call: it writes
+/// back what it wrote through its window itself, and the host file has
+/// every byte, past its old end too. Taking the token back afterwards
+/// finds nothing left to write. A reader holding the token syncs without
+/// a call too.
+#[test]
+fn a_holder_syncs_without_a_call() {
+    both_placements(|fs, host| {
+        let mut data = vec![b'.'; 300_000];
+        std::fs::write(host.join("db"), &data).unwrap();
+        let opts = rw().io_path(lintel_fs::IoPath::Mapped).clone();
+        let f = fs.open_with("db", &opts).unwrap();
+        assert!(f.is_mapped());
+        for (round, at) in [5usize, 150_000, 299_950].into_iter().enumerate() {
+            let piece = [b'a' + round as u8; 100];
+            assert_eq!(f.write_at(&piece, at as u64).unwrap(), 100);
+            data.resize(data.len().max(at + 100), 0);
+            data[at..at + 100].copy_from_slice(&piece);
+            let before = fs.counters().unwrap();
+            if round % 2 == 0 {
+                f.sync_data().unwrap();
+            } else {
+                f.sync_all().unwrap();
+            }
+            let after = fs.counters().unwrap();
+            assert_eq!(
+                after.file_calls, before.file_calls,
+                "round {round}: the sync made a call"
+            );
+            assert_eq!(
+                after.written_back, before.written_back,
+                "written back here, not by the service"
+            );
+            assert!(
+                std::fs::read(host.join("db")).unwrap() == data,
+                "round {round}: the host file"
+            );
+        }
+        // Taking the token back (another open's read) finds nothing to write.
+        let before = fs.counters().unwrap();
+        assert!(fs.read("db").unwrap() == data);
+        let after = fs.counters().unwrap();
+        assert!(after.recalls > before.recalls, "the token was taken back");
+        assert_eq!(
+            after.written_back, before.written_back,
+            "nothing was left to write"
+        );
+        drop(f);
+
+        let r = fs
+            .open_with(
+                "db",
+                OpenOptions::new().read(true).io_path(lintel_fs::IoPath::Mapped),
+            )
+            .unwrap();
+        let mut head = [0u8; 10];
+        assert_eq!(r.read_at(&mut head, 0).unwrap(), 10, "the reader takes the token");
+        let before = fs.counters().unwrap();
+        r.sync_data().unwrap();
+        assert_eq!(
+            fs.counters().unwrap().file_calls,
+            before.file_calls,
+            "a reader's sync"
+        );
     });
 }
 
@@ -1504,6 +1574,35 @@ fn threads_reading_at_one_shared_offset_never_read_a_word_twice() {
         let want: Vec<u64> = (0..WORDS).map(|w| w * 8).collect();
         assert_eq!(all.len(), want.len(), "words read in all");
         assert!(all == want, "every word once");
+    });
+}
+
+/// A `stat` of a file whose token a client holds shows what that client
+/// wrote through its window (written out to the host first), and leaves
+/// it the token: its next write through the window asks for nothing.
+#[test]
+fn a_stat_writes_out_a_holder_s_window_and_leaves_it_the_token() {
+    both_placements(|fs, host| {
+        std::fs::write(host.join("f"), vec![b'.'; 10_000]).unwrap();
+        let opts = rw().io_path(lintel_fs::IoPath::Mapped).clone();
+        let f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        assert_eq!(f.write_at(b"window", 20_000).unwrap(), 6);
+        let before = fs.counters().unwrap();
+        assert_eq!(fs.stat("f").unwrap().size, 20_006, "the holder's size");
+        let on_host = std::fs::read(host.join("f")).unwrap();
+        assert_eq!(on_host.len(), 20_006);
+        assert_eq!(&on_host[20_000..], b"window", "written out before the look");
+        assert!(
+            on_host[10_000..20_000].iter().all(|&b| b == 0),
+            "a hole, as on Linux"
+        );
+        assert_eq!(f.write_at(b"again", 0).unwrap(), 5);
+        let after = fs.counters().unwrap();
+        assert_eq!(after.grants, before.grants, "the holder kept its token");
+        assert_eq!(after.recalls, before.recalls, "nothing was taken back");
+        // The write after the look is the file's too.
+        assert_eq!(fs.read("f").unwrap()[..5], *b"again");
     });
 }
 

@@ -524,12 +524,23 @@ impl File {
 
     /// Data and metadata on the host's storage (`fsync`).
     pub fn sync_all(&self) -> Result<(), FsError> {
-        self.file.sync(false)
+        self.sync(false)
     }
 
     /// Data on the host's storage (`fdatasync`).
     pub fn sync_data(&self) -> Result<(), FsError> {
-        self.file.sync(true)
+        self.sync(true)
+    }
+
+    /// A sync: made here, with no call, while this handle holds the
+    /// file's token (`Mapped::sync`), else by the service.
+    fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        if let Some(m) = self.window.attached()
+            && m.sync(data_only)?.is_some()
+        {
+            return Ok(());
+        }
+        self.file.sync(data_only)
     }
 
     /// The entries of an open directory.

@@ -91,7 +91,7 @@ pub(crate) struct MappedSession {
 struct MapEntry {
     addr: u64,
     len: usize,
-    keeper: Option<Keeper>,
+    keeper: Option<Arc<Keeper>>,
 }
 
 /// Where a file's window finds its session when it first attaches: the
@@ -282,6 +282,9 @@ pub(crate) struct Mapped {
     /// `host` is the open's own open file description: its byte-range
     /// and `flock` locks are the open's, taken without a call.
     locks: bool,
+    /// For a file we may write: what writes back what we wrote through
+    /// the window, should the service die, or to sync without a call.
+    keeper: Option<Arc<Keeper>>,
 }
 
 /// Read `buf.len()` bytes of `host` at `at`, fewer at its end.
@@ -344,17 +347,17 @@ impl Mapped {
             .map(lintel::above_descriptor_floor);
         // A file we may write is one we must be able to write back
         // ourselves (see `keeper`); without that it takes the copy path.
-        let keeper = || -> Result<Option<Keeper>, FsError> {
+        let keeper = || -> Result<Option<Arc<Keeper>>, FsError> {
             if !writable {
                 return Ok(None);
             }
             let host =
                 host.ok_or_else(|| FsError::Invalid("no host descriptor to write back through".into()))?;
-            Ok(Some(Keeper {
+            Ok(Some(Arc::new(Keeper {
                 slot: slot as usize,
                 host: lintel::above_descriptor_floor(host),
                 cache: lintel::above_descriptor_floor(cache.try_clone()?),
-            }))
+            })))
         };
         let keeper = match keeper() {
             Ok(k) => k,
@@ -381,6 +384,7 @@ impl Mapped {
             epoch: AtomicU64::new(0),
             locks,
             host: reads,
+            keeper: keeper.clone(),
         };
         uffd::register(&session.uffd, mapped.map.addr(), span)?;
         session.session.mapped(slot, mapped.map.addr())?;
@@ -407,6 +411,16 @@ impl Mapped {
         &self,
         f: impl FnOnce(&mut Active<'_>) -> Result<R, FsError>,
     ) -> Result<Option<R>, FsError> {
+        self.with_token_or(true, f)
+    }
+
+    /// As [`Mapped::with_token`]; without `acquire`, `None` at once if the
+    /// token is not here (nothing asked of the service).
+    fn with_token_or<R>(
+        &self,
+        acquire: bool,
+        f: impl FnOnce(&mut Active<'_>) -> Result<R, FsError>,
+    ) -> Result<Option<R>, FsError> {
         let _one = self.local.lock();
         if self.refused.load(SeqCst) {
             return Ok(None);
@@ -428,6 +442,7 @@ impl Mapped {
                     self.session.check()?;
                     return r.map(Some);
                 }
+                Begin::Acquire if !acquire => return Ok(None),
                 Begin::Acquire => {
                     self.grants.fetch_add(1, SeqCst);
                     match self.session.session.acquire(self.slot) {
@@ -557,6 +572,43 @@ impl Mapped {
         // As in `with_token`: a service that died may have left zeros.
         self.session.check()?;
         Ok(Some(n as usize))
+    }
+
+    /// Sync the file (`fdatasync` with `data_only`, else `fsync`) with no
+    /// call, while the token is here: what this client wrote through the
+    /// window is written back to the host file first, as the service's
+    /// write-out does (the same function, [`keeper::write_back`]), and
+    /// its marks cleared. While the token is here nobody else has writes
+    /// of this file that are not on the host. The host file is synced
+    /// after the operation ends: a slow disk keeps no token active.
+    /// `None`: no token here or no host descriptor (a read-only export's
+    /// file): the service syncs.
+    ///
+    /// [`keeper::write_back`]: crate::client::keeper::write_back
+    pub(crate) fn sync(&self, data_only: bool) -> Result<Option<()>, FsError> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        let here = self.with_token_or(false, |a| {
+            if a.held.dirty.0 < a.held.dirty.1 {
+                let Some(k) = &self.keeper else {
+                    return Ok(false);
+                };
+                crate::client::keeper::write_back(&k.cache, &k.host, a.held, token::dirty_map(&self.desc()))?;
+                token::client_clean(&self.desc());
+                a.held.dirty = token::CLEAN;
+            }
+            Ok(true)
+        })?;
+        if here != Some(true) {
+            return Ok(None);
+        }
+        if data_only {
+            rustix::fs::fdatasync(host)?;
+        } else {
+            rustix::fs::fsync(host)?;
+        }
+        Ok(Some(()))
     }
 
     /// Read at `at` (or at the shared offset, moving it) from the host file

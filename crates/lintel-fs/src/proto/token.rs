@@ -375,6 +375,20 @@ pub(crate) fn client_mark(d: &impl Words, lo: u64, hi: u64) {
     }
 }
 
+/// Clear the dirty map: the client has written back, itself, all that it
+/// marked (a sync made without a call), and [`client_end`] stores the
+/// empty range. Inside an operation, as [`client_mark`]; after the
+/// write-back, so that a client that dies between the two leaves the
+/// service a range to write again, never bytes unwritten.
+pub(crate) fn client_clean(d: &impl Words) {
+    for i in 0..DIRTY_MAP_WORDS {
+        d.w64(DIRTY_MAP + 8 * i).store(0, Relaxed);
+    }
+}
+
+/// The dirty range of a token that holds nothing written.
+pub(crate) const CLEAN: (u64, u64) = (u64::MAX, 0);
+
 /// Grow the chunks from `1 << shift` bytes until byte `last` falls in
 /// the map, folding the bits (a new chunk is dirty if any old one in it
 /// was); the new shift. Rare: once per doubling of the file's written

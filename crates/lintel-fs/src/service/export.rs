@@ -3,7 +3,7 @@
 //! path beneath the root and makes each open an [`Opened`] with a door of
 //! its own.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -216,6 +216,21 @@ impl Inner {
         false
     }
 
+    /// For a look at the metadata of the file `key` names, through `host`
+    /// (a descriptor of it): what a holder of its token wrote is written
+    /// out, and the holder keeps the token ([`Node::flush`]), so that a
+    /// program's `stat` of a file it holds costs its next read or write no
+    /// call. Whether the file is open here (then `host` says what the look
+    /// should).
+    fn flush_key(&self, key: (u64, u64), host: impl AsFd) -> bool {
+        let node = self.nodes.lock().get(&key);
+        if let Some(n) = node {
+            drop(n.flushed(self.timeout, host));
+            return true;
+        }
+        false
+    }
+
     /// Resolve `path` beneath the root and open it.
     fn resolve(&self, path: &[u8], flags: OFlags, mode: Mode) -> Result<OwnedFd, FsError> {
         let path = path::check(path)?;
@@ -397,8 +412,8 @@ impl Export for ExportImpl {
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.look(path, OFlags::PATH | nofollow)?;
         let st = rustix::fs::fstat(&fd)?;
-        // An open file's settling may change what it says: asked again then.
-        if self.settle_key((st.st_dev, st.st_ino)) {
+        // An open file's write-out may change what it says: asked again then.
+        if self.flush_key((st.st_dev, st.st_ino), &fd) {
             return stat_of(&fd);
         }
         Ok(stat_from(&st))

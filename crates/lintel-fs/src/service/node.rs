@@ -175,7 +175,7 @@ impl Node {
     /// for the token and is answered once this is done. A holder that is
     /// gone, evicted or breaks the protocol is recalled as
     /// [`Node::recall`] does.
-    pub(crate) fn flush(&self, st: &mut TokenState, deadline: Instant, host: &OwnedFd) {
+    pub(crate) fn flush(&self, st: &mut TokenState, deadline: Instant, host: impl AsFd) {
         let Some(h) = st.holder.as_ref().filter(|h| !h.is_evicted() && !h.is_dead()) else {
             return self.recall(st, deadline);
         };
@@ -272,7 +272,7 @@ impl Node {
 
     /// The token lock of the file, the host file brought up to date with
     /// what a holder wrote, the holder keeping its token ([`Node::flush`]).
-    pub(crate) fn flushed(&self, timeout: Duration, host: &OwnedFd) -> MutexGuard<'_, TokenState> {
+    pub(crate) fn flushed(&self, timeout: Duration, host: impl AsFd) -> MutexGuard<'_, TokenState> {
         let mut st = self.token.lock();
         if st.holder.is_some() {
             self.flush(&mut st, Instant::now() + timeout, host);
