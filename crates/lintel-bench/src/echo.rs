@@ -7,7 +7,9 @@
 //!   `Reply::data_in_place` (the default, hostile-safe path: the caller gets a private copy, the
 //!   handler a private `&[u8]`; the result is written where it travels). It
 //!   carries `floor_ns`, the copies this path needs plus a null call (see `COPY_PATH_COPIES`),
-//!   and `vs_floor`.
+//!   and `vs_floor`. The copies are timed as the path makes them, between two CPUs
+//!   (`raw_copies_<size>`); `floor_hot_ns` and `vs_floor_hot` count them as one process's
+//!   `memcpy` of cached bytes instead, which no echo between two CPUs can reach.
 //! - `loan_<size>`: the caller fills a loan (`lintel::Loan`) and passes it; the server copies it
 //!   into a loan of its own (`Loaned::copy_to`: one copy out of untrusted memory, which is the
 //!   snapshot) and answers with that; the caller reads the answer's ends in place. One copy per
@@ -18,7 +20,13 @@
 //!   where it lies (`Door::call_in_place`) and checks its ends, as the loan case does. One copy
 //!   per direction, as iceoryx2; for 8 B and 1 KiB (inside a slot's data region) it is the
 //!   copy path.
-//! - `memcpy_<size>`: one `copy_from_slice` in one process (the floor's unit).
+//! - `memcpy_<size>`: one `copy_from_slice` in one process (the hot floor's unit).
+//! - `raw_copies_<size>`: the copy path's four copies with nothing else: two threads on two
+//!   CPUs share memory; the caller copies the payload into a request region and publishes it
+//!   by a spun-on word, the other thread snapshots it and copies the snapshot into a reply
+//!   region, the caller snapshots the reply. The time of that echo less the time of the same
+//!   echo with no payload (the words' round trip) is what the copies cost where they are
+//!   made (each reads bytes the other CPU just wrote): the floor's copies.
 //! - `null`: a door call with no data, to the same child (the floor's fixed part).
 //! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
 //!
@@ -136,19 +144,24 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
         let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
         let (n, batch) = iters(cfg, size);
         let per_round = (n / ROUNDS).max(batch);
-        let [mut c, mut l, mut t, mut m, mut i]: [Rounds; 5] = Default::default();
+        let [mut c, mut l, mut t, mut m, mut i, mut r, mut r0]: [Rounds; 7] = Default::default();
         for _ in 0..ROUNDS {
             c.add_counted(|| measure_echo(copy, &data, per_round, batch))?;
             i.add(ice.measure(&data, per_round, batch))?;
             l.add_counted(|| measure_loan(loan, &data, per_round, batch))?;
             t.add_counted(|| measure_trusted(trusted, &data, per_round, batch))?;
             m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
+            r.add(Ok(measure_raw_echo(&data, per_round, batch)))?;
+            r0.add(Ok(measure_raw_echo(&[], per_round.min(1000), 20)))?;
             null_rounds.add(measure_null(null, per_round.min(1000), 20))?;
         }
         let slept = [c.slept_share(), l.slept_share(), t.slept_share()];
         let (c, l, t, m, i) = (c.pooled(), l.pooled(), t.pooled(), m.pooled(), i.pooled());
+        let (r, r0) = (r.pooled(), r0.pooled());
         let null_ns = null_rounds.pooled().median_ns;
-        let floor = null_ns + COPY_PATH_COPIES * m.median_ns;
+        let copies_ns = (r.median_ns - r0.median_ns).max(0.0);
+        let floor = null_ns + copies_ns;
+        let floor_hot = null_ns + COPY_PATH_COPIES * m.median_ns;
         let ice_case = format!("iceoryx2_echo_{name}");
         report.push(
             CaseResult::new(SUITE, &format!("copy_{name}"), &c)
@@ -157,14 +170,18 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .with_field("vs_iceoryx2", c.median_ns / i.median_ns)
                 .with_field("floor_ns", floor)
                 .with_field("vs_floor", c.median_ns / floor)
+                .with_field("floor_hot_ns", floor_hot)
+                .with_field("vs_floor_hot", c.median_ns / floor_hot)
                 .with_field("slept", slept[0])
                 .with_note(format!(
                     "{size} bytes each way, copied; {:.2}× iceoryx2 (target ≤ 1.5 at 64k and 1m); \
-                     {:.2}× its floor of {} copies and a null call, {floor:.0} ns (target ≤ 1.5); \
-                     the caller slept on {:.1}% of calls",
+                     {:.2}× its floor of {} copies between two CPUs and a null call, {floor:.0} ns \
+                     (target ≤ 1.5; {:.2}× the same copies of cached bytes in one process, \
+                     {floor_hot:.0} ns); the caller slept on {:.1}% of calls",
                     c.median_ns / i.median_ns,
                     c.median_ns / floor,
                     COPY_PATH_COPIES,
+                    c.median_ns / floor_hot,
                     100.0 * slept[0]
                 )),
         );
@@ -201,6 +218,18 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
                 .with_note("one copy_from_slice in one process, buffers 2 KiB apart modulo 4 KiB"),
         );
         report.push(
+            CaseResult::new(SUITE, &format!("raw_copies_{name}"), &r)
+                .with_field("bytes", size as f64)
+                .with_field("round_trip_ns", r0.median_ns)
+                .with_field("copies_ns", copies_ns)
+                .with_note(format!(
+                    "the copy path's four copies between two threads on two CPUs, signalled by \
+                     spun-on words; less the same echo with no payload ({:.0} ns): the floor's \
+                     copies, {copies_ns:.0} ns",
+                    r0.median_ns
+                )),
+        );
+        report.push(
             CaseResult::new("baseline", &ice_case, &i)
                 .with_field("bytes", size as f64)
                 .with_note(
@@ -214,6 +243,70 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
             .with_note("a door call with no data to the same child, for the floors"),
     );
     ice.stop()
+}
+
+/// The copy path's four copies and nothing else (`raw_copies_<size>`): this thread copies
+/// `data` into a request region of memory shared with a second thread and publishes it by
+/// bumping a word; the second, spinning on that word, snapshots the request into its own
+/// memory and copies the snapshot into a reply region, then bumps a word of its own; this
+/// thread, spinning on it, snapshots the reply. Timed per echo; with empty `data`, the round
+/// trip of the two words alone.
+fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
+    use std::sync::atomic::Ordering::{Acquire, Release};
+    const REQ_SEQ: usize = 0;
+    const REP_SEQ: usize = 128;
+    const STOP: u64 = u64::MAX;
+    let len = data.len();
+    let region = len.next_multiple_of(4096).max(4096);
+    let (req, rep) = (4096, 4096 + region);
+    let fd =
+        lintel_sys::shared_memfd("lintel-bench-raw-echo", rep + region).expect("a memfd for the raw echo");
+    let m = lintel_sys::Mapping::map_shared(&fd, rep + region, true).expect("the raw echo's mapping");
+    // Spin on `word` until it holds `want`, yielding now and then: on a machine with one free
+    // CPU the other thread must get to run.
+    let wait = |word: usize, want: &dyn Fn(u64) -> bool| -> u64 {
+        let mut turns = 0u32;
+        loop {
+            let v = m.u64(word).load(Acquire);
+            if want(v) {
+                return v;
+            }
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(1 << 16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut snapshot = vec![0u8; len];
+            let mut seen = 0;
+            loop {
+                seen = wait(REQ_SEQ, &|v| v != seen);
+                if seen == STOP {
+                    return;
+                }
+                m.read(req, &mut snapshot);
+                m.write(rep, &snapshot);
+                m.u64(REP_SEQ).store(seen, Release);
+            }
+        });
+        let mut own = vec![0u8; len];
+        let mut seq = 0u64;
+        let stats = measure_batched(iters, batch, || {
+            seq += 1;
+            m.write(req, std::hint::black_box(data));
+            m.u64(REQ_SEQ).store(seq, Release);
+            wait(REP_SEQ, &|v| v == seq);
+            m.read(rep, &mut own);
+            std::hint::black_box(&mut own);
+        });
+        m.u64(REQ_SEQ).store(STOP, Release);
+        assert!(own == data, "the raw echo came back changed");
+        stats
+    })
 }
 
 fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {

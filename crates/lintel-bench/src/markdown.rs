@@ -529,7 +529,11 @@ pub fn suite_text(suite: &str) -> &'static str {
              over byte slices (both sides busy-polling; one copy each way, read in place) and \
              one `memcpy`. `floor_ns` is the copy path's floor: the four copies an echo needs \
              when neither side trusts the other (the caller's in, the server's snapshot, the \
-             handler's reply, the caller's snapshot of it) plus a null call."
+             handler's reply, the caller's snapshot of it) plus a null call, the copies timed \
+             where the path makes them, between two CPUs (`raw_copies`: two threads sharing \
+             memory, signalled by spun-on words, less the words' own round trip); \
+             `floor_hot_ns` counts them as one process's `memcpy` of cached bytes instead, \
+             which no echo between two CPUs can reach."
         }
         "fs" => {
             "The file service in a child domain on a file in the host's page cache, through its \
