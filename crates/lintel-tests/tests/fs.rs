@@ -1606,12 +1606,66 @@ fn a_stat_writes_out_a_holder_s_window_and_leaves_it_the_token() {
     });
 }
 
-/// A long sequential read of a mapped file of a read-only export (which
-/// hands out no host descriptor) waits for a splice only at its start:
-/// after each pipeful the service fills the handle's second pipe with the
-/// next one while the first is drained.
+/// A long sequential read of a mapped file waits for a splice only at its
+/// start: after each pipeful the service fills the handle's second pipe
+/// with the next one while the first is drained. The bytes are the
+/// file's, also where another open wrote inside a pipeful already filled
+/// ahead.
 #[test]
 fn a_long_read_finds_each_next_pipeful_filled_ahead() {
+    both_placements(|fs, host| {
+        let mut data: Vec<u8> = (0..(5 << 20) + 123)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        let opts = OpenOptions::new().read(true).mapped_max(4096).clone();
+        let mut f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        let before = fs.counters().unwrap();
+        let mut piece = vec![0u8; 64 << 10];
+        let mut got = Vec::new();
+        while got.len() < 3 << 19 {
+            let n = f.read(&mut piece).unwrap();
+            assert_eq!(n, piece.len(), "full reads inside the file");
+            got.extend_from_slice(&piece);
+        }
+        // Past the first pipeful (under 1 MiB): the service filled the
+        // one after the second while this read drained the second. Another
+        // open writes inside it.
+        let at = got.len() + 600_000;
+        let w = fs
+            .open_with("f", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0xA5; 30_000], at as u64).unwrap();
+        data[at..at + 30_000].fill(0xA5);
+        loop {
+            let n = f.read(&mut piece).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&piece[..n]);
+        }
+        assert_eq!(got.len(), data.len());
+        let first = got.iter().zip(&data).position(|(a, b)| a != b);
+        assert_eq!(
+            first, None,
+            "the first byte read that is not the file's (written at {at})"
+        );
+        let after = fs.counters().unwrap();
+        let filled = after.filled_ahead - before.filled_ahead;
+        let on_the_spot = after.splices - before.splices - filled;
+        assert!(filled >= 2, "{filled} pipefuls filled ahead");
+        // The first pipeful, and the first after the write (the token went
+        // to the writer and back, so what was filled is not used).
+        assert!(on_the_spot <= 3, "{on_the_spot} pipefuls spliced on the spot");
+    });
+}
+
+/// A read-only export's files, which hand out no host descriptor, read
+/// ahead at every size: a long sequential read waits for a splice only at
+/// its start.
+#[test]
+fn a_read_only_export_s_long_reads_fill_ahead_too() {
     let data: Vec<u8> = (0..(5 << 20) + 123)
         .map(|i: u32| (i.wrapping_mul(2654435761) >> 11) as u8)
         .collect();
@@ -1620,7 +1674,7 @@ fn a_long_read_finds_each_next_pipeful_filled_ahead() {
         let mut f = fs.open_with("f", &opts).unwrap();
         assert!(f.is_mapped());
         let before = fs.counters().unwrap();
-        let mut piece = vec![0u8; 64 << 10];
+        let mut piece = vec![0u8; 20_000];
         let mut got = Vec::new();
         loop {
             let n = f.read(&mut piece).unwrap();
@@ -1782,6 +1836,103 @@ fn long_reads_at_the_offset_see_every_change_made_since() {
         assert!(piece[2000..] == data[121_000..139_000]);
         // With the token here and no write since, a seek alone (no call)
         // moves where the next read starts.
+        let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
+            f.seek(SeekFrom::Start(at)).unwrap();
+            assert_eq!(f.read(piece).unwrap(), piece.len());
+            assert!(
+                piece[..] == data[at as usize..at as usize + piece.len()],
+                "read at {at} after a seek"
+            );
+        };
+        read_here(&mut f, 500_000, &mut piece);
+        read_here(&mut f, 400_000, &mut piece);
+        read_here(&mut f, 420_000, &mut piece);
+    });
+}
+
+/// A mapped file read at its offset in large pieces reads ahead in its
+/// pipe (a call per pipeful), and what it read ahead never outlives a
+/// write, a truncation or a seek.
+#[test]
+fn reading_ahead_sees_every_change_made_since() {
+    both_placements(|fs, host| {
+        let data: Vec<u8> = (0..(3 << 20) + 5)
+            .map(|i: u32| (i.wrapping_mul(2246822519) >> 9) as u8)
+            .collect();
+        std::fs::write(host.join("f"), &data).unwrap();
+        // Pieces above 4 KiB skip the window and take the pipe.
+        let opts = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mapped_max(4096)
+            .stream_min(4096)
+            .clone();
+        let mut f = fs.open_with("f", &opts).unwrap();
+        assert!(f.is_mapped());
+        let before = fs.counters().unwrap();
+        let mut piece = vec![0u8; 20_000];
+        let mut got = Vec::new();
+        while got.len() < 1 << 20 {
+            let n = f.read(&mut piece).unwrap();
+            assert_eq!(n, piece.len(), "full reads inside the file");
+            got.extend_from_slice(&piece);
+        }
+        assert!(got == data[..got.len()]);
+        let after = fs.counters().unwrap();
+        let reads = got.len() / piece.len();
+        assert!(
+            after.splices - before.splices <= 3,
+            "{reads} reads took {} splices: no read ahead",
+            after.splices - before.splices
+        );
+
+        // Another open writes just ahead of the offset (inside what was
+        // read ahead), then truncates: both are seen by the next reads.
+        let at = got.len() as u64;
+        let w = fs
+            .open_with("f", &OpenOptions::new().write(true).clone())
+            .unwrap();
+        w.write_at(&[0x5A; 30_000], at + 10_000).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..10_000] == data[at as usize..at as usize + 10_000]);
+        assert!(
+            piece[10_000..].iter().all(|&b| b == 0x5A),
+            "a write since the read ahead is seen"
+        );
+        // Truncated and written anew: the host's pages are new ones (the
+        // pipe holds the old ones, which no longer are the file's).
+        let at = at + piece.len() as u64;
+        let n = f.read(&mut piece[..1000]).unwrap();
+        assert_eq!(n, 1000, "reads ahead again");
+        let at = at + 1000;
+        w.set_len(at).unwrap();
+        w.write_at(&[0x77; 20_000], at).unwrap();
+        w.set_len(at + 15_000).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), 15_000, "a truncation since is seen");
+        assert!(
+            piece[..15_000].iter().all(|&b| b == 0x77),
+            "bytes written since are seen"
+        );
+        assert_eq!(f.read(&mut piece).unwrap(), 0);
+
+        // A seek, and this handle's own writes through its window, are
+        // seen too.
+        w.set_len(0).unwrap();
+        w.write_at(&data, 0).unwrap();
+        f.seek(SeekFrom::Start(100_000)).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..] == data[100_000..120_000]);
+        f.write_all(&[0xC3; 1000]).unwrap(); // through the window: 1000 ≤ 4096
+        f.seek(SeekFrom::Start(119_000)).unwrap();
+        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+        assert!(piece[..1000] == data[119_000..120_000]);
+        assert!(
+            piece[1000..2000].iter().all(|&b| b == 0xC3),
+            "our own window write is seen"
+        );
+        assert!(piece[2000..] == data[121_000..139_000]);
+        // With the token here and no write since, a seek alone (no call)
+        // leaves what the pipe holds behind.
         let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
             f.seek(SeekFrom::Start(at)).unwrap();
             assert_eq!(f.read(piece).unwrap(), piece.len());

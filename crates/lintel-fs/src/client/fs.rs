@@ -160,6 +160,7 @@ impl Fs {
         f.path = options.path;
         f.mapped_max = options.mapped_max;
         f.splice_min = options.splice_min;
+        f.stream_min = options.stream_min;
         if options.path != IoPath::Copy && readable {
             // Attached at its first use (`Window`), the session made then;
             // directories and other files that cannot map stay on the copy

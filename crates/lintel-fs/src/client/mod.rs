@@ -47,6 +47,6 @@ pub mod mapped;
 mod reaped;
 pub mod spliced;
 
-pub use file::{ATTACH_AFTER, ATTACH_AFTER_BYTES, File, IoPath, MAPPED_MAX, OpenOptions};
+pub use file::{ATTACH_AFTER, ATTACH_AFTER_BYTES, File, IoPath, MAPPED_MAX, OpenOptions, STREAM_MIN};
 pub use fs::Fs;
 pub use spliced::SPLICE_MIN;
