@@ -1638,13 +1638,7 @@ fn a_long_read_finds_each_next_pipeful_filled_ahead() {
             .unwrap();
         w.write_at(&[0xA5; 30_000], at as u64).unwrap();
         data[at..at + 30_000].fill(0xA5);
-        loop {
-            let n = f.read(&mut piece).unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&piece[..n]);
-        }
+        read_rest(&mut f, &mut piece, &mut got);
         assert_eq!(got.len(), data.len());
         let first = got.iter().zip(&data).position(|(a, b)| a != b);
         assert_eq!(
@@ -1659,6 +1653,18 @@ fn a_long_read_finds_each_next_pipeful_filled_ahead() {
         // to the writer and back, so what was filled is not used).
         assert!(on_the_spot <= 3, "{on_the_spot} pipefuls spliced on the spot");
     });
+}
+
+/// Read `f` at its offset to its end in pieces of `piece.len()` bytes,
+/// onto `got`.
+fn read_rest(f: &mut lintel_fs::File, piece: &mut [u8], got: &mut Vec<u8>) {
+    loop {
+        let n = f.read(piece).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&piece[..n]);
+    }
 }
 
 /// A read-only export's files, which hand out no host descriptor, read
@@ -1676,13 +1682,7 @@ fn a_read_only_export_s_long_reads_fill_ahead_too() {
         let before = fs.counters().unwrap();
         let mut piece = vec![0u8; 20_000];
         let mut got = Vec::new();
-        loop {
-            let n = f.read(&mut piece).unwrap();
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&piece[..n]);
-        }
+        read_rest(&mut f, &mut piece, &mut got);
         assert_eq!(got.len(), data.len());
         let first = got.iter().zip(&data).position(|(a, b)| a != b);
         assert_eq!(first, None, "the first byte read that is not the file's");
@@ -1758,193 +1758,120 @@ fn long_positional_reads_read_the_host_file_while_the_token_is_here() {
     });
 }
 
-/// A mapped file read at its offset in large pieces reads the host file
-/// itself, with no call and no splice, and never returns bytes older than
-/// a write, a truncation or a seek since.
-#[test]
-fn long_reads_at_the_offset_see_every_change_made_since() {
-    both_placements(|fs, host| {
-        let data: Vec<u8> = (0..(3 << 20) + 5)
-            .map(|i: u32| (i.wrapping_mul(2246822519) >> 9) as u8)
-            .collect();
-        std::fs::write(host.join("f"), &data).unwrap();
-        // Pieces above 4 KiB skip the window and read the host file.
-        let opts = OpenOptions::new().read(true).write(true).mapped_max(4096).clone();
-        let mut f = fs.open_with("f", &opts).unwrap();
-        assert!(f.is_mapped());
-        let before = fs.counters().unwrap();
-        let mut piece = vec![0u8; 20_000];
-        let mut got = Vec::new();
-        while got.len() < 1 << 20 {
-            let n = f.read(&mut piece).unwrap();
-            assert_eq!(n, piece.len(), "full reads inside the file");
-            got.extend_from_slice(&piece);
-        }
-        assert!(got == data[..got.len()]);
-        let after = fs.counters().unwrap();
-        let reads = got.len() / piece.len();
+/// Reads of a mapped file at its offset in 20,000-byte pieces, from the
+/// host file or, with `pipes`, through the read-ahead pipes (a call per
+/// pipeful), make no call each and never return bytes older than a
+/// write, a truncation or a seek since.
+fn changes_since_are_seen(fs: &Fs, host: &Path, pipes: bool) {
+    let data: Vec<u8> = (0..(3 << 20) + 5)
+        .map(|i: u32| (i.wrapping_mul(2246822519) >> 9) as u8)
+        .collect();
+    std::fs::write(host.join("f"), &data).unwrap();
+    // Pieces above 4 KiB skip the window: they read the host file, or,
+    // from `stream_min` up, drain the pipe.
+    let stream_min = if pipes { 4096 } else { lintel_fs::STREAM_MIN };
+    let opts = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mapped_max(4096)
+        .stream_min(stream_min)
+        .clone();
+    let mut f = fs.open_with("f", &opts).unwrap();
+    assert!(f.is_mapped());
+    let before = fs.counters().unwrap();
+    let mut piece = vec![0u8; 20_000];
+    let mut got = Vec::new();
+    while got.len() < 1 << 20 {
+        let n = f.read(&mut piece).unwrap();
+        assert_eq!(n, piece.len(), "full reads inside the file");
+        got.extend_from_slice(&piece);
+    }
+    assert!(got == data[..got.len()]);
+    let after = fs.counters().unwrap();
+    let reads = got.len() / piece.len();
+    if pipes {
+        assert!(
+            after.splices - before.splices <= 3,
+            "{reads} reads took {} splices: no read ahead",
+            after.splices - before.splices
+        );
+    } else {
         assert_eq!(after.splices, before.splices, "no splice: the host file was read");
         assert!(
             after.file_calls - before.file_calls <= 3,
             "{reads} reads took {} calls",
             after.file_calls - before.file_calls
         );
+    }
 
-        // Another open writes just ahead of the offset, then truncates:
-        // both are seen by the next reads.
-        let at = got.len() as u64;
-        let w = fs
-            .open_with("f", &OpenOptions::new().write(true).clone())
-            .unwrap();
-        w.write_at(&[0x5A; 30_000], at + 10_000).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..10_000] == data[at as usize..at as usize + 10_000]);
-        assert!(
-            piece[10_000..].iter().all(|&b| b == 0x5A),
-            "a write since the last read is seen"
-        );
-        // Truncated and written anew: the host's pages are new ones.
-        let at = at + piece.len() as u64;
-        let n = f.read(&mut piece[..1000]).unwrap();
-        assert_eq!(n, 1000, "reads again");
-        let at = at + 1000;
-        w.set_len(at).unwrap();
-        w.write_at(&[0x77; 20_000], at).unwrap();
-        w.set_len(at + 15_000).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), 15_000, "a truncation since is seen");
-        assert!(
-            piece[..15_000].iter().all(|&b| b == 0x77),
-            "bytes written since are seen"
-        );
-        assert_eq!(f.read(&mut piece).unwrap(), 0);
+    // Another open writes just ahead of the offset (inside what was
+    // read ahead), then truncates: both are seen by the next reads.
+    let at = got.len() as u64;
+    let w = fs
+        .open_with("f", &OpenOptions::new().write(true).clone())
+        .unwrap();
+    w.write_at(&[0x5A; 30_000], at + 10_000).unwrap();
+    assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+    assert!(piece[..10_000] == data[at as usize..at as usize + 10_000]);
+    assert!(
+        piece[10_000..].iter().all(|&b| b == 0x5A),
+        "a write since the read ahead is seen"
+    );
+    // Truncated and written anew: the host's pages are new ones (the
+    // pipe holds the old ones, which no longer are the file's).
+    let at = at + piece.len() as u64;
+    let n = f.read(&mut piece[..1000]).unwrap();
+    assert_eq!(n, 1000, "reads ahead again");
+    let at = at + 1000;
+    w.set_len(at).unwrap();
+    w.write_at(&[0x77; 20_000], at).unwrap();
+    w.set_len(at + 15_000).unwrap();
+    assert_eq!(f.read(&mut piece).unwrap(), 15_000, "a truncation since is seen");
+    assert!(
+        piece[..15_000].iter().all(|&b| b == 0x77),
+        "bytes written since are seen"
+    );
+    assert_eq!(f.read(&mut piece).unwrap(), 0);
 
-        // A seek, and this handle's own writes through its window, are
-        // seen too.
-        w.set_len(0).unwrap();
-        w.write_at(&data, 0).unwrap();
-        f.seek(SeekFrom::Start(100_000)).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..] == data[100_000..120_000]);
-        f.write_all(&[0xC3; 1000]).unwrap(); // through the window: 1000 ≤ 4096
-        f.seek(SeekFrom::Start(119_000)).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..1000] == data[119_000..120_000]);
+    // A seek, and this handle's own writes through its window, are
+    // seen too.
+    w.set_len(0).unwrap();
+    w.write_at(&data, 0).unwrap();
+    f.seek(SeekFrom::Start(100_000)).unwrap();
+    assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+    assert!(piece[..] == data[100_000..120_000]);
+    f.write_all(&[0xC3; 1000]).unwrap(); // through the window: 1000 ≤ 4096
+    f.seek(SeekFrom::Start(119_000)).unwrap();
+    assert_eq!(f.read(&mut piece).unwrap(), piece.len());
+    assert!(piece[..1000] == data[119_000..120_000]);
+    assert!(
+        piece[1000..2000].iter().all(|&b| b == 0xC3),
+        "our own window write is seen"
+    );
+    assert!(piece[2000..] == data[121_000..139_000]);
+    // With the token here and no write since, a seek alone (no call)
+    // leaves what the pipe holds behind.
+    let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
+        f.seek(SeekFrom::Start(at)).unwrap();
+        assert_eq!(f.read(piece).unwrap(), piece.len());
         assert!(
-            piece[1000..2000].iter().all(|&b| b == 0xC3),
-            "our own window write is seen"
+            piece[..] == data[at as usize..at as usize + piece.len()],
+            "read at {at} after a seek"
         );
-        assert!(piece[2000..] == data[121_000..139_000]);
-        // With the token here and no write since, a seek alone (no call)
-        // moves where the next read starts.
-        let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
-            f.seek(SeekFrom::Start(at)).unwrap();
-            assert_eq!(f.read(piece).unwrap(), piece.len());
-            assert!(
-                piece[..] == data[at as usize..at as usize + piece.len()],
-                "read at {at} after a seek"
-            );
-        };
-        read_here(&mut f, 500_000, &mut piece);
-        read_here(&mut f, 400_000, &mut piece);
-        read_here(&mut f, 420_000, &mut piece);
-    });
+    };
+    read_here(&mut f, 500_000, &mut piece);
+    read_here(&mut f, 400_000, &mut piece);
+    read_here(&mut f, 420_000, &mut piece);
 }
 
-/// A mapped file read at its offset in large pieces reads ahead in its
-/// pipe (a call per pipeful), and what it read ahead never outlives a
-/// write, a truncation or a seek.
+#[test]
+fn long_reads_at_the_offset_see_every_change_made_since() {
+    both_placements(|fs, host| changes_since_are_seen(fs, host, false));
+}
+
 #[test]
 fn reading_ahead_sees_every_change_made_since() {
-    both_placements(|fs, host| {
-        let data: Vec<u8> = (0..(3 << 20) + 5)
-            .map(|i: u32| (i.wrapping_mul(2246822519) >> 9) as u8)
-            .collect();
-        std::fs::write(host.join("f"), &data).unwrap();
-        // Pieces above 4 KiB skip the window and take the pipe.
-        let opts = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .mapped_max(4096)
-            .stream_min(4096)
-            .clone();
-        let mut f = fs.open_with("f", &opts).unwrap();
-        assert!(f.is_mapped());
-        let before = fs.counters().unwrap();
-        let mut piece = vec![0u8; 20_000];
-        let mut got = Vec::new();
-        while got.len() < 1 << 20 {
-            let n = f.read(&mut piece).unwrap();
-            assert_eq!(n, piece.len(), "full reads inside the file");
-            got.extend_from_slice(&piece);
-        }
-        assert!(got == data[..got.len()]);
-        let after = fs.counters().unwrap();
-        let reads = got.len() / piece.len();
-        assert!(
-            after.splices - before.splices <= 3,
-            "{reads} reads took {} splices: no read ahead",
-            after.splices - before.splices
-        );
-
-        // Another open writes just ahead of the offset (inside what was
-        // read ahead), then truncates: both are seen by the next reads.
-        let at = got.len() as u64;
-        let w = fs
-            .open_with("f", &OpenOptions::new().write(true).clone())
-            .unwrap();
-        w.write_at(&[0x5A; 30_000], at + 10_000).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..10_000] == data[at as usize..at as usize + 10_000]);
-        assert!(
-            piece[10_000..].iter().all(|&b| b == 0x5A),
-            "a write since the read ahead is seen"
-        );
-        // Truncated and written anew: the host's pages are new ones (the
-        // pipe holds the old ones, which no longer are the file's).
-        let at = at + piece.len() as u64;
-        let n = f.read(&mut piece[..1000]).unwrap();
-        assert_eq!(n, 1000, "reads ahead again");
-        let at = at + 1000;
-        w.set_len(at).unwrap();
-        w.write_at(&[0x77; 20_000], at).unwrap();
-        w.set_len(at + 15_000).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), 15_000, "a truncation since is seen");
-        assert!(
-            piece[..15_000].iter().all(|&b| b == 0x77),
-            "bytes written since are seen"
-        );
-        assert_eq!(f.read(&mut piece).unwrap(), 0);
-
-        // A seek, and this handle's own writes through its window, are
-        // seen too.
-        w.set_len(0).unwrap();
-        w.write_at(&data, 0).unwrap();
-        f.seek(SeekFrom::Start(100_000)).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..] == data[100_000..120_000]);
-        f.write_all(&[0xC3; 1000]).unwrap(); // through the window: 1000 ≤ 4096
-        f.seek(SeekFrom::Start(119_000)).unwrap();
-        assert_eq!(f.read(&mut piece).unwrap(), piece.len());
-        assert!(piece[..1000] == data[119_000..120_000]);
-        assert!(
-            piece[1000..2000].iter().all(|&b| b == 0xC3),
-            "our own window write is seen"
-        );
-        assert!(piece[2000..] == data[121_000..139_000]);
-        // With the token here and no write since, a seek alone (no call)
-        // leaves what the pipe holds behind.
-        let read_here = |f: &mut lintel_fs::File, at: u64, piece: &mut [u8]| {
-            f.seek(SeekFrom::Start(at)).unwrap();
-            assert_eq!(f.read(piece).unwrap(), piece.len());
-            assert!(
-                piece[..] == data[at as usize..at as usize + piece.len()],
-                "read at {at} after a seek"
-            );
-        };
-        read_here(&mut f, 500_000, &mut piece);
-        read_here(&mut f, 400_000, &mut piece);
-        read_here(&mut f, 420_000, &mut piece);
-    });
+    both_placements(|fs, host| changes_since_are_seen(fs, host, true));
 }
 
 /// A shared mapping of a served file maps the host file: its writes are
