@@ -17,8 +17,8 @@ fn calls_cross_process_on_fast_and_vanilla_paths() {
 /// Arguments large enough to stream (the server copies each part while
 /// the caller writes the next) reach a handler in another process whole at
 /// every size around the streaming threshold and the parts' edges, on a
-/// plain door (a private copy) and on a trusting one (read in place once
-/// all written), between calls that grow and shrink the segment.
+/// plain door (a private copy) and on a trusting one (read in place as the
+/// parts land), between calls that grow and shrink the segment.
 #[test]
 fn streamed_arguments_arrive_whole_at_every_size() {
     use lintel::abi::{STREAM_MIN, STREAM_PART};

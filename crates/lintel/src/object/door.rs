@@ -534,7 +534,13 @@ impl Door {
     /// new bytes (and two reads of one byte may differ). Nothing more: the
     /// view's reads stay inside the arguments, cannot fault or hang, and
     /// every check of the request itself (sizes, grants, doors, buffers,
-    /// segments) is made as on any door. Use it where the callers are
+    /// segments) is made as on any door. Arguments large enough that the
+    /// caller streams them (64 KiB and more) reach the handler while the
+    /// caller still writes them, and each read waits for the bytes it
+    /// asks: the handler's copy overlaps the caller's. A read waits at
+    /// most until the call's deadline for its arguments (2 s, and 10 ns a
+    /// byte); a caller that stops writing before then makes the reads
+    /// short and its call fail. Use it where the callers are
     /// your own code, or where wrong bytes cost no more than wrong
     /// arguments would; a handler that validates then uses its arguments
     /// should copy them out first (`args().to_vec()`), as the default

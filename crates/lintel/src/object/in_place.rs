@@ -22,9 +22,14 @@
 //! segment ([`offer_args`]). Its bytes are read by copying pieces out (an
 //! assembly copy the compiler cannot see into), never through a `&[u8]`:
 //! a peer that writes them meanwhile changes what is read, and nothing
-//! else.
+//! else. Arguments the caller streams (it posts the request, then writes
+//! them part by part) are offered at once, not once all are written: each
+//! read waits for the bytes it asks ([`Landing`]), so the handler copies
+//! the first parts while the caller writes the rest. A caller that stops
+//! writing short of them makes the reads short and its call fail.
 
 use std::cell::{Cell, RefCell};
+use std::sync::Arc;
 
 use crate::abi::DATA_CAP;
 use crate::context::error::CallError;
@@ -123,6 +128,15 @@ pub(crate) fn data_in_place(reply: &mut Reply, len: usize) -> &mut [u8] {
     }
 }
 
+/// Arguments still being written by their caller (a streamed request).
+pub(crate) trait Landing: Send + Sync {
+    /// How many of the arguments' bytes have landed, once `need` have:
+    /// fewer only if the caller stopped writing (it died, or did not write
+    /// them by the call's deadline for its arguments), which the call's
+    /// server then learns. Bounded: it never waits past that deadline.
+    fn landed(&self, need: usize) -> usize;
+}
+
 /// Argument or result bytes as they lie: a private copy, or a view of a
 /// peer's shared memory read in place (see the module doc: on a door that
 /// trusts its callers, [`Request::args`](crate::Request::args); for a
@@ -151,10 +165,12 @@ pub struct InPlace<'a>(Bytes<'a>);
 
 enum Bytes<'a> {
     Private(&'a [u8]),
-    /// `len` bytes from the start of `view`.
+    /// `len` bytes from the start of `view`; as far as they have landed,
+    /// if they are still being written.
     Shared {
         view: Bulk,
         len: usize,
+        landing: Option<Arc<dyn Landing>>,
         _life: std::marker::PhantomData<&'a ()>,
     },
 }
@@ -176,10 +192,16 @@ impl<'a> InPlace<'a> {
 
     /// The first `len` bytes of `view` (which holds at least that many).
     pub(crate) fn shared(view: Bulk, len: usize) -> InPlace<'a> {
+        Self::landing(view, len, None)
+    }
+
+    /// As [`InPlace::shared`], for bytes that land as `landing` says.
+    fn landing(view: Bulk, len: usize, landing: Option<Arc<dyn Landing>>) -> InPlace<'a> {
         debug_assert!(len <= view.len());
         InPlace(Bytes::Shared {
             view,
             len,
+            landing,
             _life: std::marker::PhantomData,
         })
     }
@@ -213,21 +235,45 @@ impl<'a> InPlace<'a> {
         }
     }
 
-    /// Byte `i`, read once (`None` past the end).
+    /// Byte `i`, read once (`None` past the end, or if its caller stopped
+    /// writing before it).
     pub fn get(&self, i: usize) -> Option<u8> {
         match &self.0 {
             Bytes::Private(d) => d.get(i).copied(),
-            Bytes::Shared { view, len, .. } => (i < *len).then(|| view.byte(i)),
+            Bytes::Shared {
+                view, len, landing, ..
+            } => (i < *len && landing.as_ref().is_none_or(|l| l.landed(i + 1) > i)).then(|| view.byte(i)),
         }
     }
 
     /// Copy bytes from offset `off` into `dst`, as many as fit and there
-    /// are; how many were copied (0 from `off` at or past the end).
+    /// are; how many were copied (0 from `off` at or past the end; fewer
+    /// if the caller of a streamed request stopped writing them). Bytes
+    /// still being written are copied part by part as they land.
     pub fn read_at(&self, off: usize, dst: &mut [u8]) -> usize {
         let n = dst.len().min(self.len().saturating_sub(off));
         match &self.0 {
             Bytes::Private(d) => dst[..n].copy_from_slice(&d[off.min(d.len())..][..n]),
-            Bytes::Shared { view, .. } => view.read_at(off, &mut dst[..n]),
+            Bytes::Shared {
+                view, landing: None, ..
+            } => view.read_at(off, &mut dst[..n]),
+            Bytes::Shared {
+                view,
+                landing: Some(l),
+                ..
+            } => {
+                let mut done = 0;
+                while done < n {
+                    // What has landed, at least one byte more (a caller's
+                    // word may say anything: kept within what is asked).
+                    let have = l.landed(off + done + 1).min(off + n);
+                    if have <= off + done {
+                        return done;
+                    }
+                    view.read_at(off + done, &mut dst[done..have - off]);
+                    done = have - off;
+                }
+            }
         }
         n
     }
@@ -239,11 +285,23 @@ impl<'a> InPlace<'a> {
         self.read_at(0, dst)
     }
 
-    /// Append a copy of the bytes to `dst`.
+    /// Append a copy of the bytes to `dst` (as far as they landed, for a
+    /// streamed request whose caller stopped writing).
     pub fn read_into(&self, dst: &mut Vec<u8>) {
         match &self.0 {
             Bytes::Private(d) => dst.extend_from_slice(d),
-            Bytes::Shared { view, len, .. } => view.read_into(*len, dst),
+            Bytes::Shared {
+                view,
+                len,
+                landing: None,
+                ..
+            } => view.read_into(*len, dst),
+            Bytes::Shared { len, .. } => {
+                let start = dst.len();
+                dst.resize(start + len, 0);
+                let n = self.read_at(0, &mut dst[start..]);
+                dst.truncate(start + n);
+            }
         }
     }
 
@@ -255,19 +313,30 @@ impl<'a> InPlace<'a> {
     }
 }
 
+/// The arguments in place of the call a thread's handler is serving.
+struct Offered {
+    /// Where the request's empty `data` starts.
+    key: usize,
+    view: Bulk,
+    len: usize,
+    landing: Option<Arc<dyn Landing>>,
+}
+
 thread_local! {
-    /// The arguments in place of the call this thread's handler is
-    /// serving: the key (where the request's empty `data` starts), the
-    /// view and the arguments' length.
-    static ARGS: RefCell<Option<(usize, Bulk, usize)>> = const { RefCell::new(None) };
+    static ARGS: RefCell<Option<Offered>> = const { RefCell::new(None) };
 }
 
 /// The handler about to run on this thread reads its `len` bytes of
-/// arguments in place in `view`; returns the empty `Request::data` that
-/// names them.
-pub(crate) fn offer_args(view: Bulk, len: usize) -> &'static [u8] {
+/// arguments in place in `view` (as they land, if `landing`); returns the
+/// empty `Request::data` that names them.
+pub(crate) fn offer_args(view: Bulk, len: usize, landing: Option<Arc<dyn Landing>>) -> &'static [u8] {
     let key = view.empty_at_start();
-    ARGS.set(Some((key.as_ptr() as usize, view, len)));
+    ARGS.set(Some(Offered {
+        key: key.as_ptr() as usize,
+        view,
+        len,
+        landing,
+    }));
     key
 }
 
@@ -284,7 +353,7 @@ pub(crate) fn args_for<'a>(data: &'a [u8]) -> Option<InPlace<'a>> {
     }
     let key = data.as_ptr() as usize;
     ARGS.with_borrow(|a| match a {
-        Some((k, view, len)) if *k == key => Some(InPlace::shared(view.share(), *len)),
+        Some(o) if o.key == key => Some(InPlace::landing(o.view.share(), o.len, o.landing.clone())),
         _ => None,
     })
 }

@@ -191,8 +191,16 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let reply = &mut bufs.reply;
     reply.clear();
     let offered = in_place.is_some();
+    let mut stream = None;
     let data = match in_place {
-        Some(view) => in_place::offer_args(view, in_len),
+        Some((view, streaming)) => {
+            let landing = streaming.map(|s| {
+                let s = Arc::new(s);
+                stream = Some(s.clone());
+                s as Arc<dyn in_place::Landing>
+            });
+            in_place::offer_args(view, in_len, landing)
+        }
         None => &args[skip..],
     };
     let req = Request {
@@ -205,6 +213,11 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let ran = core.invoke(req, reply);
     if offered {
         in_place::withdraw_args();
+    }
+    // A caller that stopped writing its streamed arguments fails its call,
+    // whatever its handler made of the bytes that came.
+    if let Some(why) = stream.and_then(|s| s.stopped.get().copied()) {
+        return Err(Failure::taken(CallError::BadMessage(why)));
     }
     ran.map_err(Failure::taken)?;
     drop(active);
@@ -240,14 +253,48 @@ fn take_bulk_args(
 
 /// The arguments larger than the data region as they lie in the caller's
 /// bulk segment, for a door that trusts its callers: a view, which keeps
-/// the segment mapped however it is replaced or trimmed meanwhile. (Of a
-/// streamed request, once the caller has written it all.)
-fn view_bulk_args(w: &Work, slot: &Slot, req: &RequestHeader) -> Result<Bulk, &'static str> {
+/// the segment mapped however it is replaced or trimmed meanwhile; and,
+/// for a streamed request, how its bytes land, which the handler's reads
+/// wait for part by part (the caller is still writing them).
+fn view_bulk_args(
+    w: &Work,
+    slot: &Slot,
+    req: &RequestHeader,
+) -> Result<(Bulk, Option<Streaming>), &'static str> {
     let len = req.in_len as usize;
-    if req.flags & FLAG_STREAM != 0 {
-        streamed(w, slot, len, stream_due(len))?;
+    let view = bulk_args(w, slot, |inb| inb.view(len))?;
+    let streaming = (req.flags & FLAG_STREAM != 0).then(|| Streaming {
+        conn: w.conn.clone(),
+        slot: slot.clone(),
+        due: stream_due(len),
+        stopped: std::sync::OnceLock::new(),
+    });
+    Ok((view, streaming))
+}
+
+/// A streamed request's arguments as a trusting door's handler reads them
+/// in place.
+pub(super) struct Streaming {
+    conn: Arc<Conn>,
+    slot: Slot,
+    due: std::time::Instant,
+    /// Why the caller's bytes stopped landing, once they did.
+    stopped: std::sync::OnceLock<&'static str>,
+}
+
+impl in_place::Landing for Streaming {
+    fn landed(&self, need: usize) -> usize {
+        let word = self.slot.sync(SyncWord::InStreamed);
+        if self.stopped.get().is_none() {
+            match wait_streamed(&self.conn, &self.slot, need, self.due) {
+                Ok(have) => return have,
+                Err(why) => {
+                    let _ = self.stopped.set(why);
+                }
+            }
+        }
+        word.load(Acquire) as usize
     }
-    bulk_args(w, slot, |inb| inb.view(len))
 }
 
 /// A streamed request's reader's nap between looks, once it has spun for
@@ -271,8 +318,18 @@ const STREAM_STALL: std::time::Duration = std::time::Duration::from_secs(2);
 /// streamed arguments; how many it has. Fails if the caller dies, or has
 /// not by `due`.
 fn streamed(w: &Work, slot: &Slot, need: usize, due: std::time::Instant) -> Result<usize, &'static str> {
+    wait_streamed(&w.conn, slot, need, due)
+}
+
+/// [`streamed`], for the caller at the other end of `conn`.
+fn wait_streamed(
+    conn: &Conn,
+    slot: &Slot,
+    need: usize,
+    due: std::time::Instant,
+) -> Result<usize, &'static str> {
     let word = slot.sync(SyncWord::InStreamed);
-    let mut spin = Spinner::new(w.conn.settings.spin_budget_ns());
+    let mut spin = Spinner::new(conn.settings.spin_budget_ns());
     loop {
         let have = word.load(Acquire) as usize;
         if have >= need {
@@ -284,7 +341,7 @@ fn streamed(w: &Work, slot: &Slot, need: usize, due: std::time::Instant) -> Resu
         if std::time::Instant::now() > due {
             return Err("the caller did not write its streamed arguments in time");
         }
-        if w.conn.is_dead() {
+        if conn.is_dead() {
             return Err("the caller died while writing its arguments");
         }
         std::thread::sleep(STREAM_NAP);
