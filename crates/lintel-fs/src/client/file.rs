@@ -324,13 +324,12 @@ impl File {
         // ([`STREAM_MIN`] says why).
         if buf.len() >= self.splice_min && !self.window.pending() {
             let attached = self.window.attached();
+            let short = buf.len() < self.stream_min;
             let host = |buf: &mut [u8]| match attached {
                 Some(m) => m.read_host(None, buf),
                 None => Ok(None),
             };
-            if buf.len() < self.stream_min
-                && let Some(n) = host(buf)?
-            {
+            if short && let Some(n) = host(buf)? {
                 return Ok(n);
             }
             let mut pipe = self.pipe.lock();
@@ -339,7 +338,7 @@ impl File {
             {
                 return Ok(n);
             }
-            if let Some(n) = host(buf)? {
+            if !short && let Some(n) = host(buf)? {
                 return Ok(n);
             }
             if let Some(n) = pipe.now.read(&self.file, None, buf)? {
@@ -567,7 +566,7 @@ impl File {
     /// file's token (`Mapped::sync`), else by the service.
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
         if let Some(m) = self.window.attached()
-            && m.sync(data_only)?.is_some()
+            && m.sync(data_only)?
         {
             return Ok(());
         }

@@ -581,13 +581,13 @@ impl Mapped {
     /// its marks cleared. While the token is here nobody else has writes
     /// of this file that are not on the host. The host file is synced
     /// after the operation ends: a slow disk keeps no token active.
-    /// `None`: no token here or no host descriptor (a read-only export's
+    /// `false`: no token here or no host descriptor (a read-only export's
     /// file): the service syncs.
     ///
     /// [`keeper::write_back`]: crate::client::keeper::write_back
-    pub(crate) fn sync(&self, data_only: bool) -> Result<Option<()>, FsError> {
+    pub(crate) fn sync(&self, data_only: bool) -> Result<bool, FsError> {
         let Some(host) = &self.host else {
-            return Ok(None);
+            return Ok(false);
         };
         let here = self.with_token_or(false, |a| {
             if a.held.dirty.0 < a.held.dirty.1 {
@@ -601,14 +601,14 @@ impl Mapped {
             Ok(true)
         })?;
         if here != Some(true) {
-            return Ok(None);
+            return Ok(false);
         }
         if data_only {
             rustix::fs::fdatasync(host)?;
         } else {
             rustix::fs::fsync(host)?;
         }
-        Ok(Some(()))
+        Ok(true)
     }
 
     /// Read at `at` (or at the shared offset, moving it) from the host file

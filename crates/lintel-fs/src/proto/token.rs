@@ -532,8 +532,8 @@ pub(crate) fn grant(
 fn hand_over(d: &impl Words, offset: u64, size: u64, stat: &[u64; STAT_WORDS]) {
     d.w64(OFFSET).store(offset, SeqCst);
     d.w64(SIZE).store(size, SeqCst);
-    d.w64(DIRTY_LO).store(u64::MAX, SeqCst);
-    d.w64(DIRTY_HI).store(0, SeqCst);
+    d.w64(DIRTY_LO).store(CLEAN.0, SeqCst);
+    d.w64(DIRTY_HI).store(CLEAN.1, SeqCst);
     d.w32(DIRTY_SHIFT).store(MIN_DIRTY_SHIFT, SeqCst);
     for i in 0..DIRTY_MAP_WORDS {
         d.w64(DIRTY_MAP + 8 * i).store(0, SeqCst);

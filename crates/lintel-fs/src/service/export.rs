@@ -208,12 +208,9 @@ impl Inner {
     /// Take the file `key`'s token back if it is open here, so the host's
     /// metadata is current; whether it was open.
     fn settle_key(&self, key: (u64, u64)) -> bool {
-        let node = self.nodes.lock().get(&key);
-        if let Some(n) = node {
-            drop(n.settle(self.timeout));
-            return true;
-        }
-        false
+        self.open_node(key)
+            .map(|n| drop(n.settle(self.timeout)))
+            .is_some()
     }
 
     /// For a look at the metadata of the file `key` names, through `host`
@@ -223,12 +220,14 @@ impl Inner {
     /// call. Whether the file is open here (then `host` says what the look
     /// should).
     fn flush_key(&self, key: (u64, u64), host: impl AsFd) -> bool {
-        let node = self.nodes.lock().get(&key);
-        if let Some(n) = node {
-            drop(n.flushed(self.timeout, host));
-            return true;
-        }
-        false
+        self.open_node(key)
+            .map(|n| drop(n.flushed(self.timeout, host)))
+            .is_some()
+    }
+
+    /// The node of the file `key` names, if it is open here.
+    fn open_node(&self, key: (u64, u64)) -> Option<Arc<Node>> {
+        self.nodes.lock().get(&key)
     }
 
     /// Resolve `path` beneath the root and open it.

@@ -254,19 +254,17 @@ impl<'a> InPlace<'a> {
         let n = dst.len().min(self.len().saturating_sub(off));
         match &self.0 {
             Bytes::Private(d) => dst[..n].copy_from_slice(&d[off.min(d.len())..][..n]),
-            Bytes::Shared {
-                view, landing: None, ..
-            } => view.read_at(off, &mut dst[..n]),
-            Bytes::Shared {
-                view,
-                landing: Some(l),
-                ..
-            } => {
+            Bytes::Shared { view, landing, .. } => {
+                // One copy of what is there; part by part, as they land,
+                // of bytes still being written.
                 let mut done = 0;
                 while done < n {
-                    // What has landed, at least one byte more (a caller's
-                    // word may say anything: kept within what is asked).
-                    let have = l.landed(off + done + 1).min(off + n);
+                    // At least one byte more (a caller's word may say
+                    // anything: kept within what is asked).
+                    let have = landing
+                        .as_ref()
+                        .map_or(off + n, |l| l.landed(off + done + 1))
+                        .min(off + n);
                     if have <= off + done {
                         return done;
                     }
@@ -290,18 +288,10 @@ impl<'a> InPlace<'a> {
     pub fn read_into(&self, dst: &mut Vec<u8>) {
         match &self.0 {
             Bytes::Private(d) => dst.extend_from_slice(d),
+            // A snapshot: taken once all have landed.
             Bytes::Shared {
-                view,
-                len,
-                landing: None,
-                ..
-            } => view.read_into(*len, dst),
-            Bytes::Shared { len, .. } => {
-                let start = dst.len();
-                dst.resize(start + len, 0);
-                let n = self.read_at(0, &mut dst[start..]);
-                dst.truncate(start + n);
-            }
+                view, len, landing, ..
+            } => view.read_into(landing.as_ref().map_or(*len, |l| l.landed(*len)).min(*len), dst),
         }
     }
 

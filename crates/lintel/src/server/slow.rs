@@ -191,17 +191,12 @@ fn run(w: &Work, slot: &Slot, seq: u32, bufs: &mut Buffers, req: &RequestHeader)
     let reply = &mut bufs.reply;
     reply.clear();
     let offered = in_place.is_some();
-    let mut stream = None;
-    let data = match in_place {
-        Some((view, streaming)) => {
-            let landing = streaming.map(|s| {
-                let s = Arc::new(s);
-                stream = Some(s.clone());
-                s as Arc<dyn in_place::Landing>
-            });
-            in_place::offer_args(view, in_len, landing)
+    let (data, stream) = match in_place {
+        Some((view, stream)) => {
+            let landing = stream.clone().map(|s| s as Arc<dyn in_place::Landing>);
+            (in_place::offer_args(view, in_len, landing), stream)
         }
-        None => &args[skip..],
+        None => (&args[skip..], None),
     };
     let req = Request {
         datum: core.datum,
@@ -245,7 +240,7 @@ fn take_bulk_args(
     if req.flags & FLAG_STREAM != 0 {
         let due = stream_due(len);
         return bulk_args(w, slot, |inb| {
-            inb.read_streamed(len, args, |need| streamed(w, slot, need, due))
+            inb.read_streamed(len, args, |need| streamed(&w.conn, slot, need, due))
         });
     }
     bulk_args(w, slot, |inb| inb.read_into(len, args))
@@ -260,14 +255,16 @@ fn view_bulk_args(
     w: &Work,
     slot: &Slot,
     req: &RequestHeader,
-) -> Result<(Bulk, Option<Streaming>), &'static str> {
+) -> Result<(Bulk, Option<Arc<Streaming>>), &'static str> {
     let len = req.in_len as usize;
     let view = bulk_args(w, slot, |inb| inb.view(len))?;
-    let streaming = (req.flags & FLAG_STREAM != 0).then(|| Streaming {
-        conn: w.conn.clone(),
-        slot: slot.clone(),
-        due: stream_due(len),
-        stopped: std::sync::OnceLock::new(),
+    let streaming = (req.flags & FLAG_STREAM != 0).then(|| {
+        Arc::new(Streaming {
+            conn: w.conn.clone(),
+            slot: slot.clone(),
+            due: stream_due(len),
+            stopped: std::sync::OnceLock::new(),
+        })
     });
     Ok((view, streaming))
 }
@@ -286,7 +283,7 @@ impl in_place::Landing for Streaming {
     fn landed(&self, need: usize) -> usize {
         let word = self.slot.sync(SyncWord::InStreamed);
         if self.stopped.get().is_none() {
-            match wait_streamed(&self.conn, &self.slot, need, self.due) {
+            match streamed(&self.conn, &self.slot, need, self.due) {
                 Ok(have) => return have,
                 Err(why) => {
                     let _ = self.stopped.set(why);
@@ -314,20 +311,10 @@ fn stream_due(len: usize) -> std::time::Instant {
 /// See [`stream_due`].
 const STREAM_STALL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Wait until the caller has written at least `need` bytes of its
-/// streamed arguments; how many it has. Fails if the caller dies, or has
-/// not by `due`.
-fn streamed(w: &Work, slot: &Slot, need: usize, due: std::time::Instant) -> Result<usize, &'static str> {
-    wait_streamed(&w.conn, slot, need, due)
-}
-
-/// [`streamed`], for the caller at the other end of `conn`.
-fn wait_streamed(
-    conn: &Conn,
-    slot: &Slot,
-    need: usize,
-    due: std::time::Instant,
-) -> Result<usize, &'static str> {
+/// Wait until the caller at the other end of `conn` has written at least
+/// `need` bytes of its streamed arguments in `slot`; how many it has.
+/// Fails if the caller dies, or has not by `due`.
+fn streamed(conn: &Conn, slot: &Slot, need: usize, due: std::time::Instant) -> Result<usize, &'static str> {
     let word = slot.sync(SyncWord::InStreamed);
     let mut spin = Spinner::new(conn.settings.spin_budget_ns());
     loop {
