@@ -20,9 +20,11 @@
 //!   61440 bytes, so each read needs a new window (a call that maps its 64 KiB: pages already
 //!   in the cache, not yet mapped by this file); `window_move_native`: the same reads natively.
 //! - `fault_64k_mapped`: the first touch of a 64 KiB range of a view (`File::view`) of a file
-//!   the cache has never seen: the service's pager reads the range from the host and maps it
-//!   (one userfaultfd round trip); `fault_64k_native`: the first touch of a 64 KiB range of an
-//!   `mmap` of a host file in the page cache (the kernel maps it, fault-around included).
+//!   the cache has never seen, range after range: the service's pager reads the range from the
+//!   host and maps it (one userfaultfd round trip), and maps the next ones ahead while it has
+//!   no fault to serve (`Service::with_map_ahead`), so a touch may find its range mapped or
+//!   being filled; `fault_64k_native`: the first touch of a 64 KiB range of an `mmap` of a
+//!   host file in the page cache (the kernel maps it, fault-around included).
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -334,7 +336,7 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
             .compare_to(SUITE, "fault_64k_native")
             .with_field("mean_ns", mean(&fault_samples))
             .with_note(
-                "first touch of a 64 KiB range of a view: the service's pager reads it from the host and maps it",
+                "first touch of a 64 KiB range of a view, in order: the service's pager reads it from the host and maps it, and maps ranges ahead between faults",
             ),
     );
     Ok(())

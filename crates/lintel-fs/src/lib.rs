@@ -61,4 +61,4 @@ pub use lintel_sys::prefetch;
 pub use proto::{
     Attr, DirEntry, FsError, FsStat, Kind, LockHolder, LockKind, SetTime, Stat, Timespec, Whence, token,
 };
-pub use service::{LOCK_TIMEOUT, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service, register};
+pub use service::{LOCK_TIMEOUT, MAP_AHEAD, MAX_EXPORT_PIPES, MAX_PIPES, MAX_SESSIONS, Service, register};

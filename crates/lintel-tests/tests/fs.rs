@@ -870,7 +870,13 @@ fn a_view_is_paged_in_by_the_service_as_it_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
     std::fs::write(dir.path().join("f"), &data).unwrap();
-    let svc = FsService::start(dir.path(), false);
+    // (Nothing mapped ahead of the faults: each is counted.)
+    let svc = FsService::start_env(
+        dir.path(),
+        false,
+        lintel_fs::LOCK_TIMEOUT,
+        &[("LINTEL_FS_PEER_MAP_AHEAD", "0")],
+    );
     let f = svc.fs.open("f").unwrap();
     let view = f.view().unwrap();
     let mut buf = [0u8; 100];
@@ -891,6 +897,66 @@ fn a_view_is_paged_in_by_the_service_as_it_is_touched() {
     writer.peer.write_at(w, 65_536 + 1234, b"fresh").unwrap();
     view.read_at(65_536 + 1234, &mut buf[..5]).unwrap();
     assert_eq!(&buf[..5], b"fresh");
+}
+
+/// The pager maps chunks of a file into a client ahead of its faults,
+/// while it has none to serve: up to `MAP_AHEAD` chunks per chunk
+/// faulted, from the one after the fault on. A read there then makes no
+/// fault and no call, and finds the file's bytes.
+#[test]
+fn the_pager_maps_ahead_of_a_client_s_faults_as_far_as_its_budget() {
+    const CHUNK: u64 = 64 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("f"), &data).unwrap();
+    let svc = FsService::start(dir.path(), false);
+    let f = svc.fs.open("f").unwrap();
+    let view = f.view().unwrap();
+    let mut buf = [0u8; 100];
+    let start = svc.fs.counters().unwrap();
+    view.read_at(20 * CHUNK + 7, &mut buf).unwrap();
+    assert_eq!(buf[..], data[20 * CHUNK as usize + 7..][..100]);
+    let faulted = svc.fs.counters().unwrap();
+    assert_eq!(faulted.faults - start.faults, 1);
+    // The pager works on after the fault: wait for all it may do.
+    let budget = lintel_fs::MAP_AHEAD;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while svc.fs.counters().unwrap().mapped_ahead - start.mapped_ahead < budget {
+        assert!(Instant::now() < deadline, "the pager maps ahead");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let ahead = svc.fs.counters().unwrap();
+    for c in 21..21 + budget {
+        let at = c * CHUNK + 4000;
+        assert_eq!(view.read_at(at, &mut buf).unwrap(), 100);
+        assert_eq!(buf[..], data[at as usize..][..100]);
+    }
+    let read = svc.fs.counters().unwrap();
+    assert_eq!(read.faults, ahead.faults, "the chunks ahead were mapped");
+    assert_eq!(calls(&ahead, &read), 0);
+    assert_eq!(
+        read.mapped_ahead - start.mapped_ahead,
+        budget,
+        "no more than the budget one fault gives"
+    );
+    // The next chunk was not: one fault, and a budget again.
+    view.read_at((21 + budget) * CHUNK, &mut buf).unwrap();
+    assert_eq!(svc.fs.counters().unwrap().faults - read.faults, 1);
+
+    // With no mapping ahead, faults are all there is.
+    let quiet = FsService::start_env(
+        dir.path(),
+        false,
+        lintel_fs::LOCK_TIMEOUT,
+        &[("LINTEL_FS_PEER_MAP_AHEAD", "0")],
+    );
+    let f = quiet.fs.open("f").unwrap();
+    let view = f.view().unwrap();
+    for c in 0..4 {
+        view.read_at(c * CHUNK, &mut buf).unwrap();
+    }
+    let c = quiet.fs.counters().unwrap();
+    assert_eq!((c.faults, c.mapped_ahead), (4, 0));
 }
 
 /// A process's open descriptors and its pager threads (the server pool's

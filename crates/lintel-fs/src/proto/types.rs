@@ -165,6 +165,9 @@ pub struct Counters {
     /// Of those, read aheads made after a reply, into a client's second
     /// pipe while it drained the first.
     pub filled_ahead: u64,
+    /// 64 KiB chunks its pagers filled and mapped into clients ahead of
+    /// their faults (see `Service::with_map_ahead`).
+    pub mapped_ahead: u64,
     /// Bytes it wrote back from files' caches to the host when it took
     /// tokens back: what clients wrote through their windows.
     pub written_back: u64,

@@ -75,6 +75,8 @@ struct Inner {
     /// Sessions alive (each has a pager thread and a shared page).
     sessions: Arc<std::sync::atomic::AtomicUsize>,
     max_sessions: usize,
+    /// Chunks the pager maps ahead per chunk faulted (`Service::with_map_ahead`).
+    map_ahead: u64,
     /// Open files shared by key ([`Export::share`]), oldest first.
     shared: Mutex<std::collections::VecDeque<([u8; 16], Arc<Opened>)>>,
     /// Its callers' credentials, which each call is made with.
@@ -88,6 +90,10 @@ const MAX_SHARED: usize = 4096;
 /// at once by default; more get an error, and their clients take the copy
 /// path.
 pub const MAX_SESSIONS: usize = 1024;
+
+/// Chunks the pager maps ahead of a client's faults, per chunk faulted
+/// ([`Service::with_map_ahead`]).
+pub const MAP_AHEAD: u64 = 8;
 
 impl Service {
     /// Export the directory at `root`, read-only if `read_only`.
@@ -111,6 +117,7 @@ impl Service {
                 counters: Arc::default(),
                 sessions: Arc::default(),
                 max_sessions: MAX_SESSIONS,
+                map_ahead: MAP_AHEAD,
                 shared: Mutex::new(std::collections::VecDeque::new()),
                 creds: Arc::new(Credentials::new()?),
             }),
@@ -131,6 +138,22 @@ impl Service {
     pub fn with_max_sessions(mut self, n: usize) -> Service {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.max_sessions = n;
+        }
+        self
+    }
+
+    /// Let the pager map up to `factor` 64 KiB chunks of a file into a
+    /// client ahead of its page faults, per chunk it faulted on (default
+    /// [`MAP_AHEAD`]; 0: only what it faults on). The chunks are filled
+    /// from the host file and mapped while the pager has no fault to
+    /// serve, from the one after the last fault on: a client that reads
+    /// on finds its next bytes mapped, and one that reads at random finds
+    /// more and more of them mapped, and stops waiting on faults
+    /// sooner. The cache then holds at most `factor + 1` times what the
+    /// client touched, and never more than the file.
+    pub fn with_map_ahead(mut self, factor: u64) -> Service {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.map_ahead = factor;
         }
         self
     }
@@ -583,6 +606,7 @@ impl Export for ExportImpl {
             spliced_bytes: c.spliced_bytes.load(SeqCst),
             splices: c.splices.load(SeqCst),
             filled_ahead: c.filled_ahead.load(SeqCst),
+            mapped_ahead: c.mapped_ahead.load(SeqCst),
             written_back: c.written_back.load(SeqCst),
         })
     }
@@ -594,6 +618,7 @@ impl Export for ExportImpl {
             alive: self.sessions.clone(),
             max: self.max_sessions,
             timeout: self.timeout,
+            map_ahead: self.map_ahead,
         };
         let (door, page) = session::start(sessions, uffd, evicted)?;
         Ok((SessionClient::from_door(door), page))

@@ -61,6 +61,6 @@ mod splice;
 mod tally;
 mod weak_map;
 
-pub use export::{LOCK_TIMEOUT, MAX_SESSIONS, Service};
+pub use export::{LOCK_TIMEOUT, MAP_AHEAD, MAX_SESSIONS, Service};
 pub use register::register;
 pub use splice::{MAX_EXPORT_PIPES, MAX_PIPES};

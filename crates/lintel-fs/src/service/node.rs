@@ -295,9 +295,21 @@ impl Node {
     }
 
     /// Make `[at, at + len)` of the cache resident, filling missing pages
-    /// from the host file through `fd` (zeros past its end). Returns the
-    /// cache's memfd length afterwards.
+    /// from the host file through `fd` (zeros past its end).
     pub(crate) fn fill(&self, fd: &OwnedFd, at: u64, len: u64) -> Result<(), FsError> {
+        self.fill_then(fd, at, len, || ())
+    }
+
+    /// [`Node::fill`], then `then` before any other change to the cache
+    /// (a truncation cannot punch the range between the two: the pager
+    /// maps ahead of a client this way).
+    pub(crate) fn fill_then<T>(
+        &self,
+        fd: &OwnedFd,
+        at: u64,
+        len: u64,
+        then: impl FnOnce() -> T,
+    ) -> Result<T, FsError> {
         let mut cache = self.cache.lock();
         let c = match cache.as_mut() {
             Some(c) => c,
@@ -326,7 +338,7 @@ impl Node {
                 page += 1;
             }
         }
-        Ok(())
+        Ok(then())
     }
 
     /// The cache, made on first use: the memfd (sealed against shrinking)

@@ -5,8 +5,9 @@ use crate::service::export::Service;
 
 /// Register the file service as `name` in a `lintel_system` registry. The
 /// manifest configures it in `[service.NAME]`: `root`, the directory to
-/// export (relative to the manifest's directory), and `read_only`
-/// (default `false`).
+/// export (relative to the manifest's directory), `read_only` (default
+/// `false`), and `map_ahead` (default [`MAP_AHEAD`](crate::MAP_AHEAD),
+/// see [`Service::with_map_ahead`]).
 ///
 /// ```toml
 /// [domain.files]
@@ -15,6 +16,7 @@ use crate::service::export::Service;
 /// [service.fs]
 /// root = "data"
 /// read_only = false
+/// map_ahead = 8
 /// ```
 pub fn register(registry: &mut lintel_system::Registry, name: &str) {
     registry.service(name, |ctx| {
@@ -29,8 +31,14 @@ pub fn register(registry: &mut lintel_system::Registry, name: &str) {
             Some("true") => true,
             Some(v) => return Err(format!("read_only = {v}: expected true or false").into()),
         };
+        let map_ahead = match ctx.setting("map_ahead") {
+            None => crate::service::export::MAP_AHEAD,
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("map_ahead = {v}: expected a count of 64 KiB chunks"))?,
+        };
         let service =
             Service::new(&root, read_only).map_err(|e| format!("cannot export {}: {e}", root.display()))?;
-        Ok(service.into_door())
+        Ok(service.with_map_ahead(map_ahead).into_door())
     });
 }

@@ -30,6 +30,12 @@ fn main() {
             let door = lintel_fs::Service::new(root, read_only)
                 .expect("export the root")
                 .with_lock_timeout(timeout)
+                .with_map_ahead(
+                    std::env::var("LINTEL_FS_PEER_MAP_AHEAD")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(lintel_fs::MAP_AHEAD),
+                )
                 .into_door();
             lintel::boot::join(std::slice::from_ref(&door)).expect("join the test");
             Some(door)
