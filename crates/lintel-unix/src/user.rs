@@ -219,13 +219,18 @@ pub fn mappings_changed() {
     MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
 }
 
-/// Ranges of a thread's recent buffers that the kernel accepted (start,
+/// How many of a thread's recent buffers it remembers.
+const RECENT: usize = 16;
+
+/// The pages of a thread's recent buffers that the kernel accepted (start,
 /// end, and 1 for reading, 2 for writing too), the map generation they
-/// were checked in, and where the next one goes.
-type Checked = (u64, [(u64, u64, u8); 8], usize);
+/// were checked in, and where the next one goes. Whole pages: protection
+/// is a page's, so another buffer on the same pages (the next structure
+/// on the stack) needs no check of its own.
+type Checked = (u64, [(u64, u64, u8); RECENT], usize);
 
 thread_local! {
-    static CHECKED: std::cell::RefCell<Checked> = const { std::cell::RefCell::new((u64::MAX, [(0, 0, 0); 8], 0)) };
+    static CHECKED: std::cell::RefCell<Checked> = const { std::cell::RefCell::new((u64::MAX, [(0, 0, 0); RECENT], 0)) };
 }
 
 /// Whether the program's `[addr, addr + len)` is accessible as the kernel
@@ -259,13 +264,17 @@ fn accessible(addr: u64, len: usize, write_too: bool) -> bool {
         }
         page += PAGE;
     }
+    let pages = (
+        addr & !(PAGE - 1),
+        end.checked_next_multiple_of(PAGE).unwrap_or(end),
+    );
     CHECKED.with(|c| {
         let mut c = c.borrow_mut();
         if c.0 != generation {
-            *c = (generation, [(0, 0, 0); 8], 0);
+            *c = (generation, [(0, 0, 0); RECENT], 0);
         }
-        let i = c.2 % 8;
-        c.1[i] = (addr, end, need);
+        let i = c.2 % RECENT;
+        c.1[i] = (pages.0, pages.1, need);
         c.2 += 1;
     });
     true
@@ -310,6 +319,33 @@ mod fast_tests {
         let a = buf.as_mut_ptr() as u64;
         assert!(writable(a, buf.len()));
         assert!(writable(a + 10, 100), "inside a range checked before");
+        // What is remembered is whole pages, and no more: a page beside a
+        // checked one is checked for itself.
+        let (rw, none) = (libc::PROT_READ | libc::PROT_WRITE, libc::PROT_NONE);
+        // SAFETY: a new private anonymous mapping of two pages, which
+        // nothing else refers to; its second page is made inaccessible.
+        let map = unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                2 * PAGE as usize,
+                rw,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect(m.cast::<u8>().add(PAGE as usize).cast(), PAGE as usize, none),
+                0
+            );
+            m as u64
+        };
+        assert!(writable(map + 8, 16));
+        assert!(writable(map + PAGE - 100, 100), "the page checked");
+        assert!(!writable(map + PAGE - 8, 16), "into the page beside it");
+        assert!(!readable(map + PAGE, 1));
+        // SAFETY: the mapping made above, used by nothing else.
+        unsafe { libc::munmap(map as *mut libc::c_void, 2 * PAGE as usize) };
         assert!(!writable(8, 16), "unmapped");
         assert!(!writable(u64::MAX - 4, 16), "wraps");
         let ro = b"constant" as *const u8 as u64;
