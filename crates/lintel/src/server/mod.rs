@@ -20,6 +20,7 @@ mod area;
 mod deferred;
 mod reply;
 mod slow;
+mod step_off;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
@@ -41,6 +42,7 @@ use crate::state::workers::Pool;
 use crate::sys::spin::{self, Spinner};
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self};
+use step_off::StepOff;
 
 use crate::context::caller::{Caller, serving_for};
 use area::SlotServer;
@@ -81,7 +83,7 @@ pub(crate) fn run_worker(pool: &'static Pool<Work>) {
         door: None,
         reply_header: None,
         spinner: false,
-        shared_cpu: 0,
+        step_off: StepOff::default(),
         counters: Counters::new(),
         shuttle: shuttle::current_arc(),
         runner: crate::state::running::workers().register(),
@@ -112,8 +114,8 @@ struct Buffers {
     reply_header: Option<u32>,
     /// Whether this worker holds the domain's spinning role.
     spinner: bool,
-    /// Spins cut short in a row because the caller ran on our CPU.
-    shared_cpu: u32,
+    /// When to step off the caller's CPU.
+    step_off: StepOff,
     counters: Counters,
     /// This worker thread's shuttle.
     shuttle: Arc<Shuttle>,
@@ -191,7 +193,7 @@ fn wait_request(
     bufs: &mut Buffers,
 ) -> Option<u32> {
     let Buffers {
-        spinner, shared_cpu, ..
+        spinner, step_off, ..
     } = bufs;
     // The last call's reply is out: what its handler left for now.
     after_reply::run_queued();
@@ -226,7 +228,7 @@ fn wait_request(
         loop {
             let r = req.load(Acquire);
             if fresh(r) {
-                *shared_cpu = 0;
+                step_off.apart();
                 note(spin.spun_ns());
                 return Some(r);
             }
@@ -240,11 +242,9 @@ fn wait_request(
         if caller_here() {
             // The scheduler put us on our caller's CPU (a wake-up pulls the
             // woken thread to its waker), where neither side can spin; it
-            // would keep us there. Step off that CPU once it happens twice
-            // running, so the next calls find us spinning elsewhere.
-            *shared_cpu += 1;
-            if *shared_cpu >= 2 {
-                *shared_cpu = 0;
+            // would keep us there. Step off that CPU (see `step_off`), so
+            // the next calls find us spinning elsewhere.
+            if step_off.together(sys::monotonic_ns()) {
                 sys::move_off_cpu(me);
             }
         }
