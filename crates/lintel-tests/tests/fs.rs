@@ -1541,31 +1541,53 @@ fn a_holder_syncs_without_a_call() {
     });
 }
 
-/// A handle read or written a few times in all pays through calls: its
-/// window (a cache mapping, a token, a pager registration) is attached
-/// only at its `ATTACH_AFTER`th read or write, and from then on serves.
+/// A handle read or written a few times in all takes no window (a cache
+/// mapping, a token, a pager registration). One that writes at offsets
+/// takes its own descriptor of the host file at its first such write (one
+/// call): its writes and reads at offsets, syncs and `stat`s make none
+/// after it, and the file gets no window while it is open anywhere. One
+/// that writes at the shared offset pays through calls until its
+/// `ATTACH_AFTER`th, and its window serves from then on.
 #[test]
 fn a_handle_used_a_few_times_attaches_no_window() {
     both_placements(|fs, host| {
         let before = fs.counters().unwrap();
         let f = fs.open_with("journal", &rw()).unwrap();
         f.write_at(b"header..", 0).unwrap();
+        let asked = fs.counters().unwrap();
+        assert_eq!(
+            asked.direct - before.direct,
+            1,
+            "its descriptor, at the first write"
+        );
         f.write_at(b"record", 8).unwrap();
         let mut back = [0u8; 14];
         assert_eq!(f.read_at(&mut back, 0).unwrap(), 14);
         assert_eq!(&back, b"header..record");
         f.sync_data().unwrap();
-        drop(f);
+        f.sync_all().unwrap();
+        assert_eq!(f.metadata().unwrap().size, 14);
         let mid = fs.counters().unwrap();
+        assert_eq!(calls(&asked, &mid), 0, "no call after it");
         assert_eq!(
             (mid.grants - before.grants, mid.windows - before.windows),
             (0, 0),
-            "three calls: no token, no window"
+            "no token, no window"
         );
         assert_eq!(std::fs::read(host.join("journal")).unwrap(), b"header..record");
-        let f = fs.open_with("journal", &rw()).unwrap();
-        for i in 0..lintel_fs::ATTACH_AFTER as u64 + 2 {
-            f.write_at(&[b'0' + i as u8], 14 + i).unwrap();
+        // A second open of the file meanwhile gets no window, and each
+        // sees the other's writes.
+        let g = fs.open_with("journal", &rw()).unwrap();
+        assert!(!g.is_mapped(), "no window while the file's I/O is the host's");
+        g.write_at(b"R", 8).unwrap();
+        assert_eq!(f.read_at(&mut back, 0).unwrap(), 14);
+        assert_eq!(&back, b"header..Record");
+        drop((f, g));
+
+        let mid = fs.counters().unwrap();
+        let f = fs.open_with("log", &rw()).unwrap();
+        for i in 0..lintel_fs::ATTACH_AFTER as u8 + 2 {
+            f.write_shared(&[b'0' + i]).unwrap();
         }
         let after = fs.counters().unwrap();
         assert!(
@@ -1574,17 +1596,73 @@ fn a_handle_used_a_few_times_attaches_no_window() {
             lintel_fs::ATTACH_AFTER
         );
         let calls_then = after.file_calls;
-        f.write_at(b"!", 30).unwrap();
+        f.write_shared(b"!").unwrap();
         assert_eq!(
             fs.counters().unwrap().file_calls,
             calls_then,
             "then writes make no call"
         );
         drop(f);
+        assert_eq!(std::fs::read(host.join("log")).unwrap(), b"0123456789:;<=>?@A!");
+    });
+}
+
+/// A handle's own descriptor of the host file answers as Linux does: a
+/// write at an offset through an open to append lands at the end, one
+/// through an open for reading is `EBADF`. A file with a window gets none:
+/// a writer at offsets then writes through calls, and the window shows
+/// what it wrote.
+#[test]
+fn a_handle_s_own_descriptor_answers_as_linux_and_only_where_no_window_is() {
+    use std::os::unix::fs::FileExt;
+    both_placements(|fs, host| {
+        // Linux first, on a file of its own.
+        std::fs::write(host.join("native"), b"abc").unwrap();
+        let native = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(host.join("native"))
+            .unwrap();
+        native.write_at(b"XY", 0).unwrap();
+        let linux = std::fs::read(host.join("native")).unwrap();
+        let linux_ro = std::fs::File::open(host.join("native"))
+            .unwrap()
+            .write_at(b"Z", 0);
+
+        std::fs::write(host.join("served"), b"abc").unwrap();
+        let before = fs.counters().unwrap();
+        let f = fs
+            .open_with("served", OpenOptions::new().read(true).append(true))
+            .unwrap();
+        f.write_at(b"XY", 0).unwrap();
+        assert_eq!(fs.counters().unwrap().direct - before.direct, 1);
         assert_eq!(
-            std::fs::read(host.join("journal")).unwrap()[..20],
-            *b"header..record012345"
+            std::fs::read(host.join("served")).unwrap(),
+            linux,
+            "appended, as Linux does"
         );
+        let ro = fs.open_with("served", OpenOptions::new().read(true)).unwrap();
+        assert_eq!(
+            errno(ro.write_at(b"Z", 0)),
+            linux_ro.unwrap_err().raw_os_error().unwrap(),
+            "a write through an open for reading"
+        );
+        drop((f, ro));
+
+        // A file with a window: the writer's descriptor is refused.
+        std::fs::write(host.join("mapped"), vec![b'.'; 8192]).unwrap();
+        let reader = fs.open("mapped").unwrap();
+        assert!(reader.is_mapped());
+        let mut b = [0u8; 4];
+        reader.read_at(&mut b, 100).unwrap();
+        let before = fs.counters().unwrap();
+        let w = fs.open_with("mapped", &rw()).unwrap();
+        w.write_at(b"news", 100).unwrap();
+        let after = fs.counters().unwrap();
+        assert_eq!(after.direct, before.direct, "none where a window is");
+        assert!(calls(&before, &after) >= 2, "asked, then wrote through a call");
+        reader.read_at(&mut b, 100).unwrap();
+        assert_eq!(&b, b"news");
     });
 }
 

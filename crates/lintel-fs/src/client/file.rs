@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use rustix::fs::OFlags;
 
 use crate::client::credentials::tell;
+use crate::client::direct::{self, Direct};
 use crate::client::mapped::{Mapped, SessionSource, View};
 use crate::client::spliced::{Pipes, SPLICE_MIN};
 use crate::proto::lock;
@@ -273,11 +274,24 @@ impl File {
     /// The mapping, if this read or write of `len` bytes should take it:
     /// attached now if this is the handle's [`ATTACH_AFTER`]th.
     fn mapped_for(&self, len: usize) -> Option<&Mapped> {
-        if self.path != IoPath::Mapped && !self.window.due() {
+        if self.path != IoPath::Mapped && (self.window.direct.get().is_some() || !self.window.due()) {
             return None;
         }
         let m = self.mapped()?;
         (len <= self.mapped_max || self.path == IoPath::Mapped).then_some(m)
+    }
+
+    /// The handle's own descriptor of the host file, asked for now if this
+    /// is its first write at an offset, with [`IoPath::Auto`], and its
+    /// window is not attached.
+    fn direct(&self) -> Option<&std::os::fd::OwnedFd> {
+        if self.path != IoPath::Auto
+            || self.window.attached.get().is_some_and(Option::is_some)
+            || self.window.direct.refused()
+        {
+            return self.window.direct.get();
+        }
+        self.window.direct.get_or_ask(&self.file)
     }
 
     /// The open file behind `door` (one passed from another domain); it
@@ -404,6 +418,9 @@ impl File {
 
     /// Read at `at`, leaving the offset alone.
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+        if let Some(fd) = self.window.direct.get() {
+            return direct::read_at(fd, buf, at);
+        }
         if let Some(m) = self.mapped_for(buf.len())
             && let Some(n) = m.read(Some(at), buf)?
         {
@@ -424,8 +441,14 @@ impl File {
         Ok(self.window.moved(copy_out(&scratch, buf)))
     }
 
-    /// Write at `at`, leaving the offset alone.
+    /// Write at `at`, leaving the offset alone. A handle's first such
+    /// write before it takes a window asks for its own descriptor of the
+    /// host file (see the `direct` module), and this write and the next
+    /// ones at offsets, and its syncs, go through it when it is given.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
+        if let Some(fd) = self.direct() {
+            return direct::write_at(fd, buf, at);
+        }
         if let Some(m) = self.mapped_for(buf.len())
             && let Some(n) = m.write(Some(at), buf)?
         {
@@ -435,9 +458,13 @@ impl File {
         Ok(self.window.moved(n as usize))
     }
 
-    /// The file's metadata; from the shared page, without a call, while
-    /// this process holds the file's token.
+    /// The file's metadata; without a call from the shared page while
+    /// this process holds the file's token, or from the handle's own
+    /// descriptor of the host file (see the `direct` module).
     pub fn metadata(&self) -> Result<Stat, FsError> {
+        if let Some(fd) = self.window.direct.get() {
+            return Ok(Stat::from_host(&rustix::fs::fstat(fd)?));
+        }
         if let Some(m) = self.window.attached()
             && let Some(st) = m.stat()?
         {
@@ -486,9 +513,13 @@ impl File {
         self.file.flock(kind, wait)
     }
 
-    /// The open's own open file description, if its window is attached
-    /// and holds one ([`Mapped::lock_owner`]).
+    /// The open's own open file description, if the handle has its own
+    /// descriptor of the host file (the `direct` module), or its window is
+    /// attached and holds one ([`Mapped::lock_owner`]).
     fn lock_owner(&self) -> Result<Option<std::os::fd::BorrowedFd<'_>>, FsError> {
+        if let Some(fd) = self.window.direct.get() {
+            return Ok(Some(std::os::fd::AsFd::as_fd(fd)));
+        }
         match self.window.attached() {
             Some(m) => m.lock_owner(),
             None => Ok(None),
@@ -565,6 +596,9 @@ impl File {
     /// A sync: made here, with no call, while this handle holds the
     /// file's token (`Mapped::sync`), else by the service.
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
+        if let Some(fd) = self.window.direct.get() {
+            return direct::sync(fd, data_only);
+        }
         if let Some(m) = self.window.attached()
             && m.sync(data_only)?
         {
@@ -621,6 +655,8 @@ pub(super) struct Window {
     asked: AtomicU32,
     /// Bytes they moved through calls.
     moved: AtomicU64,
+    /// The handle's own descriptor of the host file, if it asked for one.
+    direct: Direct,
 }
 
 impl Window {
@@ -641,6 +677,7 @@ impl Window {
             attached: std::sync::OnceLock::new(),
             asked: AtomicU32::new(0),
             moved: AtomicU64::new(0),
+            direct: Direct::default(),
         }
     }
 

@@ -17,7 +17,12 @@
 //!   into it by the service ([`spliced`]): one copy, as a native
 //!   `read` makes. A mapped file whose token is here reads ahead in its
 //!   pipe at the shared offset: a call per pipeful, not per read
-//!   ([`mapped`]).
+//!   ([`mapped`]);
+//! - **direct**: a handle that writes at an offset before it takes a
+//!   window asks for the open's own descriptor of the host file, and
+//!   reads and writes at offsets and syncs through it, with no call,
+//!   where the file has no cache (`direct`); the file then gets no
+//!   window while it stays open anywhere.
 //!
 //! It builds on `proto` (and the crate's `uffd`, and `lintel-sys`), never on
 //! `service`. The modules:
@@ -28,6 +33,7 @@
 //!   [`OpenOptions`] and [`IoPath`].
 //! - [`mapped`]: mapped windows: this process's session with an export,
 //!   its watcher, and per file the mapping of the file's cache.
+//! - `direct`: a handle's own descriptor of the host file.
 //! - `keeper`: what a client writes back itself when its service dies
 //!   holding its window writes.
 //! - [`spliced`]: the client's side of spliced reads (its pipe).
@@ -37,9 +43,10 @@
 //!   finishes before the process's next call that names a path.
 //!
 //! `fs` uses `file`, `mapped`, `credentials` and `reaped`; `file` uses `mapped`,
-//! `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
+//! `direct`, `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
 
 mod credentials;
+mod direct;
 mod file;
 mod fs;
 mod keeper;

@@ -228,6 +228,23 @@ pub trait OpenFile {
     /// writes through the service; `ENODEV` where no such mount can be
     /// made. Refused (`EACCES`) for a write-only open.
     fn map_descriptor(&self) -> Result<OwnedFd, FsError>;
+    /// A descriptor of the host file for reads and writes at given
+    /// offsets and syncs that the client makes itself (`pread`, `pwrite`,
+    /// `fdatasync`, `fsync`): the open's own open file description, so
+    /// its flags hold as on Linux (`O_APPEND` makes `pwrite` append, an
+    /// open for reading only refuses writes). Given only while the file
+    /// has no cache (no window or view of it was made while it is open);
+    /// from then on, as after [`map_descriptor`](OpenFile::map_descriptor),
+    /// no window is made of it while it stays open anywhere, and its
+    /// clients read and write through calls or such descriptors, which
+    /// all share the host's page cache. It gives the holder nothing it
+    /// could not do through calls on this open file, but it stays the
+    /// holder's: revoking the open (an evicted client's) does not take it
+    /// back. Refused with `EBUSY`
+    /// where the file has a cache, `EROFS` on a read-only export (whose
+    /// files their owner could change through a descriptor), and `EBADF`
+    /// for anything but a regular file opened to read or write.
+    fn io_descriptor(&self) -> Result<OwnedFd, FsError>;
     /// Move the shared offset; returns it.
     fn seek(&self, whence: Whence, offset: i64) -> Result<u64, FsError>;
     /// The open file's metadata (`fstat`), taken once any token is back,

@@ -143,6 +143,31 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
+impl Stat {
+    /// The metadata the kernel gave for a host file.
+    pub(crate) fn from_host(s: &rustix::fs::Stat) -> Stat {
+        let time = |sec: i64, nsec: u64| Timespec {
+            sec,
+            nsec: nsec as u32,
+        };
+        Stat {
+            dev: s.st_dev,
+            ino: s.st_ino,
+            mode: s.st_mode,
+            nlink: s.st_nlink,
+            uid: s.st_uid,
+            gid: s.st_gid,
+            rdev: s.st_rdev,
+            size: s.st_size as u64,
+            blksize: s.st_blksize as u64,
+            blocks: s.st_blocks as u64,
+            atime: time(s.st_atime, s.st_atime_nsec),
+            mtime: time(s.st_mtime, s.st_mtime_nsec),
+            ctime: time(s.st_ctime, s.st_ctime_nsec),
+        }
+    }
+}
+
 /// What the service has done for mapped windows since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Wire)]
 pub struct Counters {
@@ -168,6 +193,9 @@ pub struct Counters {
     /// 64 KiB chunks its pagers filled and mapped into clients ahead of
     /// their faults (see `Service::with_map_ahead`).
     pub mapped_ahead: u64,
+    /// Descriptors of host files it handed to clients for their own reads,
+    /// writes and syncs (`OpenFile::io_descriptor`).
+    pub direct: u64,
     /// Bytes it wrote back from files' caches to the host when it took
     /// tokens back: what clients wrote through their windows.
     pub written_back: u64,

@@ -607,6 +607,7 @@ impl Export for ExportImpl {
             splices: c.splices.load(SeqCst),
             filled_ahead: c.filled_ahead.load(SeqCst),
             mapped_ahead: c.mapped_ahead.load(SeqCst),
+            direct: c.direct.load(SeqCst),
             written_back: c.written_back.load(SeqCst),
         })
     }

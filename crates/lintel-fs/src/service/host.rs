@@ -5,7 +5,7 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::proto::{Attr, DirEntry, FsError, Kind, SetTime, Stat, Timespec};
+use crate::proto::{Attr, DirEntry, FsError, Kind, SetTime, Stat};
 
 /// Descriptors the service's table is grown to hold when it starts (or
 /// its soft limit, if lower): about 8 bytes of kernel memory each.
@@ -115,25 +115,7 @@ pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
 
 /// The host's `stat` as the protocol carries it.
 pub(crate) fn stat_from(s: &rustix::fs::Stat) -> Stat {
-    let time = |sec: i64, nsec: u64| Timespec {
-        sec,
-        nsec: nsec as u32,
-    };
-    Stat {
-        dev: s.st_dev,
-        ino: s.st_ino,
-        mode: s.st_mode,
-        nlink: s.st_nlink,
-        uid: s.st_uid,
-        gid: s.st_gid,
-        rdev: s.st_rdev,
-        size: s.st_size as u64,
-        blksize: s.st_blksize as u64,
-        blocks: s.st_blocks as u64,
-        atime: time(s.st_atime, s.st_atime_nsec),
-        mtime: time(s.st_mtime, s.st_mtime_nsec),
-        ctime: time(s.st_ctime, s.st_ctime_nsec),
-    }
+    Stat::from_host(s)
 }
 
 pub(crate) fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {

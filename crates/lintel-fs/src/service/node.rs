@@ -341,10 +341,29 @@ impl Node {
         Ok(then())
     }
 
+    /// Make the file's I/O the host's from now on, if it has no cache:
+    /// clients read and write it through calls and descriptors of the
+    /// host file (`OpenFile::io_descriptor`), and no cache is made while
+    /// the node lives. Whether it has none.
+    pub(crate) fn host_io(&self) -> bool {
+        let cache = self.cache.lock();
+        if cache.is_some() {
+            return false;
+        }
+        self.host_mapped.store(true, SeqCst);
+        true
+    }
+
     /// The cache, made on first use: the memfd (sealed against shrinking)
-    /// a client maps.
+    /// a client maps. None is made for a file whose I/O is the host's
+    /// ([`Node::host_io`]).
     pub(crate) fn cache_fd(&self) -> Result<OwnedFd, FsError> {
         let mut cache = self.cache.lock();
+        if cache.is_none() && self.host_mapped.load(SeqCst) {
+            return Err(FsError::Invalid(
+                "the file is read and written through the host: no windows".into(),
+            ));
+        }
         if cache.is_none() {
             let memfd = rustix::fs::memfd_create(
                 "lintel-fs-cache",

@@ -269,6 +269,23 @@ impl OpenFile for Opened {
         self.splice_into(pipe, at, len).map(|n| n as u32)
     }
 
+    fn io_descriptor(&self) -> Result<OwnedFd, FsError> {
+        if self.export_read_only {
+            return Err(Errno::ROFS.into());
+        }
+        if !self.regular || !(self.readable || self.writable) {
+            return Err(Errno::BADF.into());
+        }
+        // Under the token lock (no grant slips in) and the cache's (no
+        // cache is made meanwhile: see `Node::cache_fd`).
+        let _token = self.settle()?;
+        if !self.node.host_io() {
+            return Err(Errno::BUSY.into());
+        }
+        self.tally.direct.fetch_add(1, SeqCst);
+        Ok(self.fd.try_clone()?)
+    }
+
     fn map_descriptor(&self) -> Result<OwnedFd, FsError> {
         use std::os::fd::AsRawFd;
         if !self.regular {

@@ -17,6 +17,7 @@ pub(crate) struct Tally {
     pub splices: AtomicU64,
     pub filled_ahead: AtomicU64,
     pub mapped_ahead: AtomicU64,
+    pub direct: AtomicU64,
     pub written_back: AtomicU64,
     /// Pipes attached now (a gauge).
     pub pipes: AtomicU64,
