@@ -836,7 +836,7 @@ fn a_client_killed_during_mapped_writes_leaves_a_consistent_file() {
 #[test]
 fn a_killed_service_fails_mapped_clients_without_hanging() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("f"), vec![b'x'; 1 << 20]).unwrap();
+    std::fs::write(dir.path().join("f"), vec![b'x'; 4 << 20]).unwrap();
     let mut svc = FsService::start(dir.path(), false);
     let client = FsClientPeer::start(svc.fs.door());
     let f = client.peer.open(b"f".to_vec(), O_RDWR, MAPPED).unwrap();
@@ -845,8 +845,10 @@ fn a_killed_service_fails_mapped_clients_without_hanging() {
     assert_eq!(out, vec![b'x'; 100]);
     svc.kill();
     let start = Instant::now();
-    // What needs the service (a window it never mapped) fails at once.
-    assert_eq!(errno(client.peer.read_at(f, 500_000, 100, &mut out)), EIO);
+    // What needs the service (a range it never mapped, beyond what its
+    // pager may have mapped ahead of the first fault) fails at once.
+    let beyond = (lintel_fs::MAP_AHEAD + 2) * 64 * 1024 * 4;
+    assert_eq!(errno(client.peer.read_at(f, beyond, 100, &mut out)), EIO);
     // Bytes already mapped may still be read from the cache until the
     // client has noticed the death (they are the file's bytes, never
     // zeros); then everything fails with EIO.

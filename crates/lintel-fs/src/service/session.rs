@@ -307,6 +307,10 @@ impl SessionCore {
         };
         let Some((chunk, base)) = picked else { return };
         let at = chunk * CHUNK;
+        // The client may let the file go meanwhile and map another at the
+        // same address: `CONTINUE` maps only what that mapping's own memfd
+        // holds there (its own bytes), or fails, and the note below goes
+        // to this binding only.
         match open.node.fill_then(&open.fd, at, CHUNK, || {
             uffd::resolve(&self.uffd, base + at, CHUNK)
         }) {
