@@ -864,6 +864,38 @@ fn a_killed_service_fails_mapped_clients_without_hanging() {
     assert!(start.elapsed() < Duration::from_secs(30), "{:?}", start.elapsed());
 }
 
+/// A client writing through its own descriptor of the host file keeps
+/// what it wrote when the service is killed, and once it knows of the
+/// death its writes, reads, syncs and `stat`s fail with EIO, as calls do:
+/// a service started again knows nothing of that descriptor.
+#[test]
+fn a_killed_service_fails_a_direct_writer_and_keeps_its_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut svc = FsService::start(dir.path(), false);
+    let client = FsClientPeer::start(svc.fs.door());
+    let f = client
+        .peer
+        .open(b"journal".to_vec(), O_RDWR | O_CREAT, AUTO)
+        .unwrap();
+    client.peer.write_at(f, 0, b"header").unwrap();
+    client.peer.write_at(f, 6, b"-body").unwrap();
+    client.peer.sync(f).unwrap();
+    assert_eq!(svc.fs.counters().unwrap().direct, 1, "its own descriptor");
+    svc.kill();
+    assert_eq!(std::fs::read(dir.path().join("journal")).unwrap(), b"header-body");
+    assert!(lintel_tests::eventually(Duration::from_secs(5), || {
+        errno(client.peer.write_at(f, 11, b"!")) == EIO
+    }));
+    let mut out = Vec::new();
+    assert_eq!(errno(client.peer.read_at(f, 0, 6, &mut out)), EIO);
+    assert_eq!(errno(client.peer.sync(f)), EIO);
+    assert_eq!(errno(client.peer.stat(f)), EIO);
+    // (A write made before the client knew of the death landed, as on
+    // any file: at most the one byte.)
+    let host = std::fs::read(dir.path().join("journal")).unwrap();
+    assert!(host == b"header-body" || host == b"header-body!", "{host:?}");
+}
+
 /// A view of a file has no window: each 64 KiB range is paged in by the
 /// service's pager when first touched, with no call, and shows another
 /// client's writes as they happen.

@@ -14,7 +14,10 @@
 //! `pread`, `pwrite`, `fdatasync` and `fsync` are then the kernel's own,
 //! with Linux's answers (its flags are the open's: `O_APPEND` makes a
 //! `pwrite` append). Reads and writes at the shared offset stay calls:
-//! the offset is the service's.
+//! the offset is the service's. Once the service is known to be gone, the
+//! handle stops using the descriptor and fails as its calls do (`EIO` to
+//! a program): a service started again knows nothing of it. What it wrote
+//! before is on the host file already.
 
 use std::os::fd::OwnedFd;
 use std::sync::OnceLock;

@@ -294,6 +294,18 @@ impl File {
         self.window.direct.get_or_ask(&self.file)
     }
 
+    /// `Err` once the service is known to be gone, as its calls then fail:
+    /// the handle's own descriptor of the host file is not used after it
+    /// (a service started again knows nothing of it).
+    fn alive(&self) -> Result<(), FsError> {
+        if self.file.door().is_dead() {
+            return Err(FsError::Stub(lintel::stub::StubError::Call(
+                lintel::CallError::PeerDied,
+            )));
+        }
+        Ok(())
+    }
+
     /// The open file behind `door` (one passed from another domain); it
     /// takes the copy path.
     pub fn from_door(door: Door) -> File {
@@ -419,6 +431,7 @@ impl File {
     /// Read at `at`, leaving the offset alone.
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
         if let Some(fd) = self.window.direct.get() {
+            self.alive()?;
             return direct::read_at(fd, buf, at);
         }
         if let Some(m) = self.mapped_for(buf.len())
@@ -447,6 +460,7 @@ impl File {
     /// ones at offsets, and its syncs, go through it when it is given.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
         if let Some(fd) = self.direct() {
+            self.alive()?;
             return direct::write_at(fd, buf, at);
         }
         if let Some(m) = self.mapped_for(buf.len())
@@ -463,6 +477,7 @@ impl File {
     /// descriptor of the host file (see the `direct` module).
     pub fn metadata(&self) -> Result<Stat, FsError> {
         if let Some(fd) = self.window.direct.get() {
+            self.alive()?;
             return Ok(Stat::from_host(&rustix::fs::fstat(fd)?));
         }
         if let Some(m) = self.window.attached()
@@ -518,6 +533,7 @@ impl File {
     /// attached and holds one ([`Mapped::lock_owner`]).
     fn lock_owner(&self) -> Result<Option<std::os::fd::BorrowedFd<'_>>, FsError> {
         if let Some(fd) = self.window.direct.get() {
+            self.alive()?;
             return Ok(Some(std::os::fd::AsFd::as_fd(fd)));
         }
         match self.window.attached() {
@@ -597,6 +613,7 @@ impl File {
     /// file's token (`Mapped::sync`), else by the service.
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
         if let Some(fd) = self.window.direct.get() {
+            self.alive()?;
             return direct::sync(fd, data_only);
         }
         if let Some(m) = self.window.attached()
