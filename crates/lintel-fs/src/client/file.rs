@@ -609,8 +609,9 @@ impl File {
         self.sync(true)
     }
 
-    /// A sync: made here, with no call, while this handle holds the
-    /// file's token (`Mapped::sync`), else by the service.
+    /// A sync: made here, with no call, through the handle's own
+    /// descriptor of the host file (the `direct` module) or while it holds
+    /// the file's token (`Mapped::sync`); else by the service.
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
         if let Some(fd) = self.window.direct.get() {
             self.alive()?;
