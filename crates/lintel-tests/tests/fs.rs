@@ -896,6 +896,17 @@ fn a_killed_service_fails_a_direct_writer_and_keeps_its_writes() {
     assert!(host == b"header-body" || host == b"header-body!", "{host:?}");
 }
 
+/// A writable export of `root` whose pager maps only what is faulted on
+/// (`Service::with_map_ahead(0)`).
+fn service_mapping_nothing_ahead(root: &Path) -> FsService {
+    FsService::start_env(
+        root,
+        false,
+        lintel_fs::LOCK_TIMEOUT,
+        &[("LINTEL_FS_PEER_MAP_AHEAD", "0")],
+    )
+}
+
 /// A view of a file has no window: each 64 KiB range is paged in by the
 /// service's pager when first touched, with no call, and shows another
 /// client's writes as they happen.
@@ -905,12 +916,7 @@ fn a_view_is_paged_in_by_the_service_as_it_is_touched() {
     let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
     std::fs::write(dir.path().join("f"), &data).unwrap();
     // (Nothing mapped ahead of the faults: each is counted.)
-    let svc = FsService::start_env(
-        dir.path(),
-        false,
-        lintel_fs::LOCK_TIMEOUT,
-        &[("LINTEL_FS_PEER_MAP_AHEAD", "0")],
-    );
+    let svc = service_mapping_nothing_ahead(dir.path());
     let f = svc.fs.open("f").unwrap();
     let view = f.view().unwrap();
     let mut buf = [0u8; 100];
@@ -978,12 +984,7 @@ fn the_pager_maps_ahead_of_a_client_s_faults_as_far_as_its_budget() {
     assert_eq!(svc.fs.counters().unwrap().faults - read.faults, 1);
 
     // With no mapping ahead, faults are all there is.
-    let quiet = FsService::start_env(
-        dir.path(),
-        false,
-        lintel_fs::LOCK_TIMEOUT,
-        &[("LINTEL_FS_PEER_MAP_AHEAD", "0")],
-    );
+    let quiet = service_mapping_nothing_ahead(dir.path());
     let f = quiet.fs.open("f").unwrap();
     let view = f.view().unwrap();
     for c in 0..4 {

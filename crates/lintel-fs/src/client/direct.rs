@@ -35,48 +35,48 @@ impl Direct {
         self.0.get().and_then(Option::as_ref)
     }
 
-    /// The descriptor, asked of the service the first time.
+    /// The descriptor, asked of the service the first time only.
     pub(super) fn get_or_ask(&self, file: &OpenFileClient) -> Option<&OwnedFd> {
         self.0.get_or_init(|| file.io_descriptor().ok()).as_ref()
     }
-
-    /// Whether the service refused it.
-    pub(super) fn refused(&self) -> bool {
-        matches!(self.0.get(), Some(None))
-    }
 }
 
-/// `pread(2)` through `fd`.
-pub(super) fn read_at(fd: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+/// `f` again while it is interrupted.
+fn uninterrupted<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T, FsError> {
     loop {
-        match rustix::io::pread(fd, &mut *buf, at) {
+        match f() {
             Err(rustix::io::Errno::INTR) => {}
             r => return Ok(r?),
         }
     }
+}
+
+/// Read `buf.len()` bytes of the host file `fd` at `at`, fewer at its end.
+pub(super) fn read_at(fd: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
+    let mut done = 0;
+    while done < buf.len() {
+        match uninterrupted(|| rustix::io::pread(fd, &mut buf[done..], at + done as u64)) {
+            Ok(0) => break,
+            Ok(k) => done += k,
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
 }
 
 /// `pwrite(2)` through `fd`.
 pub(super) fn write_at(fd: &OwnedFd, buf: &[u8], at: u64) -> Result<usize, FsError> {
-    loop {
-        match rustix::io::pwrite(fd, buf, at) {
-            Err(rustix::io::Errno::INTR) => {}
-            r => return Ok(r?),
-        }
-    }
+    uninterrupted(|| rustix::io::pwrite(fd, buf, at))
 }
 
 /// `fdatasync(2)` (`data_only`) or `fsync(2)` through `fd`.
 pub(super) fn sync(fd: &OwnedFd, data_only: bool) -> Result<(), FsError> {
-    loop {
-        let r = if data_only {
+    uninterrupted(|| {
+        if data_only {
             rustix::fs::fdatasync(fd)
         } else {
             rustix::fs::fsync(fd)
-        };
-        match r {
-            Err(rustix::io::Errno::INTR) => {}
-            r => return Ok(r?),
         }
-    }
+    })
 }

@@ -281,29 +281,29 @@ impl File {
         (len <= self.mapped_max || self.path == IoPath::Mapped).then_some(m)
     }
 
-    /// The handle's own descriptor of the host file, asked for now if this
-    /// is its first write at an offset, with [`IoPath::Auto`], and its
-    /// window is not attached.
-    fn direct(&self) -> Option<&std::os::fd::OwnedFd> {
-        if self.path != IoPath::Auto
-            || self.window.attached.get().is_some_and(Option::is_some)
-            || self.window.direct.refused()
-        {
-            return self.window.direct.get();
-        }
-        self.window.direct.get_or_ask(&self.file)
-    }
-
-    /// `Err` once the service is known to be gone, as its calls then fail:
-    /// the handle's own descriptor of the host file is not used after it
-    /// (a service started again knows nothing of it).
-    fn alive(&self) -> Result<(), FsError> {
+    /// The handle's own descriptor of the host file, if it has one; `Err`
+    /// once the service is known to be gone, as its calls then fail (a
+    /// service started again knows nothing of the descriptor).
+    fn own_fd(&self) -> Result<Option<&std::os::fd::OwnedFd>, FsError> {
+        let Some(fd) = self.window.direct.get() else {
+            return Ok(None);
+        };
         if self.file.door().is_dead() {
             return Err(FsError::Stub(lintel::stub::StubError::Call(
                 lintel::CallError::PeerDied,
             )));
         }
-        Ok(())
+        Ok(Some(fd))
+    }
+
+    /// [`File::own_fd`], asked for now if this is the handle's first write
+    /// at an offset, with [`IoPath::Auto`], and its window is not attached
+    /// (a refusal is not asked again).
+    fn own_fd_to_write(&self) -> Result<Option<&std::os::fd::OwnedFd>, FsError> {
+        if self.path == IoPath::Auto && self.window.attached().is_none() {
+            self.window.direct.get_or_ask(&self.file);
+        }
+        self.own_fd()
     }
 
     /// The open file behind `door` (one passed from another domain); it
@@ -430,8 +430,7 @@ impl File {
 
     /// Read at `at`, leaving the offset alone.
     pub fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
-        if let Some(fd) = self.window.direct.get() {
-            self.alive()?;
+        if let Some(fd) = self.own_fd()? {
             return direct::read_at(fd, buf, at);
         }
         if let Some(m) = self.mapped_for(buf.len())
@@ -459,8 +458,7 @@ impl File {
     /// host file (see the `direct` module), and this write and the next
     /// ones at offsets, and its syncs, go through it when it is given.
     pub fn write_at(&self, buf: &[u8], at: u64) -> Result<usize, FsError> {
-        if let Some(fd) = self.direct() {
-            self.alive()?;
+        if let Some(fd) = self.own_fd_to_write()? {
             return direct::write_at(fd, buf, at);
         }
         if let Some(m) = self.mapped_for(buf.len())
@@ -476,8 +474,7 @@ impl File {
     /// this process holds the file's token, or from the handle's own
     /// descriptor of the host file (see the `direct` module).
     pub fn metadata(&self) -> Result<Stat, FsError> {
-        if let Some(fd) = self.window.direct.get() {
-            self.alive()?;
+        if let Some(fd) = self.own_fd()? {
             return Ok(Stat::from_host(&rustix::fs::fstat(fd)?));
         }
         if let Some(m) = self.window.attached()
@@ -532,8 +529,7 @@ impl File {
     /// descriptor of the host file (the `direct` module), or its window is
     /// attached and holds one ([`Mapped::lock_owner`]).
     fn lock_owner(&self) -> Result<Option<std::os::fd::BorrowedFd<'_>>, FsError> {
-        if let Some(fd) = self.window.direct.get() {
-            self.alive()?;
+        if let Some(fd) = self.own_fd()? {
             return Ok(Some(std::os::fd::AsFd::as_fd(fd)));
         }
         match self.window.attached() {
@@ -613,8 +609,7 @@ impl File {
     /// descriptor of the host file (the `direct` module) or while it holds
     /// the file's token (`Mapped::sync`); else by the service.
     fn sync(&self, data_only: bool) -> Result<(), FsError> {
-        if let Some(fd) = self.window.direct.get() {
-            self.alive()?;
+        if let Some(fd) = self.own_fd()? {
             return direct::sync(fd, data_only);
         }
         if let Some(m) = self.window.attached()

@@ -27,6 +27,7 @@ use lintel::CallError;
 use lintel::stub::StubError;
 use parking_lot::Mutex;
 
+use crate::client::direct;
 use crate::client::keeper::Keeper;
 use crate::client::spliced::{self, Ahead, Pipe, Pipes};
 use crate::proto::token::{self, Begin, Desc, Held, PAGE_LEN};
@@ -285,21 +286,6 @@ pub(crate) struct Mapped {
     /// For a file we may write: what writes back what we wrote through
     /// the window, should the service die, or to sync without a call.
     keeper: Option<Arc<Keeper>>,
-}
-
-/// Read `buf.len()` bytes of `host` at `at`, fewer at its end.
-fn pread_full(host: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
-    let mut done = 0;
-    while done < buf.len() {
-        match rustix::io::pread(host, &mut buf[done..], at + done as u64) {
-            Ok(0) => break,
-            Ok(k) => done += k,
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) if done == 0 => return Err(e.into()),
-            Err(_) => break,
-        }
-    }
-    Ok(done)
 }
 
 /// `Mapped::epoch` odd for as long as it lives (its holder holds `local`,
@@ -632,7 +618,7 @@ impl Mapped {
                 // recall waits) only as long as a call would take.
                 let most = buf.len().min(crate::proto::MAX_IO as usize) as u64;
                 let n = most.min(a.held.size.saturating_sub(from)) as usize;
-                let got = pread_full(host, &mut buf[..n], from)?;
+                let got = direct::read_at(host, &mut buf[..n], from)?;
                 if at.is_none() {
                     a.held.offset = from + got as u64;
                 }

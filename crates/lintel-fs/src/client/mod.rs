@@ -43,7 +43,8 @@
 //!   finishes before the process's next call that names a path.
 //!
 //! `fs` uses `file`, `mapped`, `credentials` and `reaped`; `file` uses `mapped`,
-//! `direct`, `spliced` and `credentials`; `mapped` uses `keeper` and `spliced`.
+//! `direct`, `spliced` and `credentials`; `mapped` uses `keeper`, `spliced`
+//! and `direct` (its reads of the host file).
 
 mod credentials;
 mod direct;

@@ -20,7 +20,7 @@ use crate::proto::{
     SessionClient, Stat,
 };
 use crate::service::credentials::{As, Credentials};
-use crate::service::host::{list_of, reopen, set_attr, stat_from, stat_of};
+use crate::service::host::{list_of, reopen, set_attr, stat_of};
 use crate::service::node::Node;
 use crate::service::open::{Opened, Opens};
 use crate::service::session::{self, Sessions};
@@ -438,7 +438,7 @@ impl Export for ExportImpl {
         if self.flush_key((st.st_dev, st.st_ino), &fd) {
             return stat_of(&fd);
         }
-        Ok(stat_from(&st))
+        Ok(Stat::from_host(&st))
     }
 
     fn list(&self, path: &[u8]) -> Result<Vec<DirEntry>, FsError> {
@@ -876,7 +876,7 @@ impl ExportImpl {
         // What was read on the way is the answer to a `stat` now, unless
         // the open truncated the file or a client holds its token (what
         // it wrote may not have reached the host yet).
-        let current = (!truncate && node.holder_id.load(SeqCst) == 0).then(|| stat_from(&st));
+        let current = (!truncate && node.holder_id.load(SeqCst) == 0).then(|| Stat::from_host(&st));
         let file = self.opened(
             fd,
             node,

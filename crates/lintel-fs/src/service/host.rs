@@ -110,12 +110,7 @@ pub(crate) fn set_attr(fd: impl AsFd, attr: Attr) -> Result<(), FsError> {
 
 /// `fstat` of `fd`, as the protocol carries it.
 pub(crate) fn stat_of(fd: impl AsFd) -> Result<Stat, FsError> {
-    Ok(stat_from(&rustix::fs::fstat(fd)?))
-}
-
-/// The host's `stat` as the protocol carries it.
-pub(crate) fn stat_from(s: &rustix::fs::Stat) -> Stat {
-    Stat::from_host(s)
+    Ok(Stat::from_host(&rustix::fs::fstat(fd)?))
 }
 
 pub(crate) fn list_of(fd: impl AsFd) -> Result<Vec<DirEntry>, FsError> {

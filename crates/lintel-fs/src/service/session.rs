@@ -76,7 +76,8 @@ impl Ahead {
     }
 
     /// The first chunk from `next` on, wrapping once, below `end` and not
-    /// in `mapped`; `None` when there is none (and nothing more to do).
+    /// in `mapped`, taken from the budget (`next` goes on after it);
+    /// `None` when there is none (and nothing more to do).
     fn pick(&mut self, mapped: &std::collections::BTreeSet<u64>, end: u64) -> Option<u64> {
         loop {
             let mut c = self.next;
@@ -87,6 +88,8 @@ impl Ahead {
                 c += 1;
             }
             if c < end {
+                self.budget = self.budget.saturating_sub(1);
+                self.next = c + 1;
                 return Some(c);
             }
             if self.wrapped {
@@ -214,6 +217,17 @@ impl SessionCore {
         }
     }
 
+    /// Run `f` on the binding `id` if it is still there (a slot and an
+    /// address are reused once a file is let go of; its id never is).
+    fn with_binding<R>(&self, id: u64, f: impl FnOnce(&mut Binding) -> R) -> Option<R> {
+        self.bindings
+            .lock()
+            .iter_mut()
+            .flatten()
+            .find(|b| b.id == id)
+            .map(f)
+    }
+
     /// Resolve the fault at `addr`: fill the range around it and map it.
     fn page_in(&self, addr: u64) -> Result<(), &'static str> {
         let found = self.bindings.lock().iter().flatten().find_map(|b| {
@@ -232,10 +246,10 @@ impl SessionCore {
         // client may let the file go and map another one at the same
         // address and slot, which must not inherit this note. (A chunk
         // noted but not mapped only costs a fault later.)
-        if let Some(b) = self.bindings.lock().iter_mut().flatten().find(|b| b.id == id) {
+        self.with_binding(id, |b| {
             b.mapped.current(epoch).insert(at / CHUNK);
             b.ahead.fault(at / CHUNK, self.map_ahead);
-        }
+        });
         // Counted before the faulting thread runs on (it may read the
         // counters at once).
         self.tally.faults.fetch_add(1, SeqCst);
@@ -277,9 +291,7 @@ impl SessionCore {
             return;
         };
         let stop = |core: &SessionCore| {
-            if let Some(b) = core.bindings.lock().iter_mut().flatten().find(|b| b.id == id) {
-                b.ahead.budget = 0;
-            }
+            core.with_binding(id, |b| b.ahead.budget = 0);
         };
         // (A file mapped through the host gets no more windows: nor
         // chunks ahead.)
@@ -291,21 +303,15 @@ impl SessionCore {
         };
         let end = (st.st_size.max(0) as u64).div_ceil(CHUNK);
         let epoch = open.node.epoch.load(SeqCst);
-        let picked = {
-            let mut bindings = self.bindings.lock();
-            let Some(b) = bindings.iter_mut().flatten().find(|b| b.id == id) else {
-                return;
-            };
+        let picked = self.with_binding(id, |b| {
             let Binding {
                 mapped, ahead, base, ..
             } = b;
-            let chunk = ahead.pick(mapped.current(epoch), end);
-            if chunk.is_some() {
-                ahead.budget -= 1;
-            }
-            chunk.zip(*base)
+            ahead.pick(mapped.current(epoch), end).zip(*base)
+        });
+        let Some((chunk, base)) = picked.flatten() else {
+            return;
         };
-        let Some((chunk, base)) = picked else { return };
         let at = chunk * CHUNK;
         // The client may let the file go meanwhile and map another at the
         // same address: `CONTINUE` maps only what that mapping's own memfd
@@ -315,10 +321,7 @@ impl SessionCore {
             uffd::resolve(&self.uffd, base + at, CHUNK)
         }) {
             Ok(Ok(())) => {
-                if let Some(b) = self.bindings.lock().iter_mut().flatten().find(|b| b.id == id) {
-                    b.mapped.current(epoch).insert(chunk);
-                    b.ahead.next = chunk + 1;
-                }
+                self.with_binding(id, |b| b.mapped.current(epoch).insert(chunk));
                 self.tally.mapped_ahead.fetch_add(1, SeqCst);
             }
             Ok(Err(e)) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {

@@ -38,7 +38,7 @@ impl StepOff {
     /// The spin ended with the caller on our CPU, at `now_ns`: whether to
     /// move off it now.
     pub(crate) fn together(&mut self, now_ns: u64) -> bool {
-        self.shared += 1;
+        self.shared = self.shared.saturating_add(1);
         if self.shared < 2 {
             return false;
         }
