@@ -119,6 +119,10 @@ pub const OFF_IN_STREAMED: usize = 60;
 pub const OFF_REP_SEQ: usize = 64;
 pub const OFF_SERVER_STATE: usize = 68;
 pub const OFF_SERVER_CPU: usize = 72;
+/// [`OFF_SERVER_CPU`] while the server steps off its caller's CPU: its
+/// caller spins on (a sleep now would have the reply's wake-up put it
+/// beside the server again).
+pub const CPU_MOVING: u32 = u32::MAX - 1;
 pub const OFF_STATUS: usize = 76;
 pub const OFF_OUT_LEN: usize = 80;
 pub const OFF_OUT_DOORS: usize = 84;

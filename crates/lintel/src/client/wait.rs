@@ -4,7 +4,7 @@
 //! is alerted and the slot drains until the late reply has landed.
 
 use crate::abi::control::Ctl;
-use crate::abi::{BUSY, SEQ_DEAD, SLEEPING, SPINNING};
+use crate::abi::{BUSY, CPU_MOVING, OFF_CLIENT_CPU, SEQ_DEAD, SLEEPING, SPINNING};
 use crate::context::error::CallError;
 use crate::context::shuttle::Shuttle;
 use crate::context::stats::Path;
@@ -12,7 +12,9 @@ use crate::object::conn::Conn;
 use crate::state::handshake::{self, Posted, Shared};
 use crate::sys;
 use crate::sys::spin::{self, Spinner};
+use crate::sys::step_off::StepOff;
 use crate::sys::umem::{Polled, Slot, SyncWord};
+use std::cell::RefCell;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
@@ -190,15 +192,37 @@ fn spin_for_reply(
     let budget = spin::adaptive_budget(base, lease.lately.get());
     let rep = lease.slot.sync(SyncWord::RepSeq);
     // Where we run: the server spins for our next call only while we run
-    // elsewhere. Published with the next request, not now, so as not to
-    // take the request's cache line back while the server reads it.
+    // elsewhere, and steps off our CPU when it finds itself there.
+    // Published with the next request; and now if we ran elsewhere when
+    // this one was posted (a pause of the program's own, or a wake-up,
+    // moved us), lest the server, at the end of this call, spin on our
+    // CPU, where we could not post the next one.
     let me = sys::current_cpu();
-    lease.cpu.set(me);
+    if lease.cpu.replace(me) != me {
+        lease.slot.set(OFF_CLIENT_CPU, me);
+    }
     let mut out = None;
-    let spun = spin_while_served(&lease.slot, me, budget, false, || {
+    let mut spun = spin_while_served(&lease.slot, me, budget, false, || {
         out = outcome(lease, conn, seq, rep);
         out.is_some()
     });
+    if out.is_none() && lease.slot.get(Polled::ServerCpu) == me {
+        // The server runs on our CPU, where neither of us can spin: a
+        // wake-up put one beside the other. A sleep now would keep us
+        // there (its reply's wake-up would put us beside it again, and
+        // the server, preempted by that wake-up, never finds us here at
+        // the end of a spin to step off itself). Step off it ourselves,
+        // and spin from where we went: the server answers on its CPU,
+        // with no wake-up.
+        if let Some(to) = step_off(lease, me) {
+            spun += spin_while_served(&lease.slot, to, budget, false, || {
+                out = outcome(lease, conn, seq, rep);
+                out.is_some()
+            });
+        }
+    } else {
+        STEP_OFF.with_borrow_mut(StepOff::apart);
+    }
     match out {
         Some(r) => {
             lease.lately.set(spin::average(lease.lately.get(), spun));
@@ -206,6 +230,30 @@ fn spin_for_reply(
         }
         None => ControlFlow::Continue(spun),
     }
+}
+
+thread_local! {
+    /// When this thread steps off its server's CPU (see `step_off`).
+    static STEP_OFF: RefCell<StepOff> = RefCell::new(StepOff::default());
+}
+
+/// Move this thread off `me`, its server's CPU too, if it is time to
+/// ([`StepOff`]); where it went. The request's header says where the caller
+/// runs: [`CPU_MOVING`] during the move, so the server spins on through it
+/// (a sleep would have our next post wake it onto our new CPU), then where
+/// we went, so the server does not step off as well.
+#[cold]
+#[inline(never)]
+fn step_off(lease: &Lease, me: u32) -> Option<u32> {
+    if !STEP_OFF.with_borrow_mut(|s| s.together(sys::monotonic_ns())) {
+        return None;
+    }
+    lease.slot.set(OFF_CLIENT_CPU, CPU_MOVING);
+    sys::move_off_cpu(me);
+    let to = sys::current_cpu();
+    lease.cpu.set(to);
+    lease.slot.set(OFF_CLIENT_CPU, to);
+    Some(to)
 }
 
 /// Spin, up to `budget` ns, while the server of `slot` runs on a CPU other
@@ -218,16 +266,39 @@ pub(super) fn spin_while_served(
     me: u32,
     budget: u64,
     woke: bool,
+    done: impl FnMut() -> bool,
+) -> u64 {
+    spin_while_served_moves(slot, me, budget, spin::MOVE_NS, woke, done)
+}
+
+/// [`spin_while_served`], spinning at most `move_ns` through a server's
+/// step off our CPU.
+fn spin_while_served_moves(
+    slot: &Slot,
+    me: u32,
+    budget: u64,
+    move_ns: u64,
+    woke: bool,
     mut done: impl FnMut() -> bool,
 ) -> u64 {
     let mut spinner = Spinner::new(budget);
+    let mut moving = None;
     loop {
         if done() {
             return spinner.spun_ns();
         }
         let st = slot.get(Polled::ServerState);
         let running = st == BUSY || st == SPINNING || (woke && st == SLEEPING);
-        if !(running && slot.get(Polled::ServerCpu) != me && spinner.spin()) {
+        let at = slot.get(Polled::ServerCpu);
+        let turn = if at == CPU_MOVING {
+            // Stepping off our CPU: spin through the move, then afresh
+            // for the answer it gives from where it went.
+            spinner = Spinner::new(budget);
+            moving.get_or_insert_with(|| Spinner::new(move_ns)).spin()
+        } else {
+            at != me && spinner.spin()
+        };
+        if !(running && turn) {
             return spinner.spun_ns();
         }
     }
@@ -312,4 +383,43 @@ fn abandon(lease: &Lease, conn: &Conn, seq: u32, why: Unanswered) -> Unanswered 
     lease.area.leases.abandon(&lease.claim);
     lease.abandoned.set(true);
     why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{OFF_SERVER_CPU, OFF_SERVER_STATE, SLOT_SIZE};
+    use std::os::fd::AsFd;
+    use std::sync::Arc;
+
+    fn slot(state: u32, server_cpu: u32) -> Slot {
+        let fd = sys::shared_memfd("wait-test", SLOT_SIZE).unwrap();
+        let map = sys::Mapping::map(fd.as_fd(), SLOT_SIZE).unwrap();
+        let slot = Slot::new(Arc::new(map), 0).unwrap();
+        slot.set(OFF_SERVER_STATE, state);
+        slot.set(OFF_SERVER_CPU, server_cpu);
+        slot
+    }
+
+    /// How many times a caller on CPU 3 with a budget of 1 ns looks for its
+    /// answer before it gives up spinning, the answer coming at the 1000th
+    /// look. A budget of 1 ns gives up at the second clock check (the
+    /// 128th turn); a server's move is spun through for as long as a
+    /// minute here, so that no preemption of the test cuts it short.
+    fn looks(state: u32, server_cpu: u32) -> u32 {
+        let mut n = 0;
+        spin_while_served_moves(&slot(state, server_cpu), 3, 1, 60_000_000_000, false, || {
+            n += 1;
+            n == 1000
+        });
+        n
+    }
+
+    #[test]
+    fn a_caller_spins_through_its_server_s_move_off_its_cpu_past_its_budget() {
+        assert_eq!(looks(SPINNING, CPU_MOVING), 1000, "spun through the move");
+        assert_eq!(looks(BUSY, 1), 128, "elsewhere: its budget");
+        assert_eq!(looks(SPINNING, 3), 1, "on our CPU: no spin");
+        assert_eq!(looks(SLEEPING, CPU_MOVING), 1, "asleep: no spin");
+    }
 }

@@ -20,15 +20,15 @@ mod area;
 mod deferred;
 mod reply;
 mod slow;
-mod step_off;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 use crate::abi::{
-    BUSY, DATA_CAP, FLAG_ALERT, INLINE, OFF_IN_INLINE, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE,
-    OFF_OUT_LEN, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SPINNING, ST_OK, payload_offset,
+    BUSY, CPU_MOVING, DATA_CAP, FLAG_ALERT, INLINE, OFF_IN_INLINE, OFF_OUT_BUFS, OFF_OUT_DOORS,
+    OFF_OUT_INLINE, OFF_OUT_LEN, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SPINNING, ST_OK,
+    payload_offset,
 };
 use crate::context::after_reply;
 use crate::context::shuttle::{self, Shuttle};
@@ -40,9 +40,9 @@ use crate::state::handshake::{self, Shared};
 use crate::state::running::Runner;
 use crate::state::workers::Pool;
 use crate::sys::spin::{self, Spinner};
+use crate::sys::step_off::StepOff;
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self};
-use step_off::StepOff;
 
 use crate::context::caller::{Caller, serving_for};
 use area::SlotServer;
@@ -220,33 +220,52 @@ fn wait_request(
         let budget = spin::adaptive_budget(base, lately);
         // Spin only while the caller runs on another CPU: on ours, it needs
         // the CPU we would spin on.
-        let me = sys::current_cpu();
+        let mut me = sys::current_cpu();
         publish(slot, Polled::ServerCpu, me);
         publish(slot, Polled::ServerState, SPINNING);
         let mut spin = Spinner::new(budget);
-        let caller_here = || slot.get(Polled::ClientCpu) == me;
+        let mut moving = None;
+        let caller_on = |cpu: u32| slot.get(Polled::ClientCpu) == cpu;
         loop {
             let r = req.load(Acquire);
             if fresh(r) {
-                step_off.apart();
+                // (Posted with the caller on our CPU: it slept for our last
+                // reply, or was preempted by us; nothing says we run apart.)
+                if !caller_on(me) {
+                    step_off.apart();
+                }
                 note(spin.spun_ns());
                 return Some(r);
             }
             if let_go() {
                 return None;
             }
-            if !spin.spin_unless(caller_here) {
+            if spin.spin_unless(|| caller_on(me) || caller_on(CPU_MOVING)) {
+                continue;
+            }
+            if caller_on(CPU_MOVING) {
+                // The caller steps off our CPU: spin through its move, and
+                // afresh after it.
+                spin = Spinner::new(budget);
+                if moving.get_or_insert_with(|| Spinner::new(spin::MOVE_NS)).spin() {
+                    continue;
+                }
                 break;
             }
-        }
-        if caller_here() {
             // The scheduler put us on our caller's CPU (a wake-up pulls the
             // woken thread to its waker), where neither side can spin; it
-            // would keep us there. Step off that CPU (see `step_off`), so
-            // the next calls find us spinning elsewhere.
-            if step_off.together(sys::monotonic_ns()) {
+            // would keep us there. Step off that CPU (see `step_off`), and
+            // spin afresh where we went: a sleep now would have the
+            // caller's next post wake us onto its CPU again.
+            if caller_on(me) && step_off.together(sys::monotonic_ns()) {
+                publish(slot, Polled::ServerCpu, CPU_MOVING);
                 sys::move_off_cpu(me);
+                me = sys::current_cpu();
+                publish(slot, Polled::ServerCpu, me);
+                spin = Spinner::new(budget);
+                continue;
             }
+            break;
         }
         *spinner = false;
         pool.give_up_spinning();

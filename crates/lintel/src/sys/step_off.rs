@@ -1,22 +1,27 @@
-//! When a spinning server thread steps off its caller's CPU.
+//! When a spinning side of a call steps off its peer's CPU.
 //!
-//! A futex wake-up pulls the woken thread onto its waker's CPU; there
-//! neither side may spin, so every call sleeps until the scheduler moves
-//! one of them. The worker moves itself off once it finds its caller on
-//! its CPU twice running. The move costs two affinity changes (a
-//! migration through the kernel's stopper thread: 12–460 µs each on this
-//! project's 2-vCPU machines, measured under an `sqlite3` run), so it is
-//! made only where it pays: a caller that computes between bursts of calls
-//! wakes the worker, and is joined by it, again at each burst, and moving
-//! off each time is lost. Each move that follows soon after the last one
-//! waits twice as long as the one before (from 1 ms to 64 ms); a move long
-//! after the last one starts again at 1 ms. A caller that calls without
-//! pause stays apart once moved from, and pays for one move.
+//! A futex wake-up pulls the woken thread onto its waker's CPU (on this
+//! project's 2-vCPU machines nearly always, even with the woken thread's
+//! own CPU idle); there neither side may spin, so every call sleeps until
+//! the scheduler moves one of them, and each sleep's wake-up puts the two
+//! together again. The side that finds its peer on its CPU twice running
+//! moves itself off: a server at the end of a spin for the next request, a
+//! caller about to sleep for its reply (which a server preempted by its
+//! own wake-up never sees). The move costs two affinity changes (a
+//! migration through the kernel's stopper thread: 12–460 µs each there,
+//! measured under an `sqlite3` run), so it is made only where it pays: a
+//! caller that computes between bursts of calls wakes the worker, and is
+//! joined by it, again at each burst, and moving off each time is lost.
+//! Each move that follows soon after the last one waits twice as long as
+//! the one before (from 1 ms to 64 ms); a move long after the last one
+//! starts again at 1 ms. A caller that calls without pause stays apart once
+//! moved from, and pays for one move.
 
-/// The state of one worker: plain values, kept across its calls.
+/// The state of one thread (a server's worker, a caller): plain values,
+/// kept across its calls.
 #[derive(Debug, Default)]
 pub(crate) struct StepOff {
-    /// Spins cut short in a row because the caller ran on our CPU.
+    /// Waits cut short in a row because the peer ran on our CPU.
     shared: u32,
     /// When the last move was made (monotonic ns), if ever.
     last: Option<u64>,
@@ -30,12 +35,12 @@ const MAX_WAIT_NS: u64 = 64_000_000;
 const FORGET_AFTER: u64 = 16;
 
 impl StepOff {
-    /// A request came while the worker spun: the two run apart.
+    /// The peer answered while we spun: the two run apart.
     pub(crate) fn apart(&mut self) {
         self.shared = 0;
     }
 
-    /// The spin ended with the caller on our CPU, at `now_ns`: whether to
+    /// The spin ended with the peer on our CPU, at `now_ns`: whether to
     /// move off it now.
     pub(crate) fn together(&mut self, now_ns: u64) -> bool {
         self.shared = self.shared.saturating_add(1);
