@@ -12,9 +12,7 @@ use crate::object::conn::Conn;
 use crate::state::handshake::{self, Posted, Shared};
 use crate::sys;
 use crate::sys::spin::{self, Spinner};
-use crate::sys::step_off::StepOff;
 use crate::sys::umem::{Polled, Slot, SyncWord};
-use std::cell::RefCell;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, Ordering::*};
 use std::time::Duration;
@@ -202,27 +200,10 @@ fn spin_for_reply(
         lease.slot.set(OFF_CLIENT_CPU, me);
     }
     let mut out = None;
-    let mut spun = spin_while_served(&lease.slot, me, budget, false, || {
+    let spun = spin_while_served(&lease.slot, me, budget, false, || {
         out = outcome(lease, conn, seq, rep);
         out.is_some()
     });
-    if out.is_none() && lease.slot.get(Polled::ServerCpu) == me {
-        // The server runs on our CPU, where neither of us can spin: a
-        // wake-up put one beside the other. A sleep now would keep us
-        // there (its reply's wake-up would put us beside it again, and
-        // the server, preempted by that wake-up, never finds us here at
-        // the end of a spin to step off itself). Step off it ourselves,
-        // and spin from where we went: the server answers on its CPU,
-        // with no wake-up.
-        if let Some(to) = step_off(lease, me) {
-            spun += spin_while_served(&lease.slot, to, budget, false, || {
-                out = outcome(lease, conn, seq, rep);
-                out.is_some()
-            });
-        }
-    } else {
-        STEP_OFF.with_borrow_mut(StepOff::apart);
-    }
     match out {
         Some(r) => {
             lease.lately.set(spin::average(lease.lately.get(), spun));
@@ -230,30 +211,6 @@ fn spin_for_reply(
         }
         None => ControlFlow::Continue(spun),
     }
-}
-
-thread_local! {
-    /// When this thread steps off its server's CPU (see `step_off`).
-    static STEP_OFF: RefCell<StepOff> = RefCell::new(StepOff::default());
-}
-
-/// Move this thread off `me`, its server's CPU too, if it is time to
-/// ([`StepOff`]); where it went. The request's header says where the caller
-/// runs: [`CPU_MOVING`] during the move, so the server spins on through it
-/// (a sleep would have our next post wake it onto our new CPU), then where
-/// we went, so the server does not step off as well.
-#[cold]
-#[inline(never)]
-fn step_off(lease: &Lease, me: u32) -> Option<u32> {
-    if !STEP_OFF.with_borrow_mut(|s| s.together(sys::monotonic_ns())) {
-        return None;
-    }
-    lease.slot.set(OFF_CLIENT_CPU, CPU_MOVING);
-    sys::move_off_cpu(me);
-    let to = sys::current_cpu();
-    lease.cpu.set(to);
-    lease.slot.set(OFF_CLIENT_CPU, to);
-    Some(to)
 }
 
 /// Spin, up to `budget` ns, while the server of `slot` runs on a CPU other

@@ -20,6 +20,7 @@ mod area;
 mod deferred;
 mod reply;
 mod slow;
+mod step_off;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::*;
@@ -40,9 +41,9 @@ use crate::state::handshake::{self, Shared};
 use crate::state::running::Runner;
 use crate::state::workers::Pool;
 use crate::sys::spin::{self, Spinner};
-use crate::sys::step_off::StepOff;
 use crate::sys::umem::{Polled, ReplyHeader, RequestHeader, Slot, SyncWord};
 use crate::sys::{self};
+use step_off::StepOff;
 
 use crate::context::caller::{Caller, serving_for};
 use area::SlotServer;
@@ -224,7 +225,6 @@ fn wait_request(
         publish(slot, Polled::ServerCpu, me);
         publish(slot, Polled::ServerState, SPINNING);
         let mut spin = Spinner::new(budget);
-        let mut moving = None;
         let caller_on = |cpu: u32| slot.get(Polled::ClientCpu) == cpu;
         loop {
             let r = req.load(Acquire);
@@ -240,17 +240,8 @@ fn wait_request(
             if let_go() {
                 return None;
             }
-            if spin.spin_unless(|| caller_on(me) || caller_on(CPU_MOVING)) {
+            if spin.spin_unless(|| caller_on(me)) {
                 continue;
-            }
-            if caller_on(CPU_MOVING) {
-                // The caller steps off our CPU: spin through its move, and
-                // afresh after it.
-                spin = Spinner::new(budget);
-                if moving.get_or_insert_with(|| Spinner::new(spin::MOVE_NS)).spin() {
-                    continue;
-                }
-                break;
             }
             // The scheduler put us on our caller's CPU (a wake-up pulls the
             // woken thread to its waker), where neither side can spin; it

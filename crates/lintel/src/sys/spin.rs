@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 /// Longest a wait spins when its recent waits say the answer is coming.
 pub const SPIN_MAX_NS: u64 = 2_000_000;
 
-/// Longest a side spins through its peer's step off a shared CPU
+/// Longest a caller spins through its server's step off its CPU
 /// (`abi::CPU_MOVING`), its budget starting afresh after it: a move takes
 /// 40–130 µs on this project's 2-vCPU machines (two affinity changes
-/// through the kernel's migration thread), and a side that slept
-/// meanwhile would be woken onto its peer's new CPU: a futex wake-up puts
+/// through the kernel's migration thread), and a caller that slept
+/// meanwhile would be woken onto the server's new CPU: a futex wake-up puts
 /// the woken thread on its waker's CPU there, even with its own idle.
 pub const MOVE_NS: u64 = 1_000_000;
 
