@@ -1224,6 +1224,30 @@ mod regressions {
         }
     }
 
+    /// A read of nothing through a handle's own descriptor of the host
+    /// file (taken at its first write at an offset), open for writing
+    /// only, is Linux's `EBADF`: it returned nothing, reading no host
+    /// file. Found by a random seed.
+    #[test]
+    fn a_read_of_nothing_through_a_write_only_handle_is_ebadf() {
+        replay(&[
+            Open {
+                client: 0,
+                name: 0,
+                flags: 1 | O_CREAT,
+                mode: 0o644,
+                io: Auto,
+            },
+            WriteAt {
+                h: 0,
+                at: 0,
+                len: 0,
+                seed: 0,
+            },
+            ReadAt { h: 0, at: 0, len: 0 },
+        ]);
+    }
+
     /// A directory sought to its end (ext4: the largest offset) and then
     /// removed still says where it is: the service set the host's offset
     /// again before each seek, which a removed directory refuses past a

@@ -52,15 +52,14 @@ fn uninterrupted<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> Result<T, F
 }
 
 /// Read `buf.len()` bytes of the host file `fd` at `at`, fewer at its end.
+/// The first `pread` is made for an empty `buf` too: Linux answers it
+/// (`EBADF` for a descriptor not open for reading).
 pub(super) fn read_at(fd: &OwnedFd, buf: &mut [u8], at: u64) -> Result<usize, FsError> {
-    let mut done = 0;
-    while done < buf.len() {
-        match uninterrupted(|| rustix::io::pread(fd, &mut buf[done..], at + done as u64)) {
-            Ok(0) => break,
-            Ok(k) => done += k,
-            Err(e) if done == 0 => return Err(e),
-            Err(_) => break,
-        }
+    let mut done = uninterrupted(|| rustix::io::pread(fd, &mut *buf, at))?;
+    let mut last = done;
+    while last > 0 && done < buf.len() {
+        last = uninterrupted(|| rustix::io::pread(fd, &mut buf[done..], at + done as u64)).unwrap_or(0);
+        done += last;
     }
     Ok(done)
 }
