@@ -46,7 +46,7 @@ const FORGET_AFTER: u64 = 16;
 /// Calls answered apart after a move that make it worth its cost: a move
 /// costs 40–130 µs here, a call made side by side some 6 µs more than one
 /// made apart.
-pub(crate) const PAID_CALLS: u32 = 32;
+const PAID_CALLS: u32 = 32;
 
 impl StepOff {
     /// A request came while the worker spun: the two run apart.
