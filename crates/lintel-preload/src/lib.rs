@@ -100,6 +100,9 @@ extern "C" fn start(_argc: libc::c_int, argv: *const *const libc::c_char, envp: 
         // Before `connect` starts the runtime's threads.
         rebind::bind(&libc_entries());
     }
+    if let Some(text) = rebind::text_of(do_read as *const () as usize) {
+        trap::exempt_text(text);
+    }
     let Some(emulation) = connect(prefix) else { return };
     lintel_unix::emulate::set_reviver(revive);
     trap::set_fork(static_fork);

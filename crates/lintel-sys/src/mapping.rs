@@ -172,6 +172,7 @@ impl Mapping {
         self.ptr.as_ptr() as u64
     }
 
+    #[inline]
     fn check(&self, off: usize, len: usize, align: usize) {
         assert!(
             off.is_multiple_of(align) && off.checked_add(len).is_some_and(|end| end <= self.len),

@@ -339,14 +339,48 @@ pub fn arm(emulator: &'static dyn Emulator) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The exempt range when widened by [`exempt_text`] (start, end); zeros:
+/// the trampoline alone.
+static EXEMPT: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// Widen the exempt range to `text`, the executable segment of the
+/// library this module is linked into, which must hold the trampoline;
+/// `false` (and nothing changed) if it does not. Threads armed from then
+/// on make the library's own system calls (its inlined `rustix` calls: a
+/// served read's `pread`) with no work of the dispatch's: the kernel
+/// tests the address against the range before it reads the selector
+/// byte, and a call from inside the range is the kernel's at once. The
+/// program's calls, and the library's through libc, trap or not by the
+/// selector as before. For a library of its own only (the preload
+/// library): in a program that links this module in, the range would be
+/// the program's text, whose calls must trap.
+pub fn exempt_text(text: std::ops::Range<usize>) -> bool {
+    let trampoline = lintel_trap_start as *const () as usize..lintel_trap_end as *const () as usize;
+    let Some((start, end)) = widened(&text, &trampoline) else {
+        return false;
+    };
+    EXEMPT[0].store(start, Relaxed);
+    EXEMPT[1].store(end, Relaxed);
+    true
+}
+
+/// The exempt range `text` makes, if it holds all of `trampoline`.
+fn widened(text: &std::ops::Range<usize>, trampoline: &std::ops::Range<usize>) -> Option<(u64, u64)> {
+    (text.start <= trampoline.start && trampoline.end <= text.end && trampoline.start < trampoline.end)
+        .then_some((text.start as u64, text.end as u64))
+}
+
 /// Turn dispatch on for the calling thread, with this thread's selector
 /// and the exempt range: used by [`arm`], and again in a forked child
 /// (whose memory holds the emulator but whose arming is gone).
 fn dispatch_on() -> i64 {
-    let (start, end) = (
-        lintel_trap_start as *const () as usize as u64,
-        lintel_trap_end as *const () as usize as u64,
-    );
+    let (start, end) = match (EXEMPT[0].load(Relaxed), EXEMPT[1].load(Relaxed)) {
+        (s, e) if s < e => (s, e),
+        _ => (
+            lintel_trap_start as *const () as usize as u64,
+            lintel_trap_end as *const () as usize as u64,
+        ),
+    };
     let sel = SELECTOR.with(|s| s.as_ptr() as u64);
     raw_syscall(
         libc::SYS_prctl,
@@ -671,6 +705,19 @@ mod tests {
                 _ => None,
             }
         }
+    }
+
+    #[test]
+    fn the_exempt_range_widens_only_to_text_that_holds_the_trampoline() {
+        let t = 0x1000..0x1040;
+        assert_eq!(widened(&(0x800..0x9000), &t), Some((0x800, 0x9000)));
+        assert_eq!(widened(&t, &t), Some((0x1000, 0x1040)));
+        assert_eq!(widened(&(0x1010..0x9000), &t), None, "starts inside it");
+        assert_eq!(widened(&(0x800..0x1030), &t), None, "ends inside it");
+        assert_eq!(widened(&(0x2000..0x9000), &t), None, "elsewhere");
+        let real = lintel_trap_start as *const () as usize..lintel_trap_end as *const () as usize;
+        assert!(!exempt_text(0..real.start), "text before the trampoline");
+        assert_eq!(EXEMPT[1].load(Relaxed), 0, "a refusal changes nothing");
     }
 
     #[test]
