@@ -54,8 +54,8 @@ mod service;
 mod uffd;
 
 pub use client::{
-    ATTACH_AFTER, ATTACH_AFTER_BYTES, File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN, STREAM_MIN,
-    mapped, spliced,
+    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN,
+    STREAM_MIN, mapped, spliced,
 };
 pub use lintel_sys::prefetch;
 pub use proto::{

@@ -1642,6 +1642,77 @@ fn a_handle_used_a_few_times_attaches_no_window() {
     });
 }
 
+/// A handle that a `stat` through it found to be a large regular file
+/// takes its window at its first read, where a smaller one, or one not
+/// asked, reads through calls first; and read-only windows, closed, are
+/// let go (detached by the session's watcher), so that a process opening
+/// more files in turn than a session has descriptors gets a window for
+/// each.
+#[test]
+fn a_large_file_stat_through_its_handle_takes_its_window_at_its_first_read() {
+    both_placements(|fs, host| {
+        let large = lintel_fs::ATTACH_LARGE as usize + 4096;
+        std::fs::write(host.join("large"), vec![7u8; large]).unwrap();
+        std::fs::write(host.join("small"), vec![5u8; 200 << 10]).unwrap();
+        let mut buf = vec![0u8; 16 << 10];
+
+        let f = fs.open("large").unwrap();
+        assert_eq!(f.metadata().unwrap().size, large as u64);
+        let before = fs.counters().unwrap();
+        assert_eq!(f.read_shared(&mut buf).unwrap(), buf.len());
+        let after = fs.counters().unwrap();
+        assert_eq!(
+            (after.grants - before.grants, after.file_calls - before.file_calls),
+            (1, 0),
+            "the window and its token at the first read, no read call"
+        );
+        assert!(buf.iter().all(|&b| b == 7));
+        drop(f);
+
+        for (name, stat) in [("small", true), ("large", false)] {
+            let f = fs.open(name).unwrap();
+            if stat {
+                f.metadata().unwrap();
+            }
+            let before = fs.counters().unwrap();
+            assert_eq!(f.read_shared(&mut buf).unwrap(), buf.len());
+            let after = fs.counters().unwrap();
+            assert_eq!(
+                (after.grants - before.grants, after.file_calls - before.file_calls),
+                (0, 1),
+                "{name}, stat first: {stat}: the first read is a call"
+            );
+        }
+
+        // A read-only window closed is detached by the watcher, after
+        // the close.
+        let before = fs.counters().unwrap();
+        let f = fs.open("large").unwrap();
+        f.metadata().unwrap();
+        assert_eq!(f.read_at(&mut buf[..1], 0).unwrap(), 1);
+        drop(f);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while fs.counters().unwrap().detached == before.detached {
+            assert!(Instant::now() < deadline, "the window let go was never detached");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        // More windows in turn than a session has descriptors: each is
+        // let go at its close.
+        for i in 0..lintel_fs::token::SLOTS + 16 {
+            let f = fs.open("large").unwrap();
+            f.metadata().unwrap();
+            let before = fs.counters().unwrap();
+            assert_eq!(f.read_at(&mut buf[..1], i as u64).unwrap(), 1);
+            assert_eq!(
+                fs.counters().unwrap().grants - before.grants,
+                1,
+                "window {i} attached"
+            );
+        }
+    });
+}
+
 /// A handle's own descriptor of the host file answers as Linux does: a
 /// write at an offset through an open to append lands at the end, one
 /// through an open for reading is `EBADF`. A file with a window gets none:

@@ -7,8 +7,10 @@
 //!   pages mapped into this process, guarded by a token in a page shared
 //!   with the service ([`mapped`]); no call while the window covers
 //!   the access and the token is here. A handle takes its window at its
-//!   [`ATTACH_AFTER`]th read or write, or after [`ATTACH_AFTER_BYTES`]: one
-//!   used less pays through calls;
+//!   [`ATTACH_AFTER`]th read or write, or after [`ATTACH_AFTER_BYTES`], or
+//!   at its first once a `stat` through it found the file [`ATTACH_LARGE`]:
+//!   one used less pays through calls. A closed read-only window is
+//!   detached by the session's watcher thread, not by the close;
 //! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
 //!   data above the vanilla path's size through lintel's bulk segments;
 //!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be
@@ -55,6 +57,8 @@ pub mod mapped;
 mod reaped;
 pub mod spliced;
 
-pub use file::{ATTACH_AFTER, ATTACH_AFTER_BYTES, File, IoPath, MAPPED_MAX, OpenOptions, STREAM_MIN};
+pub use file::{
+    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, IoPath, MAPPED_MAX, OpenOptions, STREAM_MIN,
+};
 pub use fs::Fs;
 pub use spliced::SPLICE_MIN;

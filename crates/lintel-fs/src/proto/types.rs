@@ -199,6 +199,9 @@ pub struct Counters {
     /// Bytes it wrote back from files' caches to the host when it took
     /// tokens back: what clients wrote through their windows.
     pub written_back: u64,
+    /// Windows clients let go (`Session::detach`): at a close, or after
+    /// it, by the client's watcher thread for a read-only one.
+    pub detached: u64,
 }
 
 /// How to set one of a file's times.

@@ -609,6 +609,7 @@ impl Export for ExportImpl {
             mapped_ahead: c.mapped_ahead.load(SeqCst),
             direct: c.direct.load(SeqCst),
             written_back: c.written_back.load(SeqCst),
+            detached: c.detached.load(SeqCst),
         })
     }
 

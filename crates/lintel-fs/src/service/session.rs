@@ -710,6 +710,7 @@ impl Session for SessionImpl {
         let _as = open.creds.adopt(As::Effective)?;
         release(&open.node, &self.core, Some(slot as usize));
         self.core.bindings.lock()[slot as usize] = None;
+        self.core.tally.detached.fetch_add(1, SeqCst);
         Ok(())
     }
 }

@@ -19,6 +19,7 @@ pub(crate) struct Tally {
     pub mapped_ahead: AtomicU64,
     pub direct: AtomicU64,
     pub written_back: AtomicU64,
+    pub detached: AtomicU64,
     /// Pipes attached now (a gauge).
     pub pipes: AtomicU64,
 }
