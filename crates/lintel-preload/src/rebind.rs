@@ -97,12 +97,12 @@ pub(crate) fn bind(entries: &[Entry]) -> usize {
     }
 }
 
-/// The loaded glibc: where it is and its dynamic symbols.
 /// The executable segment of the loaded object that holds `at`.
 pub(crate) fn text_of(at: usize) -> Option<std::ops::Range<usize>> {
     Image::containing(at).map(|i| i.text)
 }
 
+/// The loaded glibc: where it is and its dynamic symbols.
 struct Image {
     base: usize,
     /// Its executable segment, as addresses.

@@ -296,9 +296,7 @@ impl Watcher {
             }
         }
     }
-}
 
-impl Watcher {
     /// Detach the windows let go, then unmap each.
     fn detach_let_go(&self) {
         let mut count = [0u8; 8];
