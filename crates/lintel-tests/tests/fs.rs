@@ -1644,10 +1644,9 @@ fn a_handle_used_a_few_times_attaches_no_window() {
 
 /// A handle that a `stat` through it found to be a large regular file
 /// takes its window at its first read, where a smaller one, or one not
-/// asked, reads through calls first; and read-only windows, closed, are
-/// let go (detached by the session's watcher), so that a process opening
-/// more files in turn than a session has descriptors gets a window for
-/// each.
+/// asked, reads through calls first; and windows, closed, are detached,
+/// so that a process opening more files in turn than a session has
+/// descriptors gets a window for each.
 #[test]
 fn a_large_file_stat_through_its_handle_takes_its_window_at_its_first_read() {
     both_placements(|fs, host| {
@@ -1684,8 +1683,7 @@ fn a_large_file_stat_through_its_handle_takes_its_window_at_its_first_read() {
             );
         }
 
-        // A read-only window closed is detached by the watcher, after
-        // the close.
+        // A window closed is detached.
         let before = fs.counters().unwrap();
         let f = fs.open("large").unwrap();
         f.metadata().unwrap();

@@ -84,33 +84,8 @@ pub(crate) struct MappedSession {
     gone: Arc<AtomicU32>,
     /// Every cache mapping of ours (address, length), for the watcher.
     maps: Arc<Mutex<Vec<MapEntry>>>,
-    /// Windows let go, for the watcher to detach ([`LetGo`]), and the
-    /// eventfd that tells it.
-    let_go: Arc<Mutex<Vec<LetGo>>>,
-    let_go_ready: OwnedFd,
     stop: OwnedFd,
 }
-
-/// A read-only window its file let go, with nothing of ours in it to
-/// write back: the watcher thread tells the service (`Session::detach`),
-/// then unmaps it, so the `close` that let it go does not wait for a
-/// call. Detaching first keeps the order a close in the caller's thread
-/// has (the service's pager maps nothing into a range unmapped under
-/// it). The service takes the token back from the descriptor meanwhile
-/// whenever another open needs it, as from any `PASSIVE` holder; what
-/// the open's host descriptor and its offset are, its last close decides,
-/// as before.
-struct LetGo {
-    slot: u32,
-    map: Arc<Mapping>,
-}
-
-/// Windows waiting for the watcher beyond which a close detaches its own:
-/// each holds one of the session's descriptors.
-const LET_GO_MAX: usize = 8;
-
-/// How long the watcher waits for the service to detach a window let go.
-const LET_GO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One cache mapping of ours, as the watcher needs it: where it is, and
 /// for a file we may write, what writes it back should the service die.
@@ -170,7 +145,6 @@ impl MappedSession {
         let high = lintel::above_descriptor_floor;
         let evicted = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let stop = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
-        let let_go_ready = high(eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?);
         let (session, page_fd) = export.session(high(uffd.try_clone()?), high(evicted.try_clone()?))?;
         let page = Arc::new(Mapping::map_shared(&page_fd, PAGE_LEN, true)?);
         let door = export.door();
@@ -186,7 +160,6 @@ impl MappedSession {
         };
         let gone = Arc::new(AtomicU32::new(0));
         let maps = Arc::new(Mutex::new(Vec::new()));
-        let let_go = Arc::new(Mutex::new(Vec::new()));
         let watcher = Watcher {
             pidfd,
             evicted,
@@ -195,9 +168,6 @@ impl MappedSession {
             gone: gone.clone(),
             maps: maps.clone(),
             page: page.clone(),
-            session: session.clone(),
-            let_go: let_go.clone(),
-            let_go_ready: high(let_go_ready.try_clone()?),
         };
         std::thread::Builder::new()
             .name("lintel-fs-watch".into())
@@ -209,8 +179,6 @@ impl MappedSession {
             uffd,
             gone,
             maps,
-            let_go,
-            let_go_ready,
             stop,
         })
     }
@@ -230,8 +198,7 @@ impl Drop for MappedSession {
     }
 }
 
-/// Waits for the service to die or evict us, then frees the faults;
-/// meanwhile detaches the windows let go ([`LetGo`]).
+/// Waits for the service to die or evict us, then frees the faults.
 struct Watcher {
     pidfd: Option<OwnedFd>,
     evicted: OwnedFd,
@@ -240,9 +207,6 @@ struct Watcher {
     gone: Arc<AtomicU32>,
     maps: Arc<Mutex<Vec<MapEntry>>>,
     page: Arc<Mapping>,
-    session: SessionClient,
-    let_go: Arc<Mutex<Vec<LetGo>>>,
-    let_go_ready: OwnedFd,
 }
 
 impl Watcher {
@@ -252,7 +216,6 @@ impl Watcher {
             let mut fds = vec![
                 PollFd::new(&self.stop, PollFlags::IN),
                 PollFd::new(&self.evicted, PollFlags::IN),
-                PollFd::new(&self.let_go_ready, PollFlags::IN),
             ];
             if let Some(p) = &self.pidfd {
                 fds.push(PollFd::new(p, PollFlags::IN));
@@ -268,17 +231,10 @@ impl Watcher {
             if !fds[1].revents().is_empty() {
                 break GONE_EVICTED;
             }
-            if fds.get(3).is_some_and(|p| !p.revents().is_empty()) {
+            if fds.get(2).is_some_and(|p| !p.revents().is_empty()) {
                 break GONE_DIED;
             }
-            if !fds[2].revents().is_empty() {
-                drop(fds);
-                self.detach_let_go();
-            }
         };
-        // Windows let go: nothing to tell a service that is gone; unmapped
-        // once off the userfaultfd, below.
-        let _let_go = std::mem::take(&mut *self.let_go.lock());
         let maps = self.maps.lock();
         self.gone.store(why, SeqCst);
         for m in maps.iter() {
@@ -296,32 +252,13 @@ impl Watcher {
             }
         }
     }
-
-    /// Detach the windows let go, then unmap each.
-    fn detach_let_go(&self) {
-        let mut count = [0u8; 8];
-        let _ = rustix::io::read(&self.let_go_ready, &mut count);
-        let windows = std::mem::take(&mut *self.let_go.lock());
-        for w in windows {
-            // Bounded: a service that never answers must not keep this
-            // thread from noticing its death or an eviction.
-            if let Err(e) = lintel::deadline::within(LET_GO_TIMEOUT, || self.session.detach(w.slot)) {
-                tracing::debug!("a window let go was not detached: {e}");
-            }
-            let mut maps = self.maps.lock();
-            if let Some(i) = maps.iter().position(|m| m.addr == w.map.addr()) {
-                maps.swap_remove(i);
-            }
-        }
-    }
 }
 
 /// One open file mapped by this process.
 pub(crate) struct Mapped {
     session: Arc<MappedSession>,
     slot: u32,
-    /// Shared only with the watcher, once let go ([`LetGo`]).
-    map: Arc<Mapping>,
+    map: Mapping,
     writable: bool,
     window: u64,
     /// One operation at a time per file in this process.
@@ -423,7 +360,7 @@ impl Mapped {
         let mapped = Mapped {
             session: session.clone(),
             slot,
-            map: Arc::new(map),
+            map,
             writable,
             window: window_size(),
             local: Mutex::new(()),
@@ -979,12 +916,8 @@ impl Drop for Mapped {
     /// The token goes back with what we wrote: to the service, or, if it
     /// died and the watcher has not written this file back yet (it takes
     /// the same lock), to the host through the keeper. Either way the
-    /// writes are on the host when a close returns. A read-only window,
-    /// which has nothing to write, is let go instead ([`LetGo`]).
+    /// writes are on the host when a close returns.
     fn drop(&mut self) {
-        if self.keeper.is_none() && !self.writable && self.let_go() {
-            return;
-        }
         let keeper = {
             let mut maps = self.session.maps.lock();
             let i = maps.iter().position(|m| m.addr == self.map.addr());
@@ -1003,28 +936,6 @@ impl Drop for Mapped {
                 tracing::warn!("cannot write a file back after its service died: {e}");
             }
         }
-    }
-}
-
-impl Mapped {
-    /// Hand this read-only window to the watcher to detach and unmap
-    /// ([`LetGo`]); false (nothing done) if the session is gone or
-    /// [`LET_GO_MAX`] wait already.
-    fn let_go(&self) -> bool {
-        if self.session.check().is_err() {
-            return false;
-        }
-        let mut waiting = self.session.let_go.lock();
-        if waiting.len() >= LET_GO_MAX {
-            return false;
-        }
-        waiting.push(LetGo {
-            slot: self.slot,
-            map: self.map.clone(),
-        });
-        drop(waiting);
-        let _ = rustix::io::write(&self.session.let_go_ready, &1u64.to_ne_bytes());
-        true
     }
 }
 

@@ -9,8 +9,7 @@
 //!   the access and the token is here. A handle takes its window at its
 //!   [`ATTACH_AFTER`]th read or write, or after [`ATTACH_AFTER_BYTES`], or
 //!   at its first once a `stat` through it found the file [`ATTACH_LARGE`]:
-//!   one used less pays through calls. A closed read-only window is
-//!   detached by the session's watcher thread, not by the close;
+//!   one used less pays through calls;
 //! - **copy** (CHORUS's `sgRead`/`sgWrite`): one call on the file's door,
 //!   data above the vanilla path's size through lintel's bulk segments;
 //!   for calls above [`MAPPED_MAX`] bytes, for files that cannot be

@@ -199,8 +199,8 @@ pub struct Counters {
     /// Bytes it wrote back from files' caches to the host when it took
     /// tokens back: what clients wrote through their windows.
     pub written_back: u64,
-    /// Windows clients let go (`Session::detach`): at a close, or after
-    /// it, by the client's watcher thread for a read-only one.
+    /// Windows clients let go (`Session::detach`), each at its file's
+    /// close.
     pub detached: u64,
 }
 
