@@ -355,13 +355,17 @@ static EXEMPT: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// library): in a program that links this module in, the range would be
 /// the program's text, whose calls must trap.
 pub fn exempt_text(text: std::ops::Range<usize>) -> bool {
-    let trampoline = lintel_trap_start as *const () as usize..lintel_trap_end as *const () as usize;
-    let Some((start, end)) = widened(&text, &trampoline) else {
+    let Some((start, end)) = widened(&text, &trampoline()) else {
         return false;
     };
     EXEMPT[0].store(start, Relaxed);
     EXEMPT[1].store(end, Relaxed);
     true
+}
+
+/// The trampoline's addresses: the exempt range unless widened.
+fn trampoline() -> std::ops::Range<usize> {
+    lintel_trap_start as *const () as usize..lintel_trap_end as *const () as usize
 }
 
 /// The exempt range `text` makes, if it holds all of `trampoline`.
@@ -376,10 +380,10 @@ fn widened(text: &std::ops::Range<usize>, trampoline: &std::ops::Range<usize>) -
 fn dispatch_on() -> i64 {
     let (start, end) = match (EXEMPT[0].load(Relaxed), EXEMPT[1].load(Relaxed)) {
         (s, e) if s < e => (s, e),
-        _ => (
-            lintel_trap_start as *const () as usize as u64,
-            lintel_trap_end as *const () as usize as u64,
-        ),
+        _ => {
+            let t = trampoline();
+            (t.start as u64, t.end as u64)
+        }
     };
     let sel = SELECTOR.with(|s| s.as_ptr() as u64);
     raw_syscall(
@@ -715,7 +719,7 @@ mod tests {
         assert_eq!(widened(&(0x1010..0x9000), &t), None, "starts inside it");
         assert_eq!(widened(&(0x800..0x1030), &t), None, "ends inside it");
         assert_eq!(widened(&(0x2000..0x9000), &t), None, "elsewhere");
-        let real = lintel_trap_start as *const () as usize..lintel_trap_end as *const () as usize;
+        let real = trampoline();
         assert!(!exempt_text(0..real.start), "text before the trampoline");
         assert_eq!(EXEMPT[1].load(Relaxed), 0, "a refusal changes nothing");
     }
