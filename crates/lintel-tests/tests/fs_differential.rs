@@ -391,6 +391,34 @@ macro_rules! same {
     }};
 }
 
+/// Where two reads' bytes differ: their lengths and the first few ranges
+/// of differing bytes.
+fn parted(s: &Outcome<Vec<u8>>, n: &Outcome<Vec<u8>>) -> String {
+    let (Ok(s), Ok(n)) = (s, n) else {
+        return "one failed".into();
+    };
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    for i in (0..s.len().min(n.len())).filter(|&i| s[i] != n[i]) {
+        match ranges.last_mut() {
+            Some((_, end)) if *end == i => *end = i + 1,
+            _ => ranges.push((i, i + 1)),
+        }
+    }
+    let shown: Vec<String> = ranges.iter().take(8).map(|(a, b)| format!("{a}..{b}")).collect();
+    let first = ranges.first().map_or(String::new(), |&(a, b)| {
+        let b = b.min(a + 16);
+        format!(" (the first: served {:?}, native {:?})", &s[a..b], &n[a..b])
+    });
+    format!(
+        "served {} bytes, native {}; {} ranges differ: {}{}{first}",
+        s.len(),
+        n.len(),
+        ranges.len(),
+        shown.join(", "),
+        if ranges.len() > 8 { ", …" } else { "" }
+    )
+}
+
 /// Debug output cut to a readable length.
 fn brief(v: &impl std::fmt::Debug) -> String {
     let s = format!("{v:?}");
@@ -435,10 +463,14 @@ impl World<'_> {
             }
             Op::Read { h, len } => {
                 if let Some(i) = self.pick(h) {
+                    let from = rustix::fs::seek(&self.open[i].native, rustix::fs::SeekFrom::Current(0));
                     let s = self.read(i, None, len);
                     let mut buf = vec![0u8; len];
                     let n = native(rustix::io::read(&self.open[i].native, &mut buf));
-                    let _ = same!(s, n.map(|n| buf[..n].to_vec()), "read of {len}");
+                    let n = n.map(|n| buf[..n].to_vec());
+                    if s != n {
+                        return Err(self.read_mismatch(i, from.unwrap_or(0), len, &s, &n));
+                    }
                     self.after(i)?;
                 }
             }
@@ -447,7 +479,10 @@ impl World<'_> {
                     let s = self.read(i, Some(at), len);
                     let mut buf = vec![0u8; len];
                     let n = native(rustix::io::pread(&self.open[i].native, &mut buf, at));
-                    let _ = same!(s, n.map(|n| buf[..n].to_vec()), "read of {len} at {at}");
+                    let n = n.map(|n| buf[..n].to_vec());
+                    if s != n {
+                        return Err(self.read_mismatch(i, at, len, &s, &n));
+                    }
                     self.after(i)?;
                 }
             }
@@ -765,6 +800,59 @@ impl World<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Why a read of `len` at `at` through open file `i` failed the case:
+    /// where the bytes part, and what the served file's host file holds
+    /// there (the service's cache, or what it wrote back, tells them apart).
+    fn read_mismatch(
+        &self,
+        i: usize,
+        at: u64,
+        len: usize,
+        s: &Outcome<Vec<u8>>,
+        n: &Outcome<Vec<u8>>,
+    ) -> TestCaseError {
+        let host = self.host_bytes(i, at, s, n);
+        TestCaseError::fail(format!(
+            "read of {len} at {at}: {}; the host file there: {host}; served {}, native {}",
+            parted(s, n),
+            brief(s),
+            brief(n)
+        ))
+    }
+
+    /// The bytes of open file `i`'s host file (the served tree's) at the
+    /// first range where `s` and `n`, read at `at`, part.
+    fn host_bytes(&self, i: usize, at: u64, s: &Outcome<Vec<u8>>, n: &Outcome<Vec<u8>>) -> String {
+        let (Ok(s), Ok(n)) = (s, n) else {
+            return "-".into();
+        };
+        let Some(first) = (0..s.len().min(n.len())).find(|&k| s[k] != n[k]) else {
+            return "-".into();
+        };
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", self.open[i].native.as_raw_fd());
+        let Ok(native_path) = std::fs::read_link(link) else {
+            return "(no path)".into();
+        };
+        let Ok(rest) = native_path.strip_prefix(&self.native_dir) else {
+            return format!("(not under the case: {})", native_path.display());
+        };
+        let host = self.served_dir.join(rest);
+        let mut buf = [0u8; 16];
+        match std::fs::File::open(&host) {
+            Ok(f) => {
+                use std::os::unix::fs::FileExt;
+                let got = f.read_at(&mut buf, at + first as u64).unwrap_or(0);
+                format!(
+                    "{:?} of {} bytes",
+                    &buf[..got],
+                    f.metadata().map_or(0, |m| m.len())
+                )
+            }
+            Err(e) => format!("({e})"),
+        }
     }
 
     fn read(&self, i: usize, at: Option<u64>, len: usize) -> Outcome<Vec<u8>> {

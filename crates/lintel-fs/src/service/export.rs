@@ -22,11 +22,11 @@ use crate::proto::{
 use crate::service::credentials::{As, Credentials};
 use crate::service::host::{list_of, reopen, set_attr, stat_of};
 use crate::service::node::Node;
+use crate::service::nodes::{Claim, Nodes};
 use crate::service::open::{Opened, Opens};
 use crate::service::session::{self, Sessions};
 use crate::service::splice::Pipes;
 use crate::service::tally::Tally;
-use crate::service::weak_map::WeakMap;
 use crate::service::{path, readonly};
 
 /// The open flags a client may pass; the service adds `O_CLOEXEC`.
@@ -69,7 +69,7 @@ struct Inner {
     /// Every open file, by its door's datum.
     opens: Arc<Opens>,
     /// Every file with an open, by (device, inode).
-    nodes: Mutex<WeakMap<(u64, u64), Node>>,
+    nodes: Nodes,
     next_open: AtomicU64,
     counters: Arc<Tally>,
     /// Sessions alive (each has a pager thread and a shared page).
@@ -112,7 +112,7 @@ impl Service {
                 read_only,
                 timeout: LOCK_TIMEOUT,
                 opens: Arc::default(),
-                nodes: Mutex::new(WeakMap::default()),
+                nodes: Nodes::default(),
                 next_open: AtomicU64::new(1),
                 counters: Arc::default(),
                 sessions: Arc::default(),
@@ -184,7 +184,7 @@ impl Service {
     /// service.write_out();
     /// ```
     pub fn write_out(&self) {
-        let nodes: Vec<Arc<Node>> = self.inner.nodes.lock().live();
+        let nodes: Vec<Arc<Node>> = self.inner.nodes.live();
         for n in nodes {
             drop(n.settle(self.inner.timeout));
         }
@@ -218,16 +218,6 @@ impl ExportImpl {
 }
 
 impl Inner {
-    fn node(&self, key: (u64, u64)) -> Arc<Node> {
-        let mut nodes = self.nodes.lock();
-        if let Some(n) = nodes.get(&key) {
-            return n;
-        }
-        let n = Arc::new(Node::new());
-        nodes.insert(key, &n);
-        n
-    }
-
     /// Take the file `key`'s token back if it is open here, so the host's
     /// metadata is current; whether it was open.
     fn settle_key(&self, key: (u64, u64)) -> bool {
@@ -250,7 +240,7 @@ impl Inner {
 
     /// The node of the file `key` names, if it is open here.
     fn open_node(&self, key: (u64, u64)) -> Option<Arc<Node>> {
-        self.nodes.lock().get(&key)
+        self.nodes.get(key)
     }
 
     /// Resolve `path` beneath the root and open it.
@@ -561,7 +551,7 @@ impl Export for ExportImpl {
         let nofollow = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
         let fd = self.look(path, OFlags::PATH | nofollow)?;
         let st = rustix::fs::fstat(&fd)?;
-        let node = self.nodes.lock().get(&(st.st_dev, st.st_ino));
+        let node = self.nodes.get((st.st_dev, st.st_ino));
         // A holder's write-back must not land after the times are set.
         let _token = node.as_ref().map(|n| n.settle(self.timeout));
         set_attr(&fd, attr)
@@ -855,7 +845,7 @@ impl ExportImpl {
             Some(st) => st,
             None => rustix::fs::fstat(&fd)?,
         };
-        let node = self.node((st.st_dev, st.st_ino));
+        let node = self.nodes.claim((st.st_dev, st.st_ino));
         let regular = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile;
         let directory = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
         if truncate && directory {
@@ -906,17 +896,17 @@ impl ExportImpl {
     /// readable nor writable (the host answers `EBADF`), never mapped.
     fn path_only(&self, fd: OwnedFd) -> Result<OpenFileClient, FsError> {
         let st = rustix::fs::fstat(&fd)?;
-        let node = self.node((st.st_dev, st.st_ino));
+        let node = self.nodes.claim((st.st_dev, st.st_ino));
         Ok(self.opened(fd, node, Access::default()))
     }
 
     /// A new open file of `fd`, a door to it, and its entry among the opens.
-    fn opened(&self, fd: OwnedFd, node: Arc<Node>, access: Access) -> OpenFileClient {
+    fn opened(&self, fd: OwnedFd, node: Claim, access: Access) -> OpenFileClient {
         let id = self.next_open.fetch_add(1, SeqCst);
         let open = Arc::new(Opened {
             id,
-            fd,
             node,
+            fd,
             append: AtomicBool::new(access.append),
             readable: access.readable,
             writable: access.writable,

@@ -26,7 +26,7 @@
 //! - `register`: the service in a `lintel_system` registry. Uses `export`.
 //! - `export`: [`Service`] and the [`Export`](crate::proto::Export) door:
 //!   paths, opens, the namespace, sessions started. Uses `session`,
-//!   `open`, `node`, `splice`, `host`, `path`, `readonly`,
+//!   `open`, `nodes`, `node`, `splice`, `host`, `path`, `readonly`,
 //!   `credentials`, `tally`.
 //! - `session`: a client process's mapped windows: its shared page, its
 //!   pager thread, token grants ([`Session`](crate::proto::Session)). It
@@ -35,8 +35,10 @@
 //!   `credentials`, `tally`.
 //! - `open`: one open file description and its
 //!   [`OpenFile`](crate::proto::OpenFile) door (the copy path), and the
-//!   export's table of them. Uses `node`, `splice`, `host`, `lock`,
-//!   `readonly`, `credentials`, `tally`.
+//!   export's table of them. Uses `nodes`, `node`, `splice`, `host`,
+//!   `lock`, `readonly`, `credentials`, `tally`.
+//! - `nodes`: the export's nodes by file, each found only while an open
+//!   claims it (inode numbers are reused). Uses `node`, `weak_map`.
 //! - `node`: one file as every open of it shares it: who holds its token
 //!   (behind the `TokenHolder` trait) and its page cache; taking the
 //!   token back writes the holder's bytes to the host. Uses `tally`.
@@ -46,12 +48,14 @@
 //!   attributes), `path` (checking and splitting client paths), `lock`
 //!   (byte-range and `flock` locks), `readonly` (a file on a read-only
 //!   mount of its own), `credentials` (the caller's ids, taken on for a
-//!   call), `tally` (the counters).
+//!   call), `tally` (the counters), `weak_map` (weak references swept as
+//!   the map grows).
 
 mod credentials;
 mod export;
 mod host;
 mod node;
+mod nodes;
 mod open;
 mod path;
 mod readonly;

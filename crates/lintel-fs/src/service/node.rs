@@ -70,6 +70,11 @@ pub(crate) struct TokenState {
 
 pub(crate) struct Cache {
     pub memfd: OwnedFd,
+    /// A second open file description of the memfd, the service's own:
+    /// a fill writes at its position (`sendfile`), which no client moves.
+    /// Clients that write get `memfd` itself, whose position is theirs
+    /// too (a keeper seeks it for the data it writes back).
+    fill: OwnedFd,
     pub map: Mapping,
     /// Bytes of the memfd (it grows by windows).
     pub len: u64,
@@ -87,6 +92,10 @@ pub(crate) struct Node {
     /// Bumped whenever cached pages are dropped (truncation): what a
     /// session remembers as mapped in its client is then stale.
     pub epoch: AtomicU64,
+    /// Opens that claim the node ([`crate::service::nodes`]): it is found
+    /// by its file's number while there are any. Changed under the
+    /// export's node map's lock only.
+    pub claims: std::sync::atomic::AtomicUsize,
     /// A client holds a descriptor of the host file for a shared mapping
     /// ([`crate::proto::OpenFile::map_descriptor`]): the page cache of the
     /// host is the file's only copy from then on, so no token is granted
@@ -121,6 +130,7 @@ impl Node {
             holder_id: AtomicU64::new(0),
             cache: Mutex::new(None),
             epoch: AtomicU64::new(0),
+            claims: std::sync::atomic::AtomicUsize::new(0),
             host_mapped: AtomicBool::new(false),
         }
     }
@@ -332,7 +342,7 @@ impl Node {
                     page += 1;
                 }
                 let (from, to) = (first * PAGE, page * PAGE);
-                fill_from(&c.memfd, fd, from, to - from)?;
+                fill_from(&c.fill, fd, from, to - from)?;
                 c.resident.extend(first..page);
             } else {
                 page += 1;
@@ -371,8 +381,10 @@ impl Node {
             )?;
             rustix::fs::fcntl_add_seals(&memfd, SealFlags::SHRINK | SealFlags::SEAL)?;
             let map = Mapping::map_shared(&memfd, SPAN as usize, true)?;
+            let fill = reopen_memfd(&memfd, rustix::fs::OFlags::RDWR)?;
             *cache = Some(Cache {
                 memfd,
+                fill,
                 map,
                 len: 0,
                 resident: BTreeSet::new(),
@@ -516,11 +528,16 @@ fn zero_range(memfd: &OwnedFd, from: u64, to: u64) -> Result<(), FsError> {
 /// `fd` reopened read-only (a new open file description of the same
 /// memfd), for clients that may only read.
 pub(crate) fn read_only(fd: impl AsFd) -> Result<OwnedFd, FsError> {
+    reopen_memfd(fd, rustix::fs::OFlags::RDONLY)
+}
+
+/// A new open file description of the memfd `fd`, with `access`.
+fn reopen_memfd(fd: impl AsFd, access: rustix::fs::OFlags) -> Result<OwnedFd, FsError> {
     use std::os::fd::AsRawFd;
     let path = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
     Ok(rustix::fs::open(
         path.as_str(),
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        access | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )?)
 }
@@ -575,6 +592,44 @@ mod tests {
             64 * 1024,
             "grown to the first fill, in 64 KiB steps"
         );
+    }
+
+    /// A writing client's copy of the cache is the service's descriptor
+    /// (its keeper seeks it for the data it writes back): fills land at
+    /// their offsets however the client moves that descriptor's position
+    /// meanwhile.
+    #[test]
+    fn fills_land_where_they_belong_while_a_client_seeks_its_copy() {
+        use std::sync::atomic::AtomicBool;
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i / 4096 % 251) as u8 + 1).collect();
+        let fd = host(&data);
+        let n = Node::new();
+        let client = n.cache_fd().unwrap();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut at = 0u64;
+                while !stop.load(SeqCst) {
+                    at = (at + 12_345) % (4 << 20);
+                    let _ = rustix::fs::seek(&client, rustix::fs::SeekFrom::Start(at));
+                }
+            });
+            // Stopped however the fills end.
+            struct Stop<'a>(&'a AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, SeqCst);
+                }
+            }
+            let _stop = Stop(&stop);
+            for page in 0..(4u64 << 20) / PAGE {
+                n.fill(&fd, page * PAGE, PAGE).unwrap();
+            }
+        });
+        let cached = cached(&n, 0, data.len());
+        let wrong = (0..data.len() / 4096)
+            .find(|&p| cached[p * 4096..(p + 1) * 4096] != data[p * 4096..(p + 1) * 4096]);
+        assert_eq!(wrong, None, "a page holds other bytes than the host's");
     }
 
     #[test]

@@ -17,7 +17,8 @@ use crate::proto::lock;
 use crate::proto::{Attr, DirEntry, FsError, LockHolder, LockKind, MAX_IO, OpenFile, Stat, Whence};
 use crate::service::credentials::{As, Credentials};
 use crate::service::host::{list_of, reopen, set_attr, stat_of};
-use crate::service::node::{Node, TokenState};
+use crate::service::node::TokenState;
+use crate::service::nodes::Claim;
 use crate::service::readonly;
 use crate::service::splice::{self, Pipes};
 use crate::service::tally::Tally;
@@ -50,8 +51,11 @@ impl Opens {
 pub(crate) struct Opened {
     /// The datum of its doors.
     pub(crate) id: u64,
+    /// Its file's node. Declared before every descriptor of the file, so
+    /// dropped first: a node stays found only while its file cannot have
+    /// gone (see `nodes`).
+    pub(crate) node: Claim,
     pub(crate) fd: OwnedFd,
-    pub(crate) node: Arc<Node>,
     /// Its `O_APPEND` status flag, which `fcntl(F_SETFL)` may change (the
     /// host description's flag follows it).
     pub(super) append: AtomicBool,
@@ -239,8 +243,12 @@ impl OpenFile for Opened {
         let at = *offset;
         let n = self.write_all(at, data)?;
         *offset = if self.appends() && n > 0 {
-            // Where the append ended (an empty write moves nothing).
-            rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Current(0))?
+            // Where the append ended (an empty write moves nothing): the
+            // end, as no other write of the file runs under the token lock.
+            // Not the descriptor's position, which the pager's look for
+            // the host file's data (`SEEK_DATA` through this descriptor,
+            // without the token lock) may have moved meanwhile.
+            rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::End(0))?
         } else {
             at + n
         };

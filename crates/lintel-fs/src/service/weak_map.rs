@@ -55,6 +55,17 @@ impl<K: Hash + Eq, T> WeakMap<K, T> {
         }
     }
 
+    /// Forget `key` if its value, live or dead, passes `same`.
+    pub fn remove_if(&mut self, key: &K, same: impl FnOnce(&Arc<T>) -> bool) {
+        let hit = match self.map.get(key) {
+            Some(v) => v.upgrade().is_none_or(|v| same(&v)),
+            None => false,
+        };
+        if hit {
+            self.map.remove(key);
+        }
+    }
+
     /// Every live value.
     pub fn live(&self) -> Vec<Arc<T>> {
         self.map.values().filter_map(Weak::upgrade).collect()
