@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 
 use crate::client::direct;
 use crate::client::keeper::Keeper;
+use crate::client::read_ahead::ReadAhead;
 use crate::client::spliced::{self, Ahead, Pipe, Pipes};
 use crate::proto::token::{self, Begin, Desc, Held, PAGE_LEN};
 use crate::proto::{
@@ -261,8 +262,9 @@ pub(crate) struct Mapped {
     map: Mapping,
     writable: bool,
     window: u64,
-    /// One operation at a time per file in this process.
-    local: Mutex<()>,
+    /// One operation at a time per file in this process, and what
+    /// [`Mapped::read_host`] read ahead.
+    local: Mutex<ReadAhead>,
     /// Bytes of the cache known to exist (so a read there faults into the
     /// pager, never past the memfd's end).
     covered: AtomicU64,
@@ -326,9 +328,15 @@ impl Mapped {
     pub(crate) fn attach(session: &Arc<MappedSession>, file: &OpenFileClient) -> Result<Mapped, FsError> {
         session.check()?;
         let (slot, cache, host, locks, span, writable) = session.session.attach(file.door().clone())?;
-        // (Without a copy, out of descriptors, long reads take the pipes.)
+        // (Without a copy, out of descriptors, long reads take the pipes;
+        // so they do where the descriptor does not read: an appending
+        // writer's is a second open of the file for writing only.)
         let reads = host
             .as_ref()
+            .filter(|h| {
+                rustix::fs::fcntl_getfl(h)
+                    .is_ok_and(|f| f & rustix::fs::OFlags::ACCMODE != rustix::fs::OFlags::WRONLY)
+            })
             .and_then(|h| h.try_clone().ok())
             .map(lintel::above_descriptor_floor);
         // A file we may write is one we must be able to write back
@@ -363,7 +371,7 @@ impl Mapped {
             map,
             writable,
             window: window_size(),
-            local: Mutex::new(()),
+            local: Mutex::new(ReadAhead::default()),
             covered: AtomicU64::new(0),
             grants: AtomicU64::new(0),
             refused: std::sync::atomic::AtomicBool::new(false),
@@ -407,7 +415,7 @@ impl Mapped {
         acquire: bool,
         f: impl FnOnce(&mut Active<'_>) -> Result<R, FsError>,
     ) -> Result<Option<R>, FsError> {
-        let _one = self.local.lock();
+        let mut one = self.local.lock();
         if self.refused.load(SeqCst) {
             return Ok(None);
         }
@@ -420,6 +428,7 @@ impl Mapped {
                         m: self,
                         held,
                         window,
+                        ahead: &mut one,
                     };
                     let r = f(&mut a);
                     token::client_end(&self.desc(), a.held);
@@ -600,7 +609,9 @@ impl Mapped {
     /// Read at `at` (or at the shared offset, moving it) from the host file
     /// itself, while the token is here and nothing is dirty: the host file
     /// is then the file (a write anywhere else takes the token back first),
-    /// and one `pread` moves its bytes as a native read does, with no call.
+    /// and one `pread` moves its bytes as a native read does, with no call;
+    /// a read that goes on from the last takes them from the handle's
+    /// [`ReadAhead`], filled by one `pread` for several reads.
     /// `None`: no host descriptor (a read-only export), something dirty
     /// here, or no token: read another way. For long reads, which would
     /// otherwise make a call and a splice each, or drain a pipe.
@@ -617,8 +628,12 @@ impl Mapped {
                 // At most what one call moves: the token stays active (a
                 // recall waits) only as long as a call would take.
                 let most = buf.len().min(crate::proto::MAX_IO as usize) as u64;
-                let n = most.min(a.held.size.saturating_sub(from)) as usize;
-                let got = direct::read_at(host, &mut buf[..n], from)?;
+                let avail = a.held.size.saturating_sub(from);
+                let n = most.min(avail) as usize;
+                let grant = self.grants.load(SeqCst);
+                let got = a.ahead.read(from, &mut buf[..n], avail, grant, |b, at| {
+                    direct::read_at(host, b, at)
+                })?;
                 if at.is_none() {
                     a.held.offset = from + got as u64;
                 }
@@ -787,6 +802,7 @@ impl Mapped {
                 if off + n > self.map.len() as u64 {
                     return Ok(None);
                 }
+                a.ahead.forget();
                 token::client_mark(&self.desc(), off, off + n);
                 let mut done = 0;
                 while done < n {
@@ -944,6 +960,8 @@ struct Active<'a> {
     m: &'a Mapped,
     held: Held,
     window: (u64, u64),
+    /// What the host file was read ahead into, under the handle's lock.
+    ahead: &'a mut ReadAhead,
 }
 
 impl Active<'_> {

@@ -53,6 +53,7 @@ mod file;
 mod fs;
 mod keeper;
 pub mod mapped;
+mod read_ahead;
 mod reaped;
 pub mod spliced;
 

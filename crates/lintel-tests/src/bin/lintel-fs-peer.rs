@@ -144,6 +144,10 @@ impl FsPeer for Client {
             2 => options.io_path(IoPath::Mapped),
             3 => options.io_path(IoPath::Copy).splice_min(1),
             4 => options.io_path(IoPath::Copy).splice_min(usize::MAX),
+            // As `lintel-run` opens a program's files: longer reads and
+            // writes than this leave the window for the host file, the
+            // pipes or calls.
+            5 => options.io_path(IoPath::Auto).mapped_max(8 << 10),
             _ => options.io_path(IoPath::Auto),
         };
         let f = fs.open_with(
