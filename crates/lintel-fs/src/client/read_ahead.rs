@@ -8,7 +8,9 @@
 //! on the descriptor: most of what a served read costs beyond a native
 //! one. A read that goes on where the last one ended fills a buffer of
 //! [`AHEAD`] bytes with one `pread` instead, and the reads that follow
-//! copy from it: one system call for eight 16 KiB reads.
+//! copy from it: one system call for eight 16 KiB reads. The buffer is
+//! made at a handle's first such read and goes with its window: at most
+//! 64 of them, 8 MiB, per session (a process's windows on one export).
 //!
 //! **Why the bytes are the file's.** The buffer holds the host file as one
 //! grant of the token found it (`grant`, the handle's count of grants).
