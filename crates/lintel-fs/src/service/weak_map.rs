@@ -55,7 +55,7 @@ impl<K: Hash + Eq, T> WeakMap<K, T> {
         }
     }
 
-    /// Forget `key` if its value, live or dead, passes `same`.
+    /// Forget `key` if its value is dead, or alive and passes `same`.
     pub fn remove_if(&mut self, key: &K, same: impl FnOnce(&Arc<T>) -> bool) {
         let hit = match self.map.get(key) {
             Some(v) => v.upgrade().is_none_or(|v| same(&v)),
