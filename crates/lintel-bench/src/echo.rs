@@ -4,13 +4,13 @@
 //! machine's moods fall on all of them alike.
 //!
 //! - `copy_<size>`: a raw door call whose handler returns its argument bytes, written with
-//!   `Reply::data_in_place` (the default, hostile-safe path: the caller gets a private copy, the
+//!   `Reply::copy_in_place` (the default, hostile-safe path: the caller gets a private copy, the
 //!   handler a private `&[u8]`; the result is written where it travels). It
 //!   carries `floor_ns`, the copies this path needs plus a null call (see `COPY_PATH_COPIES`),
 //!   and `vs_floor`. The copies are timed as the path makes them, between two CPUs
 //!   (`raw_copies_<size>`); `floor_hot_ns` and `vs_floor_hot` count them as one process's
 //!   `memcpy` of cached bytes instead, which no echo between two CPUs can reach.
-//! - `loan_<size>`: the caller fills a loan (`lintel::Loan`) and passes it; the server copies it
+//! - `loan_<size>`: the caller fills a loan (`lintel::Loan::from_slice`) and passes it; the server copies it
 //!   into a loan of its own (`Loaned::copy_to`: one copy out of untrusted memory, which is the
 //!   snapshot) and answers with that; the caller reads the answer's ends in place. One copy per
 //!   direction, as iceoryx2.
@@ -24,9 +24,11 @@
 //! - `raw_copies_<size>`: the copy path's four copies with nothing else: two threads on two
 //!   CPUs share memory; the caller copies the payload into a request region and publishes it
 //!   by a spun-on word, the other thread snapshots it and copies the snapshot into a reply
-//!   region, the caller snapshots the reply. The time of that echo less the time of the same
-//!   echo with no payload (the words' round trip) is what the copies cost where they are
-//!   made (each reads bytes the other CPU just wrote): the floor's copies.
+//!   region, the caller snapshots the reply. The two copies into shared regions are made as
+//!   the path makes them (`lintel::copy_to_peer`: non-temporal stores for 32 to 512 KiB). The
+//!   time of that echo less the time of the same echo with no payload (the words' round trip)
+//!   is what the copies cost where they are made (each reads bytes the other CPU just
+//!   wrote): the floor's copies.
 //! - `null`: a door call with no data, to the same child (the floor's fixed part).
 //! - `baseline/iceoryx2_echo_<size>`: iceoryx2's request/response (see `iceoryx2`).
 //!
@@ -52,7 +54,7 @@ const ROUNDS: u64 = 10;
 
 /// Copies of the payload the copy path must make for an echo: the caller's into shared memory,
 /// the server's snapshot out of it (the caller may still write it), the handler's own (its
-/// reply, written in place in shared memory with `Reply::data_in_place`), and the caller's
+/// reply, copied into shared memory with `Reply::copy_in_place`), and the caller's
 /// snapshot of the result.
 const COPY_PATH_COPIES: f64 = 4.0;
 
@@ -69,7 +71,7 @@ fn iters(cfg: &Config, size: usize) -> (u64, u64) {
 /// The doors the child offers: copy echo, loan echo, null.
 fn doors() -> Vec<Door> {
     let copy = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
-        reply.data_in_place(req.data.len()).copy_from_slice(req.data);
+        reply.copy_in_place(req.data);
         Ok(())
     });
     let loan = Door::create(1, |req: Request<'_>, reply: &mut Reply| {
@@ -249,8 +251,9 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
 /// `data` into a request region of memory shared with a second thread and publishes it by
 /// bumping a word; the second, spinning on that word, snapshots the request into its own
 /// memory and copies the snapshot into a reply region, then bumps a word of its own; this
-/// thread, spinning on it, snapshots the reply. Timed per echo; with empty `data`, the round
-/// trip of the two words alone.
+/// thread, spinning on it, snapshots the reply. The copies into the two regions are the
+/// path's (`Mapping::write_to_peer`). Timed per echo; with empty `data`, the round trip of
+/// the two words alone.
 fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
     use std::sync::atomic::Ordering::{Acquire, Release};
     const REQ_SEQ: usize = 0;
@@ -289,7 +292,7 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
                     return;
                 }
                 m.read(req, &mut snapshot);
-                m.write(rep, &snapshot);
+                m.write_to_peer(rep, &snapshot);
                 m.u64(REP_SEQ).store(seen, Release);
             }
         });
@@ -297,7 +300,7 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
         let mut seq = 0u64;
         let stats = measure_batched(iters, batch, || {
             seq += 1;
-            m.write(req, std::hint::black_box(data));
+            m.write_to_peer(req, std::hint::black_box(data));
             m.u64(REQ_SEQ).store(seq, Release);
             wait(REP_SEQ, &|v| v == seq);
             m.read(rep, &mut own);
@@ -312,8 +315,7 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
 fn measure_loan(door: &Door, data: &[u8], iters: u64, batch: u64) -> anyhow::Result<Stats> {
     let mut reply = Reply::new();
     let round = || -> Result<bool, CallError> {
-        let mut loan = Loan::new(data.len())?;
-        loan.as_mut_slice().copy_from_slice(data);
+        let loan = Loan::from_slice(data)?;
         door.call_with(&[], &[], vec![Buffer::Loan(loan)], &mut reply)?;
         let ok = match reply.buffers.first() {
             Some(Buffer::Loaned(l)) => {

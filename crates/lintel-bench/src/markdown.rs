@@ -520,8 +520,8 @@ pub fn suite_text(suite: &str) -> &'static str {
         "echo" => {
             "One payload echoed between two processes at 8 B, 1 KiB, 64 KiB and 1 MiB, each \
              system with its fastest request/response, in ten interleaved rounds pooled: \
-             `copy` (a raw door call returning its argument, written in place with `Reply::data_in_place`: the default, hostile-safe path), \
-             `loan` (the caller fills a loan, the server copies it into a loan of its own and \
+             `copy` (a raw door call returning its argument, copied into the reply's room with `Reply::copy_in_place`: the default, hostile-safe path), \
+             `loan` (the caller fills a loan with `Loan::from_slice`, the server copies it into a loan of its own and \
              answers with that: one copy each way), `trusted` (the trusted placement: a door made \
              with `Door::create_trusting` copies its arguments, read in place, straight into its \
              reply's room, and the caller reads the result in place with `Door::call_in_place`: \
@@ -531,7 +531,8 @@ pub fn suite_text(suite: &str) -> &'static str {
              when neither side trusts the other (the caller's in, the server's snapshot, the \
              handler's reply, the caller's snapshot of it) plus a null call, the copies timed \
              where the path makes them, between two CPUs (`raw_copies`: two threads sharing \
-             memory, signalled by spun-on words, less the words' own round trip); \
+             memory, signalled by spun-on words, less the words' own round trip; the copies into \
+             shared memory made as the path makes them, with `lintel::copy_to_peer`); \
              `floor_hot_ns` counts them as one process's `memcpy` of cached bytes instead, \
              which no echo between two CPUs can reach."
         }

@@ -41,7 +41,10 @@ pub mod pod;
 pub mod poll;
 pub mod socket;
 
-pub use copy::{copy_bytes, copy_from_shared, copy_raw, extend_bytes, pread_append};
+pub use copy::{
+    PEER_COPY_MAX, PEER_COPY_MIN, copy_bytes, copy_from_shared, copy_raw, copy_to_peer, extend_bytes,
+    pread_append,
+};
 #[cfg(target_arch = "x86_64")]
 pub use cpu::tsc;
 pub use cpu::{current_cpu, membarrier, membarrier_register, monotonic_ns, move_off_cpu, prefetch};

@@ -215,6 +215,14 @@ impl Mapping {
         unsafe { copy_raw(self.ptr.as_ptr().add(off), from.as_ptr(), from.len()) }
     }
 
+    /// [`write`](Self::write) for a reader in another process on another
+    /// CPU, the way [`copy_to_peer`](crate::copy_to_peer) copies.
+    pub fn write_to_peer(&self, off: usize, from: &[u8]) {
+        self.check(off, from.len(), 1);
+        // SAFETY: as for `write`.
+        unsafe { crate::copy_to_peer(self.ptr.as_ptr().add(off), from.as_ptr(), from.len(), from.len()) }
+    }
+
     /// Zero `len` bytes at `off`. The mapping must be writable.
     pub fn zero(&self, off: usize, len: usize) {
         self.check(off, len, 1);

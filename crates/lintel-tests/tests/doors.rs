@@ -27,6 +27,8 @@ fn streamed_arguments_arrive_whole_at_every_size() {
         STREAM_MIN,
         STREAM_MIN + 1,
         3 * STREAM_PART + 5,
+        lintel::PEER_COPY_MAX,
+        lintel::PEER_COPY_MAX + 1,
         (1 << 20) + 7,
         5 * 1024,
         (5 << 20) + 3,
@@ -43,12 +45,14 @@ fn streamed_arguments_arrive_whole_at_every_size() {
     }
 }
 
-/// Results a handler writes in place (`Reply::data_in_place`) reach a
-/// caller in another process whole, at every size, on the fast and vanilla
-/// paths, as the segment grows and shrinks back, between results built in
-/// `data`; a handler that fills `data` afresh after making room answers
-/// with `data`; one that fails after making room fails its call only, and
-/// the next call's result is its own. Co-located, the room is `data`.
+/// Results a handler writes in place (`Reply::data_in_place`, or copied
+/// there by `Reply::copy_in_place`, with non-temporal stores between
+/// `PEER_COPY_MIN` and `PEER_COPY_MAX`) reach a caller in another process
+/// whole, at every size, on the fast and vanilla paths, as the segment
+/// grows and shrinks back, between results built in `data`; a handler that
+/// fills `data` afresh after making room answers with `data`; one that
+/// fails after making room fails its call only, and the next call's result
+/// is its own. Co-located, the room is `data`.
 #[test]
 fn results_written_in_place_arrive_whole_at_every_size() {
     let p = Peer::start("plain");
@@ -60,6 +64,9 @@ fn results_written_in_place_arrive_whole_at_every_size() {
                 .data_in_place(len)
                 .copy_from_slice(&lintel_tests::pattern(len)),
             1 => reply.data.extend_from_slice(&lintel_tests::pattern(len)),
+            // The pattern inverted, so that no byte the last call left
+            // where it travels is already the right one.
+            4 => reply.copy_in_place(&inverted(len)),
             2 => {
                 reply.data_in_place(len).fill(0xee);
                 reply.data.clear();
@@ -88,16 +95,24 @@ fn results_written_in_place_arrive_whole_at_every_size() {
         (1 << 20) + 3,
         5 << 20,
         100_000,
+        lintel::PEER_COPY_MIN - 1,
+        lintel::PEER_COPY_MAX + 1,
+        lintel::PEER_COPY_MAX - 13,
         7,
     ];
     for (i, &len) in sizes.iter().enumerate() {
-        for mode in [0u8, 1, 2, 0] {
+        for mode in [0u8, 1, 2, 4, 0, 4] {
             for pad in [0, 40] {
                 let got = lintel_tests::call(&p.ctl, m::CALL_HELD, &request(mode, len, pad), &[])
                     .unwrap()
                     .data;
+                let want = if mode == 4 {
+                    inverted(len)
+                } else {
+                    lintel_tests::pattern(len)
+                };
                 assert!(
-                    got == lintel_tests::pattern(len),
+                    got == want,
                     "size {i} ({len} bytes), mode {mode}, padding {pad}: {} bytes came back",
                     got.len()
                 );
@@ -115,7 +130,14 @@ fn results_written_in_place_arrive_whole_at_every_size() {
         assert_eq!(got, lintel_tests::pattern(3), "after a failed call at size {len}");
         let here = door.call_bytes(&request(0, len, 0)).unwrap();
         assert!(here == lintel_tests::pattern(len), "co-located, {len} bytes");
+        let here = door.call_bytes(&request(4, len, 0)).unwrap();
+        assert!(here == inverted(len), "co-located, {len} bytes copied in place");
     }
+}
+
+/// `lintel_tests::pattern` with every bit flipped.
+fn inverted(len: usize) -> Vec<u8> {
+    lintel_tests::pattern(len).iter().map(|b| !b).collect()
 }
 
 /// A door made with `Door::create_trusting` and called from another

@@ -349,7 +349,7 @@ fn stream_args(at: &At<'_>, data: &[u8]) {
     let written = at.slot.sync(SyncWord::InStreamed);
     for (i, part) in data.chunks(STREAM_PART).enumerate() {
         let off = i * STREAM_PART;
-        bulk.out.write_at(off, part);
+        bulk.out.write_part(off, part, data.len());
         written.store((off + part.len()) as u32, Release);
     }
 }

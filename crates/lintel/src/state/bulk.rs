@@ -80,15 +80,15 @@ impl Outbox {
 
     /// Copy `data` to byte `off` (a multiple of 8) of the segment, as
     /// [`write`](Self::write) does to its start: a part of a streamed
-    /// request's arguments.
-    pub fn write_at(&mut self, off: usize, data: &[u8]) {
+    /// request's arguments, `whole` bytes in all.
+    pub fn write_part(&mut self, off: usize, data: &[u8], whole: usize) {
         let (_, bulk) = self.seg.as_ref().expect("prepared before writing");
         let end = off + data.len();
         if end > self.populated {
             bulk.populate_write(self.populated, end - self.populated);
             self.populated = end;
         }
-        bulk.write_at(off, data);
+        bulk.write_part(off, data, whole);
     }
 
     /// Room for `len` bytes at the segment's start, which

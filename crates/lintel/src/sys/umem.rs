@@ -22,7 +22,7 @@ use crate::abi::{
     OFF_IN_LEN, OFF_IN_SEG, OFF_IN_STREAMED, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN,
     OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
-use crate::sys::{Mapping, copy_from_shared, copy_raw};
+use crate::sys::{Mapping, copy_from_shared, copy_raw, copy_to_peer};
 
 /// The slot words that are polled: states and CPUs, which each side reads
 /// to decide whether to spin or wake, and which mean nothing beyond that.
@@ -617,23 +617,37 @@ impl Bulk {
 
     /// Copy `src` to the start of the segment (mapped writable: ours).
     ///
-    /// With `memcpy`: the peer maps the segment read-only, so nobody else
-    /// writes it, and wide stores take a cache line from the reader's CPU
-    /// about twice as fast as word stores do (64 KiB: 7 → 3.5 µs here).
-    /// When the destination lies just past the source modulo 4 KiB, where
-    /// glibc's `memcpy` slows ten-fold, words are stored instead.
+    /// The peer maps the segment read-only, so nobody else writes it. A
+    /// transfer of [`PEER_COPY_MIN`](crate::sys::PEER_COPY_MIN) to
+    /// [`PEER_COPY_MAX`](crate::sys::PEER_COPY_MAX) bytes is copied with
+    /// non-temporal stores, which take no cache line from the reader's CPU
+    /// ([`copy_to_peer`]); others with `memcpy`, whose wide stores take a
+    /// line from it about twice as fast as word stores do (64 KiB: 7 → 3.5
+    /// µs here). When the destination lies just past the source modulo 4
+    /// KiB, where glibc's `memcpy` slows ten-fold, words are stored instead.
     pub fn write(&self, src: &[u8]) {
         self.write_at(0, src);
     }
 
     /// [`write`](Self::write) at byte `off` of the view (a multiple of 8).
     pub fn write_at(&self, off: usize, src: &[u8]) {
+        self.write_part(off, src, src.len());
+    }
+
+    /// [`write_at`](Self::write_at) of one part of a transfer of `whole`
+    /// bytes, which decides how it is copied ([`copy_to_peer`]).
+    pub fn write_part(&self, off: usize, src: &[u8], whole: usize) {
         assert!(
             off.is_multiple_of(8) && off.checked_add(src.len()).is_some_and(|end| end <= self.len),
             "bulk write beyond the segment"
         );
         // SAFETY: `off` lies inside the view (checked above).
         let dst = unsafe { self.base().add(off) };
+        if (crate::sys::PEER_COPY_MIN..=crate::sys::PEER_COPY_MAX).contains(&whole) {
+            // SAFETY: as for the `memcpy` below.
+            unsafe { copy_to_peer(dst, src.as_ptr(), src.len(), whole) };
+            return;
+        }
         let gap = (dst as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
         if (1..=64).contains(&gap) {
             return self.write_words(off, src);
