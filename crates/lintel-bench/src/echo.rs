@@ -25,7 +25,7 @@
 //!   CPUs share memory; the caller copies the payload into a request region and publishes it
 //!   by a spun-on word, the other thread snapshots it and copies the snapshot into a reply
 //!   region, the caller snapshots the reply. The two copies into shared regions are made as
-//!   the path makes them (`lintel::copy_to_peer`: non-temporal stores for 32 to 512 KiB). The
+//!   the path makes them (`lintel::copy_part_to_peer`: non-temporal stores for 32 to 512 KiB). The
 //!   time of that echo less the time of the same echo with no payload (the words' round trip)
 //!   is what the copies cost where they are made (each reads bytes the other CPU just
 //!   wrote): the floor's copies.
@@ -251,8 +251,9 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
 /// `data` into a request region of memory shared with a second thread and publishes it by
 /// bumping a word; the second, spinning on that word, snapshots the request into its own
 /// memory and copies the snapshot into a reply region, then bumps a word of its own; this
-/// thread, spinning on it, snapshots the reply. The copies into the two regions are the
-/// path's (`Mapping::write_to_peer`). Timed per echo; with empty `data`, the round trip of
+/// thread, spinning on it, snapshots the reply. The copies into the two regions are made as
+/// the path makes them (`Mapping::write_part_to_peer`: the path's arguments are streamed, and
+/// `Reply::copy_in_place` copies by the same rule). Timed per echo; with empty `data`, the round trip of
 /// the two words alone.
 fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
     use std::sync::atomic::Ordering::{Acquire, Release};
@@ -292,7 +293,7 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
                     return;
                 }
                 m.read(req, &mut snapshot);
-                m.write_to_peer(rep, &snapshot);
+                m.write_part_to_peer(rep, &snapshot, len);
                 m.u64(REP_SEQ).store(seen, Release);
             }
         });
@@ -300,7 +301,7 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64) -> Stats {
         let mut seq = 0u64;
         let stats = measure_batched(iters, batch, || {
             seq += 1;
-            m.write_to_peer(req, std::hint::black_box(data));
+            m.write_part_to_peer(req, std::hint::black_box(data), len);
             m.u64(REQ_SEQ).store(seq, Release);
             wait(REP_SEQ, &|v| v == seq);
             m.read(rep, &mut own);

@@ -89,54 +89,94 @@ pub unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
 }
 
-/// The sizes of a transfer that [`copy_to_peer`] copies with non-temporal
-/// stores: from `PEER_COPY_MIN` to `PEER_COPY_MAX` bytes.
+/// The sizes of a copy that [`copy_to_peer`] makes with non-temporal
+/// stores: from `PEER_COPY_MIN` to `PEER_COPY_MAX` bytes; and of a
+/// transfer whose parts [`copy_part_to_peer`] does, up to
+/// [`PEER_STREAM_MAX`].
 ///
-/// Measured on this project's 2-vCPU machines (a writer on one CPU fills a
-/// buffer, a reader on the other copies it out, in turns), a turn with
-/// plain stores against non-temporal ones took 1.7 µs against 2.4 µs for
+/// Measured on this project's 2-vCPU machines, a writer on one CPU filling
+/// a buffer that a reader on the other then copies out, in turns, plain
+/// stores against non-temporal ones: 1.7 against 2.4 µs a turn for
 /// 16 KiB, 4.8 against 3.9 µs for 32 KiB, 9.4–11.3 against 6.9–7.7 µs for
-/// 64 KiB, 68 against 46 µs for 512 KiB; streamed (the reader copying
-/// each 32 KiB part as it lands) 8.7 against 5.8 µs for 64 KiB, 48.5
-/// against 33.2 µs for 512 KiB, 52 against 54 µs for 1 MiB, and a 1 MiB
-/// echo through a door streamed its arguments in 108 µs against 86 µs.
-/// Below the range the reader waits on memory for every line, with too few
-/// of them for its prefetcher to hide that; above it the buffers outgrow
-/// the CPUs' own caches (1 MiB each here), plain stores no longer find
-/// the reader's copies of the lines to take, and the reader's reads from
-/// memory are the whole difference.
+/// 64 KiB, 68 against 46 µs for 512 KiB, 99–102 against 80–86 µs for
+/// 1 MiB, 187–193 against 232–238 µs for 3 MiB; and a 1 MiB loan echo
+/// through a door, 104–106 against 72–78 µs. Below the range the reader
+/// waits on memory for every line, with too few of them for its
+/// prefetcher to hide that; above it the buffers outgrow the CPUs' own
+/// caches (1 MiB each here), plain stores find fewer of the reader's lines
+/// to take, and the reader's reads from memory cost more than they save.
+/// Plain stores are also the fast ones in some phases of these shared
+/// machines (1 MiB: 50 µs a turn, the lines passing cheaply between the
+/// two CPUs), and the slow ones by far in others (1.5 MiB: 710 µs against
+/// 117); the stores around the caches cost the same in every phase.
 pub const PEER_COPY_MIN: usize = 32 << 10;
 /// See [`PEER_COPY_MIN`].
-pub const PEER_COPY_MAX: usize = 512 << 10;
+pub const PEER_COPY_MAX: usize = 1 << 20;
+/// The largest transfer whose parts [`copy_part_to_peer`] copies with
+/// non-temporal stores. Streamed, the reader copying each 32 KiB part as
+/// it lands while the writer writes the next, plain against non-temporal
+/// took 8.7 against 5.8 µs for 64 KiB, 48.5 against 33.2 µs for 512 KiB,
+/// and 52 against 54 µs for 1 MiB; a 1 MiB echo through a door streamed
+/// its arguments in 86 µs with plain stores against 108 µs: the reader,
+/// which overlaps the writer, then waits on memory.
+pub const PEER_STREAM_MAX: usize = 512 << 10;
 
-/// Copy `len` bytes from `src` into `dst`, part of a transfer of `whole`
-/// bytes (`len` itself for a copy made at once) that another process is
-/// about to read on another CPU: a bulk segment, a loan, a reply's room.
+/// Copy `len` bytes from `src` into `dst`, memory another process reads on
+/// another CPU once the copy is done: a bulk segment, a loan, a reply's
+/// room.
 ///
 /// A plain store to a line the reader's CPU still holds from the last
 /// time it read that buffer must first take the line from that CPU; for a
 /// long copy that costs more than the copy itself (64 KiB: 7.5 µs against
-/// 1.1 µs for the same `memcpy` into a buffer nobody else touched). For a
-/// transfer in [`PEER_COPY_MIN`]`..=`[`PEER_COPY_MAX`] this copy stores
-/// around the caches (`movntdq`): no line is taken from the reader, which
-/// then reads the bytes from memory instead of from our cache, a smaller
-/// cost. Other copies are [`copy_raw`]'s. The stores are ordered before
-/// whatever this thread stores next (`sfence`), so a word published after
-/// the copy (with `Release` or stronger) is seen after the bytes, as with
-/// plain stores.
+/// 1.1 µs for the same `memcpy` into a buffer nobody else touched). A copy
+/// of [`PEER_COPY_MIN`]`..=`[`PEER_COPY_MAX`] bytes stores around the
+/// caches (`movntdq`): no line is taken from the reader, which then reads
+/// the bytes from memory instead of from our cache, a smaller cost. Other
+/// copies are [`copy_raw`]'s. The stores are ordered before whatever this
+/// thread stores next (`sfence`), so a word published after the copy
+/// (with `Release` or stronger) is seen after the bytes, as with plain
+/// stores.
 ///
 /// # Safety
 ///
 /// `src` must be readable and `dst` writable for `len` bytes, and the two
 /// ranges must not overlap.
 #[inline]
-pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize, whole: usize) {
+pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { peer_copy(dst, src, len, (PEER_COPY_MIN..=PEER_COPY_MAX).contains(&len)) }
+}
+
+/// [`copy_to_peer`] of one part of a transfer of `whole` bytes that the
+/// reader copies part by part while the rest is written (a streamed
+/// request's arguments): around the caches when `whole` is in
+/// [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`].
+///
+/// # Safety
+///
+/// As [`copy_to_peer`].
+#[inline]
+pub unsafe fn copy_part_to_peer(dst: *mut u8, src: *const u8, len: usize, whole: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { peer_copy(dst, src, len, (PEER_COPY_MIN..=PEER_STREAM_MAX).contains(&whole)) }
+}
+
+/// [`copy_raw`], or the copy around the caches if `around` (and there are
+/// 64 bytes or more, on x86-64).
+///
+/// # Safety
+///
+/// As [`copy_to_peer`].
+#[inline]
+unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, around: bool) {
     #[cfg(target_arch = "x86_64")]
-    if len >= 64 && (PEER_COPY_MIN..=PEER_COPY_MAX).contains(&whole) {
+    if around && len >= 64 {
         // SAFETY: the caller's contract; `len` is at least 64.
         unsafe { stream_copy(dst, src, len) };
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = around;
     // SAFETY: the caller's contract.
     unsafe { copy_raw(dst, src, len) }
 }
@@ -274,7 +314,7 @@ mod copy_tests {
                 assert_eq!(&dst[at..at + len], s, "len {len} skew {skew}");
                 dst.fill(0);
                 // SAFETY: two distinct buffers, `len` bytes inside each.
-                unsafe { super::copy_to_peer(dst.as_mut_ptr().add(at), s.as_ptr(), len, len) };
+                unsafe { super::copy_to_peer(dst.as_mut_ptr().add(at), s.as_ptr(), len) };
                 assert_eq!(&dst[at..at + len], s, "to peer: len {len} skew {skew}");
                 assert!(
                     dst[..at].iter().chain(&dst[at + len..]).all(|&b| b == 0),

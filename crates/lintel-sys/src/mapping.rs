@@ -215,12 +215,13 @@ impl Mapping {
         unsafe { copy_raw(self.ptr.as_ptr().add(off), from.as_ptr(), from.len()) }
     }
 
-    /// [`write`](Self::write) for a reader in another process on another
-    /// CPU, the way [`copy_to_peer`](crate::copy_to_peer) copies.
-    pub fn write_to_peer(&self, off: usize, from: &[u8]) {
+    /// [`write`](Self::write) of part of a transfer of `whole` bytes, for a
+    /// reader in another process on another CPU, as
+    /// [`copy_part_to_peer`](crate::copy_part_to_peer) copies.
+    pub fn write_part_to_peer(&self, off: usize, from: &[u8], whole: usize) {
         self.check(off, from.len(), 1);
         // SAFETY: as for `write`.
-        unsafe { crate::copy_to_peer(self.ptr.as_ptr().add(off), from.as_ptr(), from.len(), from.len()) }
+        unsafe { crate::copy_part_to_peer(self.ptr.as_ptr().add(off), from.as_ptr(), from.len(), whole) }
     }
 
     /// Zero `len` bytes at `off`. The mapping must be writable.

@@ -400,18 +400,44 @@ fn buffers_pass_both_ways_and_may_be_kept(s: &Server) {
     let call = |method: u8, arg: &[u8], bufs: Vec<Buffer>| {
         s.raw_with(s.ctl(), &[&[method][..], arg].concat(), &[], bufs)
     };
-    // Passed in: kind, length, contents (a loan filled by `from_slice`
-    // too, whose copy stores around the caches at this length).
-    let copied = Buffer::Loan(Loan::from_slice(&pattern(200_003)).unwrap());
+    // Passed in: kind, length, contents (loans filled by `from_slice` too,
+    // whose copy stores around the caches at these lengths).
+    let copied = |n: usize| Buffer::Loan(Loan::from_slice(&pattern(n)).unwrap());
     let r = call(
         m::BUFFERS_INFO,
         b"",
-        vec![loan(1 << 20), sealed(70_000), loan(1), sealed(0), copied],
+        vec![
+            loan(1 << 20),
+            sealed(70_000),
+            loan(1),
+            sealed(0),
+            copied(200_003),
+            copied(lintel::PEER_COPY_MAX),
+        ],
     )
     .unwrap();
     assert_eq!(
         info(r),
-        [2, 1 << 20, 1, 1, 70_000, 1, 2, 1, 1, 1, 0, 1, 2, 200_003, 1]
+        [
+            2,
+            1 << 20,
+            1,
+            1,
+            70_000,
+            1,
+            2,
+            1,
+            1,
+            1,
+            0,
+            1,
+            2,
+            200_003,
+            1,
+            2,
+            1 << 20,
+            1
+        ]
     );
     // Kept past the call, read again later.
     call(m::KEEP_BUFFERS, b"", vec![loan(3 << 20), sealed(5000)]).unwrap();

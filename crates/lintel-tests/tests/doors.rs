@@ -27,8 +27,8 @@ fn streamed_arguments_arrive_whole_at_every_size() {
         STREAM_MIN,
         STREAM_MIN + 1,
         3 * STREAM_PART + 5,
-        lintel::PEER_COPY_MAX,
-        lintel::PEER_COPY_MAX + 1,
+        lintel::PEER_STREAM_MAX,
+        lintel::PEER_STREAM_MAX + 1,
         (1 << 20) + 7,
         5 * 1024,
         (5 << 20) + 3,
@@ -47,7 +47,7 @@ fn streamed_arguments_arrive_whole_at_every_size() {
 
 /// Results a handler writes in place (`Reply::data_in_place`, or copied
 /// there by `Reply::copy_in_place`, with non-temporal stores between
-/// `PEER_COPY_MIN` and `PEER_COPY_MAX`) reach a caller in another process
+/// `PEER_COPY_MIN` and `PEER_STREAM_MAX`) reach a caller in another process
 /// whole, at every size, on the fast and vanilla paths, as the segment
 /// grows and shrinks back, between results built in `data`; a handler that
 /// fills `data` afresh after making room answers with `data`; one that
@@ -96,8 +96,8 @@ fn results_written_in_place_arrive_whole_at_every_size() {
         5 << 20,
         100_000,
         lintel::PEER_COPY_MIN - 1,
-        lintel::PEER_COPY_MAX + 1,
-        lintel::PEER_COPY_MAX - 13,
+        lintel::PEER_STREAM_MAX + 1,
+        lintel::PEER_STREAM_MAX - 13,
         7,
     ];
     for (i, &len) in sizes.iter().enumerate() {
