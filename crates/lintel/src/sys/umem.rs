@@ -22,7 +22,7 @@ use crate::abi::{
     OFF_IN_LEN, OFF_IN_SEG, OFF_IN_STREAMED, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN,
     OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
-use crate::sys::{Mapping, copy_from_shared, copy_part_to_peer, copy_raw, copy_to_peer};
+use crate::sys::{Mapping, copy_from_shared, copy_part_to_peer, copy_raw};
 
 /// The slot words that are polled: states and CPUs, which each side reads
 /// to decide whether to spin or wake, and which mean nothing beyond that.
@@ -619,8 +619,10 @@ impl Bulk {
     ///
     /// The peer maps the segment read-only, so nobody else writes it. From
     /// [`PEER_COPY_MIN`](crate::sys::PEER_COPY_MIN) bytes, as
-    /// [`copy_to_peer`] copies (around the caches, up to a bound); shorter
-    /// copies with `memcpy`, whose wide stores take a
+    /// [`copy_part_to_peer`] copies (around the caches, up to
+    /// [`PEER_STREAM_MAX`](crate::sys::PEER_STREAM_MAX) in all: a reader of
+    /// a segment may read it as it is written, and results read after are
+    /// no faster around the caches at 1 MiB); shorter copies with `memcpy`, whose wide stores take a
     /// line from it about twice as fast as word stores do (64 KiB: 7 → 3.5
     /// µs here). When the destination lies just past the source modulo 4
     /// KiB, where glibc's `memcpy` slows ten-fold, words are stored instead.
@@ -630,28 +632,12 @@ impl Bulk {
 
     /// [`write`](Self::write) at byte `off` of the view (a multiple of 8).
     pub fn write_at(&self, off: usize, src: &[u8]) {
-        self.write_with(off, src, |dst| {
-            // SAFETY: as `write_with` promises its closure.
-            unsafe { copy_to_peer(dst, src.as_ptr(), src.len()) }
-        });
+        self.write_part(off, src, src.len());
     }
 
     /// [`write_at`](Self::write_at) of one part of a transfer of `whole`
-    /// bytes that the reader copies part by part as they land
-    /// ([`copy_part_to_peer`]).
+    /// bytes ([`copy_part_to_peer`]).
     pub fn write_part(&self, off: usize, src: &[u8], whole: usize) {
-        self.write_with(off, src, |dst| {
-            // SAFETY: as `write_with` promises its closure.
-            unsafe { copy_part_to_peer(dst, src.as_ptr(), src.len(), whole) }
-        });
-    }
-
-    /// Copy `src` to byte `off`: with `peer` (given the destination, which
-    /// is `src.len()` bytes inside our mapping, which no Rust reference
-    /// points into and the peer maps read-only, and does not overlap
-    /// `src`) when it makes a copy around the caches, else as `write`
-    /// says.
-    fn write_with(&self, off: usize, src: &[u8], peer: impl FnOnce(*mut u8)) {
         assert!(
             off.is_multiple_of(8) && off.checked_add(src.len()).is_some_and(|end| end <= self.len),
             "bulk write beyond the segment"
@@ -659,7 +645,9 @@ impl Bulk {
         // SAFETY: `off` lies inside the view (checked above).
         let dst = unsafe { self.base().add(off) };
         if src.len() >= crate::sys::PEER_COPY_MIN {
-            return peer(dst);
+            // SAFETY: as for the `memcpy` below.
+            unsafe { copy_part_to_peer(dst, src.as_ptr(), src.len(), whole) };
+            return;
         }
         let gap = (dst as usize).wrapping_sub(src.as_ptr() as usize) % 4096;
         if (1..=64).contains(&gap) {
