@@ -60,15 +60,24 @@ impl Emulation {
     }
 
     /// The path of the served directory `file`, opened as `rel`, with the
-    /// symlinks on the way followed ([`Emulation::physical`]): where the
-    /// service's kernel says the directory it opened is, one call for any
-    /// depth, where looking each name up as a symlink takes a call per
-    /// name (3–3.5 µs each); `physical`'s answer if the service cannot say.
+    /// symlinks on the way followed ([`Emulation::physical`]), in the
+    /// fewest calls: for a path of two names or more, where the service's
+    /// kernel says the directory it opened is (one call, where looking
+    /// each name up as a symlink takes a call per name, 3–3.5 µs each);
+    /// else, and if the service cannot say, `physical`'s answer (none for
+    /// the root, one for a single name).
     fn physical_of(&self, file: &File, rel: Vec<u8>) -> Vec<u8> {
-        match file.current_path() {
-            Ok(p) if !p.ends_with(b" (deleted)") => p,
-            _ => self.physical(rel),
+        let names = rel
+            .split(|&b| b == b'/')
+            .filter(|n| !n.is_empty() && *n != b".")
+            .count();
+        if names > 1
+            && let Ok(p) = file.current_path()
+            && !p.ends_with(b" (deleted)")
+        {
+            return p;
         }
+        self.physical(rel)
     }
 
     /// `creat`: an `open` for writing that creates and truncates.
