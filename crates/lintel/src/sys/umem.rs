@@ -619,13 +619,14 @@ impl Bulk {
     ///
     /// The peer maps the segment read-only, so nobody else writes it. From
     /// [`PEER_COPY_MIN`](crate::sys::PEER_COPY_MIN) bytes, as
-    /// [`copy_part_to_peer`] copies (around the caches, up to
-    /// [`PEER_STREAM_MAX`](crate::sys::PEER_STREAM_MAX) in all: a reader of
+    /// [`copy_part_to_peer`] copies: around the caches, up to
+    /// [`PEER_STREAM_MAX`](crate::sys::PEER_STREAM_MAX) in all (a reader of
     /// a segment may read it as it is written, and results read after are
-    /// no faster around the caches at 1 MiB); shorter copies with `memcpy`, whose wide stores take a
-    /// line from it about twice as fast as word stores do (64 KiB: 7 → 3.5
-    /// µs here). When the destination lies just past the source modulo 4
-    /// KiB, where glibc's `memcpy` slows ten-fold, words are stored instead.
+    /// no faster around the caches at 1 MiB). Shorter copies with `memcpy`,
+    /// whose wide stores take a line from the reader's CPU about twice as
+    /// fast as word stores do (64 KiB: 7 → 3.5 µs here). When the
+    /// destination lies just past the source modulo 4 KiB, where glibc's
+    /// `memcpy` slows ten-fold, words are stored instead.
     pub fn write(&self, src: &[u8]) {
         self.write_at(0, src);
     }
