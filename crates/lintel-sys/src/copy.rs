@@ -122,8 +122,7 @@ pub const PEER_COPY_MAX: usize = 1 << 20;
 pub const PEER_STREAM_MAX: usize = 512 << 10;
 
 /// Copy `len` bytes from `src` into `dst`, memory another process reads on
-/// another CPU once the copy is done: a bulk segment, a loan, a reply's
-/// room.
+/// another CPU once the copy is done (a loan: `Loan::from_slice`).
 ///
 /// A plain store to a line the reader's CPU still holds from the last
 /// time it read that buffer must first take the line from that CPU; for a
@@ -147,10 +146,11 @@ pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize) {
     unsafe { peer_copy(dst, src, len, (PEER_COPY_MIN..=PEER_COPY_MAX).contains(&len)) }
 }
 
-/// [`copy_to_peer`] of one part of a transfer of `whole` bytes that the
-/// reader copies part by part while the rest is written (a streamed
-/// request's arguments): around the caches when `whole` is in
-/// [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`].
+/// [`copy_to_peer`] of one part of a transfer of `whole` bytes through a
+/// bulk segment, whose reader may copy each part while the rest is
+/// written (a streamed request's arguments; results, and arguments not
+/// streamed, are one part of themselves): around the caches when `whole`
+/// is in [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`].
 ///
 /// # Safety
 ///
