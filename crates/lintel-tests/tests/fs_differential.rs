@@ -1333,6 +1333,7 @@ mod regressions {
             mode: 0o644,
             io: Program,
         };
+        let read = || Read { h: 0, len: 16_384 };
         for writer in [1, 2] {
             replay(&[
                 program(0),
@@ -1351,8 +1352,8 @@ mod regressions {
                 },
                 // Past the calls before the window, then read ahead.
                 Read { h: 0, len: 65_536 },
-                Read { h: 0, len: 16_384 },
-                Read { h: 0, len: 16_384 },
+                read(),
+                read(),
                 // Another client writes what the next read reads.
                 WriteAt {
                     h: 1,
@@ -1360,8 +1361,8 @@ mod regressions {
                     len: 4096,
                     seed: 2,
                 },
-                Read { h: 0, len: 16_384 },
-                Read { h: 0, len: 16_384 },
+                read(),
+                read(),
                 // The handle writes through its window, ahead of its reads,
                 // and syncs (keeping its token, now clean).
                 WriteAt {
@@ -1371,8 +1372,8 @@ mod regressions {
                     seed: 3,
                 },
                 Sync { h: 0 },
-                Read { h: 0, len: 16_384 },
-                Read { h: 0, len: 16_384 },
+                read(),
+                read(),
                 // And through a call.
                 WriteAt {
                     h: 0,
@@ -1380,9 +1381,9 @@ mod regressions {
                     len: 20_000,
                     seed: 4,
                 },
-                Read { h: 0, len: 16_384 },
-                Read { h: 0, len: 16_384 },
-                Read { h: 0, len: 16_384 },
+                read(),
+                read(),
+                read(),
             ]);
         }
     }

@@ -94,7 +94,7 @@ pub fn resolve(prefix: &Prefix, rel: &[u8], follow_last: bool, look: &impl Looku
 }
 
 /// The path's names, without empty ones and `.`.
-fn names(path: &[u8]) -> impl DoubleEndedIterator<Item = Vec<u8>> + '_ {
+pub(crate) fn names(path: &[u8]) -> impl DoubleEndedIterator<Item = Vec<u8>> + '_ {
     path.split(|&b| b == b'/')
         .filter(|n| !n.is_empty() && *n != b".")
         .map(<[u8]>::to_vec)

@@ -38,7 +38,7 @@
 //!   export's table of them. Uses `nodes`, `node`, `splice`, `host`,
 //!   `lock`, `readonly`, `credentials`, `tally`.
 //! - `nodes`: the export's nodes by file, each found only while an open
-//!   claims it (inode numbers are reused). Uses `node`, `weak_map`.
+//!   claims it (inode numbers are reused). Uses `node`.
 //! - `node`: one file as every open of it shares it: who holds its token
 //!   (behind the `TokenHolder` trait) and its page cache; taking the
 //!   token back writes the holder's bytes to the host. Uses `tally`.

@@ -92,10 +92,6 @@ pub(crate) struct Node {
     /// Bumped whenever cached pages are dropped (truncation): what a
     /// session remembers as mapped in its client is then stale.
     pub epoch: AtomicU64,
-    /// Opens that claim the node ([`crate::service::nodes`]): it is found
-    /// by its file's number while there are any. Changed under the
-    /// export's node map's lock only.
-    pub claims: std::sync::atomic::AtomicUsize,
     /// A client holds a descriptor of the host file for a shared mapping
     /// ([`crate::proto::OpenFile::map_descriptor`]): the page cache of the
     /// host is the file's only copy from then on, so no token is granted
@@ -130,7 +126,6 @@ impl Node {
             holder_id: AtomicU64::new(0),
             cache: Mutex::new(None),
             epoch: AtomicU64::new(0),
-            claims: std::sync::atomic::AtomicUsize::new(0),
             host_mapped: AtomicBool::new(false),
         }
     }

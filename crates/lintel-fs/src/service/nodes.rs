@@ -14,34 +14,33 @@
 //! list of nodes) is found by nobody, and the next open of the file, the
 //! same one or a new one by that number, makes a new node.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::SeqCst;
 
 use parking_lot::Mutex;
 
 use crate::service::node::Node;
-use crate::service::weak_map::WeakMap;
 
 /// A file's identity on the host.
 pub(crate) type Key = (u64, u64);
 
+/// A node and the number of claims on it (never 0 in the map: the last
+/// claim takes its node out).
+type Claimed = (Arc<Node>, usize);
+
 /// The export's nodes: those of files open through it.
 #[derive(Clone, Default)]
-pub(crate) struct Nodes(Arc<Mutex<WeakMap<Key, Node>>>);
+pub(crate) struct Nodes(Arc<Mutex<HashMap<Key, Claimed>>>);
 
 impl Nodes {
     /// A claim on the node of the file `key`, made if no open holds one.
     pub(crate) fn claim(&self, key: Key) -> Claim {
         let mut map = self.0.lock();
-        let node = map.get(&key).unwrap_or_else(|| {
-            let n = Arc::new(Node::new());
-            map.insert(key, &n);
-            n
-        });
-        // Counted under the map's lock, as the last claim's removal is.
-        node.claims.fetch_add(1, SeqCst);
+        let (node, claims) = map.entry(key).or_insert_with(|| (Arc::new(Node::new()), 0));
+        *claims += 1;
         Claim {
-            node,
+            node: node.clone(),
             nodes: self.clone(),
             key,
         }
@@ -49,12 +48,12 @@ impl Nodes {
 
     /// The node of the file `key`, if an open holds a claim on it.
     pub(crate) fn get(&self, key: Key) -> Option<Arc<Node>> {
-        self.0.lock().get(&key)
+        self.0.lock().get(&key).map(|(node, _)| node.clone())
     }
 
     /// Every node an open holds a claim on.
     pub(crate) fn live(&self) -> Vec<Arc<Node>> {
-        self.0.lock().live()
+        self.0.lock().values().map(|(node, _)| node.clone()).collect()
     }
 }
 
@@ -75,9 +74,13 @@ impl std::ops::Deref for Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut map = self.nodes.0.lock();
-        if self.node.claims.fetch_sub(1, SeqCst) == 1 {
-            map.remove_if(&self.key, |n| Arc::ptr_eq(n, &self.node));
+        // While this claim lives, its entry is its node's.
+        if let Entry::Occupied(mut entry) = self.nodes.0.lock().entry(self.key) {
+            debug_assert!(Arc::ptr_eq(&entry.get().0, &self.node));
+            entry.get_mut().1 -= 1;
+            if entry.get().1 == 0 {
+                entry.remove();
+            }
         }
     }
 }

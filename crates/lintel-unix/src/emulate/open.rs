@@ -67,11 +67,7 @@ impl Emulation {
     /// else, and if the service cannot say, `physical`'s answer (none for
     /// the root, one for a single name).
     fn physical_of(&self, file: &File, rel: Vec<u8>) -> Vec<u8> {
-        let names = rel
-            .split(|&b| b == b'/')
-            .filter(|n| !n.is_empty() && *n != b".")
-            .count();
-        if names > 1
+        if crate::links::names(&rel).nth(1).is_some()
             && let Ok(p) = file.current_path()
             && !p.ends_with(b" (deleted)")
         {
