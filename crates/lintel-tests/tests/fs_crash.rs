@@ -123,6 +123,7 @@ fn step(r: &mut Rng) -> Step {
 /// reference descriptor.
 struct Open {
     client: usize,
+    file: usize,
     number: u32,
     native: OwnedFd,
 }
@@ -199,6 +200,7 @@ impl Round<'_> {
                 if let Some(number) = served {
                     self.open.push(Open {
                         client,
+                        file,
                         number,
                         native: fd,
                     });
@@ -231,6 +233,19 @@ impl Round<'_> {
     /// Run `s` to its end on both sides; its outcome must match.
     fn run(&mut self, s: &Step) -> Result<(), String> {
         self.log.push(s.clone());
+        if std::env::var_os("LINTEL_FS_CRASH_SEED").is_some() {
+            let on = match *s {
+                Step::Write { h, .. }
+                | Step::WriteAt { h, .. }
+                | Step::SetLen { h, .. }
+                | Step::Sync { h }
+                | Step::Close { h } => self
+                    .pick(h)
+                    .map(|i| (self.open[i].client, FILES[self.open[i].file])),
+                Step::Open { .. } => None,
+            };
+            eprintln!("step {s:?} on {on:?}");
+        }
         let Some(call) = self.call(s) else {
             return Ok(());
         };
@@ -349,8 +364,9 @@ fn same_trees(served: &Path, native: &Path) -> Result<(), String> {
         match (host.get(f), want.get(f)) {
             (Some(h), Some(w)) if h != w => {
                 let at = h.iter().zip(w).position(|(a, b)| a != b);
+                let last = h.iter().zip(w).rposition(|(a, b)| a != b);
                 return Err(format!(
-                    "file {f}: {} bytes served, {} native, first difference at {at:?}",
+                    "file {f}: {} bytes served, {} native, differing from {at:?} to {last:?}",
                     h.len(),
                     w.len()
                 ));
@@ -478,8 +494,21 @@ fn play(seed: u64, here: bool, log: &mut Vec<Step>) -> Result<(), String> {
                     .close(o.number)
                     .map_err(|e| format!("close: {e}"))?;
             }
-            same_trees(served.path(), native.path())
-                .map_err(|e| format!("after the survivor's steps: {e}"))?;
+            same_trees(served.path(), native.path()).map_err(|e| {
+                if std::env::var_os("LINTEL_FS_CRASH_SEED").is_some() {
+                    let (h, n) = (contents(served.path()), contents(native.path()));
+                    for f in FILES {
+                        let (Some(h), Some(n)) = (h.get(f), n.get(f)) else { continue };
+                        let diff: Vec<usize> = (0..h.len().min(n.len())).filter(|&p| h[p] != n[p]).collect();
+                        if diff.is_empty() {
+                            continue;
+                        }
+                        let from = |m: &BTreeMap<&str, Vec<u8>>| diff.iter().filter(|&&p| m.get(f).and_then(|v| v.get(p)) == Some(&h[p])).count();
+                        eprintln!("file {f}: {} bytes differ; of them, as the killed step left them {}, as before it {}", diff.len(), from(&after), from(&before));
+                    }
+                }
+                format!("after the survivor's steps: {e}")
+            })?;
         }
         Kill::Service => {
             // Closing a file waits for its write-back (by the watcher, or

@@ -28,7 +28,7 @@ use parking_lot::{Mutex, MutexGuard};
 use rustix::fs::{FallocateFlags, SealFlags};
 
 use crate::proto::FsError;
-use crate::proto::token::{self, Desc};
+use crate::proto::token::{self, Desc, Held};
 use crate::proto::write_back::{copy_back, set_size};
 use crate::service::tally::Tally;
 use lintel_sys::Mapping;
@@ -66,6 +66,16 @@ pub(crate) trait TokenHolder: Send {
 
 pub(crate) struct TokenState {
     pub holder: Option<Box<dyn TokenHolder>>,
+}
+
+/// How [`Node::recall`] got the token back.
+enum Taken {
+    /// Given back: what it holds, to write out.
+    Given(Held),
+    /// Its holder is dead.
+    Dead,
+    /// Its holder broke the protocol (why).
+    Misbehaved(&'static str),
 }
 
 pub(crate) struct Cache {
@@ -133,7 +143,9 @@ impl Node {
     /// Take the token back from its holder, if any, and bring the host
     /// file up to date (data and size). A holder that does not give it
     /// back in time, or lies, is evicted; what it wrote since the grant is
-    /// then not written back.
+    /// then not written back. One found dead has what it last reported
+    /// written back. Either way the cache is dropped ([`Node::drop_cache`]):
+    /// it may hold bytes that holder wrote and did not report.
     pub(crate) fn recall(&self, st: &mut TokenState, deadline: Instant) {
         let Some(h) = st.holder.take() else {
             return;
@@ -141,33 +153,43 @@ impl Node {
         h.tally().recalls.fetch_add(1, SeqCst);
         if h.is_evicted() {
             // Nothing it reports is believed: what it wrote since its
-            // grant stays in the cache only.
+            // grant is lost.
             self.holder_id.store(0, SeqCst);
+            self.drop_cache();
             return;
         }
         let taken = if h.is_dead() {
-            // Its process is gone: nothing writes the descriptor any more.
-            Ok(token::peek(&h.desc()))
+            Taken::Dead
         } else {
             // Its window calls go on working while it finishes (the holder
             // id still names it).
             match token::take(&h.desc(), deadline, &|| h.is_dead()) {
-                // It died holding the lock or the token active: its last
-                // stores stand, as for a client found dead before.
-                Err(token::Untaken::Gone) => Ok(token::peek(&h.desc())),
-                Err(token::Untaken::Misbehaved(why)) => Err(why),
-                Ok(held) => Ok(held),
+                Ok(held) => Taken::Given(held),
+                // It died holding the lock or the token active.
+                Err(token::Untaken::Gone) => Taken::Dead,
+                Err(token::Untaken::Misbehaved(why)) => Taken::Misbehaved(why.0),
             }
         };
         self.holder_id.store(0, SeqCst);
         match taken {
-            Ok(held) => {
+            Taken::Given(held) => {
                 self.write_out(&*h, held);
                 // Written out: should the service die from here on, the
                 // client has nothing to write back for this token.
                 token::recalled(&h.desc());
             }
-            Err(why) => h.evict(why.0),
+            Taken::Dead => {
+                // Nothing writes its descriptor any more: its last stores
+                // stand. The write it may have been making (its chunks
+                // marked, its range not stored) stays out of the cache.
+                self.write_out(&*h, token::peek(&h.desc()));
+                token::recalled(&h.desc());
+                self.drop_cache();
+            }
+            Taken::Misbehaved(why) => {
+                h.evict(why);
+                self.drop_cache();
+            }
         }
     }
 
@@ -432,15 +454,34 @@ impl Node {
         if len < whole && c.resident.contains(&(len / PAGE)) {
             c.map.zero(len as usize, (whole - len) as usize);
         }
+        self.drop_pages(c, whole);
+    }
+
+    /// Drop every cached page, to be filled from the host again as it is
+    /// read: the cache may hold bytes that a holder wrote through its window
+    /// and the host never got (a holder that died during a write, its mark
+    /// made and its range not yet stored; one evicted, whose reports are
+    /// not believed). Left there, the next holder would read them, and its
+    /// write-back of a chunk around them would put them on the host after
+    /// writes made since.
+    pub(crate) fn drop_cache(&self) {
+        let mut cache = self.cache.lock();
+        if let Some(c) = cache.as_mut() {
+            self.drop_pages(c, 0);
+        }
+    }
+
+    /// Drop the cached pages from byte `from` (a page boundary) on.
+    fn drop_pages(&self, c: &mut Cache, from: u64) {
         self.epoch.fetch_add(1, SeqCst);
-        if whole < c.len {
+        if from < c.len {
             let _ = rustix::fs::fallocate(
                 &c.memfd,
                 FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
-                whole,
-                c.len - whole,
+                from,
+                c.len - from,
             );
-            let gone: Vec<u64> = c.resident.range(whole / PAGE..).copied().collect();
+            let gone: Vec<u64> = c.resident.range(from / PAGE..).copied().collect();
             for p in gone {
                 c.resident.remove(&p);
             }
@@ -586,6 +627,92 @@ mod tests {
             n.grow(100).unwrap(),
             64 * 1024,
             "grown to the first fill, in 64 KiB steps"
+        );
+    }
+
+    /// A holder as a dead client's session leaves it: its descriptor in a
+    /// page of its own, writing back through a descriptor of the host.
+    struct Dead {
+        page: Mapping,
+        host: OwnedFd,
+        tally: Tally,
+    }
+
+    impl TokenHolder for Dead {
+        fn session_id(&self) -> u64 {
+            1
+        }
+        fn desc(&self) -> Desc<'_> {
+            Desc(&self.page, 0)
+        }
+        fn is_dead(&self) -> bool {
+            true
+        }
+        fn is_evicted(&self) -> bool {
+            false
+        }
+        fn evict(&self, _: &str) {}
+        fn tally(&self) -> &Tally {
+            &self.tally
+        }
+        fn set_offset(&self, _: u64) {}
+        fn write_back_fd(&self) -> Option<Result<&OwnedFd, FsError>> {
+            Some(Ok(&self.host))
+        }
+    }
+
+    /// A client dies during a window write: its chunks marked, its range
+    /// not yet stored. What it reported before reaches the host; the write
+    /// cut short does not stay in the cache, where the next holder would
+    /// read it and write it back around its own writes (the crash test
+    /// found that, under load: a survivor's write-back put a dead client's
+    /// bytes on the host after the survivor's own writes).
+    #[test]
+    fn a_dead_holders_unreported_write_leaves_the_cache() {
+        let data = vec![1u8; 16_384];
+        let fd = host(&data);
+        let n = Node::new();
+        n.cache_fd().unwrap();
+        n.fill(&fd, 0, 16_384).unwrap();
+        let page = rustix::fs::memfd_create("desc", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&page, token::DESC as u64).unwrap();
+        let dead = Dead {
+            page: Mapping::map_shared(&page, token::DESC, true).unwrap(),
+            host: rustix::io::dup(&fd).unwrap(),
+            tally: Tally::default(),
+        };
+        let soon = Instant::now() + Duration::from_secs(10);
+        {
+            let d = dead.desc();
+            token::grant(&d, 0, 16_384, &[0; token::STAT_WORDS], soon).unwrap();
+            // A write reported (marked, then its range stored at the end).
+            let token::Begin::Ready(mut held, _) = token::client_begin(&d) else {
+                panic!("granted")
+            };
+            token::client_mark(&d, 0, 100);
+            n.cache.lock().as_ref().unwrap().map.write(0, &[2; 100]);
+            held.dirty = (0, 100);
+            token::client_end(&d, held);
+            // Then one cut short by the death: marked, written, never ended.
+            let token::Begin::Ready(..) = token::client_begin(&d) else {
+                panic!("still granted")
+            };
+            token::client_mark(&d, 8192, 8292);
+            n.cache.lock().as_ref().unwrap().map.write(8192, &[3; 100]);
+        }
+        let mut st = TokenState {
+            holder: Some(Box::new(dead)),
+        };
+        n.recall(&mut st, soon);
+        let mut on_host = vec![0u8; 16_384];
+        rustix::io::pread(&fd, &mut on_host, 0).unwrap();
+        assert_eq!(on_host[..100], [2; 100], "the reported write is on the host");
+        assert_eq!(on_host[100..], data[100..], "nothing else is");
+        n.fill(&fd, 0, 16_384).unwrap();
+        assert_eq!(
+            cached(&n, 0, 16_384),
+            on_host,
+            "the cache holds the host's bytes, not the write cut short"
         );
     }
 
