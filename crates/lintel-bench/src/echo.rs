@@ -35,7 +35,7 @@
 //! Each lintel case also gives `slept`: the share of its calls whose caller slept for the reply
 //! rather than spinning until it came (`lintel::stats`, summed over the size classes).
 //!
-//! `LINTEL_BENCH_ECHO_SIZES=64k,1m` limits the run to those sizes.
+//! `LINTEL_BENCH_ECHO_SIZES=64k,1m` runs those sizes instead (any from 1 byte to 1 MiB: `16k`).
 
 pub mod iceoryx2;
 
@@ -132,6 +132,23 @@ impl Rounds {
     }
 }
 
+/// A size as `LINTEL_BENCH_ECHO_SIZES` names it: bytes, or KiB or MiB
+/// with `k` or `m` after them (`8`, `16k`, `1m`), up to 1 MiB.
+fn size_named(name: &str) -> anyhow::Result<(String, usize)> {
+    let (digits, unit) = match name.strip_suffix('k') {
+        Some(d) => (d, 1 << 10),
+        None => match name.strip_suffix('m') {
+            Some(d) => (d, 1 << 20),
+            None => (name, 1),
+        },
+    };
+    let size = digits.parse::<usize>().ok().and_then(|n| n.checked_mul(unit));
+    match size {
+        Some(size) if (1..=1 << 20).contains(&size) => Ok((name.to_string(), size)),
+        _ => bail!("LINTEL_BENCH_ECHO_SIZES: {name:?} is not a size from 1 byte to 1m (as 8, 16k, 1m)"),
+    }
+}
+
 pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     let child = ChildDomain::spawn(cfg, ROLE)?;
     let [copy, loan, null, trusted] = child.doors() else {
@@ -140,9 +157,15 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     ensure!(!copy.is_local(), "the child's echo door is local");
     let ice = iceoryx2::Echo::start(cfg)?;
     let mut null_rounds = Rounds::default();
-    let only = std::env::var("LINTEL_BENCH_ECHO_SIZES").ok();
-    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|s| s == name));
-    for (name, size) in SIZES.into_iter().filter(|(name, _)| wanted(name)) {
+    let sizes = match std::env::var("LINTEL_BENCH_ECHO_SIZES") {
+        Ok(only) => only
+            .split(',')
+            .map(size_named)
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        Err(_) => SIZES.map(|(name, size)| (name.to_string(), size)).to_vec(),
+    };
+    for (name, size) in sizes {
+        let name = name.as_str();
         let data: Vec<u8> = (0..size).map(|i| (i * 131 + 7) as u8).collect();
         let (n, batch) = iters(cfg, size);
         let per_round = (n / ROUNDS).max(batch);

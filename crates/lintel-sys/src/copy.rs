@@ -1,6 +1,8 @@
 //! Copies at memory speed whatever the alignment of the two buffers, and
 //! copies from memory no reference may be made to.
 
+use crate::distance::{self, PEER_SENSED_MIN, Stores};
+
 /// Copy `src` into `dst` (equal lengths) at full speed whatever their
 /// alignment: glibc's `memcpy` here (`rep movsb`, from 2 KiB up) runs
 /// about 25× slower when the destination sits 1 to 31 bytes after the
@@ -108,7 +110,11 @@ pub unsafe fn copy_raw(dst: *mut u8, src: *const u8, len: usize) {
 /// Plain stores are also the fast ones in some phases of these shared
 /// machines (1 MiB: 50 µs a turn, the lines passing cheaply between the
 /// two CPUs), and the slow ones by far in others (1.5 MiB: 710 µs against
-/// 117); the stores around the caches cost the same in every phase.
+/// 117); the stores around the caches cost the same in every phase. Those
+/// phases decide smaller copies: from [`PEER_SENSED_MIN`] the stores are
+/// picked by what plain ones cost lately (the [`distance`]
+/// module). At 64 KiB, stores around the caches won in both phases (near:
+/// 15 against 22.7 thousand cycles a turn; far: 15 against 82).
 pub const PEER_COPY_MIN: usize = 32 << 10;
 /// See [`PEER_COPY_MIN`].
 pub const PEER_COPY_MAX: usize = 1 << 20;
@@ -130,8 +136,11 @@ pub const PEER_STREAM_MAX: usize = 512 << 10;
 /// 1.1 µs for the same `memcpy` into a buffer nobody else touched). A copy
 /// of [`PEER_COPY_MIN`]`..=`[`PEER_COPY_MAX`] bytes stores around the
 /// caches (`movntdq`): no line is taken from the reader, which then reads
-/// the bytes from memory instead of from our cache, a smaller cost. Other
-/// copies are [`copy_raw`]'s. The stores are ordered before whatever this
+/// the bytes from memory instead of from our cache, a smaller cost. A copy
+/// of [`PEER_SENSED_MIN`] bytes up to [`PEER_COPY_MIN`] does so when this
+/// thread senses its readers far (the [`distance`]
+/// module: now and then one such copy is timed). Other copies are
+/// [`copy_raw`]'s. The stores are ordered before whatever this
 /// thread stores next (`sfence`), so a word published after the copy
 /// (with `Release` or stronger) is seen after the bytes, as with plain
 /// stores.
@@ -143,14 +152,15 @@ pub const PEER_STREAM_MAX: usize = 512 << 10;
 #[inline]
 pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: the caller's contract.
-    unsafe { peer_copy(dst, src, len, (PEER_COPY_MIN..=PEER_COPY_MAX).contains(&len)) }
+    unsafe { peer_copy(dst, src, len, len, PEER_COPY_MAX) }
 }
 
 /// [`copy_to_peer`] of one part of a transfer of `whole` bytes through a
 /// bulk segment, whose reader may copy each part while the rest is
 /// written (a streamed request's arguments; results, and arguments not
 /// streamed, are one part of themselves): around the caches when `whole`
-/// is in [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`].
+/// is in [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`], and below that from
+/// [`PEER_SENSED_MIN`] as [`copy_to_peer`] decides.
 ///
 /// # Safety
 ///
@@ -158,25 +168,45 @@ pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize) {
 #[inline]
 pub unsafe fn copy_part_to_peer(dst: *mut u8, src: *const u8, len: usize, whole: usize) {
     // SAFETY: the caller's contract.
-    unsafe { peer_copy(dst, src, len, (PEER_COPY_MIN..=PEER_STREAM_MAX).contains(&whole)) }
+    unsafe { peer_copy(dst, src, len, whole, PEER_STREAM_MAX) }
 }
 
-/// [`copy_raw`], or the copy around the caches if `around` (and there are
-/// 64 bytes or more, on x86-64).
+/// The copy of `len` bytes of a transfer of `whole` for a peer: around the
+/// caches if `whole` is from [`PEER_COPY_MIN`] to `max`; below that, from
+/// [`PEER_SENSED_MIN`], as far as this thread senses its readers are
+/// (the [`distance`] module); else plain ([`copy_raw`]).
 ///
 /// # Safety
 ///
 /// As [`copy_to_peer`].
 #[inline]
-unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, around: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if around && len >= 64 {
-        // SAFETY: the caller's contract; `len` is at least 64.
-        unsafe { stream_copy(dst, src, len) };
-        return;
+unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, whole: usize, max: usize) {
+    let stores = if whole < PEER_SENSED_MIN || whole > max || len < 64 {
+        Stores::Plain
+    } else if whole >= PEER_COPY_MIN {
+        Stores::Around
+    } else {
+        distance::pick()
+    };
+    match stores {
+        Stores::Plain => {}
+        #[cfg(target_arch = "x86_64")]
+        Stores::Around => {
+            // SAFETY: the caller's contract; `len` is at least 64.
+            unsafe { stream_copy(dst, src, len) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        Stores::Timed => {
+            let t = crate::cpu::tsc();
+            // SAFETY: the caller's contract.
+            unsafe { copy_raw(dst, src, len) };
+            distance::timed(crate::cpu::tsc().wrapping_sub(t), len);
+            return;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Stores::Around | Stores::Timed => {}
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = around;
     // SAFETY: the caller's contract.
     unsafe { copy_raw(dst, src, len) }
 }
@@ -291,6 +321,7 @@ mod copy_tests {
 
     #[test]
     fn copies_are_exact_at_every_skew_and_length() {
+        use crate::distance::Sense;
         let src: Vec<u8> = (0..80_000u32).map(|i| (i * 7 + 3) as u8).collect();
         for len in [
             0usize,
@@ -298,8 +329,11 @@ mod copy_tests {
             31,
             2047,
             2048,
+            4095,
             4096,
             5001,
+            (16 << 10) + 13,
+            (32 << 10) - 1,
             32 << 10,
             (32 << 10) + 77,
             70_000,
@@ -312,14 +346,22 @@ mod copy_tests {
                 let at = base + want;
                 super::copy_bytes(&mut dst[at..at + len], s);
                 assert_eq!(&dst[at..at + len], s, "len {len} skew {skew}");
-                dst.fill(0);
-                // SAFETY: two distinct buffers, `len` bytes inside each.
-                unsafe { super::copy_to_peer(dst.as_mut_ptr().add(at), s.as_ptr(), len) };
-                assert_eq!(&dst[at..at + len], s, "to peer: len {len} skew {skew}");
-                assert!(
-                    dst[..at].iter().chain(&dst[at + len..]).all(|&b| b == 0),
-                    "to peer wrote outside"
-                );
+                // Each store the sense may pick: timed, plain, around.
+                let (mut near, mut far) = (Sense::NEW, Sense::NEW);
+                near.timed(0, 4096);
+                far.timed(64 * 30, 4096);
+                assert!(far.far() && !near.far());
+                for sense in [Sense::NEW, near, far] {
+                    crate::distance::set(sense);
+                    dst.fill(0);
+                    // SAFETY: two distinct buffers, `len` bytes inside each.
+                    unsafe { super::copy_to_peer(dst.as_mut_ptr().add(at), s.as_ptr(), len) };
+                    assert_eq!(&dst[at..at + len], s, "to peer: len {len} skew {skew} {sense:?}");
+                    assert!(
+                        dst[..at].iter().chain(&dst[at + len..]).all(|&b| b == 0),
+                        "to peer wrote outside"
+                    );
+                }
                 dst.fill(0);
                 // SAFETY: two distinct buffers, `len` bytes inside each.
                 let done = unsafe { super::copy_from_shared(dst.as_mut_ptr().add(at), s.as_ptr(), len) };

@@ -29,6 +29,7 @@ pub mod copy;
 pub mod cpu;
 #[allow(unsafe_code)]
 pub mod dir;
+pub mod distance;
 #[allow(unsafe_code)]
 pub mod fd;
 #[allow(unsafe_code)]
@@ -49,6 +50,7 @@ pub use copy::{
 pub use cpu::tsc;
 pub use cpu::{current_cpu, membarrier, membarrier_register, monotonic_ns, move_off_cpu, prefetch};
 pub use dir::getdents;
+pub use distance::PEER_SENSED_MIN;
 pub use fd::{
     above_floor, clear_cloexec, descriptor_floor, eventfd, eventfd_clear, eventfd_signal, inherit_fd, inode,
     pidfd, readable, replace_fd, set_descriptor_floor, take_inherited, take_inherited_socket,

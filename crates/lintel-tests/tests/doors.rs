@@ -33,6 +33,10 @@ fn streamed_arguments_arrive_whole_at_every_size() {
         5 * 1024,
         (5 << 20) + 3,
         STREAM_MIN + 8,
+        // Stored as the sensed distance to the reader says.
+        lintel::PEER_SENSED_MIN - 1,
+        lintel::PEER_SENSED_MIN,
+        (16 << 10) + 3,
     ];
     for role in ["plain", "trusting"] {
         let p = Peer::start(role);
@@ -47,7 +51,8 @@ fn streamed_arguments_arrive_whole_at_every_size() {
 
 /// Results a handler writes in place (`Reply::data_in_place`, or copied
 /// there by `Reply::copy_in_place`, with non-temporal stores between
-/// `PEER_COPY_MIN` and `PEER_STREAM_MAX`) reach a caller in another process
+/// `PEER_COPY_MIN` and `PEER_STREAM_MAX`, and from `PEER_SENSED_MIN` as the
+/// reader's sensed distance says) reach a caller in another process
 /// whole, at every size, on the fast and vanilla paths, as the segment
 /// grows and shrinks back, between results built in `data`; a handler that
 /// fills `data` afresh after making room answers with `data`; one that
@@ -99,6 +104,9 @@ fn results_written_in_place_arrive_whole_at_every_size() {
         lintel::PEER_STREAM_MAX + 1,
         lintel::PEER_STREAM_MAX - 13,
         7,
+        lintel::PEER_SENSED_MIN - 1,
+        lintel::PEER_SENSED_MIN,
+        (16 << 10) + 5,
     ];
     for (i, &len) in sizes.iter().enumerate() {
         for mode in [0u8, 1, 2, 4, 0, 4] {

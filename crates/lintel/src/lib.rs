@@ -126,7 +126,8 @@ pub use object::buffer::{self, Buffer, Loan, Loaned, Sealed, SealedWriter};
 pub use object::door::{Door, FarHold, Handler, Reply, Request};
 pub use object::in_place::InPlace;
 pub use sys::{
-    PEER_COPY_MAX, PEER_COPY_MIN, PEER_STREAM_MAX, copy_bytes, copy_part_to_peer, copy_raw, copy_to_peer,
+    PEER_COPY_MAX, PEER_COPY_MIN, PEER_SENSED_MIN, PEER_STREAM_MAX, copy_bytes, copy_part_to_peer, copy_raw,
+    copy_to_peer,
 };
 /// The tokio runtime handle async handlers run on ([`Door::create_async_on`]).
 pub use tokio::runtime::Handle as RuntimeHandle;

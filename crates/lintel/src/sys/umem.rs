@@ -22,7 +22,7 @@ use crate::abi::{
     OFF_IN_LEN, OFF_IN_SEG, OFF_IN_STREAMED, OFF_OUT_BUFS, OFF_OUT_DOORS, OFF_OUT_INLINE, OFF_OUT_LEN,
     OFF_OUT_SEG, OFF_REP_SEQ, OFF_REQ_SEQ, OFF_SERVER_CPU, OFF_SERVER_STATE, OFF_STATUS, SLOT_SIZE, ST_OK,
 };
-use crate::sys::{Mapping, copy_from_shared, copy_part_to_peer, copy_raw};
+use crate::sys::{Mapping, copy_from_shared, copy_part_to_peer, copy_to_peer};
 
 /// The slot words that are polled: states and CPUs, which each side reads
 /// to decide whether to spin or wake, and which mean nothing beyond that.
@@ -402,16 +402,18 @@ impl Slot {
     }
 
     /// Copy `src` into the slot at `off` (8-aligned). Short copies store
-    /// words; longer ones `memcpy` (as a bulk segment's writer does): the
-    /// peer reads them word by word, and what it reads while we write is
-    /// its own problem, never ours.
+    /// words; longer ones `memcpy`, and from
+    /// [`PEER_SENSED_MIN`](crate::sys::PEER_SENSED_MIN) as far as the
+    /// peer's CPU is sensed to be ([`copy_to_peer`]): the peer reads them
+    /// word by word, and what it reads while we write is its own problem,
+    /// never ours.
     #[inline]
     pub fn write(&self, off: usize, src: &[u8]) {
         Self::range(off, src.len());
         if src.len() >= 256 {
             // SAFETY: in bounds (checked); the slot is writable shared
             // memory that no reference points into, and `src` is private.
-            unsafe { copy_raw(self.base.add(off), src.as_ptr(), src.len()) };
+            unsafe { copy_to_peer(self.base.add(off), src.as_ptr(), src.len()) };
             return;
         }
         let mut chunks = src.chunks_exact(8);
@@ -618,8 +620,10 @@ impl Bulk {
     /// Copy `src` to the start of the segment (mapped writable: ours).
     ///
     /// The peer maps the segment read-only, so nobody else writes it. From
-    /// [`PEER_COPY_MIN`](crate::sys::PEER_COPY_MIN) bytes, as
-    /// [`copy_part_to_peer`] copies: around the caches, up to
+    /// [`PEER_SENSED_MIN`](crate::sys::PEER_SENSED_MIN) bytes, as
+    /// [`copy_part_to_peer`] copies: as far as the peer's CPU is sensed to
+    /// be, and from [`PEER_COPY_MIN`](crate::sys::PEER_COPY_MIN) around
+    /// the caches, up to
     /// [`PEER_STREAM_MAX`](crate::sys::PEER_STREAM_MAX) in all (a reader of
     /// a segment may read it as it is written, and results read after are
     /// no faster around the caches at 1 MiB). Shorter copies with `memcpy`,
@@ -645,7 +649,7 @@ impl Bulk {
         );
         // SAFETY: `off` lies inside the view (checked above).
         let dst = unsafe { self.base().add(off) };
-        if src.len() >= crate::sys::PEER_COPY_MIN {
+        if src.len() >= crate::sys::PEER_SENSED_MIN {
             // SAFETY: as for the `memcpy` below.
             unsafe { copy_part_to_peer(dst, src.as_ptr(), src.len(), whole) };
             return;
