@@ -532,7 +532,7 @@ pub fn suite_text(suite: &str) -> &'static str {
              handler's reply, the caller's snapshot of it) plus a null call, the copies timed \
              where the path makes them, between two CPUs (`raw_copies`: two threads sharing \
              memory, signalled by spun-on words, less the words' own round trip; the copies into \
-             shared memory made as the path makes them, with `lintel::copy_part_to_peer`); \
+             shared memory made with plain stores and around the caches, the cheaper kept); \
              `floor_hot_ns` counts them as one process's `memcpy` of cached bytes instead, \
              which no echo between two CPUs can reach."
         }

@@ -1,7 +1,7 @@
 //! Copies at memory speed whatever the alignment of the two buffers, and
 //! copies from memory no reference may be made to.
 
-use crate::distance::{self, PEER_SENSED_MIN, Stores};
+use crate::distance::{self, Class, PEER_SENSED_MIN, Stores};
 
 /// Copy `src` into `dst` (equal lengths) at full speed whatever their
 /// alignment: glibc's `memcpy` here (`rep movsb`, from 2 KiB up) runs
@@ -137,10 +137,10 @@ pub const PEER_STREAM_MAX: usize = 512 << 10;
 /// of [`PEER_COPY_MIN`]`..=`[`PEER_COPY_MAX`] bytes stores around the
 /// caches (`movntdq`): no line is taken from the reader, which then reads
 /// the bytes from memory instead of from our cache, a smaller cost. A copy
-/// of [`PEER_SENSED_MIN`] bytes up to [`PEER_COPY_MIN`] does so when this
-/// thread senses its readers far (the [`distance`]
-/// module: now and then one such copy is timed). Other copies are
-/// [`copy_raw`]'s. The stores are ordered before whatever this
+/// of [`PEER_SENSED_MIN`] bytes up to [`PEER_COPY_MIN`], or of more than
+/// [`PEER_COPY_MAX`], does so when this thread senses its readers far (the
+/// [`distance`] module: now and then one such copy is timed). Other copies
+/// are [`copy_raw`]'s. The stores are ordered before whatever this
 /// thread stores next (`sfence`), so a word published after the copy
 /// (with `Release` or stronger) is seen after the bytes, as with plain
 /// stores.
@@ -159,8 +159,9 @@ pub unsafe fn copy_to_peer(dst: *mut u8, src: *const u8, len: usize) {
 /// bulk segment, whose reader may copy each part while the rest is
 /// written (a streamed request's arguments; results, and arguments not
 /// streamed, are one part of themselves): around the caches when `whole`
-/// is in [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`], and below that from
-/// [`PEER_SENSED_MIN`] as [`copy_to_peer`] decides.
+/// is in [`PEER_COPY_MIN`]`..=`[`PEER_STREAM_MAX`]; below that from
+/// [`PEER_SENSED_MIN`], and above it, as far as this thread senses its
+/// readers are.
 ///
 /// # Safety
 ///
@@ -171,22 +172,48 @@ pub unsafe fn copy_part_to_peer(dst: *mut u8, src: *const u8, len: usize, whole:
     unsafe { peer_copy(dst, src, len, whole, PEER_STREAM_MAX) }
 }
 
+/// Copy `len` bytes from `src` into `dst` around the caches whatever the
+/// length (plainly under 64 bytes, or off x86-64), then a store fence: the
+/// one kind of stores [`copy_to_peer`] picks between, fixed (the
+/// benchmark's floors time each kind).
+///
+/// # Safety
+///
+/// As [`copy_to_peer`].
+#[inline]
+pub unsafe fn copy_around(dst: *mut u8, src: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if len >= 64 {
+        // SAFETY: the caller's contract; `len` is at least 64.
+        unsafe { stream_copy(dst, src, len) };
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { copy_raw(dst, src, len) }
+}
+
 /// The copy of `len` bytes of a transfer of `whole` for a peer: around the
-/// caches if `whole` is from [`PEER_COPY_MIN`] to `max`; below that, from
-/// [`PEER_SENSED_MIN`], as far as this thread senses its readers are
-/// (the [`distance`] module); else plain ([`copy_raw`]).
+/// caches if `whole` is from [`PEER_COPY_MIN`] to `max`; from
+/// [`PEER_SENSED_MIN`] below that, and above it, as far as this thread
+/// senses its readers are (the [`distance`] module); plain ([`copy_raw`])
+/// under [`PEER_SENSED_MIN`].
 ///
 /// # Safety
 ///
 /// As [`copy_to_peer`].
 #[inline]
 unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, whole: usize, max: usize) {
-    let stores = if whole < PEER_SENSED_MIN || whole > max || len < 64 {
+    let class = if whole < PEER_COPY_MIN {
+        Class::Small
+    } else {
+        Class::Large
+    };
+    let stores = if whole < PEER_SENSED_MIN || len < 64 {
         Stores::Plain
-    } else if whole >= PEER_COPY_MIN {
+    } else if (PEER_COPY_MIN..=max).contains(&whole) {
         Stores::Around
     } else {
-        distance::pick()
+        distance::pick(class)
     };
     match stores {
         Stores::Plain => {}
@@ -201,7 +228,7 @@ unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, whole: usize, max:
             let t = crate::cpu::tsc();
             // SAFETY: the caller's contract.
             unsafe { copy_raw(dst, src, len) };
-            distance::timed(crate::cpu::tsc().wrapping_sub(t), len);
+            distance::timed(class, crate::cpu::tsc().wrapping_sub(t), len);
             return;
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -320,8 +347,34 @@ mod copy_tests {
     }
 
     #[test]
+    fn copies_past_the_around_range_are_exact_under_each_sense() {
+        use crate::distance::{Class, Sense};
+        let len = super::PEER_COPY_MAX + 77;
+        let src: Vec<u8> = (0..len as u32).map(|i| (i * 7 + 3) as u8).collect();
+        let (mut near, mut far) = (Sense::new(Class::Large), Sense::new(Class::Large));
+        near.timed(0, len);
+        far.timed(len as u64, len); // 64 ticks a line
+        assert!(far.far() && !near.far());
+        for sense in [Sense::new(Class::Large), near, far] {
+            crate::distance::set(Class::Large, sense);
+            let mut dst = vec![0u8; len + 64];
+            // SAFETY: two distinct buffers, `len` bytes inside each.
+            unsafe { super::copy_to_peer(dst.as_mut_ptr().add(5), src.as_ptr(), len) };
+            assert!(dst[5..5 + len] == src[..], "{sense:?}");
+            assert!(dst[..5].iter().chain(&dst[5 + len..]).all(|&b| b == 0));
+            // A part of a streamed transfer past `PEER_STREAM_MAX`.
+            dst.fill(0);
+            let part = 40_003;
+            // SAFETY: as above, `part` bytes inside each.
+            unsafe { super::copy_part_to_peer(dst.as_mut_ptr().add(3), src.as_ptr(), part, len) };
+            assert!(dst[3..3 + part] == src[..part], "part: {sense:?}");
+            assert!(dst[..3].iter().chain(&dst[3 + part..]).all(|&b| b == 0));
+        }
+    }
+
+    #[test]
     fn copies_are_exact_at_every_skew_and_length() {
-        use crate::distance::Sense;
+        use crate::distance::{Class, Sense};
         let src: Vec<u8> = (0..80_000u32).map(|i| (i * 7 + 3) as u8).collect();
         for len in [
             0usize,
@@ -347,12 +400,17 @@ mod copy_tests {
                 super::copy_bytes(&mut dst[at..at + len], s);
                 assert_eq!(&dst[at..at + len], s, "len {len} skew {skew}");
                 // Each store the sense may pick: timed, plain, around.
-                let (mut near, mut far) = (Sense::NEW, Sense::NEW);
+                let class = if len < super::PEER_COPY_MIN {
+                    Class::Small
+                } else {
+                    Class::Large
+                };
+                let (mut near, mut far) = (Sense::new(class), Sense::new(class));
                 near.timed(0, 4096);
-                far.timed(64 * 30, 4096);
+                far.timed(64 * 60, 4096);
                 assert!(far.far() && !near.far());
-                for sense in [Sense::NEW, near, far] {
-                    crate::distance::set(sense);
+                for sense in [Sense::new(class), near, far] {
+                    crate::distance::set(class, sense);
                     dst.fill(0);
                     // SAFETY: two distinct buffers, `len` bytes inside each.
                     unsafe { super::copy_to_peer(dst.as_mut_ptr().add(at), s.as_ptr(), len) };

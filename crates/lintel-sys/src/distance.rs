@@ -23,6 +23,16 @@
 //! both phases (64 KiB near: 15 against 22.7 thousand), and under 4 KiB
 //! the store buffer absorbs a plain copy in both (2 KiB: 156–182
 //! cycles), while the reader of one around the caches waits on memory.
+//! Past the copies always made around the caches (1 MiB whole, 512 KiB a
+//! segment's) the phase decides again: 1 MiB near, plain 191–197 and 57
+//! thousand against 95–97 and 99–103; far, 1,086–1,137 and 105–119
+//! thousand against the same 97 and 103 (2 MiB: near 251–254 and 113
+//! against 191–201 and 187–200; far 2,115–2,151 and 210–218). Plain
+//! stores are kept near there, where a segment's reader copies each part
+//! as it lands and plain parts measured faster (see
+//! [`PEER_STREAM_MAX`](crate::PEER_STREAM_MAX)). Those copies are a class
+//! of their own ([`Class::Large`]), timed apart: their plain copies cost
+//! more a line even near (8–16 ticks against 0–16 for the small).
 //!
 //! The writer sees the phase in its own plain copies: near they take 3–11
 //! cycles a line, far 18–68. So each thread times a plain copy now and
@@ -44,9 +54,6 @@ use std::cell::Cell;
 /// are plain (see the module doc).
 pub const PEER_SENSED_MIN: usize = 4 << 10;
 
-/// Above this many time-stamp ticks a 64-byte line, a plain copy's reader
-/// is far (measured: 0–11 near, 18–68 far).
-const FAR_TICKS_PER_LINE: u64 = 14;
 /// Above this, the timed copy was held up by something other than the
 /// reader's lines, and decides nothing.
 const SPOILED_TICKS_PER_LINE: u64 = 400;
@@ -65,18 +72,47 @@ pub enum Stores {
     Around,
 }
 
-/// One thread's sense of how far its copies' readers are: a plain value,
-/// kept per thread.
+/// The copies a sense is for, each timed apart: a plain copy larger than
+/// the CPUs' own caches costs more a line even near.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// From [`PEER_SENSED_MIN`] to [`PEER_COPY_MIN`](crate::PEER_COPY_MIN).
+    Small,
+    /// Past the copies always made around the caches
+    /// ([`PEER_COPY_MAX`](crate::PEER_COPY_MAX) for a whole copy,
+    /// [`PEER_STREAM_MAX`](crate::PEER_STREAM_MAX) for a segment's).
+    Large,
+}
+
+/// One thread's sense of how far the readers of one class of its copies
+/// are: a plain value, kept per thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sense {
     far: bool,
     /// Copies left before the next timed one.
     left: u8,
+    /// Above this many time-stamp ticks a 64-byte line, a plain copy's
+    /// reader is far.
+    far_above: u8,
 }
 
 impl Sense {
-    /// A thread's first sense: near, and its first copy timed.
-    pub const NEW: Sense = Sense { far: false, left: 0 };
+    /// A thread's first sense of its copies of `class`: near, and its first
+    /// copy timed. Small copies took 0–16 ticks a line near and 18–68 far;
+    /// copies of 1–2 MiB 8–12 near (and up to 16 in a turn of two such
+    /// copies, which stores around the caches then made 1.6 times as
+    /// long), and 65–66 far.
+    pub const fn new(class: Class) -> Sense {
+        let far_above = match class {
+            Class::Small => 14,
+            Class::Large => 30,
+        };
+        Sense {
+            far: false,
+            left: 0,
+            far_above,
+        }
+    }
 
     /// The stores of the next copy.
     pub fn pick(&mut self) -> Stores {
@@ -100,7 +136,7 @@ impl Sense {
         if ticks > SPOILED_TICKS_PER_LINE * lines {
             return; // `left` stays 0: the next copy is timed again
         }
-        self.far = ticks > FAR_TICKS_PER_LINE * lines;
+        self.far = ticks > u64::from(self.far_above) * lines;
         self.left = if self.far { FAR_EVERY } else { NEAR_EVERY } - 1;
     }
 
@@ -111,30 +147,35 @@ impl Sense {
 }
 
 thread_local! {
-    static SENSE: Cell<Sense> = const { Cell::new(Sense::NEW) };
+    static SENSES: Cell<[Sense; 2]> = const { Cell::new([Sense::new(Class::Small), Sense::new(Class::Large)]) };
 }
 
-/// The stores of this thread's next sensed copy (see [`Sense::pick`]).
-pub(crate) fn pick() -> Stores {
-    SENSE.with(|s| {
+/// The stores of this thread's next sensed copy of `class` (see
+/// [`Sense::pick`]).
+pub(crate) fn pick(class: Class) -> Stores {
+    SENSES.with(|s| {
         let mut v = s.get();
-        let stores = v.pick();
+        let stores = v[class as usize].pick();
         s.set(v);
         stores
     })
 }
 
-/// Set this thread's sense (tests of the copies that follow it).
+/// Set this thread's sense of `class` (tests of the copies that follow).
 #[cfg(test)]
-pub(crate) fn set(sense: Sense) {
-    SENSE.with(|s| s.set(sense));
+pub(crate) fn set(class: Class, sense: Sense) {
+    SENSES.with(|s| {
+        let mut v = s.get();
+        v[class as usize] = sense;
+        s.set(v);
+    });
 }
 
-/// This thread's timed copy of `len` bytes took `ticks`.
-pub(crate) fn timed(ticks: u64, len: usize) {
-    SENSE.with(|s| {
+/// This thread's timed copy of `class`, of `len` bytes, took `ticks`.
+pub(crate) fn timed(class: Class, ticks: u64, len: usize) {
+    SENSES.with(|s| {
         let mut v = s.get();
-        v.timed(ticks, len);
+        v[class as usize].timed(ticks, len);
         s.set(v);
     })
 }
@@ -145,13 +186,13 @@ mod tests {
 
     #[test]
     fn a_new_thread_times_its_first_copy() {
-        let mut s = Sense::NEW;
+        let mut s = Sense::new(Class::Small);
         assert_eq!(s.pick(), Stores::Timed);
     }
 
     #[test]
     fn a_cheap_plain_copy_keeps_plain_stores_and_times_every_eighth() {
-        let mut s = Sense::NEW;
+        let mut s = Sense::new(Class::Small);
         s.timed(208, 4096); // 3.25 ticks a line
         assert!(!s.far());
         let seen: Vec<_> = (0..16).map(|_| s.pick()).collect();
@@ -165,7 +206,7 @@ mod tests {
 
     #[test]
     fn a_dear_plain_copy_stores_around_the_caches_until_timed_near_again() {
-        let mut s = Sense::NEW;
+        let mut s = Sense::new(Class::Small);
         s.timed(1_430, 4096); // 22 ticks a line: far
         assert!(s.far());
         for _ in 0..30 {
@@ -180,7 +221,7 @@ mod tests {
 
     #[test]
     fn a_spoiled_timing_decides_nothing_and_is_taken_again() {
-        let mut s = Sense::NEW;
+        let mut s = Sense::new(Class::Small);
         s.timed(1_430, 4096);
         for _ in 0..31 {
             s.pick();
@@ -192,16 +233,24 @@ mod tests {
     }
 
     #[test]
-    fn the_threshold_lies_between_the_phases_measured() {
-        for (ticks, len) in [(234, 4096), (2_782, 16 << 10)] {
-            let mut s = Sense::NEW;
+    fn the_thresholds_lie_between_the_phases_measured() {
+        let sensed = |class, ticks, len| {
+            let mut s = Sense::new(class);
             s.timed(ticks, len);
-            assert!(!s.far(), "near: {ticks} for {len}");
+            s.far()
+        };
+        for (ticks, len) in [(234, 4096), (2_782, 16 << 10)] {
+            assert!(!sensed(Class::Small, ticks, len), "near: {ticks} for {len}");
         }
         for (ticks, len) in [(1_144, 4096), (13_156, 16 << 10)] {
-            let mut s = Sense::NEW;
-            s.timed(ticks, len);
-            assert!(s.far(), "far: {ticks} for {len}");
+            assert!(sensed(Class::Small, ticks, len), "far: {ticks} for {len}");
+        }
+        // 1 MiB: 11.7 and 16 ticks a line near, 66 far; 2 MiB 7.6 near.
+        for (ticks, len) in [(196_508, 1 << 20), (262_144, 1 << 20), (254_332, 2 << 20)] {
+            assert!(!sensed(Class::Large, ticks, len), "near: {ticks} for {len}");
+        }
+        for (ticks, len) in [(1_085_578, 1 << 20), (2_114_996, 2 << 20)] {
+            assert!(sensed(Class::Large, ticks, len), "far: {ticks} for {len}");
         }
     }
 }

@@ -43,8 +43,8 @@ pub mod poll;
 pub mod socket;
 
 pub use copy::{
-    PEER_COPY_MAX, PEER_COPY_MIN, PEER_STREAM_MAX, copy_bytes, copy_from_shared, copy_part_to_peer, copy_raw,
-    copy_to_peer, extend_bytes, pread_append,
+    PEER_COPY_MAX, PEER_COPY_MIN, PEER_STREAM_MAX, copy_around, copy_bytes, copy_from_shared,
+    copy_part_to_peer, copy_raw, copy_to_peer, extend_bytes, pread_append,
 };
 #[cfg(target_arch = "x86_64")]
 pub use cpu::tsc;

@@ -215,13 +215,12 @@ impl Mapping {
         unsafe { copy_raw(self.ptr.as_ptr().add(off), from.as_ptr(), from.len()) }
     }
 
-    /// [`write`](Self::write) of part of a transfer of `whole` bytes, for a
-    /// reader in another process on another CPU, as
-    /// [`copy_part_to_peer`](crate::copy_part_to_peer) copies.
-    pub fn write_part_to_peer(&self, off: usize, from: &[u8], whole: usize) {
+    /// [`write`](Self::write) around the caches, as
+    /// [`copy_around`](crate::copy_around) copies.
+    pub fn write_around(&self, off: usize, from: &[u8]) {
         self.check(off, from.len(), 1);
         // SAFETY: as for `write`.
-        unsafe { crate::copy_part_to_peer(self.ptr.as_ptr().add(off), from.as_ptr(), from.len(), whole) }
+        unsafe { crate::copy_around(self.ptr.as_ptr().add(off), from.as_ptr(), from.len()) }
     }
 
     /// Zero `len` bytes at `off`. The mapping must be writable.
