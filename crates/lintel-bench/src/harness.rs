@@ -7,10 +7,12 @@
 //!   [`SharedMem`] is a `memfd` mapping both processes share; [`ChildDomain`] is a child that
 //!   serves doors.
 //! - [`voluntary_switches`] checks that a blocking case really sleeps.
+//! - [`probe_phase`] times how dear a plain store into the other CPU's lines is now.
 
 mod child;
 mod clock;
 mod domain;
+mod phase;
 mod report;
 mod shm;
 mod stats;
@@ -22,6 +24,7 @@ pub use child::{
 };
 pub use clock::{clock_description, ticks, ticks_to_ns};
 pub use domain::{ChildDomain, serve_all_forever, serve_forever};
+pub use phase::probe as probe_phase;
 pub use report::{CaseResult, P99_DEFINITION, Report, fmt_ns};
 pub use shm::SharedMem;
 pub use stats::{Stats, measure_batched, measure_batches, measure_single, median, percentile};

@@ -147,6 +147,19 @@ fn parent_main(cli: Cli) -> anyhow::Result<bool> {
     let mut all_ok = true;
     for (name, suite) in selected {
         eprintln!("suite {name}:");
+        if let Some((fills, per_line)) = harness::probe_phase() {
+            let far = per_line > f64::from(lintel_sys::distance::SMALL_FAR_ABOVE);
+            report.push(
+                harness::CaseResult::new("phase", &format!("at_{name}"), &fills)
+                    .with_field("ticks_per_line", per_line)
+                    .with_field("far", f64::from(u8::from(far)))
+                    .with_note(format!(
+                        "{}: a plain 4 KiB fill of lines the other CPU just read, {per_line:.1} \
+                         ticks a line as the suite began",
+                        if far { "far" } else { "near" }
+                    )),
+            );
+        }
         let started = std::time::Instant::now();
         match suite(&cfg, &mut report) {
             Ok(()) => eprintln!("suite {name}: done in {:.1} s", started.elapsed().as_secs_f64()),

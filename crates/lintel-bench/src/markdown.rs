@@ -584,6 +584,17 @@ pub fn suite_text(suite: &str) -> &'static str {
              threads calling at once; `doors_100k`, 100,000 doors of the far host held here, with \
              each side's memory per door."
         }
+        "phase" => {
+            "The phase of the two CPUs as each suite began (`at_<suite>`): the time of a plain \
+             4 KiB fill of memory the other CPU just read, two threads pinned to two CPUs taking \
+             turns. The host moves these virtual CPUs between places where such lines pass \
+             cheaply (near: about 3 ticks a line) and places where they do not (far: 18 and \
+             more) every few seconds, and every case between two processes moves with it (a \
+             4 KiB copy-path read of the `fs` suite took 1.2 µs near and 2.2–3.4 µs far within \
+             one hour). lintel's copies pick their stores by the same measure \
+             (`lintel_sys::distance`); compare a case with its baseline from the same suite, \
+             which ran in the same phase or beside it."
+        }
         "scale" => {
             "How cost grows. `callers_<n>`: n caller processes, each handed the server's door (so \
              each connects to the server directly), call it with no data all at once; the median \

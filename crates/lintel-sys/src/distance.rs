@@ -54,6 +54,11 @@ use std::cell::Cell;
 /// are plain (see the module doc).
 pub const PEER_SENSED_MIN: usize = 4 << 10;
 
+/// Above this many time-stamp ticks a 64-byte line, a plain copy of the
+/// small class ([`Class::Small`]) finds its reader far.
+pub const SMALL_FAR_ABOVE: u8 = 14;
+/// The same for the large class ([`Class::Large`]).
+pub const LARGE_FAR_ABOVE: u8 = 30;
 /// Above this, the timed copy was held up by something other than the
 /// reader's lines, and decides nothing.
 const SPOILED_TICKS_PER_LINE: u64 = 400;
@@ -104,8 +109,8 @@ impl Sense {
     /// long), and 65–66 far.
     pub const fn new(class: Class) -> Sense {
         let far_above = match class {
-            Class::Small => 14,
-            Class::Large => 30,
+            Class::Small => SMALL_FAR_ABOVE,
+            Class::Large => LARGE_FAR_ABOVE,
         };
         Sense {
             far: false,
