@@ -1,6 +1,7 @@
 //! How far the CPU that reads our copies is, sensed from what plain stores
-//! into its cache lines cost: a copy of a few KiB for a peer then picks
-//! plain stores (a near reader) or stores around the caches (a far one).
+//! into its cache lines cost: a copy for a peer of a few KiB, or of more
+//! than 1 MiB, then picks plain stores (a near reader) or stores around the
+//! caches (a far one).
 //!
 //! A writer's plain store to a line that the reader's CPU holds from its
 //! last read must first take the line from that CPU. What that costs
@@ -34,9 +35,10 @@
 //! of their own ([`Class::Large`]), timed apart: their plain copies cost
 //! more a line even near (8–16 ticks against 0–16 for the small).
 //!
-//! The writer sees the phase in its own plain copies: near they take 3–11
-//! cycles a line, far 18–68. So each thread times a plain copy now and
-//! then ([`Sense`]): every 8th copy while near (the timing is the only
+//! The writer sees the phase in its own plain copies: near they take 0–16
+//! ticks a line, far 18–88 ([`SMALL_FAR_ABOVE`] and [`LARGE_FAR_ABOVE`]
+//! lie between). So each thread times a plain copy now and then
+//! ([`Sense`]): every 8th copy while near (the timing is the only
 //! cost: two counter reads), every 32nd while far. The copy before a
 //! timed one is plain too, untimed: after a copy around the caches the
 //! reader's CPU holds the lines alone (it read them from memory), and
