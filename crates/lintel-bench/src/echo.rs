@@ -45,7 +45,10 @@ use anyhow::{bail, ensure};
 use lintel::{Buffer, CallError, Door, Fault, Loan, Reply, Request};
 
 use crate::bulk::{measure_echo, measure_memcpy};
-use crate::harness::{CaseResult, ChildDomain, Config, Report, Stats, measure_batched, serve_all_forever};
+use crate::harness::{
+    CaseResult, ChildDomain, Config, Report, Stats, measure_batched, serve_all_forever, spin_until,
+};
+use lintel_sys::Mapping;
 
 pub const SUITE: &str = "echo";
 /// The child role serving the echo doors.
@@ -178,9 +181,14 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
             l.add_counted(|| measure_loan(loan, &data, per_round, batch))?;
             t.add_counted(|| measure_trusted(trusted, &data, per_round, batch))?;
             m.add(Ok(measure_memcpy(&data, per_round, batch)))?;
-            r.add(Ok(measure_raw_echo(&data, per_round, batch, Stores::Plain)))?;
-            ra.add(Ok(measure_raw_echo(&data, per_round, batch, Stores::Around)))?;
-            r0.add(Ok(measure_raw_echo(&[], per_round.min(1000), 20, Stores::Plain)))?;
+            r.add(Ok(measure_raw_echo(&data, per_round, batch, Mapping::write)))?;
+            ra.add(Ok(measure_raw_echo(
+                &data,
+                per_round,
+                batch,
+                Mapping::write_around,
+            )))?;
+            r0.add(Ok(measure_raw_echo(&[], per_round.min(1000), 20, Mapping::write)))?;
             null_rounds.add(measure_null(null, per_round.min(1000), 20))?;
         }
         let slept = [c.slept_share(), l.slept_share(), t.slept_share()];
@@ -279,23 +287,16 @@ pub fn run(cfg: &Config, report: &mut Report) -> anyhow::Result<()> {
     ice.stop()
 }
 
-/// The stores the floor's copies into shared memory make.
-#[derive(Clone, Copy)]
-enum Stores {
-    Plain,
-    Around,
-}
-
 /// The copy path's four copies and nothing else (`raw_copies_<size>`): this thread copies
 /// `data` into a request region of memory shared with a second thread and publishes it by
 /// bumping a word; the second, spinning on that word, snapshots the request into its own
 /// memory and copies the snapshot into a reply region, then bumps a word of its own; this
-/// thread, spinning on it, snapshots the reply. The copies into the two regions make `stores`
-/// (the path picks between the two by size and by what plain stores cost lately; the floor
-/// takes the cheaper). Timed per echo; with empty `data`, the round trip of the two words
-/// alone.
-fn measure_raw_echo(data: &[u8], iters: u64, batch: u64, stores: Stores) -> Stats {
-    use std::sync::atomic::Ordering::{Acquire, Release};
+/// thread, spinning on it, snapshots the reply. The copies into the two regions are `write`'s
+/// (plain stores, or around the caches: the path picks between the two by size and by what
+/// plain stores cost lately; the floor takes the cheaper). Timed per echo; with empty `data`,
+/// the round trip of the two words alone.
+fn measure_raw_echo(data: &[u8], iters: u64, batch: u64, write: fn(&Mapping, usize, &[u8])) -> Stats {
+    use std::sync::atomic::Ordering::Release;
     const REQ_SEQ: usize = 0;
     const REP_SEQ: usize = 128;
     const STOP: u64 = u64::MAX;
@@ -304,28 +305,8 @@ fn measure_raw_echo(data: &[u8], iters: u64, batch: u64, stores: Stores) -> Stat
     let (req, rep) = (4096, 4096 + region);
     let fd =
         lintel_sys::shared_memfd("lintel-bench-raw-echo", rep + region).expect("a memfd for the raw echo");
-    let m = lintel_sys::Mapping::map_shared(&fd, rep + region, true).expect("the raw echo's mapping");
-    let write = |m: &lintel_sys::Mapping, off: usize, bytes: &[u8]| match stores {
-        Stores::Plain => m.write(off, bytes),
-        Stores::Around => m.write_around(off, bytes),
-    };
-    // Spin on `word` until it holds `want`, yielding now and then: on a machine with one free
-    // CPU the other thread must get to run.
-    let wait = |word: usize, want: &dyn Fn(u64) -> bool| -> u64 {
-        let mut turns = 0u32;
-        loop {
-            let v = m.u64(word).load(Acquire);
-            if want(v) {
-                return v;
-            }
-            turns = turns.wrapping_add(1);
-            if turns.is_multiple_of(1 << 16) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    };
+    let m = Mapping::map_shared(&fd, rep + region, true).expect("the raw echo's mapping");
+    let wait = |word: usize, want: &dyn Fn(u64) -> bool| spin_until(m.u64(word), want);
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut snapshot = vec![0u8; len];

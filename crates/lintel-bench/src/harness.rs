@@ -26,7 +26,7 @@ pub use clock::{clock_description, ticks, ticks_to_ns};
 pub use domain::{ChildDomain, serve_all_forever, serve_forever};
 pub use phase::probe as probe_phase;
 pub use report::{CaseResult, P99_DEFINITION, Report, fmt_ns};
-pub use shm::SharedMem;
+pub use shm::{SharedMem, spin_until};
 pub use stats::{Stats, measure_batched, measure_batches, measure_single, median, percentile};
 pub use switches::voluntary_switches;
 

@@ -203,11 +203,7 @@ pub unsafe fn copy_around(dst: *mut u8, src: *const u8, len: usize) {
 /// As [`copy_to_peer`].
 #[inline]
 unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, whole: usize, max: usize) {
-    let class = if whole < PEER_COPY_MIN {
-        Class::Small
-    } else {
-        Class::Large
-    };
+    let class = Class::of(whole);
     let stores = if whole < PEER_SENSED_MIN || len < 64 {
         Stores::Plain
     } else if (PEER_COPY_MIN..=max).contains(&whole) {
@@ -215,27 +211,19 @@ unsafe fn peer_copy(dst: *mut u8, src: *const u8, len: usize, whole: usize, max:
     } else {
         distance::pick(class)
     };
-    match stores {
-        Stores::Plain => {}
-        #[cfg(target_arch = "x86_64")]
-        Stores::Around => {
-            // SAFETY: the caller's contract; `len` is at least 64.
-            unsafe { stream_copy(dst, src, len) };
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        Stores::Timed => {
-            let t = crate::cpu::tsc();
-            // SAFETY: the caller's contract.
-            unsafe { copy_raw(dst, src, len) };
-            distance::timed(class, crate::cpu::tsc().wrapping_sub(t), len);
-            return;
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        Stores::Around | Stores::Timed => {}
+    #[cfg(target_arch = "x86_64")]
+    let started = (stores == Stores::Timed).then(crate::cpu::tsc);
+    if stores == Stores::Around {
+        // SAFETY: the caller's contract.
+        unsafe { copy_around(dst, src, len) };
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { copy_raw(dst, src, len) };
     }
-    // SAFETY: the caller's contract.
-    unsafe { copy_raw(dst, src, len) }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = started {
+        distance::timed(class, crate::cpu::tsc().wrapping_sub(t), len);
+    }
 }
 
 /// [`copy_to_peer`]'s non-temporal copy: a head up to `dst`'s next 16-byte
@@ -400,11 +388,7 @@ mod copy_tests {
                 super::copy_bytes(&mut dst[at..at + len], s);
                 assert_eq!(&dst[at..at + len], s, "len {len} skew {skew}");
                 // Each store the sense may pick: timed, plain, around.
-                let class = if len < super::PEER_COPY_MIN {
-                    Class::Small
-                } else {
-                    Class::Large
-                };
+                let class = Class::of(len);
                 let (mut near, mut far) = (Sense::new(class), Sense::new(class));
                 near.timed(0, 4096);
                 far.timed(64 * 60, 4096);

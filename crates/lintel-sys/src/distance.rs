@@ -91,6 +91,17 @@ pub enum Class {
     Large,
 }
 
+impl Class {
+    /// The class of copies that make a transfer of `whole` bytes.
+    pub fn of(whole: usize) -> Class {
+        if whole < crate::PEER_COPY_MIN {
+            Class::Small
+        } else {
+            Class::Large
+        }
+    }
+}
+
 /// One thread's sense of how far the readers of one class of its copies
 /// are: a plain value, kept per thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,10 +116,8 @@ pub struct Sense {
 
 impl Sense {
     /// A thread's first sense of its copies of `class`: near, and its first
-    /// copy timed. Small copies took 0–16 ticks a line near and 18–68 far;
-    /// copies of 1–2 MiB 8–12 near (and up to 16 in a turn of two such
-    /// copies, which stores around the caches then made 1.6 times as
-    /// long), and 65–66 far.
+    /// copy timed; far above [`SMALL_FAR_ABOVE`] or [`LARGE_FAR_ABOVE`]
+    /// ticks a line (see the module doc).
     pub const fn new(class: Class) -> Sense {
         let far_above = match class {
             Class::Small => SMALL_FAR_ABOVE,

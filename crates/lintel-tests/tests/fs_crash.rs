@@ -312,6 +312,38 @@ fn contents(dir: &Path) -> BTreeMap<&'static str, Vec<u8>> {
 
 /// Whether `host` could be what a step cut short left between `before`
 /// and `after`: each byte one of theirs, the length between theirs.
+/// For a replayed seed: how many of the bytes where the served tree differs
+/// from the native one are as the killed step left them, and as before it.
+fn explain_difference(
+    served: &Path,
+    native: &Path,
+    before: &BTreeMap<&str, Vec<u8>>,
+    after: &BTreeMap<&str, Vec<u8>>,
+) {
+    let (host, want) = (contents(served), contents(native));
+    for f in FILES {
+        let (Some(h), Some(n)) = (host.get(f), want.get(f)) else {
+            continue;
+        };
+        let diff: Vec<usize> = (0..h.len().min(n.len())).filter(|&p| h[p] != n[p]).collect();
+        if diff.is_empty() {
+            continue;
+        }
+        let as_in = |m: &BTreeMap<&str, Vec<u8>>| {
+            let v = m.get(f);
+            diff.iter()
+                .filter(|&&p| v.and_then(|v| v.get(p)) == Some(&h[p]))
+                .count()
+        };
+        eprintln!(
+            "file {f}: {} bytes differ; of them, as the killed step left them {}, as before it {}",
+            diff.len(),
+            as_in(after),
+            as_in(before)
+        );
+    }
+}
+
 fn between(host: &[u8], before: &[u8], after: &[u8]) -> Result<(), String> {
     let (lo, hi) = (before.len().min(after.len()), before.len().max(after.len()));
     if !(lo..=hi).contains(&host.len()) {
@@ -496,16 +528,7 @@ fn play(seed: u64, here: bool, log: &mut Vec<Step>) -> Result<(), String> {
             }
             same_trees(served.path(), native.path()).map_err(|e| {
                 if std::env::var_os("LINTEL_FS_CRASH_SEED").is_some() {
-                    let (h, n) = (contents(served.path()), contents(native.path()));
-                    for f in FILES {
-                        let (Some(h), Some(n)) = (h.get(f), n.get(f)) else { continue };
-                        let diff: Vec<usize> = (0..h.len().min(n.len())).filter(|&p| h[p] != n[p]).collect();
-                        if diff.is_empty() {
-                            continue;
-                        }
-                        let from = |m: &BTreeMap<&str, Vec<u8>>| diff.iter().filter(|&&p| m.get(f).and_then(|v| v.get(p)) == Some(&h[p])).count();
-                        eprintln!("file {f}: {} bytes differ; of them, as the killed step left them {}, as before it {}", diff.len(), from(&after), from(&before));
-                    }
+                    explain_difference(served.path(), native.path(), &before, &after);
                 }
                 format!("after the survivor's steps: {e}")
             })?;

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Stats, measure_single, ticks, ticks_to_ns};
+use super::{Stats, measure_single, spin_until, ticks, ticks_to_ns};
 
 const LEN: usize = 4096;
 const ROUNDS: usize = 2000;
@@ -31,18 +31,8 @@ pub fn probe() -> Option<(Stats, f64)> {
     };
     let fd = lintel_sys::shared_memfd("lintel-bench-phase", 2 * LEN).ok()?;
     let m = lintel_sys::Mapping::map_shared(&fd, 2 * LEN, true).ok()?;
-    let turn = m.u32(LEN);
-    let wait = |want: u32| {
-        let mut spins = 0u32;
-        while turn.load(Ordering::Acquire) != want {
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1 << 16) {
-                std::thread::yield_now(); // the other thread's CPU may be busy
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    };
+    let turn = m.u64(LEN);
+    let wait = |want: u64| spin_until(turn, |v| v == want);
     let mut fills = Vec::with_capacity(ROUNDS);
     let mut ticks_per_line = Vec::with_capacity(ROUNDS);
     let pinned = std::thread::scope(|s| {

@@ -58,6 +58,24 @@ impl SharedMem {
     }
 }
 
+/// Spin on `word` until it holds a value `want` accepts, and return it, yielding now and then:
+/// on a machine with one free CPU the writer of the word must get to run.
+pub fn spin_until(word: &AtomicU64, want: impl Fn(u64) -> bool) -> u64 {
+    let mut turns = 0u32;
+    loop {
+        let v = word.load(std::sync::atomic::Ordering::Acquire);
+        if want(v) {
+            return v;
+        }
+        turns = turns.wrapping_add(1);
+        if turns.is_multiple_of(1 << 16) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
