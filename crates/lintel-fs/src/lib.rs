@@ -54,8 +54,8 @@ mod service;
 mod uffd;
 
 pub use client::{
-    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, Fs, IoPath, MAPPED_MAX, OpenOptions, SPLICE_MIN,
-    STREAM_MIN, mapped, spliced,
+    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, Fs, IoPath, MAPPED_MAX, MAX_RW_COUNT, OpenOptions,
+    SPLICE_MIN, STREAM_MIN, mapped, past_largest_offset, spliced,
 };
 pub use lintel_sys::prefetch;
 pub use proto::{

@@ -901,6 +901,22 @@ mod regressions {
         ]);
     }
 
+    /// A `pread` of a directory whose offset and length pass the largest
+    /// offset is `EINVAL`: Linux checks that before it finds a directory
+    /// (`EISDIR`, which the emulation answered at once). Found through
+    /// `readv` by the file service's differential test, at a directory's
+    /// end offset, which the probe does not seek to.
+    #[test]
+    fn a_read_of_a_directory_past_the_largest_offset_is_einval() {
+        replay(&[
+            "mkdir - d 493",
+            "open 0 - d 0x0 420",
+            "pread 0 7 9223372036854775800",
+            "pread 0 8 9223372036854775800",
+            "pread 0 0 9223372036854775807",
+        ]);
+    }
+
     /// An empty `readv` of a write-only file (or `writev` of a read-only
     /// one) moved nothing and answered 0; Linux checks the open first
     /// (`EBADF`).

@@ -1333,6 +1333,37 @@ mod regressions {
         }
     }
 
+    /// A directory's offset at its end is near the largest offset; a
+    /// `readv` from there whose buffers together pass it is `EINVAL`
+    /// (Linux checks the whole length before it finds a directory), where
+    /// a read of the first buffer alone is `EISDIR`.
+    #[test]
+    fn a_readv_of_a_directory_past_the_largest_offset_is_einval() {
+        replay(&[
+            Mkdir { name: 1, mode: 0o644 },
+            Open {
+                client: 0,
+                name: 1,
+                flags: 0,
+                mode: 0o644,
+                io: Auto,
+            },
+            Seek {
+                h: 0,
+                whence: 2,
+                delta: -179,
+            },
+            ReadV {
+                h: 0,
+                lens: vec![1, 179],
+            },
+            ReadV {
+                h: 0,
+                lens: vec![1, 178],
+            },
+        ]);
+    }
+
     /// Preallocated zeros past a read the served side read ahead over:
     /// ext4 counts them as data once they are in its page cache, so
     /// `SEEK_DATA` finds them served and `ENXIO` native. Linux allows

@@ -783,7 +783,22 @@ impl File {
             };
         }
         let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
-        in_turn(&lens, |i| self.read_shared(&mut bufs[i]))
+        match in_turn(&lens, |i| self.read_shared(&mut bufs[i])) {
+            // Only a directory's read says `EISDIR`. Linux's `readv` first
+            // checks the offset against all its buffers' length (`EINVAL`
+            // past the largest offset, which a directory's end may be near),
+            // where each read here checked its own.
+            Err(e) if e.errno() == rustix::io::Errno::ISDIR.raw_os_error() => {
+                let at = self.seek_shared(std::io::SeekFrom::Current(0))?;
+                Err(
+                    match past_largest_offset(at, lens.iter().sum::<usize>().min(MAX_RW_COUNT)) {
+                        true => rustix::io::Errno::INVAL.into(),
+                        false => e,
+                    },
+                )
+            }
+            r => r,
+        }
     }
 
     /// Write each buffer in turn at the shared offset, as `writev(2)`.
@@ -794,6 +809,18 @@ impl File {
         let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
         in_turn(&lens, |i| self.write_shared(&bufs[i]))
     }
+}
+
+/// Most bytes one `read`, `readv` or `write` moves on Linux (`MAX_RW_COUNT`):
+/// a longer one is cut to this, after its offset was checked.
+pub const MAX_RW_COUNT: usize = (i32::MAX as usize) & !4095;
+
+/// Whether `len` bytes from offset `at` would go past the largest offset,
+/// which Linux refuses (`EINVAL`) before it reads or writes anything. For
+/// `readv` and `writev`, `len` is all the buffers' length, cut to
+/// [`MAX_RW_COUNT`]; for `read` and `write`, the length asked.
+pub fn past_largest_offset(at: u64, len: usize) -> bool {
+    at.checked_add(len as u64).is_none_or(|end| end > i64::MAX as u64)
 }
 
 /// Run `op` on each non-empty buffer (of lengths `lens`) in turn, as

@@ -58,7 +58,8 @@ mod reaped;
 pub mod spliced;
 
 pub use file::{
-    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, IoPath, MAPPED_MAX, OpenOptions, STREAM_MIN,
+    ATTACH_AFTER, ATTACH_AFTER_BYTES, ATTACH_LARGE, File, IoPath, MAPPED_MAX, MAX_RW_COUNT, OpenOptions,
+    STREAM_MIN, past_largest_offset,
 };
 pub use fs::Fs;
 pub use spliced::SPLICE_MIN;

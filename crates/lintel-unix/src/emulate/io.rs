@@ -14,7 +14,7 @@ impl Emulation {
     pub(super) fn read(&self, fd: u64, buf: u64, count: u64, at: Option<u64>) -> R {
         let s = self.served(fd)?;
         if s.dir {
-            return Some(err(libc::EISDIR));
+            return Some(read_dir(&s, count, at));
         }
         // Straight into the program's buffer (checked through the kernel
         // first): the mapped window's memcpy or the pipe's read is the only
@@ -61,6 +61,9 @@ impl Emulation {
         if let Err(e) = user::read_into(iov, &mut raw) {
             return Some(err(e));
         }
+        if s.dir && matches!(dir, Dir::Read) {
+            return Some(read_dir_vectored(&s, &raw, at));
+        }
         let mut done: u64 = 0;
         for v in raw.chunks_exact(16) {
             let base = u64::from_ne_bytes(v[..8].try_into().expect("8 bytes"));
@@ -95,7 +98,7 @@ impl Emulation {
                 return err(libc::EBADF);
             }
             if s.dir {
-                return err(libc::EISDIR);
+                return read_dir(s, buf.len() as u64, at);
             }
             let buf_len = buf.len().min(MAX_IO);
             let n = self.read_served(fd, s, &mut buf[..buf_len], at);
@@ -224,6 +227,42 @@ impl Emulation {
 }
 
 const MAX_IO: usize = 16 << 20;
+
+/// What a `read` of `len` bytes from served directory `s` (at its offset,
+/// or at `at`) answers: `EINVAL` where they would pass the largest offset,
+/// which Linux checks before it finds a directory (whose end offset may be
+/// near it), else `EISDIR`.
+fn read_dir(s: &Served, len: u64, at: Option<u64>) -> i64 {
+    let at = match at {
+        Some(at) => at,
+        None => match s.file.seek_shared(std::io::SeekFrom::Current(0)) {
+            Ok(at) => at,
+            Err(e) => return fs_err(e),
+        },
+    };
+    match lintel_fs::past_largest_offset(at, len as usize) {
+        true => err(libc::EINVAL),
+        false => err(libc::EISDIR),
+    }
+}
+
+/// [`read_dir`] for a `readv` of the buffers `iov` (its iovecs as read):
+/// one answer for them all, as Linux checks their whole length before it
+/// finds a directory (`EINVAL` for a length past `ssize_t`, 0 for none).
+fn read_dir_vectored(s: &Served, iov: &[u8], at: Option<u64>) -> i64 {
+    let mut total: u64 = 0;
+    for v in iov.chunks_exact(16) {
+        let len = u64::from_ne_bytes(v[8..].try_into().expect("8 bytes"));
+        if len > i64::MAX as u64 {
+            return err(libc::EINVAL);
+        }
+        total = total.saturating_add(len);
+    }
+    match total.min(lintel_fs::MAX_RW_COUNT as u64) {
+        0 => 0,
+        len => read_dir(s, len, at),
+    }
+}
 
 /// Which way a vectored call moves data.
 #[derive(Clone, Copy)]
