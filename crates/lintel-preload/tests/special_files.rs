@@ -8,6 +8,7 @@ mod common;
 mod served;
 use served::{python, same, tree};
 
+use std::path::Path;
 use std::process::Command;
 
 /// Finding 3: a `flock` holds whatever the descriptor's access mode
@@ -265,4 +266,49 @@ show("listdir", lambda: sorted(os.listdir(root)))
 "#;
     let (n, s) = python(script);
     assert_eq!(tree(s.path()), tree(n.path()));
+}
+
+/// `readv`, `writev`, `preadv` and `pwritev` of a file 10 bytes short of
+/// the largest offset (tmpfs allows it) with buffers of 1 and 19 bytes:
+/// Linux checks the whole length first and refuses them all (`EINVAL`),
+/// writing nothing; served, each buffer was a call of its own, and the
+/// first fit.
+#[test]
+fn vectored_calls_near_the_largest_offset_answer_as_linux() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm (tmpfs): ext4 refuses such offsets at the seek");
+        return;
+    }
+    let script = r#"
+import os, sys
+fd = os.open(os.path.join(sys.argv[1], "f"), os.O_RDWR | os.O_CREAT, 0o644)
+at = (1 << 63) - 11
+os.lseek(fd, at, os.SEEK_SET)
+def show(what, f):
+    try:
+        print(what, f())
+    except OSError as e:
+        print(what, "errno", e.errno)
+a, b = bytearray(1), bytearray(19)
+show("readv", lambda: os.readv(fd, [a, b]))
+show("writev", lambda: os.writev(fd, [a, b]))
+show("preadv", lambda: os.preadv(fd, [a, b], at))
+show("pwritev", lambda: os.pwritev(fd, [a, b], at))
+show("offset", lambda: os.lseek(fd, 0, os.SEEK_CUR))
+show("size", lambda: os.fstat(fd).st_size)
+"#;
+    let (n, s) = (
+        tempfile::tempdir_in(shm).unwrap(),
+        tempfile::tempdir_in(shm).unwrap(),
+    );
+    let py = n.path().join("script.py");
+    std::fs::write(&py, script).unwrap();
+    let (native, served) = served::both(
+        n.path(),
+        s.path(),
+        &["/usr/bin/python3", py.to_str().unwrap(), "%R"],
+    );
+    assert!(native.contains("readv errno 22"), "{native}");
+    assert_eq!(served, native, "served (left), native (right)");
 }

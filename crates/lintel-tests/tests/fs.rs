@@ -2537,3 +2537,76 @@ fn an_exec_descriptor_is_refused_as_execve_refuses_and_holds_window_writes() {
         );
     }
 }
+
+/// A vectored call checks its offset against its buffers' whole length
+/// before it moves anything, as Linux does: 10 bytes short of the largest
+/// offset (a file on tmpfs may sit there), a `readv` and a `writev` of 1
+/// and 19 bytes answer as the kernel does for the same file natively, and
+/// nothing is written. (Each buffer's own read or write fit; the first
+/// `writev` wrote its first byte.)
+#[test]
+fn vectored_calls_near_the_largest_offset_answer_as_linux() {
+    use std::io::{IoSlice, IoSliceMut, Read, Seek, SeekFrom, Write};
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm (tmpfs): ext4 refuses such offsets at the seek");
+        return;
+    }
+    let at = i64::MAX as u64 - 10;
+    let native_dir = tempfile::tempdir_in(shm).unwrap();
+    let mut native = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(native_dir.path().join("f"))
+        .unwrap();
+    native.seek(SeekFrom::Start(at)).unwrap();
+    let (mut a, mut b) = ([0u8; 1], [0u8; 19]);
+    let read = native.read_vectored(&mut [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)]);
+    let wrote = native.write_vectored(&[IoSlice::new(&a), IoSlice::new(&b)]);
+    let (read, wrote) = (
+        read.map_err(|e| e.raw_os_error()),
+        wrote.map_err(|e| e.raw_os_error()),
+    );
+    assert_eq!(
+        read,
+        Err(Some(22)),
+        "Linux: readv past the largest offset is EINVAL"
+    );
+    for served in [false, true] {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let svc;
+        let fs = if served {
+            svc = FsService::start(dir.path(), false);
+            svc.fs.clone()
+        } else {
+            Fs::from_door(lintel_fs::Service::new(dir.path(), false).unwrap().into_door())
+        };
+        let f = fs.open_with("f", &rw()).unwrap();
+        assert_eq!(f.seek_shared(SeekFrom::Start(at)).unwrap(), at);
+        let r = f.read_vectored_shared(&mut [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)]);
+        let w = f.write_vectored_shared(&[IoSlice::new(&a), IoSlice::new(&b)]);
+        let errno_of = |e: FsError| Some(e.errno());
+        assert_eq!(
+            r.map_err(errno_of),
+            read,
+            "readv, served by another process: {served}"
+        );
+        assert_eq!(
+            w.map_err(errno_of),
+            wrote,
+            "writev, served by another process: {served}"
+        );
+        assert_eq!(
+            f.seek_shared(SeekFrom::Current(0)).unwrap(),
+            at,
+            "the offset did not move"
+        );
+        assert_eq!(
+            std::fs::metadata(dir.path().join("f")).unwrap().len(),
+            0,
+            "nothing was written"
+        );
+    }
+}

@@ -783,22 +783,8 @@ impl File {
             };
         }
         let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
-        match in_turn(&lens, |i| self.read_shared(&mut bufs[i])) {
-            // Only a directory's read says `EISDIR`. Linux's `readv` first
-            // checks the offset against all its buffers' length (`EINVAL`
-            // past the largest offset, which a directory's end may be near),
-            // where each read here checked its own.
-            Err(e) if e.errno() == rustix::io::Errno::ISDIR.raw_os_error() => {
-                let at = self.seek_shared(std::io::SeekFrom::Current(0))?;
-                Err(
-                    match past_largest_offset(at, lens.iter().sum::<usize>().min(MAX_RW_COUNT)) {
-                        true => rustix::io::Errno::INVAL.into(),
-                        false => e,
-                    },
-                )
-            }
-            r => r,
-        }
+        self.check_vectored(&lens)?;
+        in_turn(&lens, |i| self.read_shared(&mut bufs[i]))
     }
 
     /// Write each buffer in turn at the shared offset, as `writev(2)`.
@@ -807,7 +793,24 @@ impl File {
             return self.write_shared(&[]);
         }
         let lens: Vec<usize> = bufs.iter().map(|b| b.len()).collect();
+        self.check_vectored(&lens)?;
         in_turn(&lens, |i| self.write_shared(&bufs[i]))
+    }
+
+    /// Linux checks a vectored call's offset against its buffers' whole
+    /// length before it moves anything (`EINVAL` past the largest offset,
+    /// which a directory's end on ext4, or a file on tmpfs, may be near);
+    /// each read or write here checks only its own buffer, so a call of
+    /// more than one is checked first, at the cost of asking the offset.
+    fn check_vectored(&self, lens: &[usize]) -> Result<(), FsError> {
+        if lens.iter().filter(|&&l| l > 0).count() < 2 {
+            return Ok(());
+        }
+        let at = self.seek_shared(std::io::SeekFrom::Current(0))?;
+        match past_largest_offset(at, lens.iter().sum::<usize>().min(MAX_RW_COUNT)) {
+            true => Err(rustix::io::Errno::INVAL.into()),
+            false => Ok(()),
+        }
     }
 }
 

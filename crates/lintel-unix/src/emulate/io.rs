@@ -61,8 +61,26 @@ impl Emulation {
         if let Err(e) = user::read_into(iov, &mut raw) {
             return Some(err(e));
         }
+        // Linux checks the buffers' whole length against the offset before
+        // it moves anything; each read or write below checks only its own.
+        let (total, buffers) = match whole_length(&raw) {
+            Ok(w) => w,
+            Err(e) => return Some(e),
+        };
         if s.dir && matches!(dir, Dir::Read) {
-            return Some(read_dir_vectored(&s, &raw, at));
+            return Some(if total == 0 { 0 } else { read_dir(&s, total, at) });
+        }
+        if buffers > 1 {
+            let pos = match at {
+                Some(at) => at,
+                None => match s.file.seek_shared(std::io::SeekFrom::Current(0)) {
+                    Ok(p) => p,
+                    Err(e) => return Some(fs_err(e)),
+                },
+            };
+            if lintel_fs::past_largest_offset(pos, total as usize) {
+                return Some(err(libc::EINVAL));
+            }
         }
         let mut done: u64 = 0;
         for v in raw.chunks_exact(16) {
@@ -246,22 +264,20 @@ fn read_dir(s: &Served, len: u64, at: Option<u64>) -> i64 {
     }
 }
 
-/// [`read_dir`] for a `readv` of the buffers `iov` (its iovecs as read):
-/// one answer for them all, as Linux checks their whole length before it
-/// finds a directory (`EINVAL` for a length past `ssize_t`, 0 for none).
-fn read_dir_vectored(s: &Served, iov: &[u8], at: Option<u64>) -> i64 {
-    let mut total: u64 = 0;
+/// The whole length of a vectored call's buffers (`iov`, its iovecs as
+/// read), cut to Linux's `MAX_RW_COUNT`, and how many are not empty; or
+/// `EINVAL` for a length past `ssize_t`, as Linux refuses it first.
+fn whole_length(iov: &[u8]) -> Result<(u64, usize), i64> {
+    let (mut total, mut buffers) = (0u64, 0);
     for v in iov.chunks_exact(16) {
         let len = u64::from_ne_bytes(v[8..].try_into().expect("8 bytes"));
         if len > i64::MAX as u64 {
-            return err(libc::EINVAL);
+            return Err(err(libc::EINVAL));
         }
         total = total.saturating_add(len);
+        buffers += usize::from(len > 0);
     }
-    match total.min(lintel_fs::MAX_RW_COUNT as u64) {
-        0 => 0,
-        len => read_dir(s, len, at),
-    }
+    Ok((total.min(lintel_fs::MAX_RW_COUNT as u64), buffers))
 }
 
 /// Which way a vectored call moves data.
