@@ -798,16 +798,25 @@ impl File {
     }
 
     /// Linux checks a vectored call's offset against its buffers' whole
-    /// length before it moves anything (`EINVAL` past the largest offset,
-    /// which a directory's end on ext4, or a file on tmpfs, may be near);
-    /// each read or write here checks only its own buffer, so a call of
-    /// more than one is checked first, at the cost of asking the offset.
+    /// length before it moves anything; each read or write here checks
+    /// only its own buffer, so a call of more than one is checked first.
     fn check_vectored(&self, lens: &[usize]) -> Result<(), FsError> {
         if lens.iter().filter(|&&l| l > 0).count() < 2 {
             return Ok(());
         }
-        let at = self.seek_shared(std::io::SeekFrom::Current(0))?;
-        match past_largest_offset(at, lens.iter().sum::<usize>().min(MAX_RW_COUNT)) {
+        self.check_length(None, lens.iter().sum::<usize>().min(MAX_RW_COUNT))
+    }
+
+    /// Linux's first check of a read or write of `len` bytes at `at` (the
+    /// shared offset, asked of the service, if `None`): `EINVAL` where they
+    /// would pass the largest offset ([`past_largest_offset`]), which a
+    /// directory's end on ext4, or a file on tmpfs, may be near.
+    pub fn check_length(&self, at: Option<u64>, len: usize) -> Result<(), FsError> {
+        let at = match at {
+            Some(at) => at,
+            None => self.seek_shared(std::io::SeekFrom::Current(0))?,
+        };
+        match past_largest_offset(at, len) {
             true => Err(rustix::io::Errno::INVAL.into()),
             false => Ok(()),
         }

@@ -70,17 +70,10 @@ impl Emulation {
         if s.dir && matches!(dir, Dir::Read) {
             return Some(if total == 0 { 0 } else { read_dir(&s, total, at) });
         }
-        if buffers > 1 {
-            let pos = match at {
-                Some(at) => at,
-                None => match s.file.seek_shared(std::io::SeekFrom::Current(0)) {
-                    Ok(p) => p,
-                    Err(e) => return Some(fs_err(e)),
-                },
-            };
-            if lintel_fs::past_largest_offset(pos, total as usize) {
-                return Some(err(libc::EINVAL));
-            }
+        if buffers > 1
+            && let Err(e) = s.file.check_length(at, total as usize)
+        {
+            return Some(fs_err(e));
         }
         let mut done: u64 = 0;
         for v in raw.chunks_exact(16) {
@@ -251,16 +244,9 @@ const MAX_IO: usize = 16 << 20;
 /// which Linux checks before it finds a directory (whose end offset may be
 /// near it), else `EISDIR`.
 fn read_dir(s: &Served, len: u64, at: Option<u64>) -> i64 {
-    let at = match at {
-        Some(at) => at,
-        None => match s.file.seek_shared(std::io::SeekFrom::Current(0)) {
-            Ok(at) => at,
-            Err(e) => return fs_err(e),
-        },
-    };
-    match lintel_fs::past_largest_offset(at, len as usize) {
-        true => err(libc::EINVAL),
-        false => err(libc::EISDIR),
+    match s.file.check_length(at, len as usize) {
+        Ok(()) => err(libc::EISDIR),
+        Err(e) => fs_err(e),
     }
 }
 
